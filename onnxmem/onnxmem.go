@@ -1,0 +1,162 @@
+// Package onnxmem predicts the GPU memory of training a network from its ONNX
+// graph: the peak that torch.cuda.max_memory_allocated reports for one
+// training step, where it falls, and which tensors make it.
+//
+// The pipeline is: ONNX bytes → ir.Graph (Load) → shapes at a batch and image
+// size (ir.Graph.Infer) → the step's program of allocations and frees
+// (schedule.Build) → the CUDA caching allocator's counters over that program
+// (package allocator) → a Result.
+//
+// A Result is what the measurement harness of a "model step" reads: the
+// parameters and the input batch are resident, one warm-up step has run (so
+// the allocator's cache holds its segments and the previous .grad buffers are
+// freed at the start), and the measured step runs the forward, the loss
+// sum(o.sum() for o in outputs) and the backward.
+package onnxmem
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	"github.com/onnxmem/onnxmem/ir"
+	"github.com/onnxmem/onnxmem/schedule"
+)
+
+// Model is a loaded graph.
+type Model struct {
+	// Name is the file's base name without ".onnx", or the built-in name.
+	Name  string
+	Graph *ir.Graph
+}
+
+// Load reads an ONNX file. Weights are never read: a weightless export loads
+// the same as one with its weights.
+func Load(path string) (*Model, error) {
+	g, err := ir.LoadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("onnxmem: %w", err)
+	}
+	return &Model{Name: strings.TrimSuffix(filepath.Base(path), ".onnx"), Graph: g}, nil
+}
+
+// LoadBytes decodes an ONNX model held in memory.
+func LoadBytes(name string, data []byte) (*Model, error) {
+	g, err := ir.Load(data)
+	if err != nil {
+		return nil, fmt.Errorf("onnxmem: %w", err)
+	}
+	return &Model{Name: name, Graph: g}, nil
+}
+
+// Scenario is one configuration to simulate.
+type Scenario struct {
+	// Batch is the batch size; Height and Width the input image's size.
+	Batch, Height, Width int64
+	// AMP runs the forward under torch.autocast(float16). Not yet simulated.
+	AMP bool
+	// Segments checkpoints the top-level layers as checkpoint_sequential does
+	// with this many segments; 0 or 1 means no checkpointing. Not yet
+	// simulated.
+	Segments int
+	// Capacity, when positive, is the device memory in bytes: a step that needs
+	// more reports OOM.
+	Capacity int64
+}
+
+// Tensor is one buffer alive at the peak.
+type Tensor struct {
+	// Name is the graph value's name, or a description for buffers that hold
+	// no value (a workspace, batch-norm statistics).
+	Name string
+	Kind string
+	// Bytes is the block the allocator holds for it; Requested what was asked.
+	Bytes, Requested int64
+	// Node is the op that allocated it ("" for resident buffers).
+	Node string
+}
+
+// Result is the prediction for one scenario. All sizes are bytes.
+type Result struct {
+	Scenario Scenario
+	// Peak is allocated_bytes.all.peak of the measured step: the figure that
+	// torch.cuda.max_memory_allocated reports. PeakRequested is the same before
+	// the allocator's rounding, PeakReserved the segments held.
+	Peak, PeakRequested, PeakReserved int64
+	// M0 is allocated before the step (parameters and the input); AfterForward
+	// after the forward, ForwardPeak the peak during it, AfterBackward after
+	// the backward and the release of the outputs and the loss.
+	M0, AfterForward, ForwardPeak, AfterBackward int64
+	// Where the peak falls: the phase, the op's node name and its top-level
+	// layer (-1 when none), and the index of the event in the step.
+	PeakPhase string
+	PeakNode  string
+	PeakLayer int
+	PeakEvent int
+	// AtPeak lists the buffers alive at the peak, largest first, then by
+	// buffer order.
+	AtPeak []Tensor
+	// OOM is set when Capacity was given and a segment could not be reserved.
+	OOM bool
+	// Events is the number of allocation events in the step.
+	Events int
+}
+
+// Supported reports why a scenario cannot be simulated yet, or nil.
+func (sc Scenario) Supported() error {
+	switch {
+	case sc.AMP:
+		return fmt.Errorf("onnxmem: mixed precision (amp) is not simulated yet")
+	case sc.Segments > 1:
+		return fmt.Errorf("onnxmem: checkpoint segments are not simulated yet")
+	case sc.Batch < 1:
+		return fmt.Errorf("onnxmem: batch %d: must be at least 1", sc.Batch)
+	case sc.Height < 1 || sc.Width < 1:
+		return fmt.Errorf("onnxmem: image %dx%d: both sides must be at least 1", sc.Height, sc.Width)
+	}
+	return nil
+}
+
+// Program builds the step's program for a scenario without running the
+// allocator over it.
+func (m *Model) Program(sc Scenario) (*schedule.Program, error) {
+	if err := sc.Supported(); err != nil {
+		return nil, err
+	}
+	s, err := m.Graph.Infer(ir.Binding{Batch: sc.Batch, Height: sc.Height, Width: sc.Width})
+	if err != nil {
+		return nil, fmt.Errorf("onnxmem: %s: %w", m.Name, err)
+	}
+	p, err := schedule.Build(m.Graph, s, schedule.Config{Workspace: CuDNNWorkspace})
+	if err != nil {
+		return nil, fmt.Errorf("onnxmem: %s: %w", m.Name, err)
+	}
+	return p, nil
+}
+
+// Simulate predicts one scenario.
+func (m *Model) Simulate(sc Scenario) (*Result, error) {
+	p, err := m.Program(sc)
+	if err != nil {
+		return nil, err
+	}
+	return Run(p, sc), nil
+}
+
+// Sweep predicts a scenario at each batch size, in the order given.
+// progress, when not nil, is called after each one.
+func (m *Model) Sweep(sc Scenario, batches []int64, progress func(done, total int)) ([]*Result, error) {
+	out := make([]*Result, 0, len(batches))
+	for i, bs := range batches {
+		sc.Batch = bs
+		r, err := m.Simulate(sc)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+		if progress != nil {
+			progress(i+1, len(batches))
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,123 @@
+package onnxmem
+
+import (
+	"github.com/onnxmem/onnxmem/allocator"
+	"github.com/onnxmem/onnxmem/liveness"
+	"github.com/onnxmem/onnxmem/schedule"
+)
+
+// Run replays a step's program through the simulated caching allocator the
+// way the measurement harness runs it: load the parameters, empty the cache,
+// run one warm-up step, then free the warm-up's .grad buffers, allocate the
+// input and measure the next step.
+func Run(p *schedule.Program, sc Scenario) *Result {
+	a := allocator.New()
+	a.Capacity = sc.Capacity
+	ids := make([]allocator.ID, len(p.Buffers))
+	oom := false
+	malloc := func(buf int32) {
+		if oom {
+			return
+		}
+		id, err := a.TryMalloc(p.Buffers[buf].Bytes)
+		if err != nil {
+			oom = true
+			return
+		}
+		ids[buf] = id
+	}
+	free := func(buf int32) {
+		if !oom {
+			a.Free(ids[buf])
+		}
+	}
+	for _, buf := range p.Resident {
+		malloc(buf)
+	}
+	a.EmptyCache()
+	replay := func(from, to int) {
+		for _, e := range p.Events[from:to] {
+			if e.Free {
+				free(e.Buf)
+			} else {
+				malloc(e.Buf)
+			}
+		}
+	}
+	// Warm-up step.
+	malloc(p.Input)
+	replay(0, len(p.Events))
+	// Measured step.
+	for _, buf := range p.ParamGrads {
+		free(buf)
+	}
+	malloc(p.Input)
+	r := &Result{Scenario: sc, Events: len(p.Events), PeakLayer: -1, PeakEvent: -1}
+	r.M0 = a.Stats().Allocated
+	a.ResetPeaks()
+	// Walk the step event by event to find where the peak falls.
+	peakAt := -1
+	best := r.M0
+	for i, e := range p.Events {
+		if e.Free {
+			free(e.Buf)
+		} else {
+			malloc(e.Buf)
+		}
+		if cur := a.Stats().Allocated; cur > best {
+			best, peakAt = cur, i
+		}
+		switch i + 1 {
+		case p.ForwardEnd:
+			r.AfterForward = a.Stats().Allocated
+			r.ForwardPeak = a.Stats().PeakAllocated
+		case p.StepEnd:
+			r.AfterBackward = a.Stats().Allocated
+		}
+	}
+	st := a.Stats()
+	r.Peak, r.PeakRequested, r.PeakReserved, r.OOM = st.PeakAllocated, st.PeakRequested, st.PeakReserved, oom
+	if peakAt >= 0 {
+		e := p.Events[peakAt]
+		r.PeakEvent = peakAt
+		r.PeakPhase = e.Phase.String()
+		if e.Node >= 0 {
+			n := &p.Graph.Nodes[e.Node]
+			r.PeakNode, r.PeakLayer = n.Name, n.Layer
+		}
+		r.AtPeak = atPeak(p, peakAt, sizes(p, ids, a))
+	}
+	return r
+}
+
+// sizes returns the block size of every buffer as the allocator last held it,
+// falling back to the rounded request.
+func sizes(p *schedule.Program, ids []allocator.ID, a *allocator.Allocator) func(int32) int64 {
+	return func(b int32) int64 { return allocator.RoundSize(p.Buffers[b].Bytes) }
+}
+
+// atPeak lists the buffers alive after event at, largest first.
+func atPeak(p *schedule.Program, at int, size func(int32) int64) []Tensor {
+	ev := make([]liveness.Event, len(p.Events))
+	for i, e := range p.Events {
+		ev[i] = liveness.Event{Buf: e.Buf, Free: e.Free}
+	}
+	initial := append([]int32{}, p.Resident...)
+	initial = append(initial, p.Input)
+	live := liveness.LiveAt(ev, at, initial, size)
+	out := make([]Tensor, 0, len(live))
+	for _, b := range live {
+		buf := p.Buffers[b]
+		t := Tensor{Kind: buf.Kind.String(), Bytes: size(b), Requested: buf.Bytes}
+		if buf.Value >= 0 {
+			t.Name = p.Graph.Values[buf.Value].Name
+		} else {
+			t.Name = buf.Kind.String()
+		}
+		if buf.Node >= 0 {
+			t.Node = p.Graph.Nodes[buf.Node].Name
+		}
+		out = append(out, t)
+	}
+	return out
+}

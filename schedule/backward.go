@@ -1,0 +1,298 @@
+package schedule
+
+import (
+	"sort"
+
+	"github.com/onnxmem/onnxmem/ir"
+)
+
+// loss emits loss = sum(o.sum() for o in outputs): each term and each partial
+// sum is a 4-byte tensor.
+func (b *builder) loss() {
+	b.phase = Loss
+	b.node = -1
+	b.lossSt = -1
+	for range b.g.Outputs {
+		term := b.alloc(4, Scalar, ir.NoValue)
+		sum := b.alloc(4, Scalar, ir.NoValue)
+		if b.lossSt >= 0 {
+			b.unref(b.lossSt)
+		}
+		b.unref(term)
+		b.lossSt = sum
+	}
+}
+
+// backward emits loss.backward(): the autograd nodes in reverse creation
+// order. For each node: the gradients of its inputs are allocated (with any
+// contiguous copy of a strided incoming gradient and any workspace), then its
+// incoming gradients are released, then its saved tensors, and then the new
+// gradients are summed into their targets' buffers.
+func (b *builder) backward() {
+	g := b.g
+	b.phase = Backward
+	b.node = -1
+	for i := range b.slot {
+		b.slot[i] = -1
+	}
+	// d(sum)/d(o) is a one-element tensor expanded to o's shape.
+	ones := b.alloc(4, Scalar, ir.NoValue)
+	for _, o := range g.Outputs {
+		if b.rg[o] {
+			b.ref(ones)
+			b.setSlot(o, gradT{st: ones, bytes: b.s.Bytes(o)})
+		}
+	}
+	b.unref(ones)
+	leader := b.sliceGroups()
+	b.unrun = nil
+	for i := len(g.Nodes) - 1; i >= 0; i-- {
+		k := b.kind[i]
+		if k == opMeta || k == opSkip || leader[i] != int32(i) {
+			continue
+		}
+		n := &g.Nodes[i]
+		outs := n.Outputs
+		if k == opView && (n.OpType == "Slice") {
+			outs = nil
+			for j := i; j < len(g.Nodes); j++ {
+				if leader[j] == int32(i) {
+					outs = append(outs, g.Nodes[j].Outputs...)
+				}
+			}
+		}
+		any := false
+		for _, o := range outs {
+			any = any || (b.data[o] && b.slot[o] >= 0)
+		}
+		if !any {
+			b.unrun = append(b.unrun, int32(i))
+			continue
+		}
+		b.node = int32(i)
+		b.back(n, k, outs)
+	}
+	b.node = -1
+}
+
+// setSlot stores t as the first gradient of v.
+func (b *builder) setSlot(v ir.ValueID, t gradT) {
+	b.grads = append(b.grads, t)
+	b.slot[v] = int32(len(b.grads) - 1)
+}
+
+// sliceGroups maps each node to the node whose autograd node it belongs to:
+// Slices of one tensor along one axis are one chunk() call, whose SplitBackward
+// runs once for all pieces.
+func (b *builder) sliceGroups() []int32 {
+	g := b.g
+	leader := make([]int32, len(g.Nodes))
+	first := map[[2]int64]int32{}
+	for i := range g.Nodes {
+		leader[i] = int32(i)
+		n := &g.Nodes[i]
+		if b.kind[i] != opView || n.OpType != "Slice" {
+			continue
+		}
+		key := [2]int64{int64(n.Inputs[0]), int64(b.axisOf(n))}
+		if l, ok := first[key]; ok {
+			leader[i] = l
+		} else {
+			first[key] = int32(i)
+		}
+	}
+	return leader
+}
+
+// grad allocates a fresh gradient of value v.
+func (b *builder) grad(v ir.ValueID) gradT {
+	st := b.alloc(b.s.Bytes(v), Grad, v)
+	return gradT{st: st, whole: true, contig: true, bytes: b.s.Bytes(v)}
+}
+
+// paramGrad allocates the .grad of parameter v, which outlives the step.
+func (b *builder) paramGrad(v ir.ValueID) {
+	if v == ir.NoValue || !b.param[v] || b.paramGrads[v] >= 0 {
+		return
+	}
+	buf := b.newBuf(b.s.Bytes(v), ParamGrad, v)
+	b.emit(buf, false)
+	b.paramGrads[v] = buf
+}
+
+type delivery struct {
+	v ir.ValueID
+	t gradT
+}
+
+// back emits the backward of one autograd node.
+func (b *builder) back(n *ir.Node, k opKind, outs []ir.ValueID) {
+	s := b.s
+	var gy gradT
+	if b.data[outs[0]] && b.slot[outs[0]] >= 0 {
+		gy = b.grads[b.slot[outs[0]]]
+	}
+	var give []delivery
+	fresh := func(v ir.ValueID) {
+		if b.rg[v] {
+			give = append(give, delivery{v, b.grad(v)})
+		}
+	}
+	pass := func(v ir.ValueID, contig, whole bool) {
+		if b.rg[v] {
+			b.ref(gy.st)
+			give = append(give, delivery{v, gradT{st: gy.st, whole: whole && gy.whole, contig: contig && gy.contig, bytes: s.Bytes(v)}})
+		}
+	}
+	// contiguous makes the copy a kernel takes of a strided incoming gradient.
+	contiguous := func() int32 {
+		if gy.whole && gy.contig {
+			return -1
+		}
+		return b.scratch(s.Bytes(outs[0]), Copy)
+	}
+	freeCopy := func(buf int32) {
+		if buf >= 0 {
+			b.emit(buf, true)
+		}
+	}
+	switch k {
+	case opConv:
+		c := contiguous()
+		x := n.Inputs[0]
+		if b.rg[x] {
+			fresh(x)
+			b.workspace(b.convCall(n, Backward, "bwd-data"))
+		}
+		if b.param[n.Inputs[1]] {
+			b.paramGrad(n.Inputs[1])
+			b.workspace(b.convCall(n, Backward, "bwd-filter"))
+		}
+		if len(n.Inputs) > 2 {
+			b.paramGrad(n.Inputs[2])
+		}
+		freeCopy(c)
+	case opBatchNorm, opBatchNormEval:
+		c := contiguous()
+		fresh(n.Inputs[0])
+		b.paramGrad(n.Inputs[1])
+		b.paramGrad(n.Inputs[2])
+		freeCopy(c)
+	case opSiLU:
+		fresh(b.siluIn[n.ID])
+	case opSigmoid, opSoftmax:
+		fresh(n.Inputs[0])
+	case opMul, opDiv:
+		for j, v := range n.Inputs[:2] {
+			if v == ir.NoValue || (j == 1 && v == n.Inputs[0]) {
+				continue
+			}
+			if b.data[v] {
+				fresh(v)
+			}
+		}
+	case opAdd, opSub:
+		for j, v := range n.Inputs[:2] {
+			if v == ir.NoValue || !b.data[v] || (j == 1 && v == n.Inputs[0]) {
+				continue
+			}
+			if s.Bytes(v) != s.Bytes(outs[0]) || (k == opSub && j == 1) {
+				fresh(v) // a broadcast operand's gradient is reduced; sub negates
+			} else {
+				pass(v, true, true)
+			}
+		}
+	case opConcat:
+		axis := b.axisOf(n)
+		for _, v := range n.Inputs {
+			if v != ir.NoValue && b.data[v] {
+				pass(v, sliceContiguous(s.Dims[outs[0]], axis), false)
+			}
+		}
+	case opReduceSum:
+		pass(n.Inputs[0], false, false) // an expanded view
+	case opMaxPool, opAvgPool, opResize:
+		c := contiguous()
+		fresh(n.Inputs[0])
+		freeCopy(c)
+	case opView:
+		switch n.OpType {
+		case "Slice", "Split":
+			fresh(n.Inputs[0]) // zeros of the input's shape with the pieces copied in
+		case "Transpose":
+			pass(n.Inputs[0], false, true)
+		default:
+			pass(n.Inputs[0], true, true)
+		}
+	}
+	// Incoming gradients go first, then the saved tensors.
+	for _, o := range outs {
+		if b.data[o] && b.slot[o] >= 0 {
+			b.unref(b.grads[b.slot[o]].st)
+			b.slot[o] = -1
+		}
+	}
+	for _, st := range b.saved[n.ID] {
+		b.unref(st)
+	}
+	b.saved[n.ID] = nil
+	for _, d := range give {
+		b.accumulate(d.v, d.t)
+	}
+}
+
+// accumulate sums gradient t into v's buffer the way InputBuffer::accumulate
+// does: in place into the old gradient when nothing else shares it, else in
+// place into the new one, else into a fresh tensor.
+func (b *builder) accumulate(v ir.ValueID, t gradT) {
+	if b.slot[v] < 0 {
+		b.setSlot(v, t)
+		return
+	}
+	old := b.grads[b.slot[v]]
+	sole := func(x gradT) bool { return x.whole && x.contig && b.st[x.st].refs == 1 }
+	switch {
+	case sole(old):
+		b.unref(t.st)
+	case sole(t):
+		b.grads[b.slot[v]] = t
+		b.unref(old.st)
+	default:
+		sum := b.grad(v)
+		b.unref(old.st)
+		b.unref(t.st)
+		b.grads[b.slot[v]] = sum
+	}
+}
+
+// cleanup ends the step as the caller does: the outputs, the loss and the
+// input are dropped, along with the graph of any node the backward never
+// reached. The parameters' .grad buffers stay.
+func (b *builder) cleanup() {
+	b.phase = Cleanup
+	b.node = -1
+	for _, i := range b.unrun {
+		for _, st := range b.saved[i] {
+			b.unref(st)
+		}
+		b.saved[i] = nil
+	}
+	b.unref(b.lossSt)
+	for _, o := range b.g.Outputs {
+		if b.vst[o] >= 0 {
+			b.unref(b.vst[o])
+		}
+	}
+	b.p.StepEnd = len(b.p.Events)
+	b.unref(b.vst[b.g.Inputs[0]])
+	var pg []int32
+	for v, buf := range b.paramGrads {
+		if buf >= 0 {
+			_ = v
+			pg = append(pg, buf)
+		}
+	}
+	// Parameter order is the resident order, which is value order.
+	sort.Slice(pg, func(i, j int) bool { return b.p.Buffers[pg[i]].Value < b.p.Buffers[pg[j]].Value })
+	b.p.ParamGrads = pg
+}

@@ -1,0 +1,342 @@
+package schedule
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/onnxmem/onnxmem/ir"
+)
+
+// Config says how the step is run.
+type Config struct {
+	// Workspace, when set, returns the cuDNN workspace bytes that a conv
+	// allocates and frees around its kernel; nil means none.
+	Workspace func(c ConvCall) int64
+}
+
+// ConvCall describes one cuDNN convolution call, for workspace policies.
+type ConvCall struct {
+	Phase Phase
+	// Which is "fwd", "bwd-data" or "bwd-filter".
+	Which                     string
+	N, Cin, Cout, H, W, OutH, OutW int64
+	KH, KW, StrideH, StrideW  int64
+	Groups                    int64
+	ElemSize                  int64
+}
+
+// storage is one buffer while the program is built, with its holders.
+type storage struct {
+	buf  int32
+	refs int32
+}
+
+// gradT is a gradient tensor: a storage and whether the tensor is all of it
+// and contiguous (a narrow of a concat's gradient is neither).
+type gradT struct {
+	st     int32
+	whole  bool
+	contig bool
+	bytes  int64
+}
+
+type builder struct {
+	g   *ir.Graph
+	s   *ir.Shapes
+	cfg Config
+	p   *Program
+
+	data   []bool       // by value: holds device data
+	param  []bool       // by value: a float initializer owned by the model
+	rg     []bool       // by value: requires grad
+	kind   []opKind     // by node
+	siluIn []ir.ValueID // by node: the input of a fused SiLU
+
+	// Forward state.
+	st      []storage
+	vst     []int32 // by value: storage index, or -1
+	contig  []bool  // by value: a contiguous tensor
+	saved   [][]int32
+	phase   Phase
+	node    int32
+	paramOf []int32 // by value: resident buffer of a parameter, or -1
+
+	// Backward state.
+	slot       []int32 // by value: index into grads, or -1
+	grads      []gradT
+	paramGrads []int32 // by value: .grad buffer, or -1
+	unrun      []int32 // nodes the backward never reached
+	lossSt     int32
+}
+
+// Build returns the program of one training step of g at shapes s: the
+// forward in train mode, the loss (the sum of every graph output's sum) and
+// the backward. It fails, with an error starting "schedule: ", on an op that
+// has no memory rule.
+func Build(g *ir.Graph, s *ir.Shapes, cfg Config) (*Program, error) {
+	b := &builder{g: g, s: s, cfg: cfg, p: &Program{Graph: g, Shapes: s}}
+	nv, nn := len(g.Values), len(g.Nodes)
+	b.data = make([]bool, nv)
+	b.param = make([]bool, nv)
+	b.rg = make([]bool, nv)
+	b.kind = make([]opKind, nn)
+	b.siluIn = make([]ir.ValueID, nn)
+	b.vst = make([]int32, nv)
+	b.contig = make([]bool, nv)
+	b.slot = make([]int32, nv)
+	b.paramOf = make([]int32, nv)
+	b.paramGrads = make([]int32, nv)
+	b.saved = make([][]int32, nn)
+	for i := range b.vst {
+		b.vst[i], b.slot[i], b.paramOf[i], b.paramGrads[i] = -1, -1, -1, -1
+	}
+	if len(g.Inputs) == 0 {
+		return nil, fmt.Errorf("schedule: graph %q has no input", g.Name)
+	}
+	for _, v := range g.Inputs {
+		b.data[v] = true
+	}
+	b.markParams()
+	if err := b.classify(); err != nil {
+		return nil, err
+	}
+	b.resident()
+	b.forward()
+	b.p.ForwardEnd = len(b.p.Events)
+	b.loss()
+	b.p.BackwardStart = len(b.p.Events)
+	b.backward()
+	b.p.BackwardEnd = len(b.p.Events)
+	b.cleanup()
+	return b.p, nil
+}
+
+// markParams marks the float initializers that data ops read: the model's
+// parameters and buffers.
+func (b *builder) markParams() {
+	for i := range b.g.Values {
+		v := &b.g.Values[i]
+		if v.Kind == ir.Initializer && isFloat(v.DType) && v.Data == nil && v.Floats == nil {
+			b.param[i] = true
+		} else if v.Kind == ir.Initializer && isFloat(v.DType) && len(v.Dims) > 0 {
+			// Small float initializers with data are still weights when they
+			// feed a Conv or BatchNormalization.
+			for _, c := range v.Consumers {
+				switch b.g.Nodes[c].OpType {
+				case "Conv", "BatchNormalization":
+					b.param[i] = true
+				}
+			}
+		}
+	}
+}
+
+func (b *builder) newBuf(bytes int64, k Kind, v ir.ValueID) int32 {
+	b.p.Buffers = append(b.p.Buffers, Buffer{Bytes: bytes, Kind: k, Value: v, Node: b.node})
+	return int32(len(b.p.Buffers) - 1)
+}
+
+func (b *builder) emit(buf int32, free bool) {
+	b.p.Events = append(b.p.Events, Event{Buf: buf, Free: free, Phase: b.phase, Node: b.node})
+}
+
+// resident lists the parameters and buffers in the order the model moves them
+// to the device: initializer order, which the exporters take from the
+// state_dict, with each training-mode batch norm's num_batches_tracked (an
+// int64 scalar that the graph does not show) after its running variance.
+func (b *builder) resident() {
+	b.node = -1
+	bnVar := make(map[ir.ValueID]bool)
+	for i := range b.g.Nodes {
+		n := &b.g.Nodes[i]
+		if b.kind[i] == opBatchNorm && len(n.Inputs) == 5 {
+			bnVar[n.Inputs[4]] = true
+		}
+	}
+	for i := range b.g.Values {
+		if !b.param[i] {
+			continue
+		}
+		v := ir.ValueID(i)
+		buf := b.newBuf(b.s.Bytes(v), Param, v)
+		b.paramOf[v] = buf
+		b.p.Resident = append(b.p.Resident, buf)
+		if bnVar[v] {
+			b.p.Resident = append(b.p.Resident, b.newBuf(8, Param, ir.NoValue))
+		}
+	}
+	x := b.g.Inputs[0]
+	b.p.Input = b.newBuf(b.s.Bytes(x), Input, x)
+	b.st = append(b.st, storage{buf: b.p.Input, refs: 1}) // held by the caller
+	b.vst[x] = 0
+	b.contig[x] = true
+}
+
+// layerInfo is what _forward_once needs: for each layer the index of its last
+// data node, and for each value the layer that keeps it.
+type layerInfo struct {
+	last    map[int]int32 // layer → last data node
+	order   []int         // layers in order of their last node
+	holdEnd []int         // by value: the layer after which the loop drops it; -2 = end of forward; -1 = no hold
+	scope   []int32       // by node: a Concat's inputs are held until this node has run, or -1
+}
+
+func (b *builder) layers() layerInfo {
+	g := b.g
+	li := layerInfo{last: map[int]int32{}, holdEnd: make([]int, len(g.Values)), scope: make([]int32, len(g.Nodes))}
+	for i := range li.holdEnd {
+		li.holdEnd[i] = -1
+	}
+	for i := range g.Nodes {
+		li.scope[i] = -1
+		if b.kind[i] == opMeta {
+			continue
+		}
+		l := g.Nodes[i].Layer
+		if _, ok := li.last[l]; !ok {
+			li.order = append(li.order, l)
+		}
+		li.last[l] = int32(i)
+	}
+	// A layer's output is a data value read by another layer. The loop keeps
+	// it in x until the next layer has run, and in y to the end of the
+	// forward when a later layer reads it.
+	for v := range g.Values {
+		if !b.data[v] || g.Values[v].Producer < 0 {
+			continue
+		}
+		l := g.Nodes[g.Values[v].Producer].Layer
+		if l < 0 {
+			continue
+		}
+		for _, c := range g.Values[v].Consumers {
+			cl := g.Nodes[c].Layer
+			if cl == l || b.kind[c] == opMeta {
+				continue
+			}
+			if cl > l+1 {
+				li.holdEnd[v] = -2
+				break
+			}
+			li.holdEnd[v] = l + 1
+		}
+	}
+	// The ELAN idiom: y = [...]; y.extend(m(y[-1]) for m in ...); return
+	// cv(torch.cat(y, 1)). The list y keeps every part of a concat of three or
+	// more tensors until the module returns, past the convs that follow.
+	for i := range g.Nodes {
+		n := &g.Nodes[i]
+		if b.kind[i] != opConcat || b.dataInputs(n) < 3 {
+			continue
+		}
+		scope := n.Name[:strings.LastIndexByte(n.Name, '/')+1]
+		if scope == "" {
+			continue
+		}
+		end := int32(-1)
+		for j := i + 1; j < len(g.Nodes); j++ {
+			if b.kind[j] != opMeta && strings.HasPrefix(g.Nodes[j].Name, scope) {
+				end = int32(j)
+			}
+		}
+		if end > int32(i) {
+			li.scope[i] = end
+		}
+	}
+	return li
+}
+
+func (b *builder) dataInputs(n *ir.Node) int {
+	k := 0
+	for _, v := range n.Inputs {
+		if v != ir.NoValue && b.data[v] {
+			k++
+		}
+	}
+	return k
+}
+
+// ref and unref count holders of a storage; the last unref frees it.
+func (b *builder) ref(st int32) { b.st[st].refs++ }
+
+func (b *builder) unref(st int32) {
+	b.st[st].refs--
+	if b.st[st].refs < 0 {
+		panic("schedule: storage released twice")
+	}
+	if b.st[st].refs == 0 {
+		b.emit(b.st[st].buf, true)
+	}
+}
+
+// alloc creates a storage for value v (or a scratch buffer when v is NoValue)
+// with one holder.
+func (b *builder) alloc(bytes int64, k Kind, v ir.ValueID) int32 {
+	buf := b.newBuf(bytes, k, v)
+	b.emit(buf, false)
+	b.st = append(b.st, storage{buf: buf, refs: 1})
+	return int32(len(b.st) - 1)
+}
+
+// scratch allocates and frees nothing yet: it returns a buffer to free later.
+func (b *builder) scratch(bytes int64, k Kind) int32 {
+	buf := b.newBuf(bytes, k, ir.NoValue)
+	b.emit(buf, false)
+	return buf
+}
+
+func (b *builder) workspace(c ConvCall) {
+	if b.cfg.Workspace == nil {
+		return
+	}
+	if ws := b.cfg.Workspace(c); ws > 0 {
+		buf := b.scratch(ws, Workspace)
+		b.emit(buf, true)
+	}
+}
+
+func (b *builder) convCall(n *ir.Node, phase Phase, which string) ConvCall {
+	x, w, y := n.Inputs[0], n.Inputs[1], n.Outputs[0]
+	xd, wd, yd := b.s.Dims[x], b.s.Dims[w], b.s.Dims[y]
+	c := ConvCall{Phase: phase, Which: which, Groups: n.IntAttr("group", 1), ElemSize: b.s.DTypes[x].Size()}
+	if len(xd) == 4 && len(wd) == 4 && len(yd) == 4 {
+		c.N, c.Cin, c.H, c.W = xd[0], xd[1], xd[2], xd[3]
+		c.Cout, c.KH, c.KW = wd[0], wd[2], wd[3]
+		c.OutH, c.OutW = yd[2], yd[3]
+	}
+	if st := n.IntsAttr("strides"); len(st) == 2 {
+		c.StrideH, c.StrideW = st[0], st[1]
+	} else {
+		c.StrideH, c.StrideW = 1, 1
+	}
+	return c
+}
+
+// isContiguousView reports whether slicing dims d along axis, keeping part of
+// it, gives a contiguous tensor: only when every dim before the axis is 1.
+func sliceContiguous(d []int64, axis int) bool {
+	for i := 0; i < axis && i < len(d); i++ {
+		if d[i] != 1 {
+			return false
+		}
+	}
+	return true
+}
+
+func (b *builder) axisOf(n *ir.Node) int {
+	if n.OpType == "Slice" && len(n.Inputs) > 3 && n.Inputs[3] != ir.NoValue {
+		if d := b.s.Data[n.Inputs[3]]; len(d) == 1 {
+			r := len(b.s.Dims[n.Inputs[0]])
+			a := int(d[0])
+			if a < 0 {
+				a += r
+			}
+			return a
+		}
+	}
+	a := int(n.IntAttr("axis", 0))
+	if a < 0 {
+		a += len(b.s.Dims[n.Inputs[0]])
+	}
+	return a
+}

@@ -1,0 +1,131 @@
+// Package schedule turns an ir.Graph into the program that eager PyTorch runs
+// for one training step: every allocation and every free, in order, for the
+// forward, the loss and the backward.
+//
+// Worked example. Take the YOLOv9 block Conv → BatchNormalization → Sigmoid →
+// Mul (SiLU) on an fp32 input x of 8×64×80×80 (13 MiB) with 128 output
+// channels. Eager PyTorch runs three kernels and autograd records three nodes:
+//
+//	forward                         saved for backward
+//	alloc conv out   (26 MiB)       conv: x, weight
+//	alloc bn out     (26 MiB)       bn: conv out, weight, mean, invstd
+//	alloc bn mean, bn invstd (512 B each)
+//	alloc silu out   (26 MiB)       silu: bn out (the sigmoid is never stored)
+//
+// Nothing is freed in the forward: every intermediate is saved. In the
+// backward the nodes run in reverse: silu allocates the gradient of bn out and
+// then frees its incoming gradient and bn out; bn allocates the gradient of conv
+// out, its weight and bias gradients, and frees conv out, mean and invstd; conv
+// allocates the gradient of x (if x needs one) and of its weight, and frees the
+// incoming gradient. Parameter gradients stay: they are the .grad fields.
+//
+// The rules come from PyTorch's tools/autograd/derivatives.yaml (what each op
+// saves), torch/csrc/autograd/engine.cpp (nodes run in reverse creation order;
+// a node's incoming gradients are freed before its saved tensors are
+// released), torch/csrc/autograd/input_buffer.cpp (how gradients of a tensor
+// used twice are summed, in place when one of them is not shared) and YOLOv9's
+// models/yolo.py (_forward_once keeps a layer's output until the next layer has
+// run, or to the end of the forward when a later layer reads it). Each rule was
+// checked on an H200 with the scripts in calibration/.
+//
+// The package knows nothing of allocator rounding: sizes here are the bytes
+// requested. Package allocator turns them into what the CUDA caching allocator
+// counts.
+package schedule
+
+import (
+	"github.com/onnxmem/onnxmem/ir"
+)
+
+// Kind says what a buffer holds.
+type Kind uint8
+
+// The kinds of buffer.
+const (
+	Param      Kind = iota // a parameter or buffer of the model, resident
+	Input                  // the input batch
+	Activation             // an op's output
+	Stats                  // batch-norm save_mean or save_invstd
+	Indices                // max-pool indices
+	Copy                   // a contiguous copy made inside a kernel call
+	Workspace              // a cuDNN workspace
+	Grad                   // the gradient of an activation
+	ParamGrad              // a parameter's .grad
+	Scalar                 // a loss term
+)
+
+var kindNames = [...]string{"param", "input", "activation", "stats", "indices", "copy", "workspace", "grad", "param-grad", "scalar"}
+
+// String returns the kind's short name.
+func (k Kind) String() string {
+	if int(k) < len(kindNames) {
+		return kindNames[k]
+	}
+	return "unknown"
+}
+
+// Phase is the part of the step an event belongs to.
+type Phase uint8
+
+// The phases of a step, in order.
+const (
+	Forward Phase = iota
+	Loss
+	Backward
+	Cleanup
+)
+
+var phaseNames = [...]string{"forward", "loss", "backward", "cleanup"}
+
+// String returns the phase's name.
+func (p Phase) String() string {
+	if int(p) < len(phaseNames) {
+		return phaseNames[p]
+	}
+	return "unknown"
+}
+
+// Buffer is one allocation: a storage in PyTorch's sense.
+type Buffer struct {
+	// Bytes is the requested size, before the allocator's rounding.
+	Bytes int64
+	Kind  Kind
+	// Value is the graph value whose data (or, for Grad, whose gradient) the
+	// buffer holds, or ir.NoValue.
+	Value ir.ValueID
+	// Node is the graph node whose op allocates the buffer, or -1.
+	Node int32
+}
+
+// Event is one allocation or free of a buffer.
+type Event struct {
+	Buf   int32
+	Free  bool
+	Phase Phase
+	// Node is the graph node being run (forward or backward), or -1.
+	Node int32
+}
+
+// Program is one training step as eager PyTorch runs it.
+type Program struct {
+	Graph  *ir.Graph
+	Shapes *ir.Shapes
+	// Buffers are indexed by the Buf of events.
+	Buffers []Buffer
+	// Resident are the buffers allocated when the model is loaded, in the order
+	// the model's parameters and buffers are moved to the device.
+	Resident []int32
+	// Input is the input batch's buffer; it is allocated before the step starts.
+	Input int32
+	// Events are the step, from the first op of the forward to the last free.
+	Events []Event
+	// ForwardEnd is the index of the first event after the forward (the model's
+	// return); BackwardStart and BackwardEnd delimit the backward.
+	ForwardEnd, BackwardStart, BackwardEnd int
+	// StepEnd is the index of the event that frees the input batch, the last
+	// of the step: before it, the outputs and the loss have been dropped.
+	StepEnd int
+	// ParamGrads are the .grad buffers that outlive the step, in parameter
+	// order: zero_grad(set_to_none=True) frees them in this order.
+	ParamGrads []int32
+}
