@@ -36,10 +36,7 @@
 // blocks is taken; the counters rarely notice.
 package allocator
 
-import (
-	"fmt"
-	"sort"
-)
+import "fmt"
 
 // The allocator's constants, as named in CUDACachingAllocator.cpp.
 const (
@@ -70,43 +67,70 @@ func SegmentSize(rounded int64) int64 {
 	return (rounded + RoundLarge - 1) / RoundLarge * RoundLarge
 }
 
-// block is a contiguous range of one segment.
+// block is a contiguous range of one segment. Blocks live in
+// Allocator.blocks and refer to each other by index, so that the simulation
+// makes no pointers for the garbage collector to chase.
 type block struct {
 	addr, size int64
+	requested  int64 // the request it serves, while allocated
+	prev, next int32 // neighbours within the segment, or -1
 	small      bool
 	free       bool
-	prev, next *block // neighbours within the segment
-	requested  int64  // the request it serves, while allocated
 }
 
 // pool is the set of free blocks of one kind, ordered by (size, addr).
-type pool []*block
+type pool struct {
+	ids []int32
+}
 
-func (p *pool) less(a *block, size, addr int64) bool {
-	if a.size != size {
-		return a.size < size
+// search returns the index of the first block in p not less than (size, addr).
+func (a *Allocator) search(p *pool, size, addr int64) int {
+	lo, hi := 0, len(p.ids)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		b := &a.blocks[p.ids[m]]
+		if b.size < size || (b.size == size && b.addr < addr) {
+			lo = m + 1
+		} else {
+			hi = m
+		}
 	}
-	return a.addr < addr
+	return lo
 }
 
-// search returns the index of the first block not less than (size, addr).
-func (p pool) search(size, addr int64) int {
-	return sort.Search(len(p), func(i int) bool { return !p.less(p[i], size, addr) })
+func (a *Allocator) insert(p *pool, id int32) {
+	b := &a.blocks[id]
+	i := a.search(p, b.size, b.addr)
+	p.ids = append(p.ids, 0)
+	copy(p.ids[i+1:], p.ids[i:])
+	p.ids[i] = id
 }
 
-func (p *pool) insert(b *block) {
-	i := p.search(b.size, b.addr)
-	*p = append(*p, nil)
-	copy((*p)[i+1:], (*p)[i:])
-	(*p)[i] = b
-}
-
-func (p *pool) remove(b *block) {
-	i := p.search(b.size, b.addr)
-	if i >= len(*p) || (*p)[i] != b {
+func (a *Allocator) remove(p *pool, id int32) {
+	b := &a.blocks[id]
+	i := a.search(p, b.size, b.addr)
+	if i >= len(p.ids) || p.ids[i] != id {
 		panic("allocator: free block missing from its pool")
 	}
-	*p = append((*p)[:i], (*p)[i+1:]...)
+	p.ids = append(p.ids[:i], p.ids[i+1:]...)
+}
+
+func (a *Allocator) poolOf(small bool) *pool {
+	if small {
+		return &a.small
+	}
+	return &a.large
+}
+
+func (a *Allocator) newBlock(b block) int32 {
+	if n := len(a.spare); n > 0 {
+		id := a.spare[n-1]
+		a.spare = a.spare[:n-1]
+		a.blocks[id] = b
+		return id
+	}
+	a.blocks = append(a.blocks, b)
+	return int32(len(a.blocks) - 1)
 }
 
 // Stats are the counters of torch.cuda.memory_stats that the simulation keeps,
@@ -120,15 +144,17 @@ type Stats struct {
 type ID int32
 
 // Allocator is a simulated caching allocator for one device and one stream.
-// The zero value is not ready; use New.
+// The zero value is an empty allocator.
 type Allocator struct {
 	small, large pool
-	live         []*block // indexed by ID; nil once freed
+	blocks       []block
+	spare        []int32 // indices of merged-away blocks, for reuse
+	live         []int32 // by ID: the block, or -1 once freed
 	nextAddr     int64
 	st           Stats
 	// Capacity, when positive, is the device memory available for segments;
-	// a request that would need more makes Malloc report ErrOutOfMemory after
-	// releasing cached segments, as the real allocator does.
+	// a request that would need more makes TryMalloc report ErrOutOfMemory
+	// after releasing cached segments, as the real allocator does.
 	Capacity int64
 }
 
@@ -155,11 +181,11 @@ func (a *Allocator) ResetPeaks() {
 }
 
 // Malloc serves a request of n bytes and returns its ID. It panics on a
-// negative size. With a Capacity set, use TryMalloc to see out-of-memory.
+// negative size, and on out of memory, which only an allocator with a
+// Capacity can run into: such callers use TryMalloc.
 func (a *Allocator) Malloc(n int64) ID {
 	id, err := a.TryMalloc(n)
 	if err != nil {
-		// Without a capacity TryMalloc cannot fail; with one, callers must use TryMalloc.
 		panic(err)
 	}
 	return id
@@ -172,14 +198,11 @@ func (a *Allocator) TryMalloc(n int64) (ID, error) {
 	}
 	size := RoundSize(n)
 	small := size <= SmallSize
-	p := &a.large
-	if small {
-		p = &a.small
-	}
-	var b *block
-	if i := p.search(size, -1); i < len(*p) {
-		b = (*p)[i]
-		*p = append((*p)[:i], (*p)[i+1:]...)
+	p := a.poolOf(small)
+	var id int32
+	if i := a.search(p, size, -1); i < len(p.ids) {
+		id = p.ids[i]
+		p.ids = append(p.ids[:i], p.ids[i+1:]...)
 	} else {
 		seg := SegmentSize(size)
 		if a.Capacity > 0 && a.st.Reserved+seg > a.Capacity {
@@ -188,22 +211,23 @@ func (a *Allocator) TryMalloc(n int64) (ID, error) {
 				return -1, &ErrOutOfMemory{Requested: n, Reserved: a.st.Reserved, Capacity: a.Capacity}
 			}
 		}
-		b = &block{addr: a.nextAddr, size: seg, small: small}
+		id = a.newBlock(block{addr: a.nextAddr, size: seg, small: small, prev: -1, next: -1})
 		a.nextAddr += seg
 		a.st.Reserved += seg
 		if a.st.Reserved > a.st.PeakReserved {
 			a.st.PeakReserved = a.st.Reserved
 		}
 	}
-	rest := b.size - size
-	if (small && rest >= MinBlockSize) || (!small && rest > SmallSize) {
-		r := &block{addr: b.addr + size, size: rest, small: small, free: true, prev: b, next: b.next}
-		if b.next != nil {
-			b.next.prev = r
+	b := &a.blocks[id]
+	if rest := b.size - size; (small && rest >= MinBlockSize) || (!small && rest > SmallSize) {
+		r := a.newBlock(block{addr: b.addr + size, size: rest, small: small, free: true, prev: id, next: b.next})
+		b = &a.blocks[id] // newBlock may have moved the slice
+		if b.next >= 0 {
+			a.blocks[b.next].prev = r
 		}
 		b.next = r
 		b.size = size
-		p.insert(r)
+		a.insert(p, r)
 	}
 	b.free = false
 	b.requested = n
@@ -215,61 +239,66 @@ func (a *Allocator) TryMalloc(n int64) (ID, error) {
 	if a.st.Requested > a.st.PeakRequested {
 		a.st.PeakRequested = a.st.Requested
 	}
-	a.live = append(a.live, b)
+	a.live = append(a.live, id)
 	return ID(len(a.live) - 1), nil
 }
 
 // Size returns the block size that allocation id holds: its rounded request,
 // or more when the block was not split.
-func (a *Allocator) Size(id ID) int64 { return a.live[id].size }
+func (a *Allocator) Size(id ID) int64 { return a.blocks[a.live[id]].size }
 
 // Free returns allocation id to its pool, merging it with free neighbours.
 // It panics when id is not live.
 func (a *Allocator) Free(id ID) {
-	b := a.live[id]
-	if b == nil {
+	bi := a.live[id]
+	if bi < 0 {
 		panic("allocator: double free")
 	}
-	a.live[id] = nil
+	a.live[id] = -1
+	b := &a.blocks[bi]
 	a.st.Allocated -= b.size
 	a.st.Requested -= b.requested
 	b.free = true
-	p := &a.large
-	if b.small {
-		p = &a.small
-	}
-	if n := b.prev; n != nil && n.free {
-		p.remove(n)
-		n.size += b.size
-		n.next = b.next
-		if b.next != nil {
-			b.next.prev = n
+	p := a.poolOf(b.small)
+	if pi := b.prev; pi >= 0 && a.blocks[pi].free {
+		a.remove(p, pi)
+		pb := &a.blocks[pi]
+		pb.size += b.size
+		pb.next = b.next
+		if b.next >= 0 {
+			a.blocks[b.next].prev = pi
 		}
-		b = n
+		a.spare = append(a.spare, bi)
+		bi = pi
+		b = pb
 	}
-	if n := b.next; n != nil && n.free {
-		p.remove(n)
-		b.size += n.size
-		b.next = n.next
-		if n.next != nil {
-			n.next.prev = b
+	if ni := b.next; ni >= 0 && a.blocks[ni].free {
+		a.remove(p, ni)
+		nb := a.blocks[ni]
+		b.size += nb.size
+		b.next = nb.next
+		if nb.next >= 0 {
+			a.blocks[nb.next].prev = bi
 		}
+		a.spare = append(a.spare, ni)
 	}
-	p.insert(b)
+	a.insert(p, bi)
 }
 
 // EmptyCache releases every cached segment that holds no live block, as
 // torch.cuda.empty_cache does.
 func (a *Allocator) EmptyCache() {
 	for _, p := range []*pool{&a.small, &a.large} {
-		kept := (*p)[:0]
-		for _, b := range *p {
-			if b.prev == nil && b.next == nil {
+		kept := p.ids[:0]
+		for _, id := range p.ids {
+			b := &a.blocks[id]
+			if b.prev < 0 && b.next < 0 {
 				a.st.Reserved -= b.size
+				a.spare = append(a.spare, id)
 				continue
 			}
-			kept = append(kept, b)
+			kept = append(kept, id)
 		}
-		*p = kept
+		p.ids = kept
 	}
 }

@@ -16,6 +16,8 @@
 // this package is indexed by those IDs, and every listing is in ID order.
 package ir
 
+import "strconv"
+
 // DType is an ONNX element type (TensorProto.DataType).
 type DType int32
 
@@ -99,6 +101,17 @@ const NoValue ValueID = -1
 type Dim struct {
 	Value int64
 	Param string
+}
+
+// String returns the dim's size, its symbolic name, or "?" when it is unknown.
+func (d Dim) String() string {
+	switch {
+	case d.Param != "":
+		return d.Param
+	case d.Value < 0:
+		return "?"
+	}
+	return strconv.FormatInt(d.Value, 10)
 }
 
 // ValueKind says where a value comes from.
@@ -219,10 +232,25 @@ type Graph struct {
 	Nodes   []Node
 	Inputs  []ValueID // graph inputs that are not initializers, in file order
 	Outputs []ValueID // graph outputs, in file order
+
+	// ops caches each node's op kind for Infer; Load fills it.
+	ops []opKind
+}
+
+// Lookup returns the ID of the value with the given name. It scans the values:
+// it is meant for tools and tests, not for hot paths.
+func (g *Graph) Lookup(name string) (ValueID, bool) {
+	for i := range g.Values {
+		if g.Values[i].Name == name {
+			return ValueID(i), true
+		}
+	}
+	return NoValue, false
 }
 
 // Shapes are the concrete dims and dtypes of every value at one binding of the
-// symbolic dims, as computed by Graph.Infer. Both slices are indexed by ValueID.
+// symbolic dims, as computed by Graph.Infer. The slices are indexed by ValueID.
+// Values may share a dims or data slice: treat them as read-only.
 type Shapes struct {
 	Dims   [][]int64
 	DTypes []DType
@@ -230,6 +258,10 @@ type Shapes struct {
 	// Gather, Cast, Concat, … of small integer tensors); nil where the value is
 	// not a small constant.
 	Data [][]int64
+
+	// floats is the folded contents of float values (Resize scales, Range
+	// bounds), which Data holds only when they are whole.
+	floats [][]float64
 }
 
 // Elems returns the element count of value v.

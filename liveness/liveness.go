@@ -58,28 +58,25 @@ func Peak(curve []int64) (int64, int) {
 // first, then by buffer ID. Buffers live before the first event are given in
 // initial.
 func LiveAt(events []Event, at int, initial []int32, size func(int32) int64) []int32 {
-	live := make(map[int32]bool, len(initial))
+	var live []bool
+	mark := func(b int32, v bool) {
+		for int(b) >= len(live) {
+			live = append(live, false)
+		}
+		live[b] = v
+	}
 	for _, b := range initial {
-		live[b] = true
+		mark(b, true)
 	}
 	for i := 0; i <= at && i < len(events); i++ {
-		e := events[i]
-		if e.Free {
-			delete(live, e.Buf)
-		} else {
-			live[e.Buf] = true
+		mark(events[i].Buf, !events[i].Free)
+	}
+	var out []int32
+	for b, ok := range live {
+		if ok {
+			out = append(out, int32(b))
 		}
 	}
-	out := make([]int32, 0, len(live))
-	for b := range live {
-		out = append(out, b)
-	}
-	sort.Slice(out, func(i, j int) bool {
-		si, sj := size(out[i]), size(out[j])
-		if si != sj {
-			return si > sj
-		}
-		return out[i] < out[j]
-	})
+	sort.SliceStable(out, func(i, j int) bool { return size(out[i]) > size(out[j]) })
 	return out
 }

@@ -16,6 +16,7 @@ package onnxmem
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 
@@ -33,18 +34,21 @@ type Model struct {
 // Load reads an ONNX file. Weights are never read: a weightless export loads
 // the same as one with its weights.
 func Load(path string) (*Model, error) {
-	g, err := ir.LoadFile(path)
+	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("onnxmem: %w", err)
 	}
-	return &Model{Name: strings.TrimSuffix(filepath.Base(path), ".onnx"), Graph: g}, nil
+	return LoadBytes(strings.TrimSuffix(filepath.Base(path), ".onnx"), data)
 }
 
 // LoadBytes decodes an ONNX model held in memory.
 func LoadBytes(name string, data []byte) (*Model, error) {
 	g, err := ir.Load(data)
 	if err != nil {
-		return nil, fmt.Errorf("onnxmem: %w", err)
+		return nil, fmt.Errorf("onnxmem: %s: %w", name, err)
+	}
+	if g, err = schedule.Normalize(g); err != nil {
+		return nil, fmt.Errorf("onnxmem: %s: %w", name, err)
 	}
 	return &Model{Name: name, Graph: g}, nil
 }
@@ -76,6 +80,17 @@ type Tensor struct {
 	Node string
 }
 
+// MaxAtPeak is how many of the largest tensors alive at the peak a Result
+// lists.
+const MaxAtPeak = 20
+
+// KindBytes is the live bytes and buffer count of one kind of buffer.
+type KindBytes struct {
+	Kind  string
+	Bytes int64
+	Count int
+}
+
 // Result is the prediction for one scenario. All sizes are bytes.
 type Result struct {
 	Scenario Scenario
@@ -93,9 +108,11 @@ type Result struct {
 	PeakNode  string
 	PeakLayer int
 	PeakEvent int
-	// AtPeak lists the buffers alive at the peak, largest first, then by
-	// buffer order.
-	AtPeak []Tensor
+	// AtPeak lists the MaxAtPeak largest buffers alive at the peak, largest
+	// first, then in buffer order; PeakByKind sums every live buffer by kind,
+	// largest first. Sizes are the rounded requests.
+	AtPeak     []Tensor
+	PeakByKind []KindBytes
 	// OOM is set when Capacity was given and a segment could not be reserved.
 	OOM bool
 	// Events is the number of allocation events in the step.

@@ -1,6 +1,8 @@
 package onnxmem
 
 import (
+	"sort"
+
 	"github.com/onnxmem/onnxmem/allocator"
 	"github.com/onnxmem/onnxmem/liveness"
 	"github.com/onnxmem/onnxmem/schedule"
@@ -85,26 +87,38 @@ func Run(p *schedule.Program, sc Scenario) *Result {
 			n := &p.Graph.Nodes[e.Node]
 			r.PeakNode, r.PeakLayer = n.Name, n.Layer
 		}
-		r.AtPeak = atPeak(p, peakAt, sizes(p, ids, a))
+		r.AtPeak, r.PeakByKind = atPeak(p, peakAt)
 	}
 	return r
 }
 
-// sizes returns the block size of every buffer as the allocator last held it,
-// falling back to the rounded request.
-func sizes(p *schedule.Program, ids []allocator.ID, a *allocator.Allocator) func(int32) int64 {
-	return func(b int32) int64 { return allocator.RoundSize(p.Buffers[b].Bytes) }
-}
-
-// atPeak lists the buffers alive after event at, largest first.
-func atPeak(p *schedule.Program, at int, size func(int32) int64) []Tensor {
-	ev := make([]liveness.Event, len(p.Events))
-	for i, e := range p.Events {
+// atPeak lists the buffers alive after event at: the MaxAtPeak largest,
+// largest first, then in buffer order; and the live bytes of every kind.
+func atPeak(p *schedule.Program, at int) ([]Tensor, []KindBytes) {
+	ev := make([]liveness.Event, at+1)
+	for i, e := range p.Events[:at+1] {
 		ev[i] = liveness.Event{Buf: e.Buf, Free: e.Free}
 	}
-	initial := append([]int32{}, p.Resident...)
-	initial = append(initial, p.Input)
+	initial := append(append([]int32{}, p.Resident...), p.Input)
+	size := func(b int32) int64 { return allocator.RoundSize(p.Buffers[b].Bytes) }
 	live := liveness.LiveAt(ev, at, initial, size)
+	var kinds []KindBytes
+	for _, b := range live {
+		k := p.Buffers[b].Kind.String()
+		i := 0
+		for i < len(kinds) && kinds[i].Kind != k {
+			i++
+		}
+		if i == len(kinds) {
+			kinds = append(kinds, KindBytes{Kind: k})
+		}
+		kinds[i].Bytes += size(b)
+		kinds[i].Count++
+	}
+	sort.SliceStable(kinds, func(i, j int) bool { return kinds[i].Bytes > kinds[j].Bytes })
+	if len(live) > MaxAtPeak {
+		live = live[:MaxAtPeak]
+	}
 	out := make([]Tensor, 0, len(live))
 	for _, b := range live {
 		buf := p.Buffers[b]
@@ -119,5 +133,5 @@ func atPeak(p *schedule.Program, at int, size func(int32) int64) []Tensor {
 		}
 		out = append(out, t)
 	}
-	return out
+	return out, kinds
 }

@@ -158,8 +158,13 @@ func (b *builder) back(n *ir.Node, k opKind, outs []ir.ValueID) {
 	}
 	switch k {
 	case opConv:
-		c := contiguous()
 		x := n.Inputs[0]
+		// A strided saved input is copied again for the whole backward.
+		xc := int32(-1)
+		if !b.contig[x] {
+			xc = b.scratch(s.Bytes(x), Copy)
+		}
+		c := contiguous()
 		if b.rg[x] {
 			fresh(x)
 			b.workspace(b.convCall(n, Backward, "bwd-data"))
@@ -171,6 +176,7 @@ func (b *builder) back(n *ir.Node, k opKind, outs []ir.ValueID) {
 		if len(n.Inputs) > 2 {
 			b.paramGrad(n.Inputs[2])
 		}
+		freeCopy(xc)
 		freeCopy(c)
 	case opBatchNorm, opBatchNormEval:
 		c := contiguous()
@@ -211,14 +217,32 @@ func (b *builder) back(n *ir.Node, k opKind, outs []ir.ValueID) {
 		}
 	case opReduceSum:
 		pass(n.Inputs[0], false, false) // an expanded view
-	case opMaxPool, opAvgPool, opResize:
+	case opMaxPool:
+		c := contiguous()
+		fresh(n.Inputs[0])
+		if !b.contig[n.Inputs[0]] {
+			freeCopy(b.scratch(s.Bytes(n.Inputs[0]), Copy))
+		}
+		freeCopy(c)
+	case opAvgPool, opResize:
 		c := contiguous()
 		fresh(n.Inputs[0])
 		freeCopy(c)
 	case opView:
 		switch n.OpType {
 		case "Slice", "Split":
-			fresh(n.Inputs[0]) // zeros of the input's shape with the pieces copied in
+			// split_backward: zeros for each piece that got no gradient,
+			// then the cat of all pieces, of the input's shape.
+			var zeros []int32
+			for _, o := range outs {
+				if b.data[o] && b.slot[o] < 0 {
+					zeros = append(zeros, b.scratch(s.Bytes(o), Grad))
+				}
+			}
+			fresh(n.Inputs[0])
+			for _, z := range zeros {
+				b.emit(z, true)
+			}
 		case "Transpose":
 			pass(n.Inputs[0], false, true)
 		default:

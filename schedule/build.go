@@ -224,9 +224,12 @@ func (b *builder) layers() layerInfo {
 	// The ELAN idiom: y = [...]; y.extend(m(y[-1]) for m in ...); return
 	// cv(torch.cat(y, 1)). The list y keeps every part of a concat of three or
 	// more tensors until the module returns, past the convs that follow.
+	//
+	// CBFuse does the same with torch.stack(res + xs[-1:]): res, the list of
+	// upsampled maps, lives until the module returns, past the sum.
 	for i := range g.Nodes {
 		n := &g.Nodes[i]
-		if b.kind[i] != opConcat || b.dataInputs(n) < 3 {
+		if b.kind[i] != opConcat || (b.dataInputs(n) < 3 && !b.isStack(n)) {
 			continue
 		}
 		scope := n.Name[:strings.LastIndexByte(n.Name, '/')+1]
@@ -244,6 +247,18 @@ func (b *builder) layers() layerInfo {
 		}
 	}
 	return li
+}
+
+// isStack reports whether n is torch.stack as exported: a Concat of
+// Unsqueeze outputs along the new axis.
+func (b *builder) isStack(n *ir.Node) bool {
+	for _, v := range n.Inputs {
+		p := b.g.Values[v].Producer
+		if v == ir.NoValue || p < 0 || b.g.Nodes[p].OpType != "Unsqueeze" {
+			return false
+		}
+	}
+	return len(n.Inputs) > 0
 }
 
 func (b *builder) dataInputs(n *ir.Node) int {

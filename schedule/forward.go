@@ -62,9 +62,17 @@ func (b *builder) forward() {
 				}
 			}
 		}
-		for _, v := range reads {
-			f.pending[v]--
-			b.maybeRelease(f, v)
+		// A tuple or list of tensors (cat's argument) dies last item first.
+		if k == opConcat {
+			for j := len(reads) - 1; j >= 0; j-- {
+				f.pending[reads[j]]--
+				b.maybeRelease(f, reads[j])
+			}
+		} else {
+			for _, v := range reads {
+				f.pending[v]--
+				b.maybeRelease(f, v)
+			}
 		}
 		for _, v := range n.Outputs {
 			if b.data[v] {
@@ -81,6 +89,10 @@ func (b *builder) forward() {
 		}
 	}
 	b.node = -1
+	// The loop's list y dies with the forward, last item first.
+	for j, k := 0, len(layerHeld)-1; j < k; j, k = j+1, k-1 {
+		layerHeld[j], layerHeld[k] = layerHeld[k], layerHeld[j]
+	}
 	b.dropHolds(f, li, layerHeld, func(int) bool { return true })
 }
 

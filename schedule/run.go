@@ -106,10 +106,8 @@ func (b *builder) run(n *ir.Node, k opKind) {
 		freeCopy(c)
 		save(x)
 	case opResize:
-		x := n.Inputs[0]
-		c := copyIn(x)
 		newOut(0, Activation)
-		freeCopy(c)
+		freeCopy(copyIn(n.Inputs[0]))
 	case opView:
 		b.view(n)
 	}

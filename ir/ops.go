@@ -1,0 +1,521 @@
+// The op kinds, the dispatch of shape rules, and the rules of the elementwise
+// and network ops: the same-shape unary ops, broadcasting arithmetic, Cast,
+// Conv, the pools, BatchNormalization, ReduceSum, Resize and Transpose. The
+// rules of the ops that rearrange tensors or compute shapes are in shapeops.go.
+
+package ir
+
+import (
+	"fmt"
+	"math"
+	"slices"
+)
+
+// opKind is a node's op type, resolved once at Load.
+type opKind uint8
+
+// The op kinds. Ops that keep their first input's shape and dtype share one.
+const (
+	opUnsupported opKind = iota
+	opSameShape          // Identity, Sigmoid, Softmax, Relu, …
+	opBinary             // Add, Sub, Mul, Div, Pow
+	opBatchNorm
+	opCast
+	opConcat
+	opConstant
+	opConstantOfShape
+	opConv
+	opPool // MaxPool, AveragePool
+	opExpand
+	opGather
+	opRange
+	opReduceSum
+	opReshape
+	opResize
+	opShape
+	opSlice
+	opSplit
+	opSqueeze
+	opTranspose
+	opUnsqueeze
+)
+
+// opKinds maps the default-domain op types to their kinds.
+var opKinds = map[string]opKind{
+	"Identity": opSameShape, "Sigmoid": opSameShape, "Softmax": opSameShape, "LogSoftmax": opSameShape,
+	"Relu": opSameShape, "LeakyRelu": opSameShape, "Tanh": opSameShape, "HardSigmoid": opSameShape,
+	"HardSwish": opSameShape, "Mish": opSameShape, "Neg": opSameShape, "Exp": opSameShape,
+	"Log": opSameShape, "Sqrt": opSameShape, "Abs": opSameShape, "Erf": opSameShape, "Clip": opSameShape,
+	"Add": opBinary, "Sub": opBinary, "Mul": opBinary, "Div": opBinary, "Pow": opBinary,
+	"BatchNormalization": opBatchNorm, "Cast": opCast, "Concat": opConcat, "Constant": opConstant,
+	"ConstantOfShape": opConstantOfShape, "Conv": opConv, "MaxPool": opPool, "AveragePool": opPool,
+	"Expand": opExpand, "Gather": opGather, "Range": opRange, "ReduceSum": opReduceSum,
+	"Reshape": opReshape, "Resize": opResize, "Shape": opShape, "Slice": opSlice, "Split": opSplit,
+	"Squeeze": opSqueeze, "Transpose": opTranspose, "Unsqueeze": opUnsqueeze,
+}
+
+// opOf returns the kind of node n's op.
+func opOf(n *Node) opKind {
+	if n.Domain != "" && n.Domain != "ai.onnx" {
+		return opUnsupported
+	}
+	return opKinds[n.OpType]
+}
+
+// node infers the outputs of the current node.
+func (c *inferer) node(op opKind) error {
+	c.err = nil
+	n := c.n
+	for k := range minInputs[op] {
+		if c.in(k) == NoValue {
+			return c.nodeErr(fmt.Errorf("input %d is missing: %s needs %d inputs", k, n.OpType, minInputs[op]))
+		}
+	}
+	switch op {
+	case opSameShape:
+		c.sameShape()
+	case opBinary:
+		c.binary()
+	case opBatchNorm:
+		c.set(0, c.dtype(0), c.dims(0))
+		for k := 1; k < min(len(n.Outputs), 5); k++ {
+			c.set(k, c.dtype(min(k+2, 4)), c.dims(1)) // running or saved mean and var
+		}
+	case opCast:
+		c.cast()
+	case opConcat:
+		c.concat()
+	case opConstant:
+		c.constant()
+	case opConstantOfShape:
+		c.constantOfShape()
+	case opConv:
+		c.conv()
+	case opPool:
+		c.pool()
+	case opExpand:
+		c.expand()
+	case opGather:
+		c.gather()
+	case opRange:
+		c.rangeOp()
+	case opReduceSum:
+		c.reduceSum()
+	case opReshape:
+		c.reshape()
+	case opResize:
+		c.resize()
+	case opShape:
+		c.shape()
+	case opSlice:
+		c.slice()
+	case opSplit:
+		c.split()
+	case opSqueeze:
+		c.squeeze()
+	case opTranspose:
+		c.transpose()
+	case opUnsqueeze:
+		c.unsqueeze()
+	default:
+		op := n.OpType
+		if n.Domain != "" {
+			op = n.Domain + "." + op
+		}
+		return fmt.Errorf("ir: node %q: %w %s: onnxmem has no shape rule for it; export with opset 17 and the training-mode, unfused graph (do_constant_folding=False, training=TrainingMode.TRAINING), or open an issue to add shape rules for %s", n.Name, ErrUnsupportedOp, op, op)
+	}
+	for k, v := range n.Outputs {
+		if v != NoValue && c.s.Dims[v] == nil && c.err == nil {
+			c.fail("%s has no output %d", n.OpType, k)
+		}
+	}
+	if c.err != nil {
+		return c.nodeErr(c.err)
+	}
+	return nil
+}
+
+// minInputs is the number of leading inputs that each op kind requires.
+var minInputs = [...]int{
+	opSameShape: 1, opBinary: 2, opBatchNorm: 5, opCast: 1, opConcat: 1,
+	opConstantOfShape: 1, opConv: 2, opPool: 1, opExpand: 2, opGather: 2,
+	opRange: 3, opReduceSum: 1, opReshape: 2, opResize: 1, opShape: 1,
+	opSlice: 1, opSplit: 1, opSqueeze: 1, opTranspose: 1, opUnsqueeze: 1,
+}
+
+// sameShape passes the first input's dims, dtype and contents through.
+func (c *inferer) sameShape() {
+	c.set(0, c.dtype(0), c.dims(0))
+	if c.n.OpType == "Identity" {
+		c.passData()
+	}
+}
+
+// binary is the rule of the broadcasting elementwise ops.
+func (c *inferer) binary() {
+	a, b := c.dims(0), c.dims(1)
+	dims := c.broadcast(a, b)
+	if dims == nil {
+		return
+	}
+	dt := c.dtype(0)
+	c.set(0, dt, dims)
+	if n, _ := elemsOK(dims, dt); n > maxSmall || c.err != nil {
+		return
+	}
+	if isFloat(dt) {
+		x, okx := c.floats(0)
+		y, oky := c.floats(1)
+		if okx && oky {
+			c.setData(0, nil, broadcastFold(dims, a, b, x, y, c.floatOp()))
+		}
+		return
+	}
+	x, okx := c.ints(0)
+	y, oky := c.ints(1)
+	if op := c.intOp(); okx && oky && op != nil {
+		if out := broadcastFold(dims, a, b, x, y, op); c.err == nil {
+			c.setData(0, out, nil)
+		}
+	}
+}
+
+// broadcastFold applies op elementwise to small contents x of dims a and y of
+// dims b, broadcast to dims.
+func broadcastFold[T int64 | float64](dims, a, b []int64, x, y []T, op func(p, q T) T) []T {
+	out := make([]T, product(dims))
+	for i := range out {
+		out[i] = op(x[broadcastIndex(dims, a, i)], y[broadcastIndex(dims, b, i)])
+	}
+	return out
+}
+
+// intOp returns the current node's arithmetic on int64s, which records
+// overflow and division by zero; nil for ops that are not folded.
+func (c *inferer) intOp() func(p, q int64) int64 {
+	switch c.n.OpType {
+	case "Add":
+		return c.add
+	case "Sub":
+		return func(p, q int64) int64 {
+			if q == math.MinInt64 {
+				c.fail("int64 overflow in %d - %d", p, q)
+				return 0
+			}
+			return c.add(p, -q)
+		}
+	case "Mul":
+		return c.mul
+	case "Div":
+		return func(p, q int64) int64 {
+			if q == 0 || (p == math.MinInt64 && q == -1) {
+				c.fail("integer division %d / %d", p, q)
+				return 0
+			}
+			return p / q
+		}
+	}
+	return nil
+}
+
+// floatOp returns the current node's arithmetic on float64s.
+func (c *inferer) floatOp() func(p, q float64) float64 {
+	switch c.n.OpType {
+	case "Add":
+		return func(p, q float64) float64 { return p + q }
+	case "Sub":
+		return func(p, q float64) float64 { return p - q }
+	case "Mul":
+		return func(p, q float64) float64 { return p * q }
+	case "Div":
+		return func(p, q float64) float64 { return p / q }
+	}
+	return math.Pow
+}
+
+// broadcastIndex maps the linear index i of a tensor of dims out to the index
+// of the element it reads in a tensor of dims in broadcast to out.
+func broadcastIndex(out, in []int64, i int) int {
+	j, stride := 0, 1
+	for k := 1; k <= len(out); k++ {
+		d := int(out[len(out)-k])
+		coord := i % d
+		i /= d
+		if k <= len(in) {
+			if e := int(in[len(in)-k]); e != 1 {
+				j += coord * stride
+				stride *= e
+			}
+		}
+	}
+	return j
+}
+
+// product is the element count of small dims that are known to fit.
+func product(dims []int64) int64 {
+	n := int64(1)
+	for _, d := range dims {
+		n *= d
+	}
+	return n
+}
+
+// broadcast returns the multidirectional broadcast of a and b.
+func (c *inferer) broadcast(a, b []int64) []int64 {
+	if len(a) < len(b) {
+		a, b = b, a
+	}
+	if len(b) == 0 {
+		return a
+	}
+	if slices.Equal(a[len(a)-len(b):], b) {
+		return a
+	}
+	d := c.alloc(len(a))
+	copy(d, a)
+	off := len(a) - len(b)
+	for i, y := range b {
+		x := a[off+i]
+		switch {
+		case x == y || y == 1:
+		case x == 1:
+			d[off+i] = y
+		default:
+			c.fail("cannot broadcast %v and %v", a, b)
+			return nil
+		}
+	}
+	return d
+}
+
+// cast changes the dtype and converts folded contents.
+func (c *inferer) cast() {
+	to := DType(c.n.IntAttr("to", int64(c.dtype(0))))
+	c.set(0, to, c.dims(0))
+	v := c.in(0)
+	if isFloat(c.s.DTypes[v]) {
+		if f, ok := c.s.floatsOf(v); ok {
+			c.setData(0, nil, f)
+		}
+		return
+	}
+	if d := c.s.Data[v]; d != nil {
+		c.setData(0, d, nil)
+	}
+}
+
+// conv is the rule of Conv: [N C spatial…] * [M C/group k…] → [N M out…].
+func (c *inferer) conv() {
+	x, w := c.dims(0), c.dims(1)
+	if len(x) < 3 || len(w) != len(x) {
+		c.fail("input dims %v and weight dims %v do not fit a convolution", x, w)
+		return
+	}
+	group := c.n.IntAttr("group", 1)
+	if group <= 0 || x[1] != c.mul(w[1], group) {
+		c.fail("input has %d channels, weight %v with group %d expects %d", x[1], w, group, w[1]*group)
+		return
+	}
+	d := c.alloc(len(x))
+	d[0], d[1] = x[0], w[0]
+	c.window(d, x, w[2:])
+	c.set(0, c.dtype(0), d)
+}
+
+// pool is the rule of MaxPool and AveragePool: [N C spatial…] → [N C out…]. A
+// second MaxPool output (indices) has the same dims, as int64.
+func (c *inferer) pool() {
+	x := c.dims(0)
+	if len(x) < 3 {
+		c.fail("input dims %v have no spatial axes", x)
+		return
+	}
+	kernel := c.n.IntsAttr("kernel_shape")
+	if len(kernel) != len(x)-2 {
+		c.fail("kernel_shape %v does not fit input dims %v", kernel, x)
+		return
+	}
+	d := c.alloc(len(x))
+	d[0], d[1] = x[0], x[1]
+	c.window(d, x, kernel)
+	c.set(0, c.dtype(0), d)
+	c.set(1, Int64, d)
+}
+
+// window fills the spatial dims d[2:] of a sliding window over x, from the
+// node's kernel, strides, pads, dilations, auto_pad and ceil_mode.
+func (c *inferer) window(d, x, kernel []int64) {
+	n := c.n
+	rank := len(kernel)
+	if ks := n.IntsAttr("kernel_shape"); ks != nil && !slices.Equal(ks, kernel) {
+		c.fail("kernel_shape %v does not match weight dims %v", ks, kernel)
+		return
+	}
+	strides, pads, dilations := n.IntsAttr("strides"), n.IntsAttr("pads"), n.IntsAttr("dilations")
+	if (strides != nil && len(strides) != rank) || (pads != nil && len(pads) != 2*rank) || (dilations != nil && len(dilations) != rank) {
+		c.fail("strides %v, pads %v or dilations %v do not fit %d spatial axes", strides, pads, dilations, rank)
+		return
+	}
+	autoPad := "NOTSET"
+	if a, ok := n.Attr("auto_pad"); ok && a.Kind == AttrString && a.Str != "" {
+		autoPad = a.Str
+	}
+	ceil := n.IntAttr("ceil_mode", 0) != 0
+	for i := range rank {
+		in, k, s, dil := x[2+i], kernel[i], int64(1), int64(1)
+		if strides != nil {
+			s = strides[i]
+		}
+		if dilations != nil {
+			dil = dilations[i]
+		}
+		if s <= 0 || dil <= 0 || k <= 0 {
+			c.fail("kernel %v, strides %v and dilations %v must be positive", kernel, strides, dilations)
+			return
+		}
+		span := c.add(c.mul(dil, k-1), 1) // the extent of one window
+		switch autoPad {
+		case "SAME_UPPER", "SAME_LOWER":
+			d[2+i] = c.add(in, s-1) / s
+		case "VALID":
+			d[2+i] = max(c.add(in-span, s)/s, 0)
+		case "NOTSET":
+			var head, tail int64
+			if pads != nil {
+				head, tail = pads[i], pads[rank+i]
+			}
+			d[2+i] = c.outSize(c.add(c.add(in, head), tail), span, s, ceil, in)
+			if ceil && d[2+i] > 0 && c.mul(d[2+i]-1, s) >= c.add(in, head) {
+				d[2+i]-- // the last window must start inside the input or its head pad
+			}
+		default:
+			c.fail("unknown auto_pad %q", autoPad)
+			return
+		}
+	}
+}
+
+// outSize is the number of windows of extent span, stride s, over padded.
+func (c *inferer) outSize(padded, span, s int64, ceil bool, in int64) int64 {
+	if padded < span {
+		c.fail("window of extent %d does not fit input size %d (padded %d)", span, in, padded)
+		return 0
+	}
+	if ceil {
+		return (padded-span+s-1)/s + 1
+	}
+	return (padded-span)/s + 1
+}
+
+// reduceSum removes, or keeps as 1, the reduced axes.
+func (c *inferer) reduceSum() {
+	x := c.dims(0)
+	axes, ok := c.axes()
+	if !ok {
+		return
+	}
+	if len(axes) == 0 && c.n.IntAttr("noop_with_empty_axes", 0) != 0 {
+		c.set(0, c.dtype(0), x)
+		return
+	}
+	mask := c.normAxes(axes, len(x))
+	if c.err != nil {
+		return
+	}
+	keep := c.n.IntAttr("keepdims", 1) != 0
+	d := c.alloc(len(x))[:0]
+	for i, e := range x {
+		switch {
+		case len(axes) > 0 && !mask[i]:
+			d = append(d, e)
+		case keep:
+			d = append(d, 1)
+		}
+	}
+	c.set(0, c.dtype(0), d)
+}
+
+// resize scales the spatial dims: to sizes when given, else floor(dim·scale).
+func (c *inferer) resize() {
+	x := c.dims(0)
+	scalesAt, sizesAt := 2, 3
+	if len(c.n.Inputs) == 2 { // opset 10: X, scales
+		scalesAt, sizesAt = 1, -1
+	}
+	if a, ok := c.n.Attr("keep_aspect_ratio_policy"); ok && a.Str != "" && a.Str != "stretch" {
+		c.fail("keep_aspect_ratio_policy %q is not supported", a.Str)
+		return
+	}
+	axes := c.n.IntsAttr("axes")
+	if axes == nil {
+		axes = make([]int64, len(x))
+		for i := range axes {
+			axes[i] = int64(i)
+		}
+	}
+	d := c.alloc(len(x))
+	copy(d, x)
+	sizes, sizesKnown := c.ints(sizesAt)
+	scales, scalesKnown := c.floats(scalesAt)
+	switch {
+	case len(sizes) > 0:
+		c.resizeAxes(d, axes, len(sizes), func(j int, _ int64) int64 { return sizes[j] })
+	case len(scales) > 0:
+		c.resizeAxes(d, axes, len(scales), func(j int, in int64) int64 {
+			size := math.Floor(float64(in) * scales[j])
+			if !(size >= 0 && size < math.MaxInt64) {
+				c.fail("scale %v of dim %d gives size %v", scales[j], in, size)
+				return 0
+			}
+			return int64(size)
+		})
+	case !sizesKnown:
+		d = c.declared(0, c.unknown(sizesAt))
+	case !scalesKnown:
+		d = c.declared(0, c.unknown(scalesAt))
+	default:
+		c.fail("neither scales nor sizes are given")
+		return
+	}
+	c.set(0, c.dtype(0), d)
+}
+
+// resizeAxes sets d[axes[j]] = size(j, d[axes[j]]) for n given entries.
+func (c *inferer) resizeAxes(d []int64, axes []int64, n int, size func(j int, in int64) int64) {
+	if n != len(axes) {
+		c.fail("%d sizes or scales for %d axes of dims %v", n, len(axes), d)
+		return
+	}
+	for j, a := range axes {
+		i := c.axis(a, len(d))
+		if c.err != nil {
+			return
+		}
+		d[i] = size(j, d[i])
+	}
+}
+
+// transpose permutes the dims (reverses them by default).
+func (c *inferer) transpose() {
+	x := c.dims(0)
+	perm := c.n.IntsAttr("perm")
+	d := c.alloc(len(x))
+	if perm == nil {
+		for i := range d {
+			d[i] = x[len(x)-1-i]
+		}
+	} else {
+		if len(perm) != len(x) {
+			c.fail("perm %v does not fit dims %v", perm, x)
+			return
+		}
+		seen := c.normAxes(perm, len(x))
+		if c.err != nil || seen == nil {
+			return
+		}
+		for i, p := range perm {
+			d[i] = x[c.axis(p, len(x))]
+		}
+	}
+	c.set(0, c.dtype(0), d)
+}
