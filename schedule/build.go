@@ -18,11 +18,11 @@ type Config struct {
 type ConvCall struct {
 	Phase Phase
 	// Which is "fwd", "bwd-data" or "bwd-filter".
-	Which                     string
+	Which                          string
 	N, Cin, Cout, H, W, OutH, OutW int64
-	KH, KW, StrideH, StrideW  int64
-	Groups                    int64
-	ElemSize                  int64
+	KH, KW, StrideH, StrideW       int64
+	Groups                         int64
+	ElemSize                       int64
 }
 
 // storage is one buffer while the program is built, with its holders.

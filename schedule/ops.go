@@ -10,24 +10,24 @@ import (
 type opKind uint8
 
 const (
-	opMeta      opKind = iota // shape arithmetic: Python ints in eager, no device memory
-	opSkip                    // absorbed into a neighbour (the Sigmoid of a SiLU)
-	opConv                    // conv2d: saves input and weight
-	opBatchNorm               // batch_norm in training: saves input, weight, mean, invstd
-	opBatchNormEval           // batch_norm with running statistics: saves input, weight
-	opSiLU                    // Sigmoid·Mul of one tensor: saves its input
-	opSigmoid                 // sigmoid: saves its output
-	opMul                     // mul: saves each operand whose partner needs a gradient
-	opDiv                     // div: saves the divisor (and the output when the divisor needs a gradient)
-	opAdd                     // add and sub: save nothing
-	opSub                     // sub: saves nothing; the second operand's gradient is negated
-	opConcat                  // cat and stack: save nothing
-	opMaxPool                 // max_pool2d_with_indices: saves input and int64 indices
-	opAvgPool                 // avg_pool2d: saves input
-	opResize                  // upsample_nearest2d: saves nothing
-	opReduceSum               // sum over dims: saves nothing
-	opSoftmax                 // softmax: saves its output
-	opView                    // slice, split, reshape, unsqueeze, …: no new storage
+	opMeta          opKind = iota // shape arithmetic: Python ints in eager, no device memory
+	opSkip                        // absorbed into a neighbour (the Sigmoid of a SiLU)
+	opConv                        // conv2d: saves input and weight
+	opBatchNorm                   // batch_norm in training: saves input, weight, mean, invstd
+	opBatchNormEval               // batch_norm with running statistics: saves input, weight
+	opSiLU                        // Sigmoid·Mul of one tensor: saves its input
+	opSigmoid                     // sigmoid: saves its output
+	opMul                         // mul: saves each operand whose partner needs a gradient
+	opDiv                         // div: saves the divisor (and the output when the divisor needs a gradient)
+	opAdd                         // add and sub: save nothing
+	opSub                         // sub: saves nothing; the second operand's gradient is negated
+	opConcat                      // cat and stack: save nothing
+	opMaxPool                     // max_pool2d_with_indices: saves input and int64 indices
+	opAvgPool                     // avg_pool2d: saves input
+	opResize                      // upsample_nearest2d: saves nothing
+	opReduceSum                   // sum over dims: saves nothing
+	opSoftmax                     // softmax: saves its output
+	opView                        // slice, split, reshape, unsqueeze, …: no new storage
 )
 
 // viewOps are the ONNX ops that eager PyTorch runs as views of their input.
