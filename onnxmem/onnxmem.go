@@ -177,3 +177,33 @@ func (m *Model) Sweep(sc Scenario, batches []int64, progress func(done, total in
 	}
 	return out, nil
 }
+
+// MaxBatch returns the largest batch size, at most limit, whose step peak
+// fits in budget bytes, with its Result; 0 and a nil Result when not even
+// batch 1 fits. The peak grows with the batch size, so a binary search
+// finds it in about log2(limit) simulations.
+func (m *Model) MaxBatch(sc Scenario, budget, limit int64) (int64, *Result, error) {
+	fits := func(b int64) (*Result, bool, error) {
+		sc.Batch = b
+		r, err := m.Simulate(sc)
+		if err != nil {
+			return nil, false, err
+		}
+		return r, r.Peak <= budget, nil
+	}
+	lo, hi := int64(0), limit
+	var best *Result
+	for lo < hi {
+		mid := lo + (hi-lo+1)/2
+		r, ok, err := fits(mid)
+		if err != nil {
+			return 0, nil, err
+		}
+		if ok {
+			lo, best = mid, r
+		} else {
+			hi = mid - 1
+		}
+	}
+	return lo, best, nil
+}

@@ -13,6 +13,30 @@ import (
 // run one warm-up step, then free the warm-up's .grad buffers, allocate the
 // input and measure the next step.
 func Run(p *schedule.Program, sc Scenario) *Result {
+	return run(p, sc, nil)
+}
+
+// Sample is the allocator's state after one event of the measured step.
+type Sample struct {
+	// Event indexes Program.Events.
+	Event int
+	Phase string
+	// Allocated, Requested and Reserved are the counters after the event.
+	Allocated, Requested, Reserved int64
+}
+
+// Timeline runs a step like Run and also returns the allocator's counters
+// after every event of the measured step, for plots of memory over time.
+func Timeline(p *schedule.Program, sc Scenario) (*Result, []Sample) {
+	samples := make([]Sample, 0, len(p.Events))
+	r := run(p, sc, func(i int, st allocator.Stats) {
+		samples = append(samples, Sample{Event: i, Phase: p.Events[i].Phase.String(),
+			Allocated: st.Allocated, Requested: st.Requested, Reserved: st.Reserved})
+	})
+	return r, samples
+}
+
+func run(p *schedule.Program, sc Scenario, observe func(int, allocator.Stats)) *Result {
 	a := allocator.New()
 	a.Capacity = sc.Capacity
 	ids := make([]allocator.ID, len(p.Buffers))
@@ -65,6 +89,9 @@ func Run(p *schedule.Program, sc Scenario) *Result {
 			free(e.Buf)
 		} else {
 			malloc(e.Buf)
+		}
+		if observe != nil {
+			observe(i, a.Stats())
 		}
 		if cur := a.Stats().Allocated; cur > best {
 			best, peakAt = cur, i
