@@ -164,20 +164,24 @@ func (b *builder) back(n *ir.Node, k opKind, outs []ir.ValueID) {
 		if !b.contig[x] {
 			xc = b.scratch(s.Bytes(x), Copy)
 		}
-		c := contiguous()
+		// The data and the filter pass each take their own contiguous
+		// copy of a strided incoming gradient.
 		if b.rg[x] {
 			fresh(x)
+			c := contiguous()
 			b.workspace(b.convCall(n, Backward, "bwd-data"))
+			freeCopy(c)
 		}
 		if b.param[n.Inputs[1]] {
+			c := contiguous()
 			b.paramGrad(n.Inputs[1])
 			b.workspace(b.convCall(n, Backward, "bwd-filter"))
+			freeCopy(c)
 		}
 		if len(n.Inputs) > 2 {
 			b.paramGrad(n.Inputs[2])
 		}
 		freeCopy(xc)
-		freeCopy(c)
 	case opBatchNorm, opBatchNormEval:
 		c := contiguous()
 		fresh(n.Inputs[0])
@@ -224,10 +228,14 @@ func (b *builder) back(n *ir.Node, k opKind, outs []ir.ValueID) {
 			freeCopy(b.scratch(s.Bytes(n.Inputs[0]), Copy))
 		}
 		freeCopy(c)
-	case opAvgPool, opResize:
+	case opAvgPool:
 		c := contiguous()
 		fresh(n.Inputs[0])
 		freeCopy(c)
+	case opResize:
+		// upsample_nearest2d_backward reads a strided (even expanded)
+		// gradient as it is.
+		fresh(n.Inputs[0])
 	case opView:
 		switch n.OpType {
 		case "Slice", "Split":
@@ -266,21 +274,18 @@ func (b *builder) back(n *ir.Node, k opKind, outs []ir.ValueID) {
 }
 
 // accumulate sums gradient t into v's buffer the way InputBuffer::accumulate
-// does: in place into the old gradient when nothing else shares it, else in
-// place into the new one, else into a fresh tensor.
+// does (torch/csrc/autograd/input_buffer.cpp): in place into the old gradient
+// when it is dense and nothing else shares its storage, else into a fresh
+// tensor.
 func (b *builder) accumulate(v ir.ValueID, t gradT) {
 	if b.slot[v] < 0 {
 		b.setSlot(v, t)
 		return
 	}
 	old := b.grads[b.slot[v]]
-	sole := func(x gradT) bool { return x.whole && x.contig && b.st[x.st].refs == 1 }
 	switch {
-	case sole(old):
+	case old.whole && old.contig && b.st[old.st].refs == 1:
 		b.unref(t.st)
-	case sole(t):
-		b.grads[b.slot[v]] = t
-		b.unref(old.st)
 	default:
 		sum := b.grad(v)
 		b.unref(old.st)
@@ -302,8 +307,9 @@ func (b *builder) cleanup() {
 		b.saved[i] = nil
 	}
 	b.unref(b.lossSt)
-	for _, o := range b.g.Outputs {
-		if b.vst[o] >= 0 {
+	// The list of outputs dies last item first.
+	for j := len(b.g.Outputs) - 1; j >= 0; j-- {
+		if o := b.g.Outputs[j]; b.vst[o] >= 0 {
 			b.unref(b.vst[o])
 		}
 	}
