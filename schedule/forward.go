@@ -84,6 +84,7 @@ func (b *builder) forward() {
 			b.maybeRelease(f, v)
 		}
 		if l := n.Layer; li.last[l] == int32(i) {
+			b.p.LayerEnds = append(b.p.LayerEnds, LayerEnd{Layer: l, Event: len(b.p.Events)})
 			ended[l] = true
 			layerHeld = b.dropHolds(f, li, layerHeld, func(e int) bool { return e >= 0 && ended[e] })
 		}

@@ -125,7 +125,18 @@ type Program struct {
 	// StepEnd is the index of the event that frees the input batch, the last
 	// of the step: before it, the outputs and the loss have been dropped.
 	StepEnd int
+	// LayerEnds mark, in forward order, where each top-level layer's forward
+	// returns: Event is the index of the first event after the layer's ops
+	// and before the layer loop drops the previous layer's output, the moment
+	// a forward hook on the layer sees.
+	LayerEnds []LayerEnd
 	// ParamGrads are the .grad buffers that outlive the step, in parameter
 	// order: zero_grad(set_to_none=True) frees them in this order.
 	ParamGrads []int32
+}
+
+// LayerEnd marks the end of one top-level layer's forward.
+type LayerEnd struct {
+	Layer int
+	Event int
 }
