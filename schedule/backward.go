@@ -40,7 +40,7 @@ func (b *builder) backward() {
 	for _, o := range g.Outputs {
 		if b.rg[o] {
 			b.ref(ones)
-			b.setSlot(o, gradT{st: ones, bytes: b.s.Bytes(o)})
+			b.setSlot(o, gradT{st: ones, bytes: b.bytes(o)})
 		}
 	}
 	b.unref(ones)
@@ -106,8 +106,8 @@ func (b *builder) sliceGroups() []int32 {
 
 // grad allocates a fresh gradient of value v.
 func (b *builder) grad(v ir.ValueID) gradT {
-	st := b.alloc(b.s.Bytes(v), Grad, v)
-	return gradT{st: st, whole: true, contig: true, bytes: b.s.Bytes(v)}
+	st := b.alloc(b.bytes(v), Grad, v)
+	return gradT{st: st, whole: true, contig: true, bytes: b.bytes(v)}
 }
 
 // paramGrad allocates the .grad of parameter v, which outlives the step.
@@ -115,7 +115,7 @@ func (b *builder) paramGrad(v ir.ValueID) {
 	if v == ir.NoValue || !b.param[v] || b.paramGrads[v] >= 0 {
 		return
 	}
-	buf := b.newBuf(b.s.Bytes(v), ParamGrad, v)
+	buf := b.newBuf(b.bytes(v), ParamGrad, v)
 	b.emit(buf, false)
 	b.paramGrads[v] = buf
 }
@@ -133,15 +133,24 @@ func (b *builder) back(n *ir.Node, k opKind, outs []ir.ValueID) {
 		gy = b.grads[b.slot[outs[0]]]
 	}
 	var give []delivery
+	// post runs after the node has released its inputs: the ToCopyBackward
+	// nodes of autocast's casts, which the engine runs next.
+	var post []func()
 	fresh := func(v ir.ValueID) {
 		if b.rg[v] {
 			give = append(give, delivery{v, b.grad(v)})
 		}
 	}
 	pass := func(v ir.ValueID, contig, whole bool) {
+		if b.rg[v] && b.dt[v] != b.dt[outs[0]] {
+			// A view of a gradient of another type is converted: .to()
+			// allocates the input's type.
+			fresh(v)
+			return
+		}
 		if b.rg[v] {
 			b.ref(gy.st)
-			give = append(give, delivery{v, gradT{st: gy.st, whole: whole && gy.whole, contig: contig && gy.contig, bytes: s.Bytes(v)}})
+			give = append(give, delivery{v, gradT{st: gy.st, whole: whole && gy.whole, contig: contig && gy.contig, bytes: b.bytes(v)}})
 		}
 	}
 	// contiguous makes the copy a kernel takes of a strided incoming gradient.
@@ -149,7 +158,7 @@ func (b *builder) back(n *ir.Node, k opKind, outs []ir.ValueID) {
 		if gy.whole && gy.contig {
 			return -1
 		}
-		return b.scratch(s.Bytes(outs[0]), Copy)
+		return b.scratch(b.bytes(outs[0]), Copy)
 	}
 	freeCopy := func(buf int32) {
 		if buf >= 0 {
@@ -162,24 +171,57 @@ func (b *builder) back(n *ir.Node, k opKind, outs []ir.ValueID) {
 		// A strided saved input is copied again for the whole backward.
 		xc := int32(-1)
 		if !b.contig[x] {
-			xc = b.scratch(s.Bytes(x), Copy)
+			xc = b.scratch(b.bytes(x), Copy)
+		}
+		// Under autocast the conv computes low-precision gradients of its
+		// cast input and weight; ToCopyBackward then allocates the
+		// float32 ones and frees those.
+		low := func(v ir.ValueID) int32 { return b.alloc(s.Elems(v)*b.low().Size(), Grad, v) }
+		toCopy := func(st int32, v ir.ValueID, param bool) {
+			post = append(post, func() {
+				if param {
+					b.paramGrad(v)
+				} else {
+					b.accumulate(v, b.grad(v))
+				}
+				b.unref(st)
+			})
 		}
 		// The data and the filter pass each take their own contiguous
 		// copy of a strided incoming gradient.
 		if b.rg[x] {
-			fresh(x)
+			if b.autocast() && b.dt[x] != b.low() {
+				toCopy(low(x), x, false)
+			} else {
+				fresh(x)
+			}
 			c := contiguous()
 			b.workspace(b.convCall(n, Backward, "bwd-data"))
 			freeCopy(c)
 		}
-		if b.param[n.Inputs[1]] {
-			c := contiguous()
-			b.paramGrad(n.Inputs[1])
-			b.workspace(b.convCall(n, Backward, "bwd-filter"))
+		var params []int32
+		for j, w := range n.Inputs[1:] {
+			if w == ir.NoValue || !b.param[w] {
+				continue
+			}
+			c := int32(-1)
+			if j == 0 {
+				c = contiguous()
+			}
+			if b.autocast() {
+				params = append(params, low(w), int32(w))
+			} else {
+				b.paramGrad(w)
+			}
+			if j == 0 {
+				b.workspace(b.convCall(n, Backward, "bwd-filter"))
+			}
 			freeCopy(c)
 		}
-		if len(n.Inputs) > 2 {
-			b.paramGrad(n.Inputs[2])
+		// The weight's cast was made after the bias's, so its
+		// ToCopyBackward runs first.
+		for j := 0; j < len(params); j += 2 {
+			toCopy(params[j], ir.ValueID(params[j+1]), true)
 		}
 		freeCopy(xc)
 	case opBatchNorm, opBatchNormEval:
@@ -206,7 +248,7 @@ func (b *builder) back(n *ir.Node, k opKind, outs []ir.ValueID) {
 			if v == ir.NoValue || !b.data[v] || (j == 1 && v == n.Inputs[0]) {
 				continue
 			}
-			if s.Bytes(v) != s.Bytes(outs[0]) || (k == opSub && j == 1) {
+			if s.Elems(v) != s.Elems(outs[0]) || (k == opSub && j == 1) {
 				fresh(v) // a broadcast operand's gradient is reduced; sub negates
 			} else {
 				pass(v, true, true)
@@ -225,7 +267,7 @@ func (b *builder) back(n *ir.Node, k opKind, outs []ir.ValueID) {
 		c := contiguous()
 		fresh(n.Inputs[0])
 		if !b.contig[n.Inputs[0]] {
-			freeCopy(b.scratch(s.Bytes(n.Inputs[0]), Copy))
+			freeCopy(b.scratch(b.bytes(n.Inputs[0]), Copy))
 		}
 		freeCopy(c)
 	case opAvgPool:
@@ -234,8 +276,18 @@ func (b *builder) back(n *ir.Node, k opKind, outs []ir.ValueID) {
 		freeCopy(c)
 	case opResize:
 		// upsample_nearest2d_backward reads a strided (even expanded)
-		// gradient as it is.
-		fresh(n.Inputs[0])
+		// gradient as it is. Under autocast it computes the float32
+		// gradient of the float32 copy, which ToCopyBackward converts.
+		x := n.Inputs[0]
+		if b.dt[x] != b.dt[outs[0]] && b.rg[x] {
+			st := b.alloc(s.Elems(x)*b.dt[outs[0]].Size(), Grad, x)
+			post = append(post, func() {
+				b.accumulate(x, b.grad(x))
+				b.unref(st)
+			})
+			break
+		}
+		fresh(x)
 	case opView:
 		switch n.OpType {
 		case "Slice", "Split":
@@ -244,7 +296,7 @@ func (b *builder) back(n *ir.Node, k opKind, outs []ir.ValueID) {
 			var zeros []int32
 			for _, o := range outs {
 				if b.data[o] && b.slot[o] < 0 {
-					zeros = append(zeros, b.scratch(s.Bytes(o), Grad))
+					zeros = append(zeros, b.scratch(b.bytes(o), Grad))
 				}
 			}
 			fresh(n.Inputs[0])
@@ -270,6 +322,9 @@ func (b *builder) back(n *ir.Node, k opKind, outs []ir.ValueID) {
 	b.saved[n.ID] = nil
 	for _, d := range give {
 		b.accumulate(d.v, d.t)
+	}
+	for _, f := range post {
+		f()
 	}
 }
 

@@ -7,8 +7,38 @@ import (
 	"github.com/onnxmem/onnxmem/ir"
 )
 
+// Precision is how the step computes.
+type Precision uint8
+
+// The precisions.
+const (
+	// FP32 runs everything in the graph's types (float32 for YOLOv9).
+	FP32 Precision = iota
+	// AMP runs the forward under torch.autocast('cuda', torch.float16):
+	// convolutions cast their weights (cached until autocast exits) and
+	// inputs to float16 and return float16; other ops keep their input's
+	// type; parameters and their gradients stay float32.
+	AMP
+	// AMPBF16 is autocast to bfloat16, which has the sizes of AMP.
+	AMPBF16
+	// Half is model.half() with a half input: parameters, activations and
+	// gradients are all float16 (batch-norm statistics stay float32).
+	Half
+)
+
+var precisionNames = [...]string{"fp32", "amp", "amp-bf16", "half"}
+
+// String returns the precision's short name.
+func (p Precision) String() string {
+	if int(p) < len(precisionNames) {
+		return precisionNames[p]
+	}
+	return "unknown"
+}
+
 // Config says how the step is run.
 type Config struct {
+	Precision Precision
 	// Workspace, when set, returns the cuDNN workspace bytes that a conv
 	// allocates and frees around its kernel; nil means none.
 	Workspace func(c ConvCall) int64
@@ -61,6 +91,12 @@ type builder struct {
 	node    int32
 	paramOf []int32 // by value: resident buffer of a parameter, or -1
 
+	dt      []ir.DType // by value: the type eager PyTorch gives it
+	// cast[v] is the storage of parameter v's autocast copy, or -1; casts
+	// lists them in the order autocast's cache filled.
+	cast  []int32
+	casts []ir.ValueID
+
 	// Backward state.
 	slot       []int32 // by value: index into grads, or -1
 	grads      []gradT
@@ -87,8 +123,13 @@ func Build(g *ir.Graph, s *ir.Shapes, cfg Config) (*Program, error) {
 	b.paramOf = make([]int32, nv)
 	b.paramGrads = make([]int32, nv)
 	b.saved = make([][]int32, nn)
+	b.dt = append([]ir.DType(nil), s.DTypes...)
+	b.cast = make([]int32, nv)
 	for i := range b.vst {
-		b.vst[i], b.slot[i], b.paramOf[i], b.paramGrads[i] = -1, -1, -1, -1
+		b.vst[i], b.slot[i], b.paramOf[i], b.paramGrads[i], b.cast[i] = -1, -1, -1, -1, -1
+		if cfg.Precision == Half && isFloat(b.dt[i]) {
+			b.dt[i] = ir.Float16
+		}
 	}
 	if len(g.Inputs) == 0 {
 		return nil, fmt.Errorf("schedule: graph %q has no input", g.Name)
@@ -102,6 +143,7 @@ func Build(g *ir.Graph, s *ir.Shapes, cfg Config) (*Program, error) {
 	}
 	b.resident()
 	b.forward()
+	b.exitAutocast()
 	b.p.ForwardEnd = len(b.p.Events)
 	b.loss()
 	b.p.BackwardStart = len(b.p.Events)
@@ -131,6 +173,24 @@ func (b *builder) markParams() {
 	}
 }
 
+// autocast reports whether the forward runs under autocast.
+func (b *builder) autocast() bool {
+	return b.cfg.Precision == AMP || b.cfg.Precision == AMPBF16
+}
+
+// low is the reduced type of the precision: float16 or bfloat16.
+func (b *builder) low() ir.DType {
+	if b.cfg.Precision == AMPBF16 {
+		return ir.BFloat16
+	}
+	return ir.Float16
+}
+
+// bytes is the size of value v in the type eager PyTorch gives it.
+func (b *builder) bytes(v ir.ValueID) int64 {
+	return b.s.Elems(v) * b.dt[v].Size()
+}
+
 func (b *builder) newBuf(bytes int64, k Kind, v ir.ValueID) int32 {
 	b.p.Buffers = append(b.p.Buffers, Buffer{Bytes: bytes, Kind: k, Value: v, Node: b.node})
 	return int32(len(b.p.Buffers) - 1)
@@ -158,7 +218,7 @@ func (b *builder) resident() {
 			continue
 		}
 		v := ir.ValueID(i)
-		buf := b.newBuf(b.s.Bytes(v), Param, v)
+		buf := b.newBuf(b.bytes(v), Param, v)
 		b.paramOf[v] = buf
 		b.p.Resident = append(b.p.Resident, buf)
 		if bnVar[v] {
@@ -166,7 +226,7 @@ func (b *builder) resident() {
 		}
 	}
 	x := b.g.Inputs[0]
-	b.p.Input = b.newBuf(b.s.Bytes(x), Input, x)
+	b.p.Input = b.newBuf(b.bytes(x), Input, x)
 	b.st = append(b.st, storage{buf: b.p.Input, refs: 1}) // held by the caller
 	b.vst[x] = 0
 	b.contig[x] = true
@@ -313,7 +373,7 @@ func (b *builder) workspace(c ConvCall) {
 func (b *builder) convCall(n *ir.Node, phase Phase, which string) ConvCall {
 	x, w, y := n.Inputs[0], n.Inputs[1], n.Outputs[0]
 	xd, wd, yd := b.s.Dims[x], b.s.Dims[w], b.s.Dims[y]
-	c := ConvCall{Phase: phase, Which: which, Groups: n.IntAttr("group", 1), ElemSize: b.s.DTypes[x].Size()}
+	c := ConvCall{Phase: phase, Which: which, Groups: n.IntAttr("group", 1), ElemSize: b.dt[y].Size()}
 	if len(xd) == 4 && len(wd) == 4 && len(yd) == 4 {
 		c.N, c.Cin, c.H, c.W = xd[0], xd[1], xd[2], xd[3]
 		c.Cout, c.KH, c.KW = wd[0], wd[2], wd[3]

@@ -52,9 +52,10 @@ const (
 	Grad                   // the gradient of an activation
 	ParamGrad              // a parameter's .grad
 	Scalar                 // a loss term
+	Cast                   // an autocast copy of a weight or an input
 )
 
-var kindNames = [...]string{"param", "input", "activation", "stats", "indices", "copy", "workspace", "grad", "param-grad", "scalar"}
+var kindNames = [...]string{"param", "input", "activation", "stats", "indices", "copy", "workspace", "grad", "param-grad", "scalar", "cast"}
 
 // String returns the kind's short name.
 func (k Kind) String() string {

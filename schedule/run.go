@@ -23,9 +23,22 @@ func (b *builder) run(n *ir.Node, k opKind) {
 		}
 	}
 	out := func(j int) ir.ValueID { return n.Outputs[j] }
+	// Outputs take the widest type of the inputs, as type promotion does;
+	// ops that autocast lowers set theirs before allocating.
+	wide := ir.Undefined
+	for _, v := range reads {
+		if wide == ir.Undefined || b.dt[v].Size() > wide.Size() {
+			wide = b.dt[v]
+		}
+	}
+	for _, v := range n.Outputs {
+		if b.data[v] && wide != ir.Undefined {
+			b.dt[v] = wide
+		}
+	}
 	newOut := func(j int, kind Kind) {
 		v := out(j)
-		b.vst[v] = b.alloc(s.Bytes(v), kind, v)
+		b.vst[v] = b.alloc(b.bytes(v), kind, v)
 		b.contig[v] = true
 	}
 	save := func(v ir.ValueID) {
@@ -40,7 +53,7 @@ func (b *builder) run(n *ir.Node, k opKind) {
 		if b.contig[v] {
 			return -1
 		}
-		return b.scratch(s.Bytes(v), Copy)
+		return b.scratch(b.bytes(v), Copy)
 	}
 	freeCopy := func(buf int32) {
 		if buf >= 0 {
@@ -50,11 +63,35 @@ func (b *builder) run(n *ir.Node, k opKind) {
 	switch k {
 	case opConv:
 		x := n.Inputs[0]
-		c := copyIn(x)
+		c, xcast := int32(-1), int32(-1)
+		if b.autocast() {
+			// Autocast casts the bias, then the weight (both cached until
+			// autocast exits), then an input of another type (a fresh
+			// contiguous copy, which conv saves in place of the input).
+			if len(n.Inputs) > 2 && n.Inputs[2] != ir.NoValue {
+				b.castParam(n.Inputs[2])
+			}
+			b.castParam(n.Inputs[1])
+			b.dt[out(0)] = b.low()
+			if b.dt[x] != b.low() {
+				xcast = b.alloc(s.Elems(x)*b.low().Size(), Cast, x)
+			}
+		}
+		if xcast < 0 {
+			c = copyIn(x)
+		}
 		newOut(0, Activation)
 		b.workspace(b.convCall(n, Forward, "fwd"))
 		freeCopy(c)
-		save(x)
+		if xcast >= 0 {
+			b.saved[i] = append(b.saved[i], xcast)
+		} else {
+			save(x)
+		}
+		if st := b.castOf(n.Inputs[1]); st >= 0 {
+			b.ref(st)
+			b.saved[i] = append(b.saved[i], st)
+		}
 	case opBatchNorm, opBatchNormEval:
 		x := n.Inputs[0]
 		newOut(0, Activation)
@@ -73,6 +110,9 @@ func (b *builder) run(n *ir.Node, k opKind) {
 		newOut(0, Activation)
 		save(b.siluIn[i])
 	case opSigmoid, opSoftmax:
+		if k == opSoftmax && b.autocast() {
+			b.dt[out(0)] = ir.Float32 // autocast runs softmax in float32
+		}
 		newOut(0, Activation)
 		save(out(0))
 	case opMul:
@@ -90,7 +130,12 @@ func (b *builder) run(n *ir.Node, k opKind) {
 			save(n.Inputs[0])
 			save(out(0))
 		}
-	case opAdd, opSub, opConcat, opReduceSum:
+	case opReduceSum:
+		if b.autocast() {
+			b.dt[out(0)] = ir.Float32 // sum accumulates and returns float32 under autocast
+		}
+		newOut(0, Activation)
+	case opAdd, opSub, opConcat:
 		newOut(0, Activation)
 	case opMaxPool:
 		x := n.Inputs[0]
@@ -106,8 +151,19 @@ func (b *builder) run(n *ir.Node, k opKind) {
 		freeCopy(c)
 		save(x)
 	case opResize:
+		x := n.Inputs[0]
+		if b.autocast() && b.dt[x] != ir.Float32 {
+			// Autocast runs upsampling in float32: a float32 copy of the
+			// input, then a float32 output.
+			c := b.scratch(s.Elems(x)*4, Cast)
+			b.dt[out(0)] = ir.Float32
+			newOut(0, Activation)
+			freeCopy(c)
+			break
+		}
+		c := copyIn(x)
 		newOut(0, Activation)
-		freeCopy(copyIn(n.Inputs[0]))
+		freeCopy(c)
 	case opView:
 		b.view(n)
 	}
@@ -126,6 +182,7 @@ func (b *builder) view(n *ir.Node) {
 	in := b.s.Dims[x]
 	for _, v := range n.Outputs {
 		b.vst[v] = b.vst[x]
+		b.dt[v] = b.dt[x]
 		b.ref(b.vst[x])
 		switch n.OpType {
 		case "Slice", "Split":
@@ -151,5 +208,31 @@ func (b *builder) markRG(n *ir.Node) {
 		if b.data[v] {
 			b.rg[v] = true
 		}
+	}
+}
+
+// castParam makes autocast's low-precision copy of parameter p, unless its
+// cache already holds one. The cache keeps it until autocast exits.
+func (b *builder) castParam(p ir.ValueID) {
+	if !b.param[p] || b.cast[p] >= 0 {
+		return
+	}
+	b.cast[p] = b.alloc(b.s.Elems(p)*b.low().Size(), Cast, p)
+	b.casts = append(b.casts, p)
+}
+
+// castOf returns the storage of parameter p's autocast copy, or -1.
+func (b *builder) castOf(p ir.ValueID) int32 {
+	if p == ir.NoValue {
+		return -1
+	}
+	return b.cast[p]
+}
+
+// exitAutocast clears autocast's cache: each copy that no saved tensor holds
+// is freed.
+func (b *builder) exitAutocast() {
+	for _, p := range b.casts {
+		b.unref(b.cast[p])
 	}
 }
