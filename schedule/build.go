@@ -91,7 +91,7 @@ type builder struct {
 	node    int32
 	paramOf []int32 // by value: resident buffer of a parameter, or -1
 
-	dt      []ir.DType // by value: the type eager PyTorch gives it
+	dt []ir.DType // by value: the type eager PyTorch gives it
 	// cast[v] is the storage of parameter v's autocast copy, or -1; casts
 	// lists them in the order autocast's cache filled.
 	cast  []int32
