@@ -4,6 +4,7 @@ go 1.26.8
 
 require (
 	github.com/advancedclimatesystems/gonnx v1.1.0
+	github.com/google/go-cmp v0.7.0
 	google.golang.org/protobuf v1.36.12
 )
 
@@ -14,7 +15,6 @@ require (
 	github.com/gogo/protobuf v1.3.2 // indirect
 	github.com/golang/protobuf v1.5.3 // indirect
 	github.com/google/flatbuffers v23.5.26+incompatible // indirect
-	github.com/google/go-cmp v0.7.0 // indirect
 	github.com/pkg/errors v0.9.1 // indirect
 	github.com/xtgo/set v1.0.0 // indirect
 	go4.org/unsafe/assume-no-moving-gc v0.0.0-20231121144256-b99613f794b6 // indirect

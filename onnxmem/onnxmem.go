@@ -57,12 +57,22 @@ func LoadBytes(name string, data []byte) (*Model, error) {
 type Scenario struct {
 	// Batch is the batch size; Height and Width the input image's size.
 	Batch, Height, Width int64
-	// AMP runs the forward under torch.autocast(float16). Not yet simulated.
+	// AMP runs the forward under torch.autocast('cuda', torch.float16), as
+	// train_dual.py does by default.
 	AMP bool
+	// Half runs the model in half precision (model.half() and a half input).
+	// It excludes AMP.
+	Half bool
 	// Segments checkpoints the top-level layers as checkpoint_sequential does
-	// with this many segments; 0 or 1 means no checkpointing. Not yet
-	// simulated.
+	// with this many segments (the first Segments-1 chunks of n/Segments
+	// layers run under checkpoint(use_reentrant=False)), with a layer loop
+	// that drops each output after its last reader. 0 or 1 means no
+	// checkpointing.
 	Segments int
+	// Checkpoint, when not empty, is an explicit plan: these ranges of
+	// top-level layers run under checkpoint(use_reentrant=False) inside
+	// YOLOv9's own layer loop. It excludes Segments.
+	Checkpoint []schedule.Range
 	// Capacity, when positive, is the device memory in bytes: a step that needs
 	// more reports OOM.
 	Capacity int64
@@ -122,10 +132,12 @@ type Result struct {
 // Supported reports why a scenario cannot be simulated yet, or nil.
 func (sc Scenario) Supported() error {
 	switch {
-	case sc.AMP:
-		return fmt.Errorf("onnxmem: mixed precision (amp) is not simulated yet")
-	case sc.Segments > 1:
-		return fmt.Errorf("onnxmem: checkpoint segments are not simulated yet")
+	case sc.AMP && sc.Half:
+		return fmt.Errorf("onnxmem: amp and half exclude each other: autocast runs on float32 parameters")
+	case sc.Segments > 1 && len(sc.Checkpoint) > 0:
+		return fmt.Errorf("onnxmem: segments and an explicit checkpoint plan exclude each other")
+	case sc.Segments < 0:
+		return fmt.Errorf("onnxmem: segments %d: must be 0 or more", sc.Segments)
 	case sc.Batch < 1:
 		return fmt.Errorf("onnxmem: batch %d: must be at least 1", sc.Batch)
 	case sc.Height < 1 || sc.Width < 1:
@@ -144,7 +156,18 @@ func (m *Model) Program(sc Scenario) (*schedule.Program, error) {
 	if err != nil {
 		return nil, fmt.Errorf("onnxmem: %s: %w", m.Name, err)
 	}
-	p, err := schedule.Build(m.Graph, s, schedule.Config{Workspace: CuDNNWorkspace})
+	cfg := schedule.Config{Workspace: CuDNNWorkspace, Checkpoint: sc.Checkpoint}
+	switch {
+	case sc.AMP:
+		cfg.Precision = schedule.AMP
+	case sc.Half:
+		cfg.Precision = schedule.Half
+	}
+	if sc.Segments > 1 {
+		cfg.Checkpoint = schedule.Sequential(m.Layers(), sc.Segments)
+		cfg.DropOutputs = true
+	}
+	p, err := schedule.Build(m.Graph, s, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("onnxmem: %s: %w", m.Name, err)
 	}
@@ -206,4 +229,16 @@ func (m *Model) MaxBatch(sc Scenario, budget, limit int64) (int64, *Result, erro
 		}
 	}
 	return lo, best, nil
+}
+
+// Layers returns the number of top-level layers: one more than the largest
+// layer index in the node names.
+func (m *Model) Layers() int {
+	n := 0
+	for i := range m.Graph.Nodes {
+		if l := m.Graph.Nodes[i].Layer; l+1 > n {
+			n = l + 1
+		}
+	}
+	return n
 }

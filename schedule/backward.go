@@ -65,12 +65,20 @@ func (b *builder) backward() {
 		for _, o := range outs {
 			any = any || (b.data[o] && b.slot[o] >= 0)
 		}
+		c := b.chunkOf[i]
 		if !any {
 			b.unrun = append(b.unrun, int32(i))
-			continue
+		} else {
+			b.node = int32(i)
+			if c >= 0 && !b.ck[c].recomputed && b.hadSave[i] {
+				b.recompute(c)
+			}
+			b.back(n, k, outs)
 		}
-		b.node = int32(i)
-		b.back(n, k, outs)
+		if c >= 0 && b.ck[c].nodes[0] == int32(i) {
+			b.node = int32(i)
+			b.releaseFrame(c)
+		}
 	}
 	b.node = -1
 }

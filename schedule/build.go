@@ -36,9 +36,38 @@ func (p Precision) String() string {
 	return "unknown"
 }
 
+// Range is a half-open range [From, To) of top-level layers.
+type Range struct{ From, To int }
+
+// Sequential returns the layer ranges that
+// torch.utils.checkpoint.checkpoint_sequential checkpoints when it cuts n
+// layers into k segments: size = n / k, and the first k-1 chunks of size
+// layers each; the rest runs normally. k < 2 checkpoints nothing.
+func Sequential(n, k int) []Range {
+	if k < 2 || n < 1 {
+		return nil
+	}
+	size := n / k
+	var out []Range
+	for c := 0; c < k-1; c++ {
+		out = append(out, Range{From: c * size, To: (c + 1) * size})
+	}
+	return out
+}
+
 // Config says how the step is run.
 type Config struct {
 	Precision Precision
+	// Checkpoint lists layer ranges run under
+	// torch.utils.checkpoint.checkpoint(use_reentrant=False): their forward
+	// keeps no saved tensors, only their inputs; the backward recomputes a
+	// range when it first needs one of its saved tensors, and stops the
+	// recomputation once all are back.
+	Checkpoint []Range
+	// DropOutputs keeps each layer's output only until the last layer that
+	// reads it, as a segmented layer loop does, instead of to the end of the
+	// forward as YOLOv9's _forward_once does.
+	DropOutputs bool
 	// Workspace, when set, returns the cuDNN workspace bytes that a conv
 	// allocates and frees around its kernel; nil means none.
 	Workspace func(c ConvCall) int64
@@ -96,6 +125,13 @@ type builder struct {
 	// lists them in the order autocast's cache filled.
 	cast  []int32
 	casts []ir.ValueID
+
+	li       layerInfo
+	noSave   bool    // the op runs inside a checkpointed range's forward
+	hadSave  []bool  // by node: it would have saved a tensor
+	chunkOf  []int   // by node: its checkpointed range, or -1
+	ck       []chunk // the checkpointed ranges
+	deferred []int32 // storages only a suppressed save held, freed when the op returns
 
 	// Backward state.
 	slot       []int32 // by value: index into grads, or -1
@@ -239,11 +275,80 @@ type layerInfo struct {
 	order   []int         // layers in order of their last node
 	holdEnd []int         // by value: the layer after which the loop drops it; -2 = end of forward; -1 = no hold
 	scope   []int32       // by node: a Concat's inputs are held until this node has run, or -1
+	// args[i] lists the values node i reads that a module's forward got as
+	// an argument, with the last node of that module: Python keeps an
+	// argument alive until the function returns.
+	args [][]argHold
+}
+
+type argHold struct {
+	v   ir.ValueID
+	end int32
+}
+
+// scopeOf returns the module path of a node name: "/model.3/cv1/conv/Conv"
+// → "/model.3/cv1/conv/".
+func scopeOf(name string) string {
+	return name[:strings.LastIndexByte(name, '/')+1]
+}
+
+// checkpointed reports whether layer l is in a checkpointed range.
+func (b *builder) checkpointed(l int) bool {
+	for _, r := range b.cfg.Checkpoint {
+		if l >= r.From && l < r.To {
+			return true
+		}
+	}
+	return false
+}
+
+// argHolds finds, for each read of each data node, the outermost module on
+// the reader's call stack that does not contain the producer: the value is
+// that module's argument, and lives until the module's last op.
+func (b *builder) argHolds(li *layerInfo) {
+	g := b.g
+	last := make(map[string]int32)
+	for i := range g.Nodes {
+		if b.kind[i] == opMeta || b.kind[i] == opSkip {
+			continue
+		}
+		sc := scopeOf(g.Nodes[i].Name)
+		for j := 1; j < len(sc); j++ {
+			if sc[j] == '/' {
+				last[sc[:j+1]] = int32(i)
+			}
+		}
+	}
+	li.args = make([][]argHold, len(g.Nodes))
+	for i := range g.Nodes {
+		if b.kind[i] == opMeta || b.kind[i] == opSkip {
+			continue
+		}
+		sc := scopeOf(g.Nodes[i].Name)
+		for _, v := range b.readsOf(int32(i)) {
+			from := ""
+			if p := g.Values[v].Producer; p >= 0 {
+				from = scopeOf(g.Nodes[p].Name)
+			}
+			for j := 1; j < len(sc); j++ {
+				if sc[j] != '/' {
+					continue
+				}
+				if pre := sc[:j+1]; !strings.HasPrefix(from, pre) {
+					if end := last[pre]; end > int32(i) {
+						li.args[i] = append(li.args[i], argHold{v, end})
+					}
+					break
+				}
+			}
+		}
+	}
 }
 
 func (b *builder) layers() layerInfo {
 	g := b.g
 	li := layerInfo{last: map[int]int32{}, holdEnd: make([]int, len(g.Values)), scope: make([]int32, len(g.Nodes))}
+	b.argHolds(&li)
 	for i := range li.holdEnd {
 		li.holdEnd[i] = -1
 	}
@@ -260,7 +365,9 @@ func (b *builder) layers() layerInfo {
 	}
 	// A layer's output is a data value read by another layer. The loop keeps
 	// it in x until the next layer has run, and in y to the end of the
-	// forward when a later layer reads it.
+	// forward when a later layer reads it. The segmented loop of
+	// checkpoint_sequential (Config.DropOutputs) drops it after its last
+	// reader instead.
 	for v := range g.Values {
 		if !b.data[v] || g.Values[v].Producer < 0 {
 			continue
@@ -274,11 +381,16 @@ func (b *builder) layers() layerInfo {
 			if cl == l || b.kind[c] == opMeta {
 				continue
 			}
-			if cl > l+1 {
-				li.holdEnd[v] = -2
-				break
+			end := l + 1
+			if cl > end {
+				end = cl
+				if !b.cfg.DropOutputs || !b.checkpointed(l) {
+					end = -2
+				}
 			}
-			li.holdEnd[v] = l + 1
+			if li.holdEnd[v] != -2 && (end == -2 || end > li.holdEnd[v]) {
+				li.holdEnd[v] = end
+			}
 		}
 	}
 	// The ELAN idiom: y = [...]; y.extend(m(y[-1]) for m in ...); return

@@ -10,99 +10,137 @@ import (
 // list of a module that has not returned, nor the caller (the graph's inputs
 // and outputs). Autograd's saved tensors take one more reference each, which
 // the backward releases.
+//
+// Nodes in a checkpointed range save nothing: a saved tensor's reference is
+// dropped as soon as the op returns, and what only the saved set held is
+// freed there. The range's inputs are kept instead, by the checkpoint's
+// frame, until the range's backward is done.
 func (b *builder) forward() {
 	g := b.g
 	b.phase = Forward
-	li := b.layers()
-	f := &fwd{
-		pending: make([]int32, len(g.Values)),
-		holds:   make([]int32, len(g.Values)),
-		alive:   make([]bool, len(g.Values)),
-		keep:    make([]bool, len(g.Values)),
-	}
+	b.li = b.layers()
+	b.chunks()
+	var nodes []int32
 	for i := range g.Nodes {
-		if b.kind[i] == opMeta || b.kind[i] == opSkip {
-			continue
-		}
-		for _, v := range b.readsOf(int32(i)) {
-			f.pending[v]++
+		if k := b.kind[i]; k != opMeta && k != opSkip {
+			nodes = append(nodes, int32(i))
 		}
 	}
+	f := b.newFwd(nodes)
 	for _, v := range g.Outputs {
 		f.keep[v] = true
 	}
 	for _, v := range g.Inputs {
 		f.keep[v] = true
 	}
-	scopeHolds := make(map[int32][]ir.ValueID)
-	ended := make(map[int]bool)
-	var layerHeld []ir.ValueID
-
-	for i := range g.Nodes {
-		k := b.kind[i]
-		if k == opMeta || k == opSkip {
-			continue
-		}
-		n := &g.Nodes[i]
-		b.node = int32(i)
-		b.run(n, k)
-		reads := b.readsOf(int32(i))
-		if end := li.scope[i]; end >= 0 {
-			for _, v := range reads {
-				f.holds[v]++
-				scopeHolds[end] = append(scopeHolds[end], v)
+	cur := -1
+	for _, i := range nodes {
+		c := b.chunkOf[i]
+		if c != cur && c >= 0 {
+			// checkpoint(fn, *inputs) keeps its inputs in the frame.
+			for _, v := range b.ck[c].inputs {
+				b.ref(b.vst[v])
 			}
 		}
-		for _, v := range n.Outputs {
-			if b.data[v] {
-				f.alive[v] = true
-				if li.holdEnd[v] != -1 {
-					f.holds[v]++
-					layerHeld = append(layerHeld, v)
-				}
-			}
-		}
-		// A tuple or list of tensors (cat's argument) dies last item first.
-		if k == opConcat {
-			for j := len(reads) - 1; j >= 0; j-- {
-				f.pending[reads[j]]--
-				b.maybeRelease(f, reads[j])
-			}
-		} else {
-			for _, v := range reads {
-				f.pending[v]--
-				b.maybeRelease(f, v)
-			}
-		}
-		for _, v := range n.Outputs {
-			if b.data[v] {
-				b.maybeRelease(f, v)
-			}
-		}
-		for _, v := range scopeHolds[int32(i)] {
-			f.holds[v]--
-			b.maybeRelease(f, v)
-		}
-		if l := n.Layer; li.last[l] == int32(i) {
-			b.p.LayerEnds = append(b.p.LayerEnds, LayerEnd{Layer: l, Event: len(b.p.Events)})
-			ended[l] = true
-			layerHeld = b.dropHolds(f, li, layerHeld, func(e int) bool { return e >= 0 && ended[e] })
-		}
+		cur = c
+		b.noSave = c >= 0
+		b.step(f, i)
 	}
+	b.noSave = false
 	b.node = -1
 	// The loop's list y dies with the forward, last item first.
-	for j, k := 0, len(layerHeld)-1; j < k; j, k = j+1, k-1 {
-		layerHeld[j], layerHeld[k] = layerHeld[k], layerHeld[j]
+	held := f.layerHeld
+	for j, k := 0, len(held)-1; j < k; j, k = j+1, k-1 {
+		held[j], held[k] = held[k], held[j]
 	}
-	b.dropHolds(f, li, layerHeld, func(int) bool { return true })
+	b.dropHolds(f, held, func(int) bool { return true })
 }
 
-// fwd is the forward's bookkeeping, indexed by value.
+// fwd is the bookkeeping of one run of forward ops, indexed by value.
 type fwd struct {
-	pending []int32 // readers still to run
-	holds   []int32 // references of the layer loop and of module lists
-	alive   []bool  // the value's own reference is still taken
-	keep    []bool  // the caller keeps it: graph inputs and outputs
+	pending    []int32 // readers still to run
+	holds      []int32 // references of the layer loop and of module lists
+	alive      []bool  // the value's own reference is still taken
+	keep       []bool  // the caller keeps it: graph inputs and outputs
+	scopeHolds map[int32][]ir.ValueID
+	ended      map[int]bool
+	layerHeld  []ir.ValueID
+}
+
+// newFwd counts the readers of every value among nodes.
+func (b *builder) newFwd(nodes []int32) *fwd {
+	nv := len(b.g.Values)
+	f := &fwd{
+		pending:    make([]int32, nv),
+		holds:      make([]int32, nv),
+		alive:      make([]bool, nv),
+		keep:       make([]bool, nv),
+		scopeHolds: make(map[int32][]ir.ValueID),
+		ended:      make(map[int]bool),
+	}
+	for _, i := range nodes {
+		for _, v := range b.readsOf(i) {
+			f.pending[v]++
+		}
+	}
+	return f
+}
+
+// step runs node i and releases what it was the last to need.
+func (b *builder) step(f *fwd, i int32) {
+	li := b.li
+	n := &b.g.Nodes[i]
+	k := b.kind[i]
+	b.node = i
+	b.run(n, k)
+	reads := b.readsOf(i)
+	for _, a := range li.args[i] {
+		f.holds[a.v]++
+		f.scopeHolds[a.end] = append(f.scopeHolds[a.end], a.v)
+	}
+	if end := li.scope[i]; end >= 0 {
+		for _, v := range reads {
+			f.holds[v]++
+			f.scopeHolds[end] = append(f.scopeHolds[end], v)
+		}
+	}
+	for _, v := range n.Outputs {
+		if b.data[v] {
+			f.alive[v] = true
+			if li.holdEnd[v] != -1 {
+				f.holds[v]++
+				f.layerHeld = append(f.layerHeld, v)
+			}
+		}
+	}
+	// A tuple or list of tensors (cat's argument) dies last item first.
+	if k == opConcat {
+		for j := len(reads) - 1; j >= 0; j-- {
+			f.pending[reads[j]]--
+			b.maybeRelease(f, reads[j])
+		}
+	} else {
+		for _, v := range reads {
+			f.pending[v]--
+			b.maybeRelease(f, v)
+		}
+	}
+	for _, v := range n.Outputs {
+		if b.data[v] {
+			b.maybeRelease(f, v)
+		}
+	}
+	for _, v := range f.scopeHolds[i] {
+		f.holds[v]--
+		b.maybeRelease(f, v)
+	}
+	if l := n.Layer; li.last[l] == i {
+		if b.phase == Forward {
+			b.p.LayerEnds = append(b.p.LayerEnds, LayerEnd{Layer: l, Event: len(b.p.Events)})
+		}
+		f.ended[l] = true
+		f.layerHeld = b.dropHolds(f, f.layerHeld, func(e int) bool { return e >= 0 && f.ended[e] })
+	}
 }
 
 // maybeRelease drops value v's reference once nothing can reach it.
@@ -113,12 +151,12 @@ func (b *builder) maybeRelease(f *fwd, v ir.ValueID) {
 	}
 }
 
-// dropHolds ends the layer loop's holds that are due, in the order they were
-// taken, and returns those still held.
-func (b *builder) dropHolds(f *fwd, li layerInfo, held []ir.ValueID, due func(int) bool) []ir.ValueID {
+// dropHolds ends the layer loop's holds that are due, in the order given, and
+// returns those still held.
+func (b *builder) dropHolds(f *fwd, held []ir.ValueID, due func(int) bool) []ir.ValueID {
 	kept := held[:0]
 	for _, v := range held {
-		if !due(li.holdEnd[v]) {
+		if !due(b.li.holdEnd[v]) {
 			kept = append(kept, v)
 			continue
 		}

@@ -74,9 +74,10 @@ const (
 	Loss
 	Backward
 	Cleanup
+	Recompute // a checkpointed range's forward, rerun inside the backward
 )
 
-var phaseNames = [...]string{"forward", "loss", "backward", "cleanup"}
+var phaseNames = [...]string{"forward", "loss", "backward", "cleanup", "recompute"}
 
 // String returns the phase's name.
 func (p Phase) String() string {

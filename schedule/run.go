@@ -42,11 +42,16 @@ func (b *builder) run(n *ir.Node, k opKind) {
 		b.contig[v] = true
 	}
 	save := func(v ir.ValueID) {
-		if b.data[v] {
-			st := b.vst[v]
-			b.ref(st)
-			b.saved[i] = append(b.saved[i], st)
+		if !b.data[v] {
+			return
 		}
+		if b.noSave {
+			b.hadSave[i] = true
+			return
+		}
+		st := b.vst[v]
+		b.ref(st)
+		b.saved[i] = append(b.saved[i], st)
 	}
 	// copyIn makes the contiguous copy that a kernel takes of a strided input.
 	copyIn := func(v ir.ValueID) int32 {
@@ -84,13 +89,13 @@ func (b *builder) run(n *ir.Node, k opKind) {
 		b.workspace(b.convCall(n, Forward, "fwd"))
 		freeCopy(c)
 		if xcast >= 0 {
-			b.saved[i] = append(b.saved[i], xcast)
+			b.own(i, xcast)
 		} else {
 			save(x)
 		}
 		if st := b.castOf(n.Inputs[1]); st >= 0 {
 			b.ref(st)
-			b.saved[i] = append(b.saved[i], st)
+			b.own(i, st)
 		}
 	case opBatchNorm, opBatchNormEval:
 		x := n.Inputs[0]
@@ -102,8 +107,7 @@ func (b *builder) run(n *ir.Node, k opKind) {
 				ch = d[1]
 			}
 			for j := 0; j < 2; j++ { // save_mean, save_invstd: fp32 whatever the input
-				st := b.alloc(ch*4, Stats, ir.NoValue)
-				b.saved[i] = append(b.saved[i], st)
+				b.own(i, b.alloc(ch*4, Stats, ir.NoValue))
 			}
 		}
 	case opSiLU:
@@ -143,7 +147,7 @@ func (b *builder) run(n *ir.Node, k opKind) {
 		idx := b.alloc(s.Elems(out(0))*8, Indices, ir.NoValue)
 		freeCopy(copyIn(x))
 		save(x)
-		b.saved[i] = append(b.saved[i], idx)
+		b.own(i, idx)
 	case opAvgPool:
 		x := n.Inputs[0]
 		c := copyIn(x)
@@ -167,6 +171,11 @@ func (b *builder) run(n *ir.Node, k opKind) {
 	case opView:
 		b.view(n)
 	}
+	// What only a suppressed save held goes when the op returns.
+	for _, st := range b.deferred {
+		b.unref(st)
+	}
+	b.deferred = b.deferred[:0]
 	// Other outputs (batch norm's running statistics, updated in place) hold
 	// no new memory.
 	for _, v := range n.Outputs {
@@ -235,4 +244,15 @@ func (b *builder) exitAutocast() {
 	for _, p := range b.casts {
 		b.unref(b.cast[p])
 	}
+}
+
+// own hands node i's saved set a reference to storage st: kept for the
+// backward, or, inside a checkpointed range, dropped when the op returns.
+func (b *builder) own(i int32, st int32) {
+	if b.noSave {
+		b.hadSave[i] = true
+		b.deferred = append(b.deferred, st)
+		return
+	}
+	b.saved[i] = append(b.saved[i], st)
 }

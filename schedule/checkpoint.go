@@ -1,0 +1,113 @@
+package schedule
+
+import "github.com/onnxmem/onnxmem/ir"
+
+// Activation checkpointing, as torch.utils.checkpoint.checkpoint with
+// use_reentrant=False runs it (torch/utils/checkpoint.py).
+//
+// Worked example: layers 0–18 of yolov9-c under one checkpoint, AMP, batch 8.
+// In the forward, each op of the range runs as usual, but its pack hook keeps
+// no tensor: a conv's fp16 input copy is freed as soon as the conv returns, a
+// batch norm's statistics right after the norm, and a conv output as soon as
+// its norm has read it. Only the range's inputs (the image) and its outputs
+// that later layers read stay. In the backward, the first node of the range
+// that unpacks a saved tensor triggers the recomputation: the range's forward
+// runs again (with autocast's state restored, so the weights are cast anew),
+// every tensor that a node saves is kept for the backward, and the
+// recomputation stops after the last op that saves one. From there on the
+// range's backward frees the recomputed tensors as it consumes them; the
+// frame, and with it the range's inputs, goes once the range's backward is
+// done.
+
+// chunk is one checkpointed range of the graph.
+type chunk struct {
+	nodes      []int32      // its data nodes, in forward order
+	inputs     []ir.ValueID // values it reads that are made before it, in value order
+	recomputed bool
+}
+
+// chunks assigns the data nodes to the checkpointed ranges of the config.
+func (b *builder) chunks() {
+	g := b.g
+	b.chunkOf = make([]int, len(g.Nodes))
+	b.hadSave = make([]bool, len(g.Nodes))
+	for i := range b.chunkOf {
+		b.chunkOf[i] = -1
+	}
+	b.ck = make([]chunk, len(b.cfg.Checkpoint))
+	for c, r := range b.cfg.Checkpoint {
+		in := make(map[ir.ValueID]bool)
+		for i := range g.Nodes {
+			k := b.kind[i]
+			l := g.Nodes[i].Layer
+			if k == opMeta || k == opSkip || l < r.From || l >= r.To || b.chunkOf[i] >= 0 {
+				continue
+			}
+			b.chunkOf[i] = c
+			b.ck[c].nodes = append(b.ck[c].nodes, int32(i))
+		}
+		for _, i := range b.ck[c].nodes {
+			for _, v := range b.readsOf(i) {
+				if p := g.Values[v].Producer; p < 0 || b.chunkOf[p] != c {
+					in[v] = true
+				}
+			}
+		}
+		for v := range g.Values {
+			if in[ir.ValueID(v)] {
+				b.ck[c].inputs = append(b.ck[c].inputs, ir.ValueID(v))
+			}
+		}
+	}
+}
+
+// recompute reruns chunk c's forward up to its last op that saves a tensor.
+// The recomputed values get storages of their own; the saved ones stay
+// referenced by their nodes' saved lists, the rest die when the early stop
+// unwinds the function. Autocast's cache is the recomputation's own.
+func (b *builder) recompute(c int) {
+	ch := &b.ck[c]
+	ch.recomputed = true
+	stop := -1
+	for j, i := range ch.nodes {
+		if b.hadSave[i] {
+			stop = j
+		}
+	}
+	if stop < 0 {
+		return
+	}
+	nodes := ch.nodes[:stop+1]
+	vst, cast, casts, node := b.vst, b.cast, b.casts, b.node
+	b.vst = append([]int32(nil), vst...)
+	b.cast = make([]int32, len(cast))
+	for i := range b.cast {
+		b.cast[i] = -1
+	}
+	b.casts = nil
+	b.phase = Recompute
+	f := b.newFwd(nodes)
+	for _, v := range ch.inputs {
+		f.keep[v] = true
+	}
+	for _, i := range nodes {
+		b.step(f, i)
+	}
+	for v, alive := range f.alive {
+		if alive {
+			f.alive[v] = false
+			b.unref(b.vst[v])
+		}
+	}
+	b.exitAutocast()
+	b.vst, b.cast, b.casts, b.node = vst, cast, casts, node
+	b.phase = Backward
+}
+
+// releaseFrame drops the references that chunk c's checkpoint frame holds on
+// its inputs.
+func (b *builder) releaseFrame(c int) {
+	for _, v := range b.ck[c].inputs {
+		b.unref(b.vst[v])
+	}
+}
