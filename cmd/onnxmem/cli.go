@@ -1,0 +1,312 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/onnxmem/onnxmem/onnxmem"
+)
+
+// flagSet is a subcommand's flags with its usage text. Flags may come before
+// or after the positional arguments; "--" ends them.
+type flagSet struct {
+	*flag.FlagSet
+	syntax  string // "onnxmem sweep [flags] MODEL.onnx"
+	about   string // one sentence
+	example string // one command line
+}
+
+func newFlagSet(name, syntax, about, example string) *flagSet {
+	fs := flag.NewFlagSet("onnxmem "+name, flag.ContinueOnError)
+	// The flag package's own messages are replaced by usageError's.
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	return &flagSet{FlagSet: fs, syntax: syntax, about: about, example: example}
+}
+
+// printUsage writes the full help: syntax, description, example, flags.
+func (f *flagSet) printUsage(w io.Writer) {
+	fmt.Fprintf(w, "usage: %s\n\n%s\n\nexample:\n  %s\n", f.syntax, f.about, f.example)
+	n := 0
+	f.VisitAll(func(*flag.Flag) { n++ })
+	if n > 0 {
+		fmt.Fprint(w, "\nflags:\n")
+		f.SetOutput(w)
+		f.PrintDefaults()
+		f.SetOutput(io.Discard)
+	}
+}
+
+// parse parses args and returns the positional arguments. When it returns
+// ok false the command must stop with exit code code: 0 after -h (the usage
+// went to stdout), 2 after a bad flag (the error went to stderr).
+func (f *flagSet) parse(args []string, stdout, stderr io.Writer) (pos []string, code int, ok bool) {
+	for {
+		err := f.Parse(args)
+		if errors.Is(err, flag.ErrHelp) {
+			f.printUsage(stdout)
+			return nil, 0, false
+		}
+		if err != nil {
+			return nil, f.usageError(stderr, "%v", err), false
+		}
+		rest := f.Args()
+		if len(rest) == 0 {
+			return pos, 0, true
+		}
+		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
+			return append(pos, rest...), 0, true
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}
+
+// usageError reports a usage error and returns exit code 2.
+func (f *flagSet) usageError(stderr io.Writer, format string, args ...any) int {
+	fmt.Fprintf(stderr, "onnxmem: %s\nusage: %s\nRun '%s -h' for details.\n", fmt.Sprintf(format, args...), f.syntax, f.Name())
+	return 2
+}
+
+// parseModel parses flags around one MODEL.onnx argument and returns it.
+// With optional set, no argument is allowed and gives "". When ok is false
+// the command must stop with exit code code, as after parse.
+func (f *flagSet) parseModel(args []string, optional bool, stdout, stderr io.Writer) (path string, code int, ok bool) {
+	pos, code, ok := f.parse(args, stdout, stderr)
+	switch {
+	case !ok:
+		return "", code, false
+	case len(pos) == 1:
+		return pos[0], 0, true
+	case len(pos) > 1:
+		return "", f.usageError(stderr, "want one model, got %d arguments: %s", len(pos), strings.Join(pos, " ")), false
+	case optional:
+		return "", 0, true
+	}
+	return "", f.usageError(stderr, "no model given"), false
+}
+
+// parseAndLoad parses flags around one MODEL.onnx and loads the model.
+func (f *flagSet) parseAndLoad(args []string, stdout, stderr io.Writer) (m *onnxmem.Model, code int, ok bool) {
+	path, code, ok := f.parseModel(args, false, stdout, stderr)
+	if !ok {
+		return nil, code, false
+	}
+	m, err := load(path)
+	if err != nil {
+		return nil, fail(stderr, err), false
+	}
+	return m, 0, true
+}
+
+// exit is a command's exit code for its final error: 0 for nil, else 1
+// after reporting the error.
+func exit(stderr io.Writer, err error) int {
+	if err != nil {
+		return fail(stderr, err)
+	}
+	return 0
+}
+
+// fail reports a failure and returns exit code 1.
+func fail(stderr io.Writer, err error) int {
+	fmt.Fprintln(stderr, errText(err))
+	return 1
+}
+
+// errText is an error's message with the "onnxmem: " prefix, once.
+func errText(err error) string {
+	s := err.Error()
+	if strings.HasPrefix(s, "onnxmem: ") {
+		return s
+	}
+	return "onnxmem: " + s
+}
+
+// defaultGraph is where report looks for a model when none is given,
+// relative to the current directory: the shared folder beside the repository,
+// run from the repository's root.
+const defaultGraph = "../shared/yolov9/yolov9-c-train.onnx"
+
+// defaultModel returns the path of the model report uses when given none:
+// defaultGraph, or else the first *-train.onnx beside it. Built-in models
+// would replace this lookup.
+func defaultModel() (string, error) {
+	if _, err := os.Stat(defaultGraph); err == nil {
+		return defaultGraph, nil
+	}
+	if m, _ := filepath.Glob(filepath.Join(filepath.Dir(defaultGraph), "*-train.onnx")); len(m) > 0 {
+		return m[0], nil // Glob sorts its matches.
+	}
+	return "", fmt.Errorf("onnxmem: no model given and the default graph %s is missing; pass a file: onnxmem report MODEL.onnx", defaultGraph)
+}
+
+// Common flags.
+
+// imgFlag adds -img, the square input's side.
+func (f *flagSet) imgFlag() *int64 {
+	return f.positive("img", 640, "input image `size` in pixels (square: height and width)")
+}
+
+// batchesFlag adds -batches, a comma-separated list of batch sizes.
+func (f *flagSet) batchesFlag() *batchList {
+	b := &batchList{1, 2, 4, 8, 16, 32, 64}
+	f.Var(b, "batches", "comma-separated `list` of batch sizes")
+	return b
+}
+
+// verboseFlag adds -v, progress on stderr.
+func (f *flagSet) verboseFlag() *bool {
+	return f.Bool("v", false, "show progress on stderr (shown anyway when stderr is a terminal)")
+}
+
+// jsonFlag adds -json.
+func (f *flagSet) jsonFlag() *bool {
+	return f.Bool("json", false, "write JSON to stdout instead of a table (sizes in bytes)")
+}
+
+// svgFlag adds -svg.
+func (f *flagSet) svgFlag(what string) *string {
+	return f.String("svg", "", "write "+what+" as SVG to `file`")
+}
+
+// positive adds an integer flag that must be at least 1.
+func (f *flagSet) positive(name string, def int64, usage string) *int64 {
+	v := positiveInt(def)
+	f.Var(&v, name, usage)
+	return (*int64)(&v)
+}
+
+// positiveInt is a flag.Value: an integer of at least 1.
+type positiveInt int64
+
+func (p *positiveInt) String() string { return strconv.FormatInt(int64(*p), 10) }
+
+func (p *positiveInt) Set(v string) error {
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 1 {
+		return errors.New("want an integer of at least 1")
+	}
+	*p = positiveInt(n)
+	return nil
+}
+
+// batchList is a flag.Value: batch sizes, each at least 1, in the order given.
+type batchList []int64
+
+func (b *batchList) String() string {
+	s := make([]string, len(*b))
+	for i, v := range *b {
+		s[i] = strconv.FormatInt(v, 10)
+	}
+	return strings.Join(s, ",")
+}
+
+func (b *batchList) Set(v string) error {
+	var out batchList
+	for _, f := range strings.Split(v, ",") {
+		n, err := strconv.ParseInt(strings.TrimSpace(f), 10, 64)
+		if err != nil || n < 1 {
+			return fmt.Errorf("batch size %q: want an integer of at least 1", f)
+		}
+		out = append(out, n)
+	}
+	*b = out
+	return nil
+}
+
+// load reads a model file. Every command loads through it, so that named
+// built-in models can be added here.
+func load(path string) (*onnxmem.Model, error) {
+	return onnxmem.Load(path)
+}
+
+// scenario is the fp32 model step at a batch size and square image.
+func scenario(batch, img int64) onnxmem.Scenario {
+	return onnxmem.Scenario{Batch: batch, Height: img, Width: img}
+}
+
+// gib formats bytes as GiB with two decimals, for tables.
+func gib(b int64) string {
+	return strconv.FormatFloat(float64(b)/(1<<30), 'f', 2, 64)
+}
+
+// where says where a peak falls: its phase and top-level layer.
+func where(r *onnxmem.Result) string {
+	switch {
+	case r.PeakPhase == "":
+		return "-"
+	case r.PeakLayer < 0:
+		return r.PeakPhase
+	}
+	return fmt.Sprintf("%s, layer %d", r.PeakPhase, r.PeakLayer)
+}
+
+// layer formats a layer index, "-" for none.
+func layer(l int) string {
+	if l < 0 {
+		return "-"
+	}
+	return strconv.Itoa(l)
+}
+
+// orDash returns s, or "-" when it is empty.
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// progress returns the callback Model.Sweep calls, or nil when progress is not
+// shown: it is shown when verbose is set or stderr is a terminal. On a
+// terminal it rewrites one line; elsewhere it writes one line per step.
+func progress(stderr io.Writer, verbose bool, what string, batches []int64) func(done, total int) {
+	tty := isTerminal(stderr)
+	if !verbose && !tty {
+		return nil
+	}
+	return func(done, total int) {
+		msg := fmt.Sprintf("onnxmem: %s: batch %d done (%d/%d)", what, batches[done-1], done, total)
+		switch {
+		case !tty:
+			fmt.Fprintln(stderr, msg)
+		case done == total:
+			fmt.Fprintf(stderr, "\r%s\x1b[K\n", msg)
+		default:
+			fmt.Fprintf(stderr, "\r%s\x1b[K", msg)
+		}
+	}
+}
+
+// isTerminal reports whether w is a character device such as a terminal.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// writeSVG writes a plot to path; an empty path writes nothing.
+func writeSVG(path string, p *plot) error {
+	if path == "" {
+		return nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := p.render(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}

@@ -1,0 +1,93 @@
+package main
+
+import (
+	"encoding/json"
+	"io"
+
+	"github.com/onnxmem/onnxmem/onnxmem"
+)
+
+// predicted is the figures predict adds to a scenario, in bytes; the names
+// are those of the measurements in the ground truth.
+type predicted struct {
+	Peak         int64 `json:"peak"`
+	PeakReq      int64 `json:"peak_req"`
+	PeakReserved int64 `json:"peak_reserved"`
+	M0           int64 `json:"m0"`
+	AfterFwd     int64 `json:"after_fwd"`
+	FwdPeak      int64 `json:"fwd_peak"`
+	AfterBwd     int64 `json:"after_bwd"`
+}
+
+func newPredicted(r *onnxmem.Result) predicted {
+	return predicted{
+		Peak: r.Peak, PeakReq: r.PeakRequested, PeakReserved: r.PeakReserved,
+		M0: r.M0, AfterFwd: r.AfterForward, FwdPeak: r.ForwardPeak, AfterBwd: r.AfterBackward,
+	}
+}
+
+// resultJSON is a Result as the -json outputs write it.
+type resultJSON struct {
+	Batch  int64 `json:"batch"`
+	Height int64 `json:"height"`
+	Width  int64 `json:"width"`
+	predicted
+	PeakPhase string `json:"peak_phase"`
+	PeakNode  string `json:"peak_node"`
+	PeakLayer int    `json:"peak_layer"`
+	PeakEvent int    `json:"peak_event"`
+	Events    int    `json:"events"`
+	OOM       bool   `json:"oom,omitempty"`
+	// Only with detail.
+	AtPeak     []tensorJSON `json:"at_peak,omitempty"`
+	PeakByKind []kindJSON   `json:"peak_by_kind,omitempty"`
+}
+
+type tensorJSON struct {
+	Name      string `json:"name"`
+	Kind      string `json:"kind"`
+	Bytes     int64  `json:"bytes"`
+	Requested int64  `json:"requested"`
+	Node      string `json:"node,omitempty"`
+}
+
+type kindJSON struct {
+	Kind  string `json:"kind"`
+	Bytes int64  `json:"bytes"`
+	Count int    `json:"count"`
+}
+
+// newResultJSON converts a Result; detail adds the buffers alive at the peak.
+func newResultJSON(r *onnxmem.Result, detail bool) resultJSON {
+	j := resultJSON{
+		Batch: r.Scenario.Batch, Height: r.Scenario.Height, Width: r.Scenario.Width,
+		predicted: newPredicted(r),
+		PeakPhase: r.PeakPhase, PeakNode: r.PeakNode, PeakLayer: r.PeakLayer, PeakEvent: r.PeakEvent,
+		Events: r.Events, OOM: r.OOM,
+	}
+	if detail {
+		for _, t := range r.AtPeak {
+			j.AtPeak = append(j.AtPeak, tensorJSON(t))
+		}
+		for _, k := range r.PeakByKind {
+			j.PeakByKind = append(j.PeakByKind, kindJSON(k))
+		}
+	}
+	return j
+}
+
+func newResultsJSON(rs []*onnxmem.Result) []resultJSON {
+	out := make([]resultJSON, len(rs))
+	for i, r := range rs {
+		out[i] = newResultJSON(r, false)
+	}
+	return out
+}
+
+// writeJSON writes v indented, with a final newline.
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}

@@ -1,0 +1,85 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"text/tabwriter"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+// A command is one subcommand. Its run function parses its own flags and
+// returns the exit code: 0 on success, 1 on a failure, 2 on a usage error.
+type command struct {
+	name, summary string
+	run           func(args []string, stdin io.Reader, stdout, stderr io.Writer) int
+}
+
+// commands lists the subcommands in the order help shows them. It is a
+// function rather than a variable because help refers to it.
+func commands() []command {
+	return []command{
+		{"report", "memory peak of a model at common batch sizes, and where it falls (the default)", cmdReport},
+		{"sweep", "peak per batch size, as a table, JSON or an SVG plot", cmdSweep},
+		{"timeline", "allocated and reserved memory over one step, as a summary, JSON or an SVG plot", cmdTimeline},
+		{"predict", "JSON Lines scenarios on stdin to predictions on stdout", cmdPredict},
+		{"maxbatch", "largest batch size whose peak fits a memory budget", cmdMaxBatch},
+		{"help", "this list, or a command's usage: onnxmem help COMMAND", cmdHelp},
+	}
+}
+
+// run is the whole program: args without the program name.
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		return cmdReport(nil, stdin, stdout, stderr)
+	}
+	switch args[0] {
+	case "-h", "-help", "--help":
+		return cmdHelp(args[1:], stdin, stdout, stderr)
+	}
+	for _, c := range commands() {
+		if c.name == args[0] {
+			return c.run(args[1:], stdin, stdout, stderr)
+		}
+	}
+	fmt.Fprintf(stderr, "onnxmem: unknown command %q\nRun 'onnxmem help' for the list of commands.\n", args[0])
+	return 2
+}
+
+func cmdHelp(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	switch len(args) {
+	case 0:
+		fmt.Fprint(stdout, `onnxmem predicts the GPU memory peak of a PyTorch training step from its ONNX graph.
+
+usage: onnxmem [COMMAND [flags] [MODEL.onnx]]
+
+With no command it runs report on the default model.
+
+commands:
+`)
+		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+		for _, c := range commands() {
+			fmt.Fprintf(tw, "  %s\t%s\n", c.name, c.summary)
+		}
+		tw.Flush()
+		fmt.Fprint(stdout, "\nRun 'onnxmem COMMAND -h' for a command's flags and an example.\n")
+		return 0
+	case 1:
+		if args[0] == "help" {
+			return cmdHelp(nil, stdin, stdout, stderr)
+		}
+		for _, c := range commands() {
+			if c.name == args[0] {
+				return c.run([]string{"-h"}, stdin, stdout, stderr)
+			}
+		}
+		fmt.Fprintf(stderr, "onnxmem: help: unknown command %q\nRun 'onnxmem help' for the list of commands.\n", args[0])
+		return 2
+	default:
+		fmt.Fprint(stderr, "onnxmem: help takes at most one command\nusage: onnxmem help [COMMAND]\n")
+		return 2
+	}
+}

@@ -1,0 +1,219 @@
+package main
+
+import (
+	"bytes"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files")
+
+// shared is the shared folder beside the repository, from this directory.
+const shared = "../../../shared"
+
+// sharedFile returns a file of the shared folder. When it is missing the test
+// is skipped, or fails on CI, where the folder must be there.
+func sharedFile(t *testing.T, rel string) string {
+	t.Helper()
+	p := filepath.Join(shared, rel)
+	if _, err := os.Stat(p); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("shared test data missing on CI: %v (the shared folder must sit beside the repository)", err)
+		}
+		t.Skipf("shared test data missing: %v", err)
+	}
+	return p
+}
+
+// smallModel is the graph the tests simulate: small and quick.
+func smallModel(t *testing.T) string {
+	return sharedFile(t, "yolov9/yolov9-s-train.onnx")
+}
+
+// runCmd runs the program with args and stdin, returning the exit code and
+// the outputs.
+func runCmd(t *testing.T, stdin string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code = run(args, strings.NewReader(stdin), &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+// golden compares got with testdata/name, or rewrites it with -update.
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.MkdirAll("testdata", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test -update to create it)", err)
+	}
+	if d := cmp.Diff(string(want), got); d != "" {
+		t.Errorf("%s differs (-want +got; run go test -update if the change is right):\n%s", path, d)
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string // in stderr
+	}{
+		{[]string{"bogus"}, `unknown command "bogus"`},
+		{[]string{"-img", "320"}, `unknown command "-img"`},
+		{[]string{"help", "bogus"}, `help: unknown command "bogus"`},
+		{[]string{"help", "sweep", "report"}, "help takes at most one command"},
+		{[]string{"report", "a.onnx", "b.onnx"}, "want one model, got 2 arguments: a.onnx b.onnx"},
+		{[]string{"report", "-batch", "0"}, `invalid value "0" for flag -batch`},
+		{[]string{"sweep"}, "no model given"},
+		{[]string{"sweep", "-nope", "m.onnx"}, "flag provided but not defined: -nope"},
+		{[]string{"sweep", "-img", "0", "m.onnx"}, `invalid value "0" for flag -img`},
+		{[]string{"sweep", "-img", "x", "m.onnx"}, `invalid value "x" for flag -img`},
+		{[]string{"sweep", "-batches", "1,x", "m.onnx"}, `invalid value "1,x" for flag -batches: batch size "x"`},
+		{[]string{"sweep", "-batches", "", "m.onnx"}, `invalid value "" for flag -batches`},
+		{[]string{"sweep", "m.onnx", "-batches", "0"}, `invalid value "0" for flag -batches`},
+		{[]string{"sweep", "-svg"}, "flag needs an argument: -svg"},
+		{[]string{"timeline"}, "no model given"},
+		{[]string{"timeline", "-batch", "-3", "m.onnx"}, `invalid value "-3" for flag -batch`},
+		{[]string{"maxbatch", "m.onnx", "n.onnx"}, "want one model"},
+		{[]string{"maxbatch", "-budget", "0", "m.onnx"}, `invalid value "0" for flag -budget`},
+		{[]string{"maxbatch", "-budget", "NaN", "m.onnx"}, `invalid value "NaN" for flag -budget`},
+		{[]string{"maxbatch", "-limit", "0", "m.onnx"}, `invalid value "0" for flag -limit`},
+		{[]string{"predict", "x.jsonl"}, "predict reads stdin and takes no arguments"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			code, stdout, stderr := runCmd(t, "", tc.args...)
+			if code != 2 {
+				t.Errorf("exit code %d, want 2", code)
+			}
+			if stdout != "" {
+				t.Errorf("stdout not empty: %q", stdout)
+			}
+			if !strings.HasPrefix(stderr, "onnxmem: ") || !strings.Contains(stderr, tc.want) {
+				t.Errorf("stderr %q does not start with \"onnxmem: \" and contain %q", stderr, tc.want)
+			}
+			if strings.Count(stderr, "onnxmem: ") != 1 {
+				t.Errorf("stderr %q: want the prefix once", stderr)
+			}
+		})
+	}
+}
+
+func TestHelp(t *testing.T) {
+	for _, c := range commands() {
+		if c.name == "help" {
+			continue
+		}
+		for _, args := range [][]string{{c.name, "-h"}, {c.name, "--help"}, {"help", c.name}} {
+			code, stdout, stderr := runCmd(t, "", args...)
+			if code != 0 || stderr != "" {
+				t.Errorf("%q: exit code %d, stderr %q; want 0 and none", args, code, stderr)
+			}
+			if !strings.HasPrefix(stdout, "usage: onnxmem "+c.name) || !strings.Contains(stdout, "\nexample:\n  onnxmem "+c.name) {
+				t.Errorf("%q: usage lacks syntax or example:\n%s", args, stdout)
+			}
+		}
+	}
+	for _, args := range [][]string{{"help"}, {"-h"}, {"--help"}} {
+		code, stdout, stderr := runCmd(t, "", args...)
+		if code != 0 || stderr != "" {
+			t.Errorf("%q: exit code %d, stderr %q; want 0 and none", args, code, stderr)
+		}
+		for _, c := range commands() {
+			if !strings.Contains(stdout, "\n  "+c.name+" ") {
+				t.Errorf("%q: list lacks %s:\n%s", args, c.name, stdout)
+			}
+		}
+	}
+}
+
+func TestMissingModelFile(t *testing.T) {
+	for _, cmd := range []string{"report", "sweep", "timeline", "maxbatch"} {
+		code, stdout, stderr := runCmd(t, "", cmd, "nope.onnx")
+		want := "onnxmem: open nope.onnx: no such file or directory\n"
+		if code != 1 || stdout != "" || stderr != want {
+			t.Errorf("%s nope.onnx: exit code %d, stdout %q, stderr %q; want 1, none, %q", cmd, code, stdout, stderr, want)
+		}
+	}
+}
+
+func TestDefaultModelMissing(t *testing.T) {
+	t.Chdir(t.TempDir())
+	code, stdout, stderr := runCmd(t, "")
+	want := "onnxmem: no model given and the default graph ../shared/yolov9/yolov9-c-train.onnx is missing; pass a file: onnxmem report MODEL.onnx\n"
+	if code != 1 || stdout != "" || stderr != want {
+		t.Errorf("exit code %d, stdout %q, stderr %q; want 1, none, %q", code, stdout, stderr, want)
+	}
+}
+
+// TestDefaultModelFallback runs onnxmem with no arguments in a tree whose
+// shared folder lacks yolov9-c but has another training graph.
+func TestDefaultModelFallback(t *testing.T) {
+	data, err := os.ReadFile(smallModel(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	dir := filepath.Join(root, "shared", "yolov9")
+	for _, name := range []string{"zz-train.onnx", "gelan-x-train.onnx", "aa-infer.onnx"} {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Mkdir(filepath.Join(root, "repo"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(filepath.Join(root, "repo"))
+	code, stdout, stderr := runCmd(t, "")
+	if code != 0 || stderr != "" {
+		t.Fatalf("exit code %d, stderr %q; want 0 and none", code, stderr)
+	}
+	if want := "model  gelan-x-train (../shared/yolov9/gelan-x-train.onnx)\n       the default model"; !strings.HasPrefix(stdout, want) {
+		t.Errorf("report begins\n%s\nwant\n%s", stdout[:min(len(stdout), 200)], want)
+	}
+}
+
+func TestProgress(t *testing.T) {
+	m := smallModel(t)
+	code, _, stderr := runCmd(t, "", "sweep", "-batches", "1,2", m)
+	if code != 0 || stderr != "" {
+		t.Errorf("without -v: exit code %d, stderr %q; want 0 and none (stderr is no terminal)", code, stderr)
+	}
+	code, _, stderr = runCmd(t, "", "sweep", "-v", "-batches", "1,2", m)
+	want := "onnxmem: sweep: batch 1 done (1/2)\nonnxmem: sweep: batch 2 done (2/2)\n"
+	if code != 0 || stderr != want {
+		t.Errorf("with -v: exit code %d, stderr %q; want 0 and %q", code, stderr, want)
+	}
+}
+
+func TestFlagsAfterModel(t *testing.T) {
+	m := smallModel(t)
+	code, before, stderr := runCmd(t, "", "sweep", "-batches", "1", "-json", m)
+	if code != 0 || stderr != "" {
+		t.Fatalf("exit code %d, stderr %q", code, stderr)
+	}
+	code, after, stderr := runCmd(t, "", "sweep", m, "-batches", "1", "-json")
+	if code != 0 || stderr != "" || after != before {
+		t.Errorf("flags after the model: exit code %d, stderr %q, output differs: %v", code, stderr, after != before)
+	}
+	// After "--" everything is an argument.
+	code, _, stderr = runCmd(t, "", "sweep", "-batches", "1", "--", "-json")
+	if want := "onnxmem: open -json: no such file or directory\n"; code != 1 || stderr != want {
+		t.Errorf("after --: exit code %d, stderr %q; want 1 and %q", code, stderr, want)
+	}
+}

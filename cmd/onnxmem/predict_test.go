@@ -1,0 +1,173 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/onnxmem/onnxmem/onnxmem"
+)
+
+func TestPredict(t *testing.T) {
+	m, err := onnxmem.Load(smallModel(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// outcome is the field predict adds for a scenario of yolov9-s: the
+	// prediction, or the error (AMP and segments are not simulated yet, but
+	// the test follows Supported when they are).
+	outcome := func(sc onnxmem.Scenario) (key, value string) {
+		r, err := m.Simulate(sc)
+		if err != nil {
+			return "error", string(marshal(errText(err)))
+		}
+		return "predicted", string(marshal(newPredicted(r)))
+	}
+	// withOutcome adds outcome(sc) to the fields of a line.
+	withOutcome := func(fields map[string]string, sc onnxmem.Scenario) map[string]string {
+		key, value := outcome(sc)
+		fields[key] = value
+		return fields
+	}
+	fp32 := onnxmem.Scenario{Batch: 2, Height: 640, Width: 640}
+	if key, value := outcome(fp32); key != "predicted" {
+		t.Fatalf("yolov9-s at batch 2: %s", value)
+	}
+	_, pred := outcome(fp32)
+	amp, seg := fp32, fp32
+	amp.AMP, seg.Segments = true, 4
+	missing := filepath.Join(shared, "yolov9/nope-train.onnx")
+	_, loadErr := onnxmem.Load(missing)
+	if loadErr == nil {
+		t.Fatalf("%s exists", missing)
+	}
+
+	in := strings.Join([]string{
+		// fp32, no checkpointing, an unknown field whose text must pass through.
+		`{"model": "yolov9/yolov9-s-train.onnx", "kind": "model_step", "batch": 2, "img": 640, "amp": false, "segments": 0,` +
+			` "extra": {"n": 1.50e3, "s": "<a&b>", "l": [1, 2.0]}, "measured": {"peak": 123}}`,
+		``,
+		`   `,
+		`{"model": "yolov9/yolov9-s-train.onnx", "kind": "train_step", "batch": 2, "img": 640, "amp": false, "segments": 0, "boxes_per_img": 16, "optimizer": "SGD", "ema": true}`,
+		`{"model": "yolov9/yolov9-s-train.onnx", "kind": "model_step", "batch": 2, "img": 640, "amp": true, "segments": 0}`,
+		`{"model": "yolov9/yolov9-s-train.onnx", "kind": "model_step", "batch": 2, "img": 640, "amp": false, "segments": 4}`,
+		`{"model": "yolov9/nope-train.onnx", "kind": "model_step", "batch": 2, "img": 640}`,
+		`{"model": "yolov9/yolov9-s-train.onnx", "kind": "model_step", "batch": 2}`,
+		`{"model": "yolov9/yolov9-s-train.onnx", "kind": "model_step", "batch": 2.5, "img": 640}`,
+		`{"kind": "bogus"}`,
+		// A stale prediction is replaced.
+		`{"model": "yolov9/yolov9-s-train.onnx", "kind": "model_step", "batch": 2, "img": 640, "predicted": {"peak": 1}, "error": "old"}`,
+		`not json`,
+		`[1, 2]`,
+	}, "\n") // no final newline: the last line counts all the same
+
+	code, stdout, stderr := runCmd(t, in, "predict", "-root", shared)
+	if code != 0 || stderr != "" {
+		t.Fatalf("exit code %d, stderr %q; want 0 and none", code, stderr)
+	}
+	s := func(v string) string { return string(marshal(v)) }
+	want := []map[string]string{{
+		"model": `"yolov9/yolov9-s-train.onnx"`, "kind": `"model_step"`, "batch": "2", "img": "640", "amp": "false", "segments": "0",
+		"extra": `{"n":1.50e3,"s":"<a&b>","l":[1,2.0]}`, "measured": `{"peak":123}`,
+		"predicted": pred,
+	}, {
+		"model": `"yolov9/yolov9-s-train.onnx"`, "kind": `"train_step"`, "batch": "2", "img": "640", "amp": "false", "segments": "0",
+		"boxes_per_img": "16", "optimizer": `"SGD"`, "ema": "true",
+		"error": s("onnxmem: kind train_step is not simulated yet"),
+	}, withOutcome(map[string]string{
+		"model": `"yolov9/yolov9-s-train.onnx"`, "kind": `"model_step"`, "batch": "2", "img": "640", "amp": "true", "segments": "0",
+	}, amp), withOutcome(map[string]string{
+		"model": `"yolov9/yolov9-s-train.onnx"`, "kind": `"model_step"`, "batch": "2", "img": "640", "amp": "false", "segments": "4",
+	}, seg), {
+		"model": `"yolov9/nope-train.onnx"`, "kind": `"model_step"`, "batch": "2", "img": "640",
+		"error": s(loadErr.Error()),
+	}, {
+		"model": `"yolov9/yolov9-s-train.onnx"`, "kind": `"model_step"`, "batch": "2",
+		"error": s(`onnxmem: missing field "img"`),
+	}, {
+		"model": `"yolov9/yolov9-s-train.onnx"`, "kind": `"model_step"`, "batch": "2.5", "img": "640",
+		"error": s(`onnxmem: field "batch": 2.5 is not an integer`),
+	}, {
+		"kind":  `"bogus"`,
+		"error": s(`onnxmem: unknown kind "bogus" (want model_step, train_step or eval_step)`),
+	}, {
+		"model": `"yolov9/yolov9-s-train.onnx"`, "kind": `"model_step"`, "batch": "2", "img": "640",
+		"predicted": pred,
+	}, {
+		"error": s("onnxmem: line 12: invalid JSON: invalid character 'o' in literal null (expecting 'u')"),
+		"line":  "12", "raw": `"not json"`,
+	}, {
+		"error": s("onnxmem: line 13: not a JSON object"),
+		"line":  "13", "raw": `"[1, 2]"`,
+	}}
+
+	lines := strings.Split(strings.TrimSuffix(stdout, "\n"), "\n")
+	var got []map[string]string
+	for _, l := range lines {
+		var obj map[string]json.RawMessage
+		if err := json.Unmarshal([]byte(l), &obj); err != nil {
+			t.Fatalf("output line %q: %v", l, err)
+		}
+		m := map[string]string{}
+		for k, v := range obj {
+			m[k] = string(v)
+		}
+		got = append(got, m)
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("predict output differs (-want +got):\n%s", d)
+	}
+	// Keys are written sorted, values compacted, nothing HTML-escaped.
+	if !strings.HasPrefix(lines[0], `{"amp":false,"batch":2,"extra":{"n":1.50e3,"s":"<a&b>","l":[1,2.0]},"img":640,"kind":"model_step","measured":`) {
+		t.Errorf("first line not in sorted key order with verbatim values:\n%s", lines[0])
+	}
+}
+
+// TestPredictCalibration runs the whole calibration file: one line out per
+// line in, each with a prediction or an error.
+func TestPredictCalibration(t *testing.T) {
+	path := sharedFile(t, "groundtruth/calibration.jsonl")
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr := runCmd(t, string(data), "predict", "-root", shared)
+	if code != 0 || stderr != "" {
+		t.Fatalf("exit code %d, stderr %q", code, stderr)
+	}
+	lines := strings.Split(strings.TrimSuffix(stdout, "\n"), "\n")
+	if in := strings.Count(strings.TrimSpace(string(data)), "\n") + 1; len(lines) != in {
+		t.Fatalf("%d lines out for %d in", len(lines), in)
+	}
+	nPredicted := 0
+	for _, l := range lines {
+		var obj struct {
+			Kind       string
+			Batch, Img int64
+			Amp        bool
+			Segments   int
+			Predicted  *predicted
+			Error      string
+		}
+		if err := json.Unmarshal([]byte(l), &obj); err != nil {
+			t.Fatal(err)
+		}
+		sc := onnxmem.Scenario{Batch: obj.Batch, Height: obj.Img, Width: obj.Img, AMP: obj.Amp, Segments: obj.Segments}
+		simulated := obj.Kind == "model_step" && sc.Supported() == nil
+		switch {
+		case simulated && (obj.Predicted == nil || obj.Predicted.Peak <= 0 || obj.Error != ""):
+			t.Errorf("no prediction: %s", l)
+		case !simulated && (obj.Predicted != nil || obj.Error == ""):
+			t.Errorf("want an error: %s", l)
+		}
+		if obj.Predicted != nil {
+			nPredicted++
+		}
+	}
+	if nPredicted == 0 {
+		t.Error("no line predicted")
+	}
+}

@@ -1,0 +1,85 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"text/tabwriter"
+
+	"github.com/onnxmem/onnxmem/onnxmem"
+)
+
+func cmdSweep(args []string, _ io.Reader, stdout, stderr io.Writer) int {
+	f := newFlagSet("sweep",
+		"onnxmem sweep [-img N] [-batches LIST] [-json] [-svg FILE] [-v] MODEL.onnx",
+		"Sweep predicts the fp32 model step at each batch size and prints a table of\npeaks (GiB), or JSON (bytes) with -json; -svg also writes a plot of the peak\nagainst the batch size.",
+		"onnxmem sweep -batches 1,8,32 -svg peak.svg ../shared/yolov9/yolov9-s-train.onnx")
+	img, batches := f.imgFlag(), f.batchesFlag()
+	asJSON, svg, verbose := f.jsonFlag(), f.svgFlag("the plot of peak against batch size"), f.verboseFlag()
+	m, code, ok := f.parseAndLoad(args, stdout, stderr)
+	if !ok {
+		return code
+	}
+	rs, err := m.Sweep(scenario(0, *img), *batches, progress(stderr, *verbose, "sweep", *batches))
+	if err != nil {
+		return fail(stderr, err)
+	}
+	if err := writeSVG(*svg, sweepPlot(m.Name, rs)); err != nil {
+		return fail(stderr, err)
+	}
+	if *asJSON {
+		err = writeJSON(stdout, sweepJSON{Model: m.Name, Results: newResultsJSON(rs)})
+	} else {
+		err = printSweep(stdout, m.Name, rs)
+	}
+	return exit(stderr, err)
+}
+
+type sweepJSON struct {
+	Model   string       `json:"model"`
+	Results []resultJSON `json:"results"`
+}
+
+// stepTitle names the simulated step, above tables and plots.
+func stepTitle(name string, img int64) string {
+	return fmt.Sprintf("%s: fp32 model step (forward, loss, backward), image %dx%d", name, img, img)
+}
+
+// newTable returns a tabwriter that right-aligns cells; a line's last cell,
+// not followed by a tab, flows left-aligned after the columns.
+func newTable(w io.Writer) *tabwriter.Writer {
+	return tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+}
+
+func printSweep(w io.Writer, name string, rs []*onnxmem.Result) error {
+	if len(rs) > 0 {
+		fmt.Fprintln(w, stepTitle(name, rs[0].Scenario.Height))
+	}
+	tw := newTable(w)
+	fmt.Fprint(tw, "batch\tpeak GiB\tpeak req GiB\treserved GiB\tafter fwd GiB\tafter bwd GiB\tphase\tlayer\t  peak node\n")
+	for _, r := range rs {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t  %s\n", r.Scenario.Batch,
+			gib(r.Peak), gib(r.PeakRequested), gib(r.PeakReserved), gib(r.AfterForward), gib(r.AfterBackward),
+			orDash(r.PeakPhase), layer(r.PeakLayer), orDash(r.PeakNode))
+	}
+	return tw.Flush()
+}
+
+// sweepPlot is the peak against the batch size.
+func sweepPlot(name string, rs []*onnxmem.Result) *plot {
+	s := series{Name: "peak allocated", Color: "#1f5fbf", Dots: true}
+	img := int64(0)
+	for _, r := range rs {
+		s.X = append(s.X, float64(r.Scenario.Batch))
+		s.Y = append(s.Y, gibf(r.Peak))
+		img = r.Scenario.Height
+	}
+	xmax := 1.0 // the x axis starts at 0
+	for _, x := range s.X {
+		xmax = max(xmax, x)
+	}
+	return &plot{
+		Title:  fmt.Sprintf("%s: peak against batch size (fp32 model step, image %d)", name, img),
+		XLabel: "batch size", YLabel: "peak allocated (GiB)",
+		Series: []series{s}, XMin: 0, XMax: xmax * 1.03, // room for the last dot
+	}
+}
