@@ -317,7 +317,16 @@ func (b *builder) back(n *ir.Node, k opKind, outs []ir.ValueID) {
 			pass(n.Inputs[0], true, true)
 		}
 	}
-	// Incoming gradients go first, then the saved tensors.
+	// Incoming gradients go first, then the saved tensors, which
+	// release_variables drops in order. A recomputed node's saved tensors
+	// are different: unpacking hands them over to apply, whose locals die
+	// last-made first before the engine drops the incoming gradients.
+	if b.chunkOf[n.ID] >= 0 {
+		for j := len(b.saved[n.ID]) - 1; j >= 0; j-- {
+			b.unref(b.saved[n.ID][j])
+		}
+		b.saved[n.ID] = nil
+	}
 	for _, o := range outs {
 		if b.data[o] && b.slot[o] >= 0 {
 			b.unref(b.grads[b.slot[o]].st)
