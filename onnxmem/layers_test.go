@@ -8,23 +8,10 @@ import (
 	"testing"
 
 	"github.com/onnxmem/onnxmem/allocator"
+	"github.com/onnxmem/onnxmem/internal/onnxbuild"
 	"github.com/onnxmem/onnxmem/onnxmem"
 	"github.com/onnxmem/onnxmem/schedule"
 )
-
-// groundtruth returns the path of a file in ../shared/groundtruth, or skips
-// the test when the shared data is missing (and fails under CI=true).
-func groundtruth(t *testing.T, name string) string {
-	t.Helper()
-	p := filepath.Join("..", "..", "shared", "groundtruth", name)
-	if _, err := os.Stat(p); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("shared data missing: %v (CI expects ../shared beside the repository)", err)
-		}
-		t.Skipf("shared data missing: %v", err)
-	}
-	return p
-}
 
 // TestLayerProfile compares memory_allocated() after each top-level layer's
 // forward, as groundtruth/layers.jsonl measured it with forward hooks, with the
@@ -32,7 +19,7 @@ func groundtruth(t *testing.T, name string) string {
 // from a cold allocator with only the model and the input resident, which is
 // how the simulation starts here. Each layer must be within 8 MiB.
 func TestLayerProfile(t *testing.T) {
-	f, err := os.Open(groundtruth(t, "layers.jsonl"))
+	f, err := os.Open(onnxbuild.Shared(t, "groundtruth/layers.jsonl"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +46,7 @@ func TestLayerProfile(t *testing.T) {
 			t.Logf("%s b%d amp=%v: not simulated yet", r.Cfg, r.Batch, r.Amp)
 			continue
 		}
-		m, err := onnxmem.Load(filepath.Join("..", "..", "shared", "yolov9", r.Cfg+"-train.onnx"))
+		m, err := onnxmem.Load(filepath.Join(onnxbuild.SharedDir, "yolov9", r.Cfg+"-train.onnx"))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -65,13 +65,12 @@ type Scenario struct {
 	Half bool
 	// Segments checkpoints the top-level layers as checkpoint_sequential does
 	// with this many segments (the first Segments-1 chunks of n/Segments
-	// layers run under checkpoint(use_reentrant=False)), with a layer loop
-	// that drops each output after its last reader. 0 or 1 means no
+	// layers run under checkpoint(use_reentrant=False)). 0 or 1 means no
 	// checkpointing.
 	Segments int
 	// Checkpoint, when not empty, is an explicit plan: these ranges of
-	// top-level layers run under checkpoint(use_reentrant=False) inside
-	// YOLOv9's own layer loop. It excludes Segments.
+	// top-level layers run under checkpoint(use_reentrant=False). It
+	// excludes Segments.
 	Checkpoint []schedule.Range
 	// Capacity, when positive, is the device memory in bytes: a step that needs
 	// more reports OOM.
@@ -84,7 +83,10 @@ type Tensor struct {
 	// no value (a workspace, batch-norm statistics).
 	Name string
 	Kind string
-	// Bytes is the block the allocator holds for it; Requested what was asked.
+	// Bytes is the request rounded to the allocator's 512-byte blocks;
+	// Requested what was asked. A block that the allocator did not split
+	// holds up to 1 MiB more, which is why the buffers alive at the peak add
+	// up to a little less than Result.Peak.
 	Bytes, Requested int64
 	// Node is the op that allocated it ("" for resident buffers).
 	Node string
@@ -165,7 +167,6 @@ func (m *Model) Program(sc Scenario) (*schedule.Program, error) {
 	}
 	if sc.Segments > 1 {
 		cfg.Checkpoint = schedule.Sequential(m.Layers(), sc.Segments)
-		cfg.DropOutputs = true
 	}
 	p, err := schedule.Build(m.Graph, s, cfg)
 	if err != nil {

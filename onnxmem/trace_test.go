@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/onnxmem/onnxmem/internal/onnxbuild"
 	"github.com/onnxmem/onnxmem/onnxmem"
 	"github.com/onnxmem/onnxmem/schedule"
 )
@@ -19,7 +20,7 @@ import (
 // few-byte scalars. It names the largest difference, in bytes, and checks
 // the predicted peak against the trace's.
 func TestTraces(t *testing.T) {
-	dir := groundtruth(t, "traces")
+	dir := onnxbuild.Shared(t, "groundtruth/traces")
 	files, err := filepath.Glob(filepath.Join(dir, "trace-*.json"))
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no traces in %s", dir)
@@ -36,7 +37,7 @@ func TestTraces(t *testing.T) {
 			}
 			cfg = "yolov9-" + cfg
 			tr := readTrace(t, f)
-			m, err := onnxmem.Load(filepath.Join("..", "..", "shared", "yolov9", cfg+"-train.onnx"))
+			m, err := onnxmem.Load(filepath.Join(onnxbuild.SharedDir, "yolov9", cfg+"-train.onnx"))
 			if err != nil {
 				t.Fatal(err)
 			}

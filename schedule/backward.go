@@ -40,7 +40,7 @@ func (b *builder) backward() {
 	for _, o := range g.Outputs {
 		if b.rg[o] {
 			b.ref(ones)
-			b.setSlot(o, gradT{st: ones, bytes: b.bytes(o)})
+			b.accumulate(o, gradT{st: ones, bytes: b.bytes(o)})
 		}
 	}
 	b.unref(ones)
@@ -379,9 +379,15 @@ func (b *builder) cleanup() {
 		b.saved[i] = nil
 	}
 	b.unref(b.lossSt)
-	// The list of outputs dies last item first.
+	// The list of outputs dies last item first; a value listed twice holds
+	// one reference.
 	for j := len(b.g.Outputs) - 1; j >= 0; j-- {
-		if o := b.g.Outputs[j]; b.vst[o] >= 0 {
+		o := b.g.Outputs[j]
+		first := true
+		for _, p := range b.g.Outputs[:j] {
+			first = first && p != o
+		}
+		if first && b.vst[o] >= 0 {
 			b.unref(b.vst[o])
 		}
 	}

@@ -64,10 +64,6 @@ type Config struct {
 	// range when it first needs one of its saved tensors, and stops the
 	// recomputation once all are back.
 	Checkpoint []Range
-	// DropOutputs keeps each layer's output only until the last layer that
-	// reads it, as a segmented layer loop does, instead of to the end of the
-	// forward as YOLOv9's _forward_once does.
-	DropOutputs bool
 	// Workspace, when set, returns the cuDNN workspace bytes that a conv
 	// allocates and frees around its kernel; nil means none.
 	Workspace func(c ConvCall) int64
@@ -292,16 +288,6 @@ func scopeOf(name string) string {
 	return name[:strings.LastIndexByte(name, '/')+1]
 }
 
-// checkpointed reports whether layer l is in a checkpointed range.
-func (b *builder) checkpointed(l int) bool {
-	for _, r := range b.cfg.Checkpoint {
-		if l >= r.From && l < r.To {
-			return true
-		}
-	}
-	return false
-}
-
 // argHolds finds, for each read of each data node, the outermost module on
 // the reader's call stack that does not contain the producer: the value is
 // that module's argument, and lives until the module's last op.
@@ -365,9 +351,9 @@ func (b *builder) layers() layerInfo {
 	}
 	// A layer's output is a data value read by another layer. The loop keeps
 	// it in x until the next layer has run, and in y to the end of the
-	// forward when a later layer reads it. The segmented loop of
-	// checkpoint_sequential (Config.DropOutputs) drops it after its last
-	// reader instead.
+	// forward when a later layer reads it. The measurements show the same
+	// with checkpoint segments: the segmented loop keeps what later layers
+	// read to the end of the forward, checkpointed or not.
 	for v := range g.Values {
 		if !b.data[v] || g.Values[v].Producer < 0 {
 			continue
@@ -383,10 +369,7 @@ func (b *builder) layers() layerInfo {
 			}
 			end := l + 1
 			if cl > end {
-				end = cl
-				if !b.cfg.DropOutputs || !b.checkpointed(l) {
-					end = -2
-				}
+				end = -2
 			}
 			if li.holdEnd[v] != -2 && (end == -2 || end > li.holdEnd[v]) {
 				li.holdEnd[v] = end

@@ -1,0 +1,95 @@
+package onnxmem_test
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/onnxmem/onnxmem/internal/onnxbuild"
+	"github.com/onnxmem/onnxmem/ir"
+	"github.com/onnxmem/onnxmem/onnxmem"
+)
+
+// wantErr fails unless err is an error whose message starts with prefix and
+// contains every one of parts.
+func wantErr(t *testing.T, what string, err error, prefix string, parts ...string) {
+	t.Helper()
+	if err == nil {
+		t.Errorf("%s: no error", what)
+		return
+	}
+	msg := err.Error()
+	if !strings.HasPrefix(msg, prefix) {
+		t.Errorf("%s: error %q does not start with %q", what, msg, prefix)
+	}
+	for _, p := range parts {
+		if !strings.Contains(msg, p) {
+			t.Errorf("%s: error %q does not name %q", what, msg, p)
+		}
+	}
+}
+
+// TestLoadErrors checks that Load reports files that are not ONNX models,
+// truncated at any of several points, missing or empty, with errors
+// starting "onnxmem: ".
+func TestLoadErrors(t *testing.T) {
+	data, err := os.ReadFile(tinyModel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	for _, n := range []int{0, 1, 10, len(data) / 3, len(data) / 2, len(data) - 1} {
+		path := filepath.Join(dir, "cut.onnx")
+		if err := os.WriteFile(path, data[:n], 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, err := onnxmem.Load(path)
+		wantErr(t, fmt.Sprintf("tiny.onnx cut to %d bytes", n), err, "onnxmem: ")
+	}
+	_, err = onnxmem.Load(filepath.Join(dir, "absent.onnx"))
+	wantErr(t, "missing file", err, "onnxmem: ", "absent.onnx")
+	_, err = onnxmem.LoadBytes("junk", []byte("not a model"))
+	wantErr(t, "junk bytes", err, "onnxmem: junk: ")
+}
+
+// simulateAfterBlock builds a one-block model whose layer 1 applies op to
+// the block's output, and simulates it at batch 2, 32×32.
+func simulateAfterBlock(t *testing.T, op string) error {
+	t.Helper()
+	b := onnxbuild.New("bad")
+	b.Output(b.Layer(1).Op(op, b.Layer(0).Block(b.Input("x", 3), 8, 3, 2)))
+	data, err := b.Bytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := onnxmem.LoadBytes("bad", data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = m.Simulate(onnxmem.Scenario{Batch: 2, Height: 32, Width: 32})
+	return err
+}
+
+// TestSimulateErrors checks the errors of ops that onnxmem cannot simulate
+// and of scenarios it refuses: each starts "onnxmem: " and names the cause.
+func TestSimulateErrors(t *testing.T) {
+	// LeakyRelu has a shape rule but no autograd memory rule.
+	wantErr(t, "LeakyRelu", simulateAfterBlock(t, "LeakyRelu"), "onnxmem: bad: schedule: ", "/model.1/LeakyRelu", "unsupported op LeakyRelu")
+	// Hardmax has no shape rule either: Infer stops first.
+	err := simulateAfterBlock(t, "Hardmax")
+	wantErr(t, "Hardmax", err, "onnxmem: bad: ir: ", "/model.1/Hardmax", "Hardmax")
+	if !errors.Is(err, ir.ErrUnsupportedOp) {
+		t.Errorf("Hardmax: %v is not ir.ErrUnsupportedOp", err)
+	}
+	m, err := onnxmem.Load(tinyModel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sc := range []onnxmem.Scenario{{Batch: 0, Height: 64, Width: 64}, {Batch: 1, Height: 0, Width: 64}} {
+		_, err := m.Simulate(sc)
+		wantErr(t, "scenario", err, "onnxmem: ")
+	}
+}

@@ -1,0 +1,64 @@
+package schedule_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/onnxmem/onnxmem/internal/onnxbuild"
+	"github.com/onnxmem/onnxmem/ir"
+	"github.com/onnxmem/onnxmem/schedule"
+)
+
+// buildErr loads b, infers it at batch 2 and returns Build's error.
+func buildErr(t *testing.T, b *onnxbuild.Builder) error {
+	t.Helper()
+	g := load(t, b)
+	s, err := g.Infer(ir.Binding{Batch: 2, Height: 16, Width: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = schedule.Build(g, s, schedule.Config{})
+	return err
+}
+
+// TestBuildErrors checks that Build refuses what it has no memory rule for,
+// with an error that starts "schedule: " and names the node and the op.
+func TestBuildErrors(t *testing.T) {
+	opOnActivations := func(op string) *onnxbuild.Builder {
+		b := onnxbuild.New("bad")
+		b.Output(b.Layer(1).Op(op, b.Layer(0).Block(b.Input("x", 3), 8, 3, 1)))
+		return b
+	}
+	linear := onnxbuild.New("linear")
+	l1 := linear.Layer(1)
+	y := l1.Node("Resize", []string{linear.Layer(0).Block(linear.Input("x", 3), 8, 3, 1).Name, "", l1.Floats(1, 1, 2, 2)}, 1,
+		onnxbuild.StringAttr("mode", "linear"))
+	linear.Output(onnxbuild.T{Name: y[0], C: 8})
+	for _, c := range []struct {
+		name  string
+		b     *onnxbuild.Builder
+		parts []string
+	}{
+		{"LeakyRelu", opOnActivations("LeakyRelu"), []string{"node /model.1/LeakyRelu", "unsupported op LeakyRelu"}},
+		{"Relu", opOnActivations("Relu"), []string{"node /model.1/Relu", "unsupported op Relu"}},
+		{"Resize linear", linear, []string{"node /model.1/Resize", `Resize mode "linear"`}},
+	} {
+		err := buildErr(t, c.b)
+		if err == nil {
+			t.Errorf("%s: no error", c.name)
+			continue
+		}
+		if !strings.HasPrefix(err.Error(), "schedule: ") {
+			t.Errorf("%s: error %q does not start with %q", c.name, err, "schedule: ")
+		}
+		for _, p := range c.parts {
+			if !strings.Contains(err.Error(), p) {
+				t.Errorf("%s: error %q does not contain %q", c.name, err, p)
+			}
+		}
+	}
+	// A graph without an input has no step to build.
+	if _, err := schedule.Build(&ir.Graph{Name: "empty"}, &ir.Shapes{}, schedule.Config{}); err == nil || !strings.HasPrefix(err.Error(), "schedule: ") {
+		t.Errorf("graph without input: error %v", err)
+	}
+}
