@@ -55,6 +55,16 @@ func Sequential(n, k int) []Range {
 	return out
 }
 
+// EachLayer returns a plan that checkpoints every one of n top-level layers
+// on its own, the most memory-frugal plan and the most recompute.
+func EachLayer(n int) []Range {
+	out := make([]Range, n)
+	for i := range out {
+		out[i] = Range{From: i, To: i + 1}
+	}
+	return out
+}
+
 // Config says how the step is run.
 type Config struct {
 	Precision Precision
