@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/onnxmem/onnxmem/onnxmem"
 )
@@ -171,6 +172,13 @@ func (f *flagSet) jsonFlag() *bool {
 	return f.Bool("json", false, "write JSON to stdout instead of a table (sizes in bytes)")
 }
 
+// budgetFlag adds -budget, a memory budget in GiB, 80 by default.
+func (f *flagSet) budgetFlag() *gibValue {
+	b := gibValue(80)
+	f.Var(&b, "budget", "memory budget in `GiB` (may have decimals)")
+	return &b
+}
+
 // svgFlag adds -svg.
 func (f *flagSet) svgFlag(what string) *string {
 	return f.String("svg", "", "write "+what+" as SVG to `file`")
@@ -264,16 +272,30 @@ func orDash(s string) string {
 	return s
 }
 
-// progress returns the callback Model.Sweep calls, or nil when progress is not
-// shown: it is shown when verbose is set or stderr is a terminal. On a
-// terminal it rewrites one line; elsewhere it writes one line per step.
+// progress returns the callback Model.Sweep calls: one step of steps per
+// batch size.
 func progress(stderr io.Writer, verbose bool, what string, batches []int64) func(done, total int) {
+	step := steps(stderr, verbose, what, len(batches))
+	return func(done, _ int) { step(fmt.Sprintf("batch %d", batches[done-1])) }
+}
+
+// steps returns a callback to call once for each of total steps as it
+// finishes, with a label saying what was done. Progress is shown when
+// verbose is set or stderr is a terminal, and otherwise the callback does
+// nothing. On a terminal it rewrites one line; elsewhere it writes one line
+// per step. The callback may be called from several goroutines.
+func steps(stderr io.Writer, verbose bool, what string, total int) func(label string) {
 	tty := isTerminal(stderr)
 	if !verbose && !tty {
-		return nil
+		return func(string) {}
 	}
-	return func(done, total int) {
-		msg := fmt.Sprintf("onnxmem: %s: batch %d done (%d/%d)", what, batches[done-1], done, total)
+	var mu sync.Mutex
+	done := 0
+	return func(label string) {
+		mu.Lock()
+		defer mu.Unlock()
+		done++
+		msg := fmt.Sprintf("onnxmem: %s: %s done (%d/%d)", what, label, done, total)
 		switch {
 		case !tty:
 			fmt.Fprintln(stderr, msg)

@@ -3,12 +3,18 @@
 // torch.cuda.max_memory_allocated reports, where in the step it falls and
 // which tensors make it.
 //
-// What is simulated is the fp32 "model step" of package onnxmem: the
-// parameters and the input batch are resident, the forward runs in train
-// mode, the loss is sum(o.sum()) over the outputs, and the backward follows.
-// Mixed precision (AMP), checkpoint segments, full training steps (loss,
-// optimizer, EMA) and eval steps are not simulated yet; onnxmem says so
-// rather than print a guess.
+// What is simulated is the "model step" of package onnxmem: the parameters
+// and the input batch are resident, the forward runs in train mode, the loss
+// is sum(o.sum()) over the outputs, and the backward follows. The step runs
+// in fp32, under AMP (torch.autocast float16, the default of YOLOv9's
+// train_dual.py) or in half precision (model.half()), with or without
+// checkpoint segments (torch.utils.checkpoint.checkpoint_sequential with N
+// segments: the first N-1 run under checkpoint(use_reentrant=False)). report
+// compares fp32 and AMP with 0, 2 and 4 segments, knobs every precision with
+// 0, 2 and 4 segments, and predict takes amp and segments from each line;
+// sweep, timeline and maxbatch simulate fp32 without checkpointing. Full
+// training steps (loss, optimizer, EMA) and eval steps are not simulated
+// yet; onnxmem says so rather than print a guess.
 //
 // Usage:
 //
@@ -28,15 +34,24 @@
 //
 //	onnxmem report [-img N] [-batches LIST] [-batch N] [-json] [-v] [MODEL.onnx]
 //
-// Predicts the step at each batch size of -batches and prints, per batch
-// size, the peak, the memory allocated after the forward, where the peak
-// falls (phase and top-level layer) and whether the peak fits in 24, 40 and
-// 80 GiB. These are nominal card capacities: the CUDA context and the
-// allocator's fragmentation are not subtracted. Then, for the scenario at
-// -batch, where the peak is (phase, event, node, layer), the 10 largest
-// tensors alive at the peak and the live bytes by kind of buffer. A line says
-// that AMP and checkpoint segments are not simulated yet (the text of
-// onnxmem.Scenario.Supported).
+// Predicts the step at each batch size of -batches in six settings: fp32 and
+// AMP, each without checkpointing and with 2 and 4 segments (columns "fp32",
+// "fp32 k2", "fp32 k4", "amp", "amp k2", "amp k4"), and prints:
+//
+//   - peak GiB: the peak of each setting at each batch size;
+//   - largest batch that fits: for each setting, the largest batch size, up
+//     to 1024, whose peak fits in 24, 40 and 80 GiB ("1024+" when the search
+//     stops at the limit). These are nominal card capacities: the CUDA
+//     context and the allocator's fragmentation are not subtracted yet;
+//   - where the peak is at -batch with AMP and no checkpointing,
+//     train_dual.py's default: phase, event, node and layer; the 10 largest
+//     tensors alive at the peak; and the live bytes by kind of buffer.
+//
+// The searches use onnxmem.Model.MaxBatch. Each one's limit is one below the
+// smallest batch size of -batches whose peak does not fit (1024 when all
+// fit): the peak grows with the batch size, so that gives the answer of a
+// search up to 1024 in fewer simulations. The simulations run on all CPUs; on yolov9-c with the
+// default batch sizes the report takes about half a second on two cores.
 //
 // Without MODEL.onnx, report reads ../shared/yolov9/yolov9-c-train.onnx
 // relative to the current directory (the shared folder beside the
@@ -45,11 +60,14 @@
 //
 //	-img N         input image size in pixels, square (default 640)
 //	-batches LIST  comma-separated batch sizes (default 1,2,4,8,16,32,64)
-//	-batch N       batch size whose peak is explained in detail (default 16)
+//	-batch N       batch size whose AMP peak is explained in detail (default 16)
 //	-json          write JSON instead of the tables: model, path,
-//	               nominal_capacity, results, detail (with at_peak and
-//	               peak_by_kind) and not_simulated
-//	-v             progress on stderr
+//	               nominal_capacity (bytes), max_batch_limit (1024),
+//	               settings (each with name, amp, segments, results and
+//	               max_batch, one per nominal capacity) and detail (with
+//	               at_peak and peak_by_kind)
+//	-v             progress on stderr, one line per simulated setting and
+//	               batch size and per search, in the order they finish
 //
 // # sweep
 //
@@ -97,9 +115,10 @@
 //	{"peak", "peak_req", "peak_reserved", "m0", "after_fwd", "fwd_peak", "after_bwd"}
 //
 // in bytes, or with a field "error" (a message starting "onnxmem: ") when the
-// scenario cannot be simulated: a kind other than model_step, amp true or
-// segments above 1, a model file that cannot be loaded, a missing or
-// mistyped field. Nothing is skipped and nothing is guessed. kind, model,
+// scenario cannot be simulated: a kind other than model_step, a scenario
+// that onnxmem.Scenario.Supported refuses (a negative segments), a model
+// file that cannot be loaded, a missing or mistyped field. model_step lines
+// with amp true or segments above 1 are predicted. Nothing is skipped and nothing is guessed. kind, model,
 // batch and img are required; a missing amp means false and a missing
 // segments 0. Each model file is loaded once.
 //
@@ -126,6 +145,42 @@
 //	-limit N     largest batch size to consider (default 1024)
 //	-json        write {"model", "budget", "limit", "max_batch", "result"}
 //
+// # knobs
+//
+//	onnxmem knobs [-batch N] [-img N] [-budget GiB] [-json] MODEL.onnx
+//
+// What each knob buys at one batch size: the step in fp32, amp and half,
+// each with 0, 2 and 4 checkpoint segments, in that order (fp32 first, the
+// reference). One row each:
+//
+//	precision   fp32, amp or half
+//	segments    0 (no checkpointing), 2 or 4
+//	peak GiB    the predicted peak allocated
+//	saving      the bytes less than fp32 without checkpointing, in % and GiB
+//	fits        whether the peak fits the budget (nominal: the CUDA context
+//	            and fragmentation are not subtracted yet)
+//	recompute   the extra FLOPs of recomputing the checkpointed layers in the
+//	            backward, relative to the step's forward and backward FLOPs
+//	            (onnxmem.Cost.Overhead); "-" without checkpointing
+//	peak at     where the peak falls: phase (forward, backward, recompute, …)
+//	            and top-level layer
+//
+// A line above the table gives the step's forward and backward FLOPs, which
+// the precision does not change. FLOPs are counted from the graph
+// (onnxmem.Model.Cost: a multiply-add is 2 FLOPs; the backward is twice the
+// forward of the ops that need gradients; the recomputation counts the whole
+// checkpointed ranges, an upper bound by the few trailing ops that PyTorch's
+// early stop skips).
+//
+//	-batch N     batch size (default 64)
+//	-img N       input image size in pixels, square (default 640)
+//	-budget GiB  memory budget in GiB, decimals allowed (default 80)
+//	-json        write {"model", "batch", "height", "width", "budget", "rows"}
+//	             instead; each row has precision, segments, peak, saving
+//	             (bytes), saving_fraction, fits, forward_flops,
+//	             backward_flops, recompute_flops, recompute_overhead (a
+//	             fraction), peak_phase, peak_layer and peak_node
+//
 // # help
 //
 //	onnxmem help [COMMAND]
@@ -133,7 +188,8 @@
 // Lists the commands, or prints a command's usage (the same as COMMAND -h).
 // onnxmem -h is onnxmem help.
 //
-// Progress: report and sweep write one line per batch size to stderr when -v
-// is given, or rewrite one line when stderr is a terminal; stdout carries
-// only the result.
+// Progress: report and sweep write one line per step to stderr when -v is
+// given (sweep: per batch size; report: per setting and batch size, and per
+// search), or rewrite one line when stderr is a terminal; stdout carries only
+// the result.
 package main

@@ -31,6 +31,10 @@ type resultJSON struct {
 	Batch  int64 `json:"batch"`
 	Height int64 `json:"height"`
 	Width  int64 `json:"width"`
+	// The setting: autocast, model.half() and checkpoint segments.
+	AMP      bool `json:"amp"`
+	Half     bool `json:"half"`
+	Segments int  `json:"segments"`
 	predicted
 	PeakPhase string `json:"peak_phase"`
 	PeakNode  string `json:"peak_node"`
@@ -61,6 +65,7 @@ type kindJSON struct {
 func newResultJSON(r *onnxmem.Result, detail bool) resultJSON {
 	j := resultJSON{
 		Batch: r.Scenario.Batch, Height: r.Scenario.Height, Width: r.Scenario.Width,
+		AMP: r.Scenario.AMP, Half: r.Scenario.Half, Segments: r.Scenario.Segments,
 		predicted: newPredicted(r),
 		PeakPhase: r.PeakPhase, PeakNode: r.PeakNode, PeakLayer: r.PeakLayer, PeakEvent: r.PeakEvent,
 		Events: r.Events, OOM: r.OOM,

@@ -27,6 +27,7 @@ func commands() []command {
 		{"timeline", "allocated and reserved memory over one step, as a summary, JSON or an SVG plot", cmdTimeline},
 		{"predict", "JSON Lines scenarios on stdin to predictions on stdout", cmdPredict},
 		{"maxbatch", "largest batch size whose peak fits a memory budget", cmdMaxBatch},
+		{"knobs", "what AMP, half precision and checkpoint segments save at one batch size, and their FLOP cost", cmdKnobs},
 		{"help", "this list, or a command's usage: onnxmem help COMMAND", cmdHelp},
 	}
 }

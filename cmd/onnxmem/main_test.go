@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -92,6 +93,10 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"maxbatch", "-budget", "NaN", "m.onnx"}, `invalid value "NaN" for flag -budget`},
 		{[]string{"maxbatch", "-limit", "0", "m.onnx"}, `invalid value "0" for flag -limit`},
 		{[]string{"predict", "x.jsonl"}, "predict reads stdin and takes no arguments"},
+		{[]string{"knobs"}, "no model given"},
+		{[]string{"knobs", "-batch", "0", "m.onnx"}, `invalid value "0" for flag -batch`},
+		{[]string{"knobs", "-budget", "-1", "m.onnx"}, `invalid value "-1" for flag -budget`},
+		{[]string{"knobs", "-segments", "2", "m.onnx"}, "flag provided but not defined: -segments"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			code, stdout, stderr := runCmd(t, "", tc.args...)
@@ -140,7 +145,7 @@ func TestHelp(t *testing.T) {
 }
 
 func TestMissingModelFile(t *testing.T) {
-	for _, cmd := range []string{"report", "sweep", "timeline", "maxbatch"} {
+	for _, cmd := range []string{"report", "sweep", "timeline", "maxbatch", "knobs"} {
 		code, stdout, stderr := runCmd(t, "", cmd, "nope.onnx")
 		want := "onnxmem: open nope.onnx: no such file or directory\n"
 		if code != 1 || stdout != "" || stderr != want {
@@ -198,6 +203,30 @@ func TestProgress(t *testing.T) {
 	want := "onnxmem: sweep: batch 1 done (1/2)\nonnxmem: sweep: batch 2 done (2/2)\n"
 	if code != 0 || stderr != want {
 		t.Errorf("with -v: exit code %d, stderr %q; want 0 and %q", code, stderr, want)
+	}
+	// The report's steps finish in any order, but the count runs up.
+	code, _, stderr = runCmd(t, "", "report", "-batches", "1,2", m)
+	if code != 0 || stderr != "" {
+		t.Errorf("report without -v: exit code %d, stderr %q; want 0 and none", code, stderr)
+	}
+	code, _, stderr = runCmd(t, "", "report", "-v", "-batches", "1,2", m)
+	lines := strings.Split(strings.TrimSuffix(stderr, "\n"), "\n")
+	const total = 6 * (2 + 3) // six settings: two batch sizes and three cards each
+	if code != 0 || len(lines) != total {
+		t.Fatalf("report -v: exit code %d, %d lines of progress, want %d:\n%s", code, len(lines), total, stderr)
+	}
+	seen := map[string]bool{}
+	for i, l := range lines {
+		what, ok := strings.CutSuffix(l, fmt.Sprintf(" done (%d/%d)", i+1, total))
+		if !ok || !strings.HasPrefix(what, "onnxmem: report: ") || seen[what] {
+			t.Errorf("report -v: line %d: %q", i+1, l)
+		}
+		seen[what] = true
+	}
+	for _, what := range []string{"fp32 at batch 1", "amp k4 at batch 2", "fp32 k2 in 24 GiB", "amp in 80 GiB"} {
+		if !seen["onnxmem: report: "+what] {
+			t.Errorf("report -v: no line for %s:\n%s", what, stderr)
+		}
 	}
 }
 

@@ -13,8 +13,7 @@ func cmdMaxBatch(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		"Maxbatch finds the largest batch size, up to -limit, whose predicted peak\n(allocated bytes) of the fp32 model step fits in -budget GiB. The budget is\ncompared with the peak allocated: leave room for the CUDA context and the\nallocator's fragmentation.",
 		"onnxmem maxbatch -budget 40 ../shared/yolov9/yolov9-c-train.onnx")
 	img := f.imgFlag()
-	budget := gibValue(80)
-	f.Var(&budget, "budget", "memory budget in `GiB` (may have decimals)")
+	budget := f.budgetFlag()
 	limit := f.positive("limit", 1024, "largest batch `size` to consider")
 	asJSON := f.jsonFlag()
 	m, code, ok := f.parseAndLoad(args, stdout, stderr)

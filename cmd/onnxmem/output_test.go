@@ -4,15 +4,16 @@ import (
 	"encoding/json"
 	"encoding/xml"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
-	"github.com/google/go-cmp/cmp/cmpopts"
+	"github.com/onnxmem/onnxmem/onnxmem"
 )
 
 // TestGolden checks the text and JSON outputs for yolov9-s against
@@ -29,6 +30,7 @@ func TestGolden(t *testing.T) {
 		{"report-s.txt", []string{"report", "-batches", "1,8", "-batch", "8", m}},
 		{"timeline-s.txt", []string{"timeline", "-batch", "8", m}},
 		{"maxbatch-s.txt", []string{"maxbatch", "-budget", "24", m}},
+		{"knobs-s.txt", []string{"knobs", "-batch", "8", "-budget", "2.5", m}},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			code, stdout, stderr := runCmd(t, "", tc.args...)
@@ -59,12 +61,51 @@ func TestJSON(t *testing.T) {
 
 	var rep reportJSON
 	decode([]string{"report", "-json", "-batches", "1,2", "-batch", "4", m}, &rep)
-	if len(rep.Results) != 2 || rep.Detail.Batch != 4 || len(rep.Detail.AtPeak) == 0 || len(rep.Detail.PeakByKind) == 0 {
-		t.Errorf("report -json: %d results, detail at batch %d with %d tensors and %d kinds",
-			len(rep.Results), rep.Detail.Batch, len(rep.Detail.AtPeak), len(rep.Detail.PeakByKind))
+	var names []string
+	for _, st := range rep.Settings {
+		names = append(names, st.Name)
+		if len(st.Results) != 2 || len(st.MaxBatch) != len(nominalGiB) {
+			t.Errorf("report -json: %s: %d results, %d max batches", st.Name, len(st.Results), len(st.MaxBatch))
+			continue
+		}
+		for _, r := range st.Results {
+			if r.AMP != st.AMP || r.Segments != st.Segments || r.Half {
+				t.Errorf("report -json: %s has a result of amp %v, segments %d, half %v", st.Name, r.AMP, r.Segments, r.Half)
+			}
+		}
+		for c := 1; c < len(st.MaxBatch); c++ {
+			if st.MaxBatch[c] < st.MaxBatch[c-1] {
+				t.Errorf("report -json: %s: max batches %v shrink on larger cards", st.Name, st.MaxBatch)
+			}
+		}
 	}
-	if d := cmp.Diff(notSimulated(scenario(4, 640)), rep.NotSimulated, cmpopts.EquateEmpty()); d != "" {
-		t.Errorf("report -json: not_simulated differs from Scenario.Supported (-want +got):\n%s", d)
+	if want := []string{"fp32", "fp32 k2", "fp32 k4", "amp", "amp k2", "amp k4"}; !slices.Equal(names, want) {
+		t.Errorf("report -json: settings %q, want %q", names, want)
+	}
+	if d := rep.Detail; d.Batch != 4 || !d.AMP || d.Segments != 0 || len(d.AtPeak) == 0 || len(d.PeakByKind) == 0 {
+		t.Errorf("report -json: detail at batch %d, amp %v, segments %d, with %d tensors and %d kinds; want batch 4, amp, no segments",
+			d.Batch, d.AMP, d.Segments, len(d.AtPeak), len(d.PeakByKind))
+	}
+
+	var kn knobsJSON
+	decode([]string{"knobs", "-json", "-batch", "4", "-budget", "1.5", m}, &kn)
+	var rows []string
+	for _, r := range kn.Rows {
+		rows = append(rows, fmt.Sprintf("%s %d", r.Precision, r.Segments))
+		base := kn.Rows[0].Peak
+		if r.Saving != base-r.Peak || r.SavingFraction != float64(base-r.Peak)/float64(base) || r.Fits != (r.Peak <= kn.Budget) {
+			t.Errorf("knobs -json: %s %d: inconsistent saving or fits: %+v", r.Precision, r.Segments, r)
+		}
+		if (r.RecomputeFLOPs > 0) != (r.Segments > 1) || r.ForwardFLOPs != kn.Rows[0].ForwardFLOPs ||
+			r.RecomputeOverhead != float64(r.RecomputeFLOPs)/float64(r.ForwardFLOPs+r.BackwardFLOPs) {
+			t.Errorf("knobs -json: %s %d: inconsistent FLOPs: %+v", r.Precision, r.Segments, r)
+		}
+	}
+	if want := []string{"fp32 0", "fp32 2", "fp32 4", "amp 0", "amp 2", "amp 4", "half 0", "half 2", "half 4"}; !slices.Equal(rows, want) {
+		t.Errorf("knobs -json: rows %q, want %q", rows, want)
+	}
+	if kn.Batch != 4 || kn.Height != 640 || kn.Budget != 3<<29 {
+		t.Errorf("knobs -json: batch %d, height %d, budget %d", kn.Batch, kn.Height, kn.Budget)
 	}
 
 	var tl timelineJSON
@@ -190,6 +231,56 @@ func TestTicks(t *testing.T) {
 		}
 		if got := strings.Join(labels, " "); step != tc.step || got != tc.labels {
 			t.Errorf("ticks(%v, %v) = %q step %v; want %q step %v", tc.lo, tc.hi, got, step, tc.labels, tc.step)
+		}
+	}
+}
+
+// TestReportMaxBatch checks the report's largest batches, whose searches
+// start from the peaks already simulated, against Model.MaxBatch up to 1024.
+func TestReportMaxBatch(t *testing.T) {
+	path := smallModel(t)
+	code, stdout, stderr := runCmd(t, "", "report", "-json", "-batches", "1,8,64", path)
+	if code != 0 || stderr != "" {
+		t.Fatalf("exit code %d, stderr %q", code, stderr)
+	}
+	var rep reportJSON
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+		t.Fatal(err)
+	}
+	m, err := onnxmem.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range rep.Settings {
+		for c, budget := range rep.NominalCapacity {
+			want, _, err := m.MaxBatch(onnxmem.Scenario{Height: 640, Width: 640, AMP: st.AMP, Segments: st.Segments}, budget, maxBatchLimit)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := st.MaxBatch[c]; got != want {
+				t.Errorf("%s in %d GiB: max batch %d, Model.MaxBatch says %d", st.Name, budget>>30, got, want)
+			}
+		}
+	}
+}
+
+func TestSearchLimit(t *testing.T) {
+	rs := []*onnxmem.Result{
+		{Scenario: onnxmem.Scenario{Batch: 1}, Peak: 10},
+		{Scenario: onnxmem.Scenario{Batch: 8}, Peak: 80},
+		{Scenario: onnxmem.Scenario{Batch: 64}, Peak: 640},
+	}
+	for _, tc := range []struct{ budget, want int64 }{{5, 0}, {10, 7}, {79, 7}, {80, 63}, {640, maxBatchLimit}} {
+		if got := searchLimit(rs, tc.budget); got != tc.want {
+			t.Errorf("budget %d: limit %d, want %d", tc.budget, got, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		n    int64
+		want string
+	}{{0, "0"}, {1023, "1023"}, {1024, "1024+"}} {
+		if got := batchLimit(tc.n); got != tc.want {
+			t.Errorf("batchLimit(%d) = %q, want %q", tc.n, got, tc.want)
 		}
 	}
 }

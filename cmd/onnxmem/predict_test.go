@@ -17,8 +17,7 @@ func TestPredict(t *testing.T) {
 		t.Fatal(err)
 	}
 	// outcome is the field predict adds for a scenario of yolov9-s: the
-	// prediction, or the error (AMP and segments are not simulated yet, but
-	// the test follows Supported when they are).
+	// prediction, or the error for one that Supported refuses.
 	outcome := func(sc onnxmem.Scenario) (key, value string) {
 		r, err := m.Simulate(sc)
 		if err != nil {
@@ -37,8 +36,13 @@ func TestPredict(t *testing.T) {
 		t.Fatalf("yolov9-s at batch 2: %s", value)
 	}
 	_, pred := outcome(fp32)
-	amp, seg := fp32, fp32
+	amp, seg, both := fp32, fp32, fp32
 	amp.AMP, seg.Segments = true, 4
+	both.AMP, both.Segments = true, 2
+	// AMP and checkpoint segments are simulated.
+	if key, value := outcome(both); key != "predicted" {
+		t.Fatalf("yolov9-s at batch 2, amp, 2 segments: %s", value)
+	}
 	missing := filepath.Join(shared, "yolov9/nope-train.onnx")
 	_, loadErr := onnxmem.Load(missing)
 	if loadErr == nil {
@@ -54,6 +58,7 @@ func TestPredict(t *testing.T) {
 		`{"model": "yolov9/yolov9-s-train.onnx", "kind": "train_step", "batch": 2, "img": 640, "amp": false, "segments": 0, "boxes_per_img": 16, "optimizer": "SGD", "ema": true}`,
 		`{"model": "yolov9/yolov9-s-train.onnx", "kind": "model_step", "batch": 2, "img": 640, "amp": true, "segments": 0}`,
 		`{"model": "yolov9/yolov9-s-train.onnx", "kind": "model_step", "batch": 2, "img": 640, "amp": false, "segments": 4}`,
+		`{"model": "yolov9/yolov9-s-train.onnx", "kind": "model_step", "batch": 2, "img": 640, "amp": true, "segments": 2}`,
 		`{"model": "yolov9/nope-train.onnx", "kind": "model_step", "batch": 2, "img": 640}`,
 		`{"model": "yolov9/yolov9-s-train.onnx", "kind": "model_step", "batch": 2}`,
 		`{"model": "yolov9/yolov9-s-train.onnx", "kind": "model_step", "batch": 2.5, "img": 640}`,
@@ -81,7 +86,9 @@ func TestPredict(t *testing.T) {
 		"model": `"yolov9/yolov9-s-train.onnx"`, "kind": `"model_step"`, "batch": "2", "img": "640", "amp": "true", "segments": "0",
 	}, amp), withOutcome(map[string]string{
 		"model": `"yolov9/yolov9-s-train.onnx"`, "kind": `"model_step"`, "batch": "2", "img": "640", "amp": "false", "segments": "4",
-	}, seg), {
+	}, seg), withOutcome(map[string]string{
+		"model": `"yolov9/yolov9-s-train.onnx"`, "kind": `"model_step"`, "batch": "2", "img": "640", "amp": "true", "segments": "2",
+	}, both), {
 		"model": `"yolov9/nope-train.onnx"`, "kind": `"model_step"`, "batch": "2", "img": "640",
 		"error": s(loadErr.Error()),
 	}, {
@@ -97,11 +104,11 @@ func TestPredict(t *testing.T) {
 		"model": `"yolov9/yolov9-s-train.onnx"`, "kind": `"model_step"`, "batch": "2", "img": "640",
 		"predicted": pred,
 	}, {
-		"error": s("onnxmem: line 12: invalid JSON: invalid character 'o' in literal null (expecting 'u')"),
-		"line":  "12", "raw": `"not json"`,
+		"error": s("onnxmem: line 13: invalid JSON: invalid character 'o' in literal null (expecting 'u')"),
+		"line":  "13", "raw": `"not json"`,
 	}, {
-		"error": s("onnxmem: line 13: not a JSON object"),
-		"line":  "13", "raw": `"[1, 2]"`,
+		"error": s("onnxmem: line 14: not a JSON object"),
+		"line":  "14", "raw": `"[1, 2]"`,
 	}}
 
 	lines := strings.Split(strings.TrimSuffix(stdout, "\n"), "\n")

@@ -3,14 +3,14 @@ package main
 import (
 	"fmt"
 	"io"
-	"strings"
+	"strconv"
 	"text/tabwriter"
 
 	"github.com/onnxmem/onnxmem/onnxmem"
 )
 
 // nominalGiB are the nominal memory sizes of common cards, in GiB, for the
-// report's "fits" columns. They are the capacity on the box, not what a
+// report's "largest batch that fits" table. They are the capacity on the box, not what a
 // process can use: the CUDA context and the allocator's fragmentation take
 // some of it. Usable memory per card comes in a later change.
 var nominalGiB = []int64{24, 40, 80}
@@ -19,13 +19,20 @@ var nominalGiB = []int64{24, 40, 80}
 // report lists.
 const tensorsShown = 10
 
+// maxBatchLimit is the largest batch size the report's search considers.
+const maxBatchLimit = 1024
+
+// detailSetting is the setting whose peak the report explains: AMP without
+// checkpointing, the default of YOLOv9's train_dual.py.
+var detailSetting = setting{AMP: true}
+
 func cmdReport(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	f := newFlagSet("report",
 		"onnxmem report [-img N] [-batches LIST] [-batch N] [-json] [-v] [MODEL.onnx]",
-		"Report predicts the peak of the fp32 model step at common batch sizes, says\nwhether it fits cards of 24, 40 and 80 GiB, and explains the peak at one batch\nsize: where it falls, the largest tensors alive then and the totals by kind.\nWithout MODEL.onnx it reads "+defaultGraph+" (relative to the\ncurrent directory), or else the first *-train.onnx in that folder.",
+		"Report predicts the peak of the model step at common batch sizes in fp32 and\nAMP, each without checkpointing and with 2 and 4 checkpoint segments; finds\nthe largest batch of each that fits cards of 24, 40 and 80 GiB; and explains\nthe AMP peak at one batch size: where it falls, the largest tensors alive then\nand the totals by kind. Without MODEL.onnx it reads\n"+defaultGraph+" (relative to the current directory), or\nelse the first *-train.onnx in that folder.",
 		"onnxmem report -img 512 ../shared/yolov9/yolov9-s-train.onnx")
 	img, batches := f.imgFlag(), f.batchesFlag()
-	batch := f.positive("batch", 16, "batch `size` whose peak is explained in detail")
+	batch := f.positive("batch", 16, "batch `size` whose AMP peak is explained in detail")
 	asJSON, verbose := f.jsonFlag(), f.verboseFlag()
 	path, code, ok := f.parseModel(args, true, stdout, stderr)
 	if !ok {
@@ -42,22 +49,12 @@ func cmdReport(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(stderr, err)
 	}
-	rs, err := m.Sweep(scenario(0, *img), *batches, progress(stderr, *verbose, "report", *batches))
-	if err != nil {
+	fp32AndAMP := precisions[:2]
+	rep := &report{Model: m.Name, Path: path, Default: isDefault,
+		Settings: settingsOf(fp32AndAMP, checkpointSegments)}
+	if err := rep.simulate(m, *img, *batches, *batch, stderr, *verbose); err != nil {
 		return fail(stderr, err)
 	}
-	var detail *onnxmem.Result
-	for _, r := range rs {
-		if r.Scenario.Batch == *batch {
-			detail = r
-		}
-	}
-	if detail == nil {
-		if detail, err = m.Simulate(scenario(*batch, *img)); err != nil {
-			return fail(stderr, err)
-		}
-	}
-	rep := &report{Model: m.Name, Path: path, Default: isDefault, Results: rs, Detail: detail, NotSimulated: notSimulated(detail.Scenario)}
 	if *asJSON {
 		err = writeJSON(stdout, rep.json())
 	} else {
@@ -67,25 +64,74 @@ func cmdReport(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 }
 
 type report struct {
-	Model, Path  string
-	Default      bool // Path is the default model
-	Results      []*onnxmem.Result
-	Detail       *onnxmem.Result
-	NotSimulated []string
+	Model, Path string
+	Default     bool // Path is the default model
+	Settings    []setting
+	// Results[s][b] is setting s at the b-th batch size; MaxBatch[s][c] the
+	// largest batch of setting s that fits nominalGiB[c].
+	Results  [][]*onnxmem.Result
+	MaxBatch [][]int64
+	// Detail is detailSetting at the batch size explained.
+	Detail *onnxmem.Result
 }
 
-// notSimulated lists, from Scenario.Supported, why the AMP and checkpointed
-// variants of a scenario have no prediction yet.
-func notSimulated(sc onnxmem.Scenario) []string {
-	amp, seg := sc, sc
-	amp.AMP, seg.Segments = true, 2
-	var out []string
-	for _, v := range []onnxmem.Scenario{amp, seg} {
-		if err := v.Supported(); err != nil {
-			out = append(out, strings.TrimPrefix(err.Error(), "onnxmem: "))
+// simulate fills the report's results: the peaks, then the largest batches,
+// then the detail, each batch of work spread over the CPUs.
+func (rep *report) simulate(m *onnxmem.Model, img int64, batches []int64, batch int64, stderr io.Writer, verbose bool) error {
+	ns, nb, nc := len(rep.Settings), len(batches), len(nominalGiB)
+	step := steps(stderr, verbose, "report", ns*(nb+nc))
+	rep.Results = make([][]*onnxmem.Result, ns)
+	rep.MaxBatch = make([][]int64, ns)
+	for i := range rep.Settings {
+		rep.Results[i] = make([]*onnxmem.Result, nb)
+		rep.MaxBatch[i] = make([]int64, nc)
+	}
+	err := parallel(ns*nb, func(i int) error {
+		s, b := rep.Settings[i/nb], batches[i%nb]
+		r, err := m.Simulate(s.scenario(b, img))
+		rep.Results[i/nb][i%nb] = r
+		step(fmt.Sprintf("%s at batch %d", s, b))
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	err = parallel(ns*nc, func(i int) error {
+		s, c := rep.Settings[i/nc], nominalGiB[i%nc]
+		budget := c << 30
+		n, _, err := m.MaxBatch(s.scenario(1, img), budget, searchLimit(rep.Results[i/nc], budget))
+		rep.MaxBatch[i/nc][i%nc] = n
+		step(fmt.Sprintf("%s in %d GiB", s, c))
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	for i, s := range rep.Settings {
+		for j, b := range batches {
+			if s == detailSetting && b == batch {
+				rep.Detail = rep.Results[i][j]
+			}
 		}
 	}
-	return out
+	if rep.Detail == nil {
+		rep.Detail, err = m.Simulate(detailSetting.scenario(batch, img))
+	}
+	return err
+}
+
+// searchLimit is the limit of the search for the largest batch that fits
+// budget: maxBatchLimit, or less when a batch size already simulated does not
+// fit. The peak grows with the batch size, so the answer is the one a search
+// up to maxBatchLimit finds, in fewer simulations.
+func searchLimit(rs []*onnxmem.Result, budget int64) int64 {
+	limit := int64(maxBatchLimit)
+	for _, r := range rs {
+		if r.Peak > budget {
+			limit = min(limit, r.Scenario.Batch-1)
+		}
+	}
+	return limit
 }
 
 func (rep *report) print(w io.Writer) error {
@@ -94,30 +140,50 @@ func (rep *report) print(w io.Writer) error {
 	if rep.Default {
 		fmt.Fprintln(w, "       the default model; pass MODEL.onnx for another")
 	}
-	fmt.Fprintf(w, "step   fp32 model step: forward, loss sum(o.sum()), backward; image %dx%d\n", d.Scenario.Height, d.Scenario.Width)
-	if len(rep.NotSimulated) > 0 {
-		fmt.Fprintf(w, "note   no figures for AMP or checkpointing: %s\n", strings.Join(rep.NotSimulated, "; "))
-	}
-	fmt.Fprintln(w)
+	fmt.Fprintf(w, "step   model step: forward, loss sum(o.sum()), backward; image %dx%d\n", d.Scenario.Height, d.Scenario.Width)
+	fmt.Fprint(w, "       fp32: float32 throughout; amp: torch.autocast float16, train_dual.py's default;\n"+
+		"       kN: checkpoint_sequential with N segments (the first N-1 are checkpointed)\n\n")
+
+	fmt.Fprintln(w, "peak GiB:")
 	tw := newTable(w)
-	fmt.Fprint(tw, "batch\tpeak GiB\tafter fwd GiB\tpeak at")
-	for _, c := range nominalGiB {
-		fmt.Fprintf(tw, "\tfits %d GiB", c)
+	fmt.Fprint(tw, "batch")
+	for _, s := range rep.Settings {
+		fmt.Fprintf(tw, "\t%s", s)
 	}
 	fmt.Fprint(tw, "\t\n")
-	for _, r := range rep.Results {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s", r.Scenario.Batch, gib(r.Peak), gib(r.AfterForward), where(r))
-		for _, c := range nominalGiB {
-			fmt.Fprintf(tw, "\t%s", yesNo(r.Peak <= c<<30))
+	for j := range rep.Results[0] {
+		fmt.Fprintf(tw, "%d", rep.Results[0][j].Scenario.Batch)
+		for i := range rep.Settings {
+			fmt.Fprintf(tw, "\t%s", gib(rep.Results[i][j].Peak))
 		}
 		fmt.Fprint(tw, "\t\n")
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprint(w, "fits: the peak allocated against the card's nominal memory; the CUDA context and\nthe allocator's fragmentation are not subtracted yet, so a yes near the limit may\nstill run out of memory.\n\n")
 
-	fmt.Fprintf(w, "where the peak is at batch %d:\n", d.Scenario.Batch)
+	fmt.Fprintln(w, "\nlargest batch that fits:")
+	tw = newTable(w)
+	fmt.Fprint(tw, "card")
+	for _, s := range rep.Settings {
+		fmt.Fprintf(tw, "\t%s", s)
+	}
+	fmt.Fprint(tw, "\t\n")
+	for c, size := range nominalGiB {
+		fmt.Fprintf(tw, "%d GiB", size)
+		for i := range rep.Settings {
+			fmt.Fprintf(tw, "\t%s", batchLimit(rep.MaxBatch[i][c]))
+		}
+		fmt.Fprint(tw, "\t\n")
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "fits: the peak allocated against the card's nominal memory, batch sizes up to %d.\n"+
+		"The CUDA context and the allocator's fragmentation are not subtracted yet (device\n"+
+		"profiles come later), so a batch at the limit may still run out of memory.\n\n", maxBatchLimit)
+
+	fmt.Fprintf(w, "where the peak is at batch %d, %s (train_dual.py's default):\n", d.Scenario.Batch, detailSetting)
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "  phase\t%s (event %d of %d)\n", orDash(d.PeakPhase), d.PeakEvent, d.Events)
 	fmt.Fprintf(tw, "  node\t%s\n", orDash(d.PeakNode))
@@ -164,14 +230,35 @@ func yesNo(b bool) string {
 	return "no"
 }
 
+// batchLimit formats a largest batch: "1024+" when the search stopped at its
+// limit.
+func batchLimit(n int64) string {
+	if n >= maxBatchLimit {
+		return strconv.FormatInt(n, 10) + "+"
+	}
+	return strconv.FormatInt(n, 10)
+}
+
 type reportJSON struct {
 	Model string `json:"model"`
 	Path  string `json:"path"`
-	// NominalCapacity are the card sizes of the table's fits columns, bytes.
-	NominalCapacity []int64      `json:"nominal_capacity"`
-	Results         []resultJSON `json:"results"`
-	Detail          resultJSON   `json:"detail"`
-	NotSimulated    []string     `json:"not_simulated"`
+	// NominalCapacity are the card sizes of the max_batch lists, bytes;
+	// MaxBatchLimit the largest batch size the search considers.
+	NominalCapacity []int64       `json:"nominal_capacity"`
+	MaxBatchLimit   int64         `json:"max_batch_limit"`
+	Settings        []settingJSON `json:"settings"`
+	// Detail is AMP without checkpointing at the batch size explained.
+	Detail resultJSON `json:"detail"`
+}
+
+// settingJSON is one column of the report's tables.
+type settingJSON struct {
+	Name     string       `json:"name"`
+	AMP      bool         `json:"amp"`
+	Segments int          `json:"segments"`
+	Results  []resultJSON `json:"results"`
+	// MaxBatch is the largest batch that fits each nominal capacity.
+	MaxBatch []int64 `json:"max_batch"`
 }
 
 func (rep *report) json() reportJSON {
@@ -179,10 +266,11 @@ func (rep *report) json() reportJSON {
 	for i, c := range nominalGiB {
 		caps[i] = c << 30
 	}
-	ns := rep.NotSimulated
-	if ns == nil {
-		ns = []string{}
+	js := reportJSON{Model: rep.Model, Path: rep.Path, NominalCapacity: caps, MaxBatchLimit: maxBatchLimit,
+		Detail: newResultJSON(rep.Detail, true)}
+	for i, s := range rep.Settings {
+		js.Settings = append(js.Settings, settingJSON{Name: s.String(), AMP: s.AMP, Segments: s.Segments,
+			Results: newResultsJSON(rep.Results[i]), MaxBatch: rep.MaxBatch[i]})
 	}
-	return reportJSON{Model: rep.Model, Path: rep.Path, NominalCapacity: caps,
-		Results: newResultsJSON(rep.Results), Detail: newResultJSON(rep.Detail, true), NotSimulated: ns}
+	return js
 }

@@ -1,0 +1,171 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+
+	"github.com/onnxmem/onnxmem/onnxmem"
+)
+
+func cmdKnobs(args []string, _ io.Reader, stdout, stderr io.Writer) int {
+	f := newFlagSet("knobs",
+		"onnxmem knobs [-batch N] [-img N] [-budget GiB] [-json] MODEL.onnx",
+		"Knobs shows what each memory knob buys at one batch size: the model step in\nfp32, AMP and half precision, each without checkpointing and with 2 and 4\ncheckpoint segments. For each it gives the peak, the saving against fp32\nwithout checkpointing, whether the peak fits -budget GiB, the extra FLOPs of\nrecomputing the checkpointed layers, and where the peak falls. FLOPs are\ncounted from the graph: a multiply-add is 2, the backward twice the forward.",
+		"onnxmem knobs -batch 32 -budget 40 ../shared/yolov9/yolov9-c-train.onnx")
+	batch := f.positive("batch", 64, "batch `size`")
+	img := f.imgFlag()
+	budget := f.budgetFlag()
+	asJSON := f.jsonFlag()
+	m, code, ok := f.parseAndLoad(args, stdout, stderr)
+	if !ok {
+		return code
+	}
+	ks, err := knobs(m, settingsOf(precisions, checkpointSegments), *batch, *img)
+	if err != nil {
+		return fail(stderr, err)
+	}
+	t := knobTable{Model: m.Name, Batch: *batch, Img: *img, Budget: budget.bytes(), BudgetText: budget.String(), Knobs: ks}
+	if *asJSON {
+		err = writeJSON(stdout, t.json())
+	} else {
+		err = t.print(stdout)
+	}
+	return exit(stderr, err)
+}
+
+// knob is one setting's prediction and arithmetic.
+type knob struct {
+	Setting setting
+	Result  *onnxmem.Result
+	Cost    onnxmem.Cost
+}
+
+// knobs simulates and counts each setting at a batch size, in the order
+// given.
+func knobs(m *onnxmem.Model, settings []setting, batch, img int64) ([]knob, error) {
+	out := make([]knob, len(settings))
+	err := parallel(len(settings), func(i int) error {
+		sc := settings[i].scenario(batch, img)
+		r, err := m.Simulate(sc)
+		if err != nil {
+			return err
+		}
+		c, err := m.Cost(sc)
+		out[i] = knob{Setting: settings[i], Result: r, Cost: c}
+		return err
+	})
+	return out, err
+}
+
+// knobTable is the knobs command's output. The first knob is the reference
+// that savings are measured against.
+type knobTable struct {
+	Model      string
+	Batch, Img int64
+	Budget     int64
+	BudgetText string // the budget as given, in GiB
+	Knobs      []knob
+}
+
+// saving is the bytes knob k saves against the reference, and the fraction
+// of the reference's peak they are.
+func (t *knobTable) saving(k knob) (int64, float64) {
+	base := t.Knobs[0].Result.Peak
+	d := base - k.Result.Peak
+	return d, float64(d) / float64(base)
+}
+
+func (t *knobTable) print(w io.Writer) error {
+	base := t.Knobs[0]
+	fmt.Fprintf(w, "%s: model step (forward, loss, backward) at batch %d, image %dx%d\n", t.Model, t.Batch, t.Img, t.Img)
+	fmt.Fprintf(w, "arithmetic: %s forward and %s backward a step, in every precision\n\n",
+		flops(base.Cost.Forward), flops(base.Cost.Backward))
+	tw := newTable(w)
+	fmt.Fprintf(tw, "precision\tsegments\tpeak GiB\tsaving\tsaving GiB\tfits %s GiB\trecompute\t  peak at\n", t.BudgetText)
+	for i, k := range t.Knobs {
+		save, saveGiB, recompute := "-", "-", "-"
+		if i > 0 {
+			d, frac := t.saving(k)
+			save, saveGiB = percent(frac), gib(d)
+		}
+		if k.Cost.Recompute > 0 {
+			recompute = "+" + percent(k.Cost.Overhead())
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t  %s\n", k.Setting.precision(), k.Setting.Segments,
+			gib(k.Result.Peak), save, saveGiB, yesNo(k.Result.Peak <= t.Budget), recompute, where(k.Result))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprint(w, `
+saving     against fp32 without checkpointing (the first row)
+fits       the peak allocated against the budget; the CUDA context and the
+           allocator's fragmentation are not subtracted yet
+recompute  the FLOPs of the checkpointed layers' forward, which the backward
+           runs again, against the step's forward and backward; an upper bound:
+           PyTorch stops the rerun after the last op that saves a tensor
+amp        torch.autocast float16, train_dual.py's default; half: model.half()
+segments   N: checkpoint_sequential with N segments, the first N-1 checkpointed
+`)
+	return err
+}
+
+// flops formats a FLOP count as TFLOP or GFLOP.
+func flops(n int64) string {
+	if n >= 1e12 {
+		return strconv.FormatFloat(float64(n)/1e12, 'f', 2, 64) + " TFLOP"
+	}
+	return strconv.FormatFloat(float64(n)/1e9, 'f', 2, 64) + " GFLOP"
+}
+
+// percent formats a fraction as a percentage with one decimal.
+func percent(f float64) string {
+	return strconv.FormatFloat(100*f, 'f', 1, 64) + "%"
+}
+
+type knobsJSON struct {
+	Model  string `json:"model"`
+	Batch  int64  `json:"batch"`
+	Height int64  `json:"height"`
+	Width  int64  `json:"width"`
+	Budget int64  `json:"budget"`
+	// Rows are in the table's order; the first is the reference.
+	Rows []knobJSON `json:"rows"`
+}
+
+// knobJSON is one row of the table, in bytes and FLOPs.
+type knobJSON struct {
+	Precision string `json:"precision"`
+	Segments  int    `json:"segments"`
+	Peak      int64  `json:"peak"`
+	// Saving is the bytes less than the reference's peak (negative when
+	// more), SavingFraction the same as a fraction of that peak.
+	Saving         int64   `json:"saving"`
+	SavingFraction float64 `json:"saving_fraction"`
+	Fits           bool    `json:"fits"`
+	ForwardFLOPs   int64   `json:"forward_flops"`
+	BackwardFLOPs  int64   `json:"backward_flops"`
+	RecomputeFLOPs int64   `json:"recompute_flops"`
+	// RecomputeOverhead is RecomputeFLOPs / (ForwardFLOPs + BackwardFLOPs).
+	RecomputeOverhead float64 `json:"recompute_overhead"`
+	PeakPhase         string  `json:"peak_phase"`
+	PeakLayer         int     `json:"peak_layer"`
+	PeakNode          string  `json:"peak_node"`
+}
+
+func (t *knobTable) json() knobsJSON {
+	js := knobsJSON{Model: t.Model, Batch: t.Batch, Height: t.Img, Width: t.Img, Budget: t.Budget}
+	for _, k := range t.Knobs {
+		d, frac := t.saving(k)
+		r, c := k.Result, k.Cost
+		js.Rows = append(js.Rows, knobJSON{
+			Precision: k.Setting.precision(), Segments: k.Setting.Segments, Peak: r.Peak,
+			Saving: d, SavingFraction: frac, Fits: r.Peak <= t.Budget,
+			ForwardFLOPs: c.Forward, BackwardFLOPs: c.Backward, RecomputeFLOPs: c.Recompute,
+			RecomputeOverhead: c.Overhead(),
+			PeakPhase:         r.PeakPhase, PeakLayer: r.PeakLayer, PeakNode: r.PeakNode,
+		})
+	}
+	return js
+}

@@ -1,0 +1,87 @@
+package main
+
+import (
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/onnxmem/onnxmem/onnxmem"
+)
+
+// setting is one way to run the step: a precision and a number of
+// checkpoint segments.
+type setting struct {
+	AMP, Half bool
+	Segments  int
+}
+
+// precision names the setting's precision: fp32, amp or half.
+func (s setting) precision() string {
+	switch {
+	case s.AMP:
+		return "amp"
+	case s.Half:
+		return "half"
+	}
+	return "fp32"
+}
+
+// String is the setting's short name: "fp32", "amp k2", "half k4".
+func (s setting) String() string {
+	if s.Segments > 1 {
+		return s.precision() + " k" + strconv.Itoa(s.Segments)
+	}
+	return s.precision()
+}
+
+// scenario is the model step of the setting at a batch size and square
+// image.
+func (s setting) scenario(batch, img int64) onnxmem.Scenario {
+	sc := scenario(batch, img)
+	sc.AMP, sc.Half, sc.Segments = s.AMP, s.Half, s.Segments
+	return sc
+}
+
+// settingsOf lists the settings of each precision with each number of
+// segments, precision by precision.
+func settingsOf(precisions []setting, segments []int) []setting {
+	var out []setting
+	for _, p := range precisions {
+		for _, k := range segments {
+			p.Segments = k
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// precisions are fp32, amp and half, in the order tables list them.
+var precisions = []setting{{}, {AMP: true}, {Half: true}}
+
+// checkpointSegments are the segment counts the report and knobs compare:
+// none, 2 and 4.
+var checkpointSegments = []int{0, 2, 4}
+
+// parallel calls fn(0), …, fn(n-1) on up to GOMAXPROCS goroutines and
+// returns the error of the lowest index that failed, or nil. Each call writes
+// only its own results, so the outcome does not depend on the scheduling.
+func parallel(n int, fn func(i int) error) error {
+	errs := make([]error, n)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(n, runtime.GOMAXPROCS(0)) {
+		wg.Go(func() {
+			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
+				errs[i] = fn(i)
+			}
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}

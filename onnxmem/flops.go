@@ -1,0 +1,251 @@
+package onnxmem
+
+import (
+	"fmt"
+
+	"github.com/onnxmem/onnxmem/ir"
+	"github.com/onnxmem/onnxmem/schedule"
+)
+
+// Cost is the arithmetic of one training step, in FLOPs: a multiply-add
+// counts 2. It tells what checkpointing costs in compute, next to the
+// memory it saves.
+//
+// Forward is every op of the forward at the scenario's shapes. Backward is
+// the usual estimate of twice the forward of the ops that need gradients
+// (one product for the gradient of the input, one for that of the weight);
+// ops that no parameter reaches, or whose outputs never reach the loss, have
+// none. Recompute is the forward of the checkpointed layer ranges, which
+// checkpoint(use_reentrant=False) runs again inside the backward. PyTorch
+// stops that rerun after the range's last op that saves a tensor for the
+// backward, skipping trailing ops that save nothing (a Concat, an Add);
+// Recompute counts the whole range, an upper bound that is off by those few
+// ops.
+//
+// The precision (AMP, half) changes the cost of a FLOP, not their count.
+type Cost struct {
+	Forward, Backward, Recompute int64
+}
+
+// Total is the step's FLOPs: forward, backward and recomputation.
+func (c Cost) Total() int64 { return c.Forward + c.Backward + c.Recompute }
+
+// Overhead is the recomputation's extra FLOPs relative to the step without
+// it: Recompute / (Forward + Backward); 0 for an empty step.
+func (c Cost) Overhead() float64 {
+	if c.Forward+c.Backward == 0 {
+		return 0
+	}
+	return float64(c.Recompute) / float64(c.Forward+c.Backward)
+}
+
+// Cost counts the FLOPs of a scenario's step.
+//
+// Only ops on tensor data count: the graph's image input and what is computed
+// from it. Shape arithmetic (Shape, Gather, Concat of sizes, …), which eager
+// PyTorch does on Python ints, costs nothing. The FLOPs of one op, from its
+// inferred shapes:
+//
+//	Conv                     2·N·Cout·OH·OW·(Cin/groups)·KH·KW, + N·Cout·OH·OW with a bias
+//	BatchNormalization       4 per output element in training mode (batch statistics:
+//	                         sum and sum of squares; then scale and shift), 2 otherwise
+//	MaxPool, AveragePool     KH·KW per output element
+//	ReduceSum                1 per input element
+//	Softmax, LogSoftmax      5 per element (max, subtract, exp, sum, divide)
+//	Resize                   0 in nearest mode (a copy), 1 per output element otherwise
+//	Concat, Split, Slice, Reshape, Cast and other views and copies: 0
+//	element-wise ops         1 per output element (Sigmoid, Mul, Add, Relu, …)
+//
+// These are the estimates of the usual FLOP counters: a Sigmoid's exp costs
+// more cycles than an add but counts one. On YOLOv9 the convolutions make
+// 99.5% of the count. An op on tensor data outside the list is an error.
+func (m *Model) Cost(sc Scenario) (Cost, error) {
+	if err := sc.Supported(); err != nil {
+		return Cost{}, err
+	}
+	g := m.Graph
+	s, err := g.Infer(ir.Binding{Batch: sc.Batch, Height: sc.Height, Width: sc.Width})
+	if err != nil {
+		return Cost{}, fmt.Errorf("onnxmem: %s: %w", m.Name, err)
+	}
+	ranges := sc.Checkpoint
+	if sc.Segments > 1 {
+		ranges = schedule.Sequential(m.Layers(), sc.Segments)
+	}
+	inRange := func(l int) bool {
+		for _, r := range ranges {
+			if l >= r.From && l < r.To {
+				return true
+			}
+		}
+		return false
+	}
+	data, grad := flopFlow(g, s)
+	var c Cost
+	for i := range g.Nodes {
+		n := &g.Nodes[i]
+		if !readsData(n, data) {
+			continue
+		}
+		f, err := nodeFLOPs(n, s)
+		if err != nil {
+			return Cost{}, fmt.Errorf("onnxmem: %s: %w", m.Name, err)
+		}
+		c.Forward += f
+		if grad[i] {
+			c.Backward += 2 * f
+		}
+		if n.Layer >= 0 && inRange(n.Layer) {
+			c.Recompute += f
+		}
+	}
+	return c, nil
+}
+
+// readsData reports whether node n reads tensor data.
+func readsData(n *ir.Node, data []bool) bool {
+	for _, v := range n.Inputs {
+		if v != ir.NoValue && data[v] {
+			return true
+		}
+	}
+	return false
+}
+
+// flopFlow marks, by value, the tensor data: the graph's inputs and the
+// float outputs of ops that read data; and, by node, the ops whose backward
+// runs: they read a parameter or a value computed from one, and an output of
+// theirs reaches a graph output (the loss sums them all).
+func flopFlow(g *ir.Graph, s *ir.Shapes) (data, grad []bool) {
+	data = make([]bool, len(g.Values))
+	rg := make([]bool, len(g.Values)) // requires grad
+	for _, v := range g.Inputs {
+		data[v] = true
+	}
+	for i := range g.Values {
+		rg[i] = isParamValue(g, ir.ValueID(i))
+	}
+	grad = make([]bool, len(g.Nodes))
+	for i := range g.Nodes {
+		n := &g.Nodes[i]
+		if !readsData(n, data) || n.OpType == "Shape" {
+			continue
+		}
+		needs := false
+		for _, v := range n.Inputs {
+			needs = needs || v != ir.NoValue && rg[v]
+		}
+		for _, v := range n.Outputs {
+			if isFloatType(s.DTypes[v]) {
+				data[v], rg[v] = true, needs
+			}
+		}
+		grad[i] = needs
+	}
+	// Keep only the ops whose outputs reach the loss, walking back from it.
+	reach := make([]bool, len(g.Values))
+	for _, v := range g.Outputs {
+		reach[v] = true
+	}
+	for i := len(g.Nodes) - 1; i >= 0; i-- {
+		n := &g.Nodes[i]
+		hit := false
+		for _, v := range n.Outputs {
+			hit = hit || reach[v]
+		}
+		grad[i] = grad[i] && hit
+		if hit {
+			for _, v := range n.Inputs {
+				if v != ir.NoValue {
+					reach[v] = true
+				}
+			}
+		}
+	}
+	return data, grad
+}
+
+// isParamValue reports whether v is a parameter: a float initializer whose data
+// the model owns (weights keep no data in a weightless export), or one that
+// a Conv or BatchNormalization reads.
+func isParamValue(g *ir.Graph, v ir.ValueID) bool {
+	val := &g.Values[v]
+	if val.Kind != ir.Initializer || !isFloatType(val.DType) {
+		return false
+	}
+	if val.Data == nil && val.Floats == nil {
+		return true
+	}
+	for _, c := range val.Consumers {
+		if op := g.Nodes[c].OpType; op == "Conv" || op == "BatchNormalization" {
+			return true
+		}
+	}
+	return false
+}
+
+func isFloatType(d ir.DType) bool {
+	return d == ir.Float32 || d == ir.Float16 || d == ir.BFloat16 || d == ir.Float64
+}
+
+// freeOps cost nothing: views, copies and shape queries. The ops here and in
+// the two tables below are those ir.Graph.Infer has rules for.
+var freeOps = map[string]bool{
+	"Concat": true, "Split": true, "Slice": true, "Reshape": true, "Squeeze": true,
+	"Unsqueeze": true, "Transpose": true, "Identity": true, "Shape": true, "Gather": true,
+	"Expand": true, "Cast": true, "ConstantOfShape": true, "Range": true,
+}
+
+// elementwiseOps cost one FLOP per output element.
+var elementwiseOps = map[string]bool{
+	"Add": true, "Sub": true, "Mul": true, "Div": true, "Pow": true, "Sigmoid": true,
+	"Relu": true, "LeakyRelu": true, "Tanh": true, "HardSigmoid": true, "HardSwish": true,
+	"Mish": true, "Neg": true, "Exp": true, "Log": true, "Sqrt": true, "Abs": true,
+	"Erf": true, "Clip": true,
+}
+
+// nodeFLOPs is the forward FLOPs of one op on tensor data.
+func nodeFLOPs(n *ir.Node, s *ir.Shapes) (int64, error) {
+	out := s.Elems(n.Outputs[0])
+	in := func(k int) ir.ValueID { return n.Inputs[k] }
+	switch {
+	case freeOps[n.OpType]:
+		return 0, nil
+	case elementwiseOps[n.OpType]:
+		return out, nil
+	}
+	switch n.OpType {
+	case "Conv":
+		w := s.Dims[in(1)] // [Cout, Cin/groups, KH, KW]
+		macs := out
+		for _, d := range w[1:] {
+			macs *= d
+		}
+		f := 2 * macs
+		if len(n.Inputs) > 2 && in(2) != ir.NoValue {
+			f += out
+		}
+		return f, nil
+	case "BatchNormalization":
+		if n.IntAttr("training_mode", 0) == 1 || len(n.Outputs) > 1 {
+			return 4 * out, nil
+		}
+		return 2 * out, nil
+	case "MaxPool", "AveragePool":
+		k := out
+		for _, d := range n.IntsAttr("kernel_shape") {
+			k *= d
+		}
+		return k, nil
+	case "ReduceSum":
+		return s.Elems(in(0)), nil
+	case "Softmax", "LogSoftmax":
+		return 5 * out, nil
+	case "Resize":
+		if a, ok := n.Attr("mode"); ok && a.Str != "nearest" {
+			return out, nil
+		}
+		return 0, nil
+	}
+	return 0, fmt.Errorf("node %s: no FLOP count for op %s on tensor data", n.Name, n.OpType)
+}
