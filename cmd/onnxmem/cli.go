@@ -179,6 +179,24 @@ func (f *flagSet) budgetFlag() *gibValue {
 	return &b
 }
 
+// settingFlags adds -amp, -half and -segments, the step's setting; the
+// returned function reads them after parsing, failing when -amp and -half
+// are both given.
+func (f *flagSet) settingFlags() func() (setting, error) {
+	amp := f.Bool("amp", false, "run the forward under autocast to float16 (train_dual.py's default)")
+	half := f.Bool("half", false, "run the model in half precision (model.half())")
+	seg := f.Int("segments", 0, "checkpoint the layers in `K` segments as checkpoint_sequential does (0: none)")
+	return func() (setting, error) {
+		switch {
+		case *amp && *half:
+			return setting{}, errors.New("-amp and -half exclude each other")
+		case *seg < 0:
+			return setting{}, errors.New("-segments must be 0 or more")
+		}
+		return setting{AMP: *amp, Half: *half, Segments: *seg}, nil
+	}
+}
+
 // svgFlag adds -svg.
 func (f *flagSet) svgFlag(what string) *string {
 	return f.String("svg", "", "write "+what+" as SVG to `file`")

@@ -97,6 +97,9 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"knobs", "-batch", "0", "m.onnx"}, `invalid value "0" for flag -batch`},
 		{[]string{"knobs", "-budget", "-1", "m.onnx"}, `invalid value "-1" for flag -budget`},
 		{[]string{"knobs", "-segments", "2", "m.onnx"}, "flag provided but not defined: -segments"},
+		{[]string{"sweep", "-amp", "-half", "../../testdata/tiny.onnx"}, "-amp and -half exclude each other"},
+		{[]string{"maxbatch", "-segments", "-1", "../../testdata/tiny.onnx"}, "-segments must be 0 or more"},
+		{[]string{"timeline", "-amp", "-half", "../../testdata/tiny.onnx"}, "-amp and -half exclude each other"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			code, stdout, stderr := runCmd(t, "", tc.args...)

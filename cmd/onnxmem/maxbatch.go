@@ -9,10 +9,10 @@ import (
 
 func cmdMaxBatch(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	f := newFlagSet("maxbatch",
-		"onnxmem maxbatch [-img N] [-budget GiB] [-limit N] [-json] MODEL.onnx",
-		"Maxbatch finds the largest batch size, up to -limit, whose predicted peak\n(allocated bytes) of the fp32 model step fits in -budget GiB. The budget is\ncompared with the peak allocated: leave room for the CUDA context and the\nallocator's fragmentation.",
+		"onnxmem maxbatch [-img N] [-budget GiB] [-limit N] [-amp|-half] [-segments K] [-json] MODEL.onnx",
+		"Maxbatch finds the largest batch size, up to -limit, whose predicted peak\n(allocated bytes) of the model step (fp32 unless -amp or -half, checkpointed\nwith -segments) fits in -budget GiB. The budget is\ncompared with the peak allocated: leave room for the CUDA context and the\nallocator's fragmentation.",
 		"onnxmem maxbatch -budget 40 ../shared/yolov9/yolov9-c-train.onnx")
-	img := f.imgFlag()
+	img, set := f.imgFlag(), f.settingFlags()
 	budget := f.budgetFlag()
 	limit := f.positive("limit", 1024, "largest batch `size` to consider")
 	asJSON := f.jsonFlag()
@@ -20,8 +20,12 @@ func cmdMaxBatch(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	if !ok {
 		return code
 	}
+	st, err := set()
+	if err != nil {
+		return f.usageError(stderr, "%v", err)
+	}
 	bytes := budget.bytes()
-	n, r, err := m.MaxBatch(scenario(1, *img), bytes, *limit)
+	n, r, err := m.MaxBatch(st.scenario(1, *img), bytes, *limit)
 	if err != nil {
 		return fail(stderr, err)
 	}
@@ -33,10 +37,10 @@ func cmdMaxBatch(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		}
 		err = writeJSON(stdout, js)
 	} else {
-		fmt.Fprintln(stdout, stepTitle(m.Name, *img))
+		fmt.Fprintln(stdout, stepTitle(m.Name, st.scenario(1, *img)))
 		if r == nil {
 			// Say how far off batch 1 is.
-			if r, err = m.Simulate(scenario(1, *img)); err != nil {
+			if r, err = m.Simulate(st.scenario(1, *img)); err != nil {
 				return fail(stderr, err)
 			}
 			_, err = fmt.Fprintf(stdout, "max batch 0: not even batch 1 fits in %s GiB; it peaks at %s GiB\n", gib(bytes), gib(r.Peak))

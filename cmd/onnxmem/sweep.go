@@ -10,16 +10,20 @@ import (
 
 func cmdSweep(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	f := newFlagSet("sweep",
-		"onnxmem sweep [-img N] [-batches LIST] [-json] [-svg FILE] [-v] MODEL.onnx",
-		"Sweep predicts the fp32 model step at each batch size and prints a table of\npeaks (GiB), or JSON (bytes) with -json; -svg also writes a plot of the peak\nagainst the batch size.",
+		"onnxmem sweep [-img N] [-batches LIST] [-amp|-half] [-segments K] [-json] [-svg FILE] [-v] MODEL.onnx",
+		"Sweep predicts the model step (fp32 unless -amp or -half, checkpointed with\n-segments) at each batch size and prints a table of peaks (GiB), or JSON\n(bytes) with -json; -svg also writes a plot of the peak against the batch size.",
 		"onnxmem sweep -batches 1,8,32 -svg peak.svg ../shared/yolov9/yolov9-s-train.onnx")
-	img, batches := f.imgFlag(), f.batchesFlag()
+	img, batches, set := f.imgFlag(), f.batchesFlag(), f.settingFlags()
 	asJSON, svg, verbose := f.jsonFlag(), f.svgFlag("the plot of peak against batch size"), f.verboseFlag()
 	m, code, ok := f.parseAndLoad(args, stdout, stderr)
 	if !ok {
 		return code
 	}
-	rs, err := m.Sweep(scenario(0, *img), *batches, progress(stderr, *verbose, "sweep", *batches))
+	st, err := set()
+	if err != nil {
+		return f.usageError(stderr, "%v", err)
+	}
+	rs, err := m.Sweep(st.scenario(0, *img), *batches, progress(stderr, *verbose, "sweep", *batches))
 	if err != nil {
 		return fail(stderr, err)
 	}
@@ -40,8 +44,9 @@ type sweepJSON struct {
 }
 
 // stepTitle names the simulated step, above tables and plots.
-func stepTitle(name string, img int64) string {
-	return fmt.Sprintf("%s: fp32 model step (forward, loss, backward), image %dx%d", name, img, img)
+func stepTitle(name string, sc onnxmem.Scenario) string {
+	st := setting{AMP: sc.AMP, Half: sc.Half, Segments: sc.Segments}
+	return fmt.Sprintf("%s: %s model step (forward, loss, backward), image %dx%d", name, st, sc.Height, sc.Width)
 }
 
 // newTable returns a tabwriter that right-aligns cells; a line's last cell,
@@ -52,7 +57,7 @@ func newTable(w io.Writer) *tabwriter.Writer {
 
 func printSweep(w io.Writer, name string, rs []*onnxmem.Result) error {
 	if len(rs) > 0 {
-		fmt.Fprintln(w, stepTitle(name, rs[0].Scenario.Height))
+		fmt.Fprintln(w, stepTitle(name, rs[0].Scenario))
 	}
 	tw := newTable(w)
 	fmt.Fprint(tw, "batch\tpeak GiB\tpeak req GiB\treserved GiB\tafter fwd GiB\tafter bwd GiB\tphase\tlayer\t  peak node\n")

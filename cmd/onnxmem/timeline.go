@@ -10,17 +10,21 @@ import (
 
 func cmdTimeline(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	f := newFlagSet("timeline",
-		"onnxmem timeline [-batch N] [-img N] [-json] [-svg FILE] MODEL.onnx",
-		"Timeline replays the measured fp32 model step and summarizes memory over it:\nbefore the step (m0), after the forward, the peak and where it falls, after the\nbackward. -svg plots allocated and reserved memory against the event index with\nthe phases shaded and the peak marked; -json writes the summary and every sample.",
+		"onnxmem timeline [-batch N] [-img N] [-amp|-half] [-segments K] [-json] [-svg FILE] MODEL.onnx",
+		"Timeline replays the measured model step (fp32 unless -amp or -half,\ncheckpointed with -segments) and summarizes memory over it:\nbefore the step (m0), after the forward, the peak and where it falls, after the\nbackward. -svg plots allocated and reserved memory against the event index with\nthe phases shaded and the peak marked; -json writes the summary and every sample.",
 		"onnxmem timeline -batch 16 -svg step.svg ../shared/yolov9/yolov9-s-train.onnx")
 	batch := f.positive("batch", 8, "batch `size`")
-	img := f.imgFlag()
+	img, set := f.imgFlag(), f.settingFlags()
 	asJSON, svg := f.jsonFlag(), f.svgFlag("the plot of memory over the step")
 	m, code, ok := f.parseAndLoad(args, stdout, stderr)
 	if !ok {
 		return code
 	}
-	sc := scenario(*batch, *img)
+	st, err := set()
+	if err != nil {
+		return f.usageError(stderr, "%v", err)
+	}
+	sc := st.scenario(*batch, *img)
 	p, err := m.Program(sc)
 	if err != nil {
 		return fail(stderr, err)
@@ -81,7 +85,7 @@ type sampleJSON struct {
 }
 
 func printTimeline(w io.Writer, name string, r *onnxmem.Result, spans []span) error {
-	fmt.Fprintf(w, "%s, batch %d\n", stepTitle(name, r.Scenario.Height), r.Scenario.Batch)
+	fmt.Fprintf(w, "%s, batch %d\n", stepTitle(name, r.Scenario), r.Scenario.Batch)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	row := func(label string, b int64, note string) {
 		fmt.Fprintf(tw, "%s\t%8s GiB", label, gib(b))
