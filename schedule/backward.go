@@ -43,7 +43,6 @@ func (b *builder) backward() {
 			b.accumulate(o, gradT{st: ones, bytes: b.bytes(o)})
 		}
 	}
-	b.unref(ones)
 	leader := b.sliceGroups()
 	b.unrun = nil
 	for i := len(g.Nodes) - 1; i >= 0; i-- {
@@ -81,6 +80,18 @@ func (b *builder) backward() {
 		}
 	}
 	b.node = -1
+	// The graph's root keeps the seed gradient to the end.
+	b.unref(ones)
+}
+
+// firstSaver returns chunk c's first node that saved a tensor, or -1.
+func (b *builder) firstSaver(c int) int32 {
+	for _, i := range b.ck[c].nodes {
+		if b.hadSave[i] {
+			return i
+		}
+	}
+	return -1
 }
 
 // setSlot stores t as the first gradient of v.
@@ -337,6 +348,9 @@ func (b *builder) back(n *ir.Node, k opKind, outs []ir.ValueID) {
 		b.unref(st)
 	}
 	b.saved[n.ID] = nil
+	if c := b.chunkOf[n.ID]; c >= 0 && b.hadSave[n.ID] && b.firstSaver(c) == n.ID {
+		b.releaseFrame(c)
+	}
 	for _, d := range give {
 		b.accumulate(d.v, d.t)
 	}

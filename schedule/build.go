@@ -134,6 +134,7 @@ type builder struct {
 
 	li       layerInfo
 	noSave   bool    // the op runs inside a checkpointed range's forward
+	stopAt   int32   // the node whose packing ends a recomputation, or -1
 	hadSave  []bool  // by node: it would have saved a tensor
 	chunkOf  []int   // by node: its checkpointed range, or -1
 	ck       []chunk // the checkpointed ranges
@@ -165,6 +166,7 @@ func Build(g *ir.Graph, s *ir.Shapes, cfg Config) (*Program, error) {
 	b.paramOf = make([]int32, nv)
 	b.paramGrads = make([]int32, nv)
 	b.saved = make([][]int32, nn)
+	b.stopAt = -1
 	b.dt = append([]ir.DType(nil), s.DTypes...)
 	b.cast = make([]int32, nv)
 	for i := range b.vst {

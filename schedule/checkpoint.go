@@ -24,6 +24,7 @@ type chunk struct {
 	nodes      []int32      // its data nodes, in forward order
 	inputs     []ir.ValueID // values it reads that are made before it, in value order
 	recomputed bool
+	released   bool // the frame, and with it the inputs, is gone
 }
 
 // chunks assigns the data nodes to the checkpointed ranges of the config.
@@ -77,7 +78,15 @@ func (b *builder) recompute(c int) {
 	if stop < 0 {
 		return
 	}
+	// Autograd packs saved inputs before the kernel and saved outputs after
+	// it. When the last tensor to pack is an input, the early stop fires
+	// before the last op allocates anything but its autocast casts.
+	last := ch.nodes[stop]
 	nodes := ch.nodes[:stop+1]
+	switch b.kind[last] {
+	case opSiLU, opConv, opAvgPool, opMul:
+		nodes = ch.nodes[:stop]
+	}
 	vst, cast, casts, node := b.vst, b.cast, b.casts, b.node
 	b.vst = append([]int32(nil), vst...)
 	b.cast = make([]int32, len(cast))
@@ -86,12 +95,17 @@ func (b *builder) recompute(c int) {
 	}
 	b.casts = nil
 	b.phase = Recompute
-	f := b.newFwd(nodes)
+	f := b.newFwd(ch.nodes[:stop+1]) // the last op's reads count even when it stops early
 	for _, v := range ch.inputs {
 		f.keep[v] = true
 	}
 	for _, i := range nodes {
 		b.step(f, i)
+	}
+	if len(nodes) == stop {
+		b.node, b.stopAt = last, last
+		b.run(&b.g.Nodes[last], b.kind[last])
+		b.stopAt = -1
 	}
 	for v, alive := range f.alive {
 		if alive {
@@ -105,8 +119,13 @@ func (b *builder) recompute(c int) {
 }
 
 // releaseFrame drops the references that chunk c's checkpoint frame holds on
-// its inputs.
+// its inputs. The frame lives as long as a saved tensor's unpack hook does:
+// until the range's first node that saved a tensor has released it.
 func (b *builder) releaseFrame(c int) {
+	if b.ck[c].released {
+		return
+	}
+	b.ck[c].released = true
 	for _, v := range b.ck[c].inputs {
 		b.unref(b.vst[v])
 	}

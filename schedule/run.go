@@ -82,12 +82,7 @@ func (b *builder) run(n *ir.Node, k opKind) {
 				xcast = b.alloc(s.Elems(x)*b.low().Size(), Cast, x)
 			}
 		}
-		if xcast < 0 {
-			c = copyIn(x)
-		}
-		newOut(0, Activation)
-		b.workspace(b.convCall(n, Forward, "fwd"))
-		freeCopy(c)
+		// Autograd packs the inputs it saves before the kernel runs.
 		if xcast >= 0 {
 			b.own(i, xcast)
 		} else {
@@ -97,6 +92,15 @@ func (b *builder) run(n *ir.Node, k opKind) {
 			b.ref(st)
 			b.own(i, st)
 		}
+		if b.stopAt == i {
+			return
+		}
+		if xcast < 0 {
+			c = copyIn(x)
+		}
+		newOut(0, Activation)
+		b.workspace(b.convCall(n, Forward, "fwd"))
+		freeCopy(c)
 	case opBatchNorm, opBatchNormEval:
 		x := n.Inputs[0]
 		newOut(0, Activation)
@@ -111,8 +115,11 @@ func (b *builder) run(n *ir.Node, k opKind) {
 			}
 		}
 	case opSiLU:
-		newOut(0, Activation)
 		save(b.siluIn[i])
+		if b.stopAt == i {
+			return
+		}
+		newOut(0, Activation)
 	case opSigmoid, opSoftmax:
 		if k == opSoftmax && b.autocast() {
 			b.dt[out(0)] = ir.Float32 // autocast runs softmax in float32
@@ -120,7 +127,6 @@ func (b *builder) run(n *ir.Node, k opKind) {
 		newOut(0, Activation)
 		save(out(0))
 	case opMul:
-		newOut(0, Activation)
 		a, c := n.Inputs[0], n.Inputs[1]
 		if b.needsGrad(a) {
 			save(c)
@@ -128,6 +134,10 @@ func (b *builder) run(n *ir.Node, k opKind) {
 		if b.needsGrad(c) && a != c {
 			save(a)
 		}
+		if b.stopAt == i {
+			return
+		}
+		newOut(0, Activation)
 	case opDiv:
 		newOut(0, Activation)
 		if b.needsGrad(n.Inputs[1]) {
@@ -150,10 +160,13 @@ func (b *builder) run(n *ir.Node, k opKind) {
 		b.own(i, idx)
 	case opAvgPool:
 		x := n.Inputs[0]
+		save(x)
+		if b.stopAt == i {
+			return
+		}
 		c := copyIn(x)
 		newOut(0, Activation)
 		freeCopy(c)
-		save(x)
 	case opResize:
 		x := n.Inputs[0]
 		if b.autocast() && b.dt[x] != ir.Float32 {

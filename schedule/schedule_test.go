@@ -60,8 +60,8 @@ func TestBlockStep(t *testing.T) {
 			return []string{fmt.Sprintf("+workspace %d", n), fmt.Sprintf("-workspace %d", n)}
 		}
 		out := []string{
-			"+scalar 4", // d(loss)/d(output): one element, expanded
-			"+grad " + bn1, "-scalar 4", "-activation " + bn1,
+			"+scalar 4", // d(loss)/d(output): one element, expanded, kept by the graph's root
+			"+grad " + bn1, "-activation " + bn1,
 			"+grad " + conv1, "+param-grad model.1.bn.weight", "+param-grad model.1.bn.bias",
 			"-grad " + bn1, "-activation " + conv1, "-stats 64", "-stats 64",
 			"+grad " + act0}
@@ -74,7 +74,7 @@ func TestBlockStep(t *testing.T) {
 			"-grad "+bn0, "-activation "+conv0, "-stats 64", "-stats 64",
 			"+param-grad model.0.conv.weight")
 		out = append(out, w(1003)...)
-		return append(out, "-grad "+conv0)
+		return append(out, "-grad "+conv0, "-scalar 4")
 	}
 	for _, ws := range []bool{false, true} {
 		t.Run(fmt.Sprintf("workspace=%v", ws), func(t *testing.T) {
