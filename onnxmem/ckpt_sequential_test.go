@@ -170,7 +170,7 @@ func ckptFilter(ev []ckptEvent, predicted bool) (kept []ckptEvent, pairs []ckptP
 // ones: the measured pairs are mapped through the alignment to the gap between
 // the same predicted events, replace the predicted workspaces there in order,
 // and those left over on either side are inserted or removed.
-func ckptWithWorkspaces(p *schedule.Program, ops []ckptOp, pred []ckptEvent, mPairs, pPairs []ckptPair) *schedule.Program {
+func ckptWithWorkspaces(p *schedule.Program, ops []alignOp, pred []ckptEvent, mPairs, pPairs []ckptPair) *schedule.Program {
 	// The predicted gap of each measured gap.
 	gapOf := make(map[int]int)
 	np := 0
@@ -269,57 +269,11 @@ func ckptPeakAt(ev []ckptEvent) int {
 	return at
 }
 
-// ckptOp is one step of an alignment: a match (both), a measured event only
-// (m ≥ 0, p < 0) or a predicted event only.
-type ckptOp struct{ m, p int }
-
-// ckptAlign aligns the two sequences on (alloc or free, size, phase) by a
-// longest common subsequence.
-func ckptAlign(m, p []ckptEvent) []ckptOp {
-	eq := func(i, j int) bool {
-		return m[i].alloc == p[j].alloc && m[i].size == p[j].size && m[i].phase == p[j].phase
-	}
-	n, k := len(m), len(p)
-	l := make([][]int32, n+1)
-	for i := range l {
-		l[i] = make([]int32, k+1)
-	}
-	for i := n - 1; i >= 0; i-- {
-		for j := k - 1; j >= 0; j-- {
-			switch {
-			case eq(i, j):
-				l[i][j] = l[i+1][j+1] + 1
-			case l[i+1][j] >= l[i][j+1]:
-				l[i][j] = l[i+1][j]
-			default:
-				l[i][j] = l[i][j+1]
-			}
-		}
-	}
-	var ops []ckptOp
-	i, j := 0, 0
-	for i < n || j < k {
-		switch {
-		case i < n && j < k && eq(i, j):
-			ops = append(ops, ckptOp{i, j})
-			i, j = i+1, j+1
-		case j == k || (i < n && l[i+1][j] >= l[i][j+1]):
-			ops = append(ops, ckptOp{i, -1})
-			i++
-		default:
-			ops = append(ops, ckptOp{-1, j})
-			j++
-		}
-	}
-	return ops
-}
-
 // TestCkptSequential compares onnxmem with the measured step of a small
 // checkpointed nn.Sequential (calibration/checkpoint_sequential.py): m0 and
 // after_bwd exactly; the peak within max(1%, 1 MiB) and after_fwd within
 // max(0.5%, 1 MiB), both with onnxmem's own cuDNN workspaces and with the
-// measured ones; and the allocator's events one by one, aligned by a longest
-// common subsequence (see ckptMaxDiff). The log has the table, the workspace
+// measured ones; and the allocator's events one by one, aligned by align (see ckptMaxDiff). The log has the table, the workspace
 // sizes, every difference and the whole alignment of each scenario.
 func TestCkptSequential(t *testing.T) {
 	m, err := onnxmem.Load(ckptONNX)
@@ -367,7 +321,9 @@ func TestCkptSequential(t *testing.T) {
 		allP := ckptPredicted(p)
 		meas, mPairs := ckptFilter(all, false)
 		pred, pPairs := ckptFilter(allP, true)
-		ops := ckptAlign(meas, pred)
+		ops := align(len(meas), len(pred), func(i, j int) bool {
+			return meas[i].alloc == pred[j].alloc && meas[i].size == pred[j].size && meas[i].phase == pred[j].phase
+		})
 		var onlyM, onlyP int
 		first := -1
 		for k, op := range ops {
@@ -463,7 +419,7 @@ func ckptSizes(ev []ckptPair) []int64 {
 	return out
 }
 
-func ckptDescribe(op ckptOp, meas, pred []ckptEvent) string {
+func ckptDescribe(op alignOp, meas, pred []ckptEvent) string {
 	switch {
 	case op.m >= 0 && op.p < 0:
 		return fmt.Sprintf("at measured event %d: measured %s, not predicted", meas[op.m].index, meas[op.m])
@@ -473,7 +429,7 @@ func ckptDescribe(op ckptOp, meas, pred []ckptEvent) string {
 	return "match"
 }
 
-func ckptLine(op ckptOp, meas, pred []ckptEvent) string {
+func ckptLine(op alignOp, meas, pred []ckptEvent) string {
 	l, r := "", ""
 	mark := "  "
 	if op.m >= 0 {

@@ -165,72 +165,26 @@ type tokenDiff struct {
 	largest string
 }
 
-// diffTokens aligns two event lists with Myers' O(ND) diff (E. Myers, "An
-// O(ND) Difference Algorithm and Its Variations", Algorithmica 1986) on
-// (free, bytes) and returns the number of events outside the common
-// subsequence and the largest of them by bytes.
+// diffTokens aligns two event lists on (free, bytes) and returns the number
+// of events outside the common subsequence and the largest of them by bytes.
 func diffTokens(a, b []token) tokenDiff {
-	eq := func(i, j int) bool { return a[i].free == b[j].free && a[i].bytes == b[j].bytes }
-	n, m := len(a), len(b)
-	max := n + m
-	off := max
-	v := make([]int, 2*max+2)
-	var trace [][]int
-	for d := 0; d <= max; d++ {
-		snap := make([]int, len(v))
-		copy(snap, v)
-		trace = append(trace, snap)
-		for k := -d; k <= d; k += 2 {
-			var x int
-			if k == -d || (k != d && v[off+k-1] < v[off+k+1]) {
-				x = v[off+k+1]
-			} else {
-				x = v[off+k-1] + 1
-			}
-			y := x - k
-			for x < n && y < m && eq(x, y) {
-				x, y = x+1, y+1
-			}
-			v[off+k] = x
-			if x >= n && y >= m {
-				return backtrack(a, b, trace, d, off)
-			}
-		}
-	}
-	return tokenDiff{}
-}
-
-func backtrack(a, b []token, trace [][]int, d, off int) tokenDiff {
-	x, y := len(a), len(b)
 	var res tokenDiff
 	var big int64
-	note := func(k token, side string) {
+	for _, op := range align(len(a), len(b), func(i, j int) bool { return a[i].free == b[j].free && a[i].bytes == b[j].bytes }) {
+		var k token
+		side := ""
+		switch {
+		case op.m >= 0 && op.p >= 0:
+			continue
+		case op.m >= 0:
+			k, side = a[op.m], "measured only: "
+		default:
+			k, side = b[op.p], "predicted only: "
+		}
 		res.count++
 		if k.bytes > big {
-			big = k.bytes
-			res.largest = side + " " + k.String()
+			big, res.largest = k.bytes, side+k.String()
 		}
-	}
-	for ; d > 0; d-- {
-		v := trace[d]
-		k := x - y
-		var pk int
-		if k == -d || (k != d && v[off+k-1] < v[off+k+1]) {
-			pk = k + 1
-		} else {
-			pk = k - 1
-		}
-		px := v[off+pk]
-		py := px - pk
-		for x > px && y > py {
-			x, y = x-1, y-1
-		}
-		if x == px {
-			note(b[y-1], "predicted only:")
-		} else {
-			note(a[x-1], "measured only:")
-		}
-		x, y = px, py
 	}
 	return res
 }

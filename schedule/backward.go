@@ -173,25 +173,13 @@ func (b *builder) back(n *ir.Node, k opKind, outs []ir.ValueID) {
 		}
 	}
 	// contiguous makes the copy a kernel takes of a strided incoming gradient.
-	contiguous := func() int32 {
-		if gy.whole && gy.contig {
-			return -1
-		}
-		return b.scratch(b.bytes(outs[0]), Copy)
-	}
-	freeCopy := func(buf int32) {
-		if buf >= 0 {
-			b.emit(buf, true)
-		}
-	}
+	contiguous := func() int32 { return b.copyIf(!gy.whole || !gy.contig, b.bytes(outs[0])) }
+	freeCopy := b.freeScratch
 	switch k {
 	case opConv:
 		x := n.Inputs[0]
 		// A strided saved input is copied again for the whole backward.
-		xc := int32(-1)
-		if !b.contig[x] {
-			xc = b.scratch(b.bytes(x), Copy)
-		}
+		xc := b.copyIf(!b.contig[x], b.bytes(x))
 		// Under autocast the conv computes low-precision gradients of its
 		// cast input and weight; ToCopyBackward then allocates the
 		// float32 ones and frees those.
@@ -285,9 +273,7 @@ func (b *builder) back(n *ir.Node, k opKind, outs []ir.ValueID) {
 	case opMaxPool:
 		c := contiguous()
 		fresh(n.Inputs[0])
-		if !b.contig[n.Inputs[0]] {
-			freeCopy(b.scratch(b.bytes(n.Inputs[0]), Copy))
-		}
+		freeCopy(b.copyIf(!b.contig[n.Inputs[0]], b.bytes(n.Inputs[0])))
 		freeCopy(c)
 	case opAvgPool:
 		c := contiguous()

@@ -54,17 +54,8 @@ func (b *builder) run(n *ir.Node, k opKind) {
 		b.saved[i] = append(b.saved[i], st)
 	}
 	// copyIn makes the contiguous copy that a kernel takes of a strided input.
-	copyIn := func(v ir.ValueID) int32 {
-		if b.contig[v] {
-			return -1
-		}
-		return b.scratch(b.bytes(v), Copy)
-	}
-	freeCopy := func(buf int32) {
-		if buf >= 0 {
-			b.emit(buf, true)
-		}
-	}
+	copyIn := func(v ir.ValueID) int32 { return b.copyIf(!b.contig[v], b.bytes(v)) }
+	freeCopy := b.freeScratch
 	switch k {
 	case opConv:
 		x := n.Inputs[0]
@@ -268,4 +259,20 @@ func (b *builder) own(i int32, st int32) {
 		return
 	}
 	b.saved[i] = append(b.saved[i], st)
+}
+
+// copyIf allocates a contiguous copy of the given size when cond holds, and
+// returns its buffer, or -1.
+func (b *builder) copyIf(cond bool, bytes int64) int32 {
+	if !cond {
+		return -1
+	}
+	return b.scratch(bytes, Copy)
+}
+
+// freeScratch frees a buffer from scratch or copyIf, if there is one.
+func (b *builder) freeScratch(buf int32) {
+	if buf >= 0 {
+		b.emit(buf, true)
+	}
 }
