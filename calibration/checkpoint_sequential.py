@@ -47,6 +47,8 @@ import torch
 import torch.nn as nn
 from torch.utils.checkpoint import checkpoint_sequential
 
+import memtrace  # noqa: E402  (calibration/ is on sys.path when run as a script)
+
 DEV = torch.device("cuda:0")
 BATCH, IMG = 8, 160
 CHANNELS = [(3, 32, 2), (32, 64, 2), (64, 64, 1), (64, 64, 1), (64, 128, 2), (128, 128, 1),
@@ -79,15 +81,7 @@ class Net(nn.Module):
 # ----------------------------------------------------------------------------- tracing
 def trace_reset():
     """Disable (clears the ring buffer) and re-enable allocator history with Python stacks."""
-    try:
-        torch.cuda.memory._record_memory_history(enabled=None)
-    except Exception:
-        pass
-    try:
-        torch.cuda.memory._record_memory_history(
-            enabled="all", context="all", stacks="python", max_entries=1000000)
-    except TypeError:
-        torch.cuda.memory._record_memory_history(max_entries=1000000)
+    memtrace.trace_reset(context="all")
 
 
 def trace_stop():
@@ -97,9 +91,7 @@ def trace_stop():
         pass
 
 
-def trace_entries():
-    traces = torch.cuda.memory._snapshot()["device_traces"]
-    return traces[0] if traces else []
+trace_entries = memtrace.trace_entries
 
 
 def where(e):

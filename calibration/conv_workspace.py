@@ -25,51 +25,12 @@ import time
 import torch
 import torch.nn as nn
 
+from memtrace import MARK_BWD_BEGIN, MARK_BWD_END, Src, compact, mark, trace_entries, trace_mark, trace_reset  # noqa: E402,F401
+
 DEV = torch.device("cuda:0")
-MARK_BWD_BEGIN = 37
-MARK_BWD_END = 41
 
 
-def trace_reset():
-    try:
-        torch.cuda.memory._record_memory_history(enabled=None)
-    except Exception:
-        pass
-    try:
-        torch.cuda.memory._record_memory_history(
-            enabled="all", context=None, stacks="python", max_entries=1000000)
-    except TypeError:
-        torch.cuda.memory._record_memory_history(max_entries=1000000)
 
-
-def trace_entries():
-    traces = torch.cuda.memory._snapshot()["device_traces"]
-    return traces[0] if traces else []
-
-
-def compact(entries):
-    live, out, nxt, pre = {}, [], 1, -1
-    markers = set()
-    for e in entries:
-        act, addr, size = e.get("action"), e.get("addr"), e.get("size")
-        if act == "alloc":
-            if size in (MARK_BWD_BEGIN, MARK_BWD_END):
-                markers.add(addr)
-                out.append(["m", size, 0])
-                continue
-            live[addr] = nxt
-            out.append(["a", size, nxt])
-            nxt += 1
-        elif act == "free_completed":
-            if addr in markers:
-                markers.discard(addr)
-                continue
-            if addr in live:
-                out.append(["f", size, live.pop(addr)])
-            else:
-                out.append(["f", size, pre])
-                pre -= 1
-    return out
 
 
 def transients(ev, begin=None, end=None):
@@ -90,20 +51,8 @@ def transients(ev, begin=None, end=None):
     return [s for s, i in allocs if i in freed], [s for s, i in allocs if i not in freed]
 
 
-def _mark(n):
-    t = torch.empty(n, dtype=torch.uint8, device=DEV)
-    del t
 
 
-class Src(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        return x.view_as(x)
-
-    @staticmethod
-    def backward(ctx, g):
-        _mark(MARK_BWD_END)
-        return None
 
 
 class Sink(torch.autograd.Function):
@@ -115,7 +64,7 @@ class Sink(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):
         gy = torch.ones(ctx.meta[0], dtype=ctx.meta[1], device=DEV)
-        _mark(MARK_BWD_BEGIN)
+        mark(MARK_BWD_BEGIN)
         return gy
 
 

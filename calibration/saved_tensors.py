@@ -38,59 +38,14 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from memtrace import MARK_BWD_BEGIN, MARK_BWD_END, Src, compact, mark, trace_entries, trace_mark, trace_reset  # noqa: E402,F401
+
 DEV = torch.device("cuda:0")
-MARK_BWD_BEGIN = 37
-MARK_BWD_END = 41
 
 
 # ----------------------------------------------------------------------------- tracing
-def trace_reset():
-    """Disable (clears the ring buffer) and re-enable allocator history, no stacks."""
-    try:
-        torch.cuda.memory._record_memory_history(enabled=None)
-    except Exception:
-        pass
-    try:
-        torch.cuda.memory._record_memory_history(
-            enabled="all", context=None, stacks="python", max_entries=1000000)
-    except TypeError:
-        torch.cuda.memory._record_memory_history(max_entries=1000000)
 
 
-def trace_entries():
-    traces = torch.cuda.memory._snapshot()["device_traces"]
-    return traces[0] if traces else []
-
-
-def trace_mark():
-    return len(trace_entries())
-
-
-def compact(entries):
-    """[['a'|'f', requested_size, id], ...]; ids > 0 allocated in this phase, ids < 0 were
-    allocated before it. Markers become ['m', 37|41, 0] (their frees are dropped)."""
-    live, out, nxt, pre = {}, [], 1, -1
-    markers = set()
-    for e in entries:
-        act, addr, size = e.get("action"), e.get("addr"), e.get("size")
-        if act == "alloc":
-            if size in (MARK_BWD_BEGIN, MARK_BWD_END):
-                markers.add(addr)
-                out.append(["m", size, 0])
-                continue
-            live[addr] = nxt
-            out.append(["a", size, nxt])
-            nxt += 1
-        elif act == "free_completed":
-            if addr in markers:
-                markers.discard(addr)
-                continue
-            if addr in live:
-                out.append(["f", size, live.pop(addr)])
-            else:
-                out.append(["f", size, pre])
-                pre -= 1
-    return out
 
 
 def summarize_events(ev):
@@ -103,23 +58,9 @@ def summarize_events(ev):
     }
 
 
-def _mark(n):
-    t = torch.empty(n, dtype=torch.uint8, device=DEV)
-    del t
 
 
 # ------------------------------------------------------------------ source / sink nodes
-class Src(torch.autograd.Function):
-    """Turns a leaf into a non-leaf activation; backward drops the gradient."""
-
-    @staticmethod
-    def forward(ctx, x):
-        return x.view_as(x)
-
-    @staticmethod
-    def backward(ctx, g):
-        _mark(MARK_BWD_END)
-        return None
 
 
 class Sink(torch.autograd.Function):
@@ -133,7 +74,7 @@ class Sink(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):
         grads = tuple(torch.ones(s, dtype=d, device=DEV) for s, d in ctx.meta)
-        _mark(MARK_BWD_BEGIN)
+        mark(MARK_BWD_BEGIN)
         return grads
 
 
