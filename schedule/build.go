@@ -3,6 +3,7 @@ package schedule
 import (
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/onnxmem/onnxmem/ir"
 )
@@ -341,6 +342,22 @@ func (b *builder) argHolds(li *layerInfo) {
 			}
 		}
 	}
+}
+
+// infos caches layerInfo by graph: it depends on the graph alone (and on
+// its element types, which no binding changes), and a sweep builds the same
+// graph's program many times. Graphs are never modified once loaded; the
+// cache keeps each graph it has seen alive.
+var infos sync.Map // *ir.Graph → *layerInfo
+
+// layerInfo returns the graph's layerInfo, from the cache when it can.
+func (b *builder) layerInfo() layerInfo {
+	if li, ok := infos.Load(b.g); ok {
+		return *li.(*layerInfo)
+	}
+	li := b.layers()
+	infos.Store(b.g, &li)
+	return li
 }
 
 func (b *builder) layers() layerInfo {

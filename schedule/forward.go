@@ -18,7 +18,7 @@ import (
 func (b *builder) forward() {
 	g := b.g
 	b.phase = Forward
-	b.li = b.layers()
+	b.li = b.layerInfo()
 	b.chunks()
 	var nodes []int32
 	for i := range g.Nodes {
