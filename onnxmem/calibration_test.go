@@ -145,3 +145,53 @@ func abs(x int64) int64 {
 	}
 	return x
 }
+
+// TestCalibrationEvalStep simulates every eval step of calibration.jsonl (the
+// validation forward of a half copy, at twice the training batch) and holds
+// the peak to max(1% of the measured peak, 8 MiB), tighter than the 5% the
+// product asks of eval steps.
+func TestCalibrationEvalStep(t *testing.T) {
+	f, err := os.Open(onnxbuild.Shared(t, "groundtruth/calibration.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	const mib = 1 << 20
+	var table strings.Builder
+	fmt.Fprintf(&table, "%-9s %5s %4s  %10s %10s %7s\n", "cfg", "batch", "img", "peak MiB", "predicted", "error")
+	models := map[string]*onnxmem.Model{}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 1<<20)
+	n := 0
+	for sc.Scan() {
+		var l calibrationLine
+		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+			t.Fatalf("calibration.jsonl: %v", err)
+		}
+		if l.Kind != "eval_step" {
+			continue
+		}
+		m := models[l.Model]
+		if m == nil {
+			if m, err = onnxmem.Load(filepath.Join(onnxbuild.SharedDir, l.Model)); err != nil {
+				t.Fatal(err)
+			}
+			models[l.Model] = m
+		}
+		r, err := m.Simulate(onnxmem.Scenario{Batch: l.Batch, Height: l.Img, Width: l.Img, Eval: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n++
+		me := l.Measured.Peak
+		fmt.Fprintf(&table, "%-9s %5d %4d  %10.1f %10.1f %+6.2f%%\n", l.Cfg, l.Batch, l.Img,
+			float64(me)/mib, float64(r.Peak)/mib, 100*float64(r.Peak-me)/float64(me))
+		if d, lim := abs(r.Peak-me), max(me/100, 8*mib); d > lim {
+			t.Errorf("%s eval batch %d img %d: peak %d, measured %d: off by %.1f MiB", l.Cfg, l.Batch, l.Img, r.Peak, me, float64(d)/mib)
+		}
+	}
+	if n == 0 {
+		t.Fatal("no eval_step line in calibration.jsonl")
+	}
+	t.Log("\n" + table.String())
+}

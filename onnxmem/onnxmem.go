@@ -72,10 +72,26 @@ type Scenario struct {
 	// top-level layers run under checkpoint(use_reentrant=False). It
 	// excludes Segments.
 	Checkpoint []schedule.Range
+	// Eval simulates train_dual.py's validation step instead of a model step:
+	// the forward of a half copy of the model under torch.no_grad(), with the
+	// eval-mode decode of the detection head, at batch Batch (the training
+	// batch × 2, as the repository validates). AMP, Half and checkpointing do
+	// not apply.
+	Eval bool
+	// CuBLASWorkspace is the cuBLAS workspace left allocated by earlier work
+	// in the process, resident in the eval step; 0 means
+	// DefaultCuBLASWorkspace.
+	CuBLASWorkspace int64
 	// Capacity, when positive, is the device memory in bytes: a step that needs
 	// more reports OOM.
 	Capacity int64
 }
+
+// DefaultCuBLASWorkspace is PyTorch's default cuBLAS workspace on Hopper
+// GPUs such as the H100 and H200: CUBLAS_WORKSPACE_CONFIG ":4096:8", eight
+// 4 MiB chunks (aten/src/ATen/cuda/CublasHandlePool.cpp). Older GPUs default
+// to ":4096:2:16:8", 8.125 MiB.
+const DefaultCuBLASWorkspace = 32 << 20
 
 // Tensor is one buffer alive at the peak.
 type Tensor struct {
@@ -138,6 +154,8 @@ func (sc Scenario) Supported() error {
 		return fmt.Errorf("onnxmem: amp and half exclude each other: autocast runs on float32 parameters")
 	case sc.Segments > 1 && len(sc.Checkpoint) > 0:
 		return fmt.Errorf("onnxmem: segments and an explicit checkpoint plan exclude each other")
+	case sc.Eval && (sc.AMP || sc.Half || sc.Segments > 1 || len(sc.Checkpoint) > 0):
+		return fmt.Errorf("onnxmem: the eval step runs a half copy without gradients: amp, half and checkpointing do not apply")
 	case sc.Segments < 0:
 		return fmt.Errorf("onnxmem: segments %d: must be 0 or more", sc.Segments)
 	case sc.Batch < 1:
@@ -158,7 +176,10 @@ func (m *Model) Program(sc Scenario) (*schedule.Program, error) {
 	if err != nil {
 		return nil, fmt.Errorf("onnxmem: %s: %w", m.Name, err)
 	}
-	cfg := schedule.Config{Workspace: CuDNNWorkspace, Checkpoint: sc.Checkpoint}
+	cfg := schedule.Config{Workspace: CuDNNWorkspace, Checkpoint: sc.Checkpoint, Eval: sc.Eval, CuBLASWorkspace: sc.CuBLASWorkspace}
+	if cfg.CuBLASWorkspace == 0 {
+		cfg.CuBLASWorkspace = DefaultCuBLASWorkspace
+	}
 	switch {
 	case sc.AMP:
 		cfg.Precision = schedule.AMP

@@ -378,7 +378,12 @@ func (b *builder) cleanup() {
 		}
 		b.saved[i] = nil
 	}
-	b.unref(b.lossSt)
+	if !b.cfg.Eval {
+		b.unref(b.lossSt)
+	}
+	for j := len(b.decoded) - 1; j >= 0; j-- {
+		b.unref(b.decoded[j])
+	}
 	// The list of outputs dies last item first; a value listed twice holds
 	// one reference.
 	for j := len(b.g.Outputs) - 1; j >= 0; j-- {

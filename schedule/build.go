@@ -69,6 +69,15 @@ func EachLayer(n int) []Range {
 // Config says how the step is run.
 type Config struct {
 	Precision Precision
+	// Eval runs validation as train_dual.py does: the forward of a half
+	// copy of the model (copy.deepcopy(model).eval().half()) under
+	// torch.no_grad(), batch norm on its running statistics, and the
+	// detection head's decode, with the float32 training model and the cuBLAS
+	// workspace resident. It implies Half and ignores Checkpoint.
+	Eval bool
+	// CuBLASWorkspace is the bytes of the cuBLAS workspace that an earlier
+	// matrix product left allocated; the eval step keeps it resident.
+	CuBLASWorkspace int64
 	// Checkpoint lists layer ranges run under
 	// torch.utils.checkpoint.checkpoint(use_reentrant=False): their forward
 	// keeps no saved tensors, only their inputs; the backward recomputes a
@@ -140,6 +149,7 @@ type builder struct {
 	chunkOf  []int   // by node: its checkpointed range, or -1
 	ck       []chunk // the checkpointed ranges
 	deferred []int32 // storages only a suppressed save held, freed when the op returns
+	decoded  []int32 // the eval head's decoded outputs, alive to the end of the step
 
 	// Backward state.
 	slot       []int32 // by value: index into grads, or -1
@@ -154,6 +164,9 @@ type builder struct {
 // the backward. It fails, with an error starting "schedule: ", on an op that
 // has no memory rule.
 func Build(g *ir.Graph, s *ir.Shapes, cfg Config) (*Program, error) {
+	if cfg.Eval {
+		cfg.Precision, cfg.Checkpoint = Half, nil
+	}
 	b := &builder{g: g, s: s, cfg: cfg, p: &Program{Graph: g, Shapes: s}}
 	nv, nn := len(g.Values), len(g.Nodes)
 	b.data = make([]bool, nv)
@@ -187,9 +200,15 @@ func Build(g *ir.Graph, s *ir.Shapes, cfg Config) (*Program, error) {
 		return nil, err
 	}
 	b.resident()
+	b.noSave = cfg.Eval
 	b.forward()
 	b.exitAutocast()
 	b.p.ForwardEnd = len(b.p.Events)
+	if cfg.Eval {
+		b.p.BackwardStart, b.p.BackwardEnd = b.p.ForwardEnd, b.p.ForwardEnd
+		b.cleanup()
+		return b.p, nil
+	}
 	b.loss()
 	b.p.BackwardStart = len(b.p.Events)
 	b.backward()
@@ -258,16 +277,34 @@ func (b *builder) resident() {
 			bnVar[n.Inputs[4]] = true
 		}
 	}
-	for i := range b.g.Values {
-		if !b.param[i] {
-			continue
+	// The model, and for the eval step its half copy after it.
+	copies := []func(ir.ValueID) int64{b.bytes}
+	if b.cfg.Eval {
+		copies = []func(ir.ValueID) int64{b.s.Bytes, b.bytes}
+	}
+	for _, size := range copies {
+		for i := range b.g.Values {
+			if !b.param[i] {
+				continue
+			}
+			v := ir.ValueID(i)
+			buf := b.newBuf(size(v), Param, v)
+			b.paramOf[v] = buf
+			b.p.Resident = append(b.p.Resident, buf)
+			if bnVar[v] {
+				b.p.Resident = append(b.p.Resident, b.newBuf(8, Param, ir.NoValue))
+			}
 		}
-		v := ir.ValueID(i)
-		buf := b.newBuf(b.bytes(v), Param, v)
-		b.paramOf[v] = buf
-		b.p.Resident = append(b.p.Resident, buf)
-		if bnVar[v] {
-			b.p.Resident = append(b.p.Resident, b.newBuf(8, Param, ir.NoValue))
+	}
+	if b.cfg.Eval {
+		if b.cfg.CuBLASWorkspace > 0 {
+			b.p.Resident = append(b.p.Resident, b.newBuf(b.cfg.CuBLASWorkspace, Workspace, ir.NoValue))
+		}
+		// The head's anchor points and strides, made by the first eval
+		// call at this image size (make_anchors) and kept in the module.
+		if a, _ := HeadAnchors(b.g, b.s); a > 0 {
+			es := ir.Float16.Size()
+			b.p.Resident = append(b.p.Resident, b.newBuf(2*a*es, Param, ir.NoValue), b.newBuf(a*es, Param, ir.NoValue))
 		}
 	}
 	x := b.g.Inputs[0]

@@ -43,10 +43,13 @@ func (b *builder) forward() {
 			}
 		}
 		cur = c
-		b.noSave = c >= 0
+		b.noSave = c >= 0 || b.cfg.Eval
 		b.step(f, i)
 	}
 	b.noSave = false
+	if b.cfg.Eval {
+		b.decode()
+	}
 	b.node = -1
 	// The loop's list y dies with the forward, last item first.
 	held := f.layerHeld

@@ -247,7 +247,55 @@ func TestInvariants(t *testing.T) {
 			if g, err = schedule.Normalize(g); err != nil {
 				t.Fatal(err)
 			}
-			programAt(t, g, ir.Binding{Batch: 2, Height: 640, Width: 640}, schedule.Config{Workspace: fakeWorkspace})
+			for _, cfg := range []schedule.Config{
+				{Workspace: fakeWorkspace},
+				{Workspace: fakeWorkspace, Precision: schedule.AMP, Checkpoint: schedule.Sequential(12, 3)},
+				{Workspace: fakeWorkspace, Eval: true, CuBLASWorkspace: 1 << 20},
+			} {
+				programAt(t, g, ir.Binding{Batch: 2, Height: 640, Width: 640}, cfg)
+			}
 		})
+	}
+}
+
+// TestEvalDecode checks the eval step of a real head: no gradient, no
+// saved tensor, batch norm without statistics, and the decode's outputs,
+// 4 box coordinates and the classes per anchor, alive until the step ends.
+func TestEvalDecode(t *testing.T) {
+	g, err := ir.LoadFile(onnxbuild.Shared(t, filepath.Join("yolov9", "yolov9-s-train.onnx")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g, err = schedule.Normalize(g); err != nil {
+		t.Fatal(err)
+	}
+	s, err := g.Infer(ir.Binding{Batch: 4, Height: 320, Width: 320})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, branches := schedule.HeadAnchors(g, s)
+	if a != 40*40+20*20+10*10 || branches != 2 {
+		t.Fatalf("head: %d anchors in %d branches, want 2100 in 2", a, branches)
+	}
+	p, err := schedule.Build(g, s, schedule.Config{Eval: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkBalanced(t, p)
+	var outs int
+	want := int64(4 * (4 + 80) * a * 2) // B × (4 + nc) × anchors, float16
+	for _, e := range p.Events {
+		buf := p.Buffers[e.Buf]
+		switch {
+		case buf.Kind == schedule.Grad || buf.Kind == schedule.ParamGrad || buf.Kind == schedule.Stats:
+			t.Fatalf("eval step allocates a %s", buf.Kind)
+		case e.Phase != schedule.Forward && e.Phase != schedule.Cleanup:
+			t.Fatalf("eval step has a %s phase", e.Phase)
+		case !e.Free && buf.Bytes == want && e.Phase == schedule.Forward:
+			outs++
+		}
+	}
+	if outs != branches {
+		t.Errorf("%d decoded outputs of %d bytes, want %d", outs, want, branches)
 	}
 }

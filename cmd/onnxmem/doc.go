@@ -12,9 +12,10 @@
 // segments: the first N-1 run under checkpoint(use_reentrant=False)). report
 // compares fp32 and AMP with 0, 2 and 4 segments, knobs every precision with
 // 0, 2 and 4 segments, and predict takes amp and segments from each line;
-// sweep, timeline and maxbatch simulate fp32 without checkpointing. Full
-// training steps (loss, optimizer, EMA) and eval steps are not simulated
-// yet; onnxmem says so rather than print a guess.
+// sweep, timeline and maxbatch take -amp, -half and -segments. predict also
+// simulates eval steps (validation: a half copy of the model under no_grad,
+// with the head's decode). Full training steps (loss, optimizer, EMA) are not
+// simulated yet; onnxmem says so rather than print a guess.
 //
 // Usage:
 //
@@ -115,12 +116,14 @@
 //	{"peak", "peak_req", "peak_reserved", "m0", "after_fwd", "fwd_peak", "after_bwd"}
 //
 // in bytes, or with a field "error" (a message starting "onnxmem: ") when the
-// scenario cannot be simulated: a kind other than model_step, a scenario
-// that onnxmem.Scenario.Supported refuses (a negative segments), a model
-// file that cannot be loaded, a missing or mistyped field. model_step lines
-// with amp true or segments above 1 are predicted. Nothing is skipped and nothing is guessed. kind, model,
-// batch and img are required; a missing amp means false and a missing
-// segments 0. Each model file is loaded once.
+// scenario cannot be simulated: kind train_step, a scenario that
+// onnxmem.Scenario.Supported refuses (a negative segments), a model file that
+// cannot be loaded, a missing or mistyped field. model_step lines with amp
+// true or segments above 1 are predicted; eval_step lines ignore amp and
+// segments, since validation always runs a half copy without gradients.
+// Nothing is skipped and nothing is guessed. kind, model, batch and img are
+// required; a missing amp means false and a missing segments 0. Each model
+// file is loaded once.
 //
 // All other fields pass through with their exact text (numbers are not
 // reformatted), compacted, with the object's keys in sorted order. An input

@@ -95,20 +95,24 @@ func (p *predictor) simulate(obj map[string]json.RawMessage) (*onnxmem.Result, e
 	if err := field(obj, "kind", &kind, true); err != nil {
 		return nil, err
 	}
+	fields := []error{
+		field(obj, "model", &model, true),
+		field(obj, "batch", &sc.Batch, true),
+		field(obj, "img", &img, true),
+	}
 	switch kind {
 	case "model_step":
-	case "train_step", "eval_step":
+		fields = append(fields, field(obj, "amp", &sc.AMP, false), field(obj, "segments", &sc.Segments, false))
+	case "eval_step":
+		// Validation always runs a half copy without gradients, whatever
+		// the training's amp and segments.
+		sc.Eval = true
+	case "train_step":
 		return nil, fmt.Errorf("onnxmem: kind %s is not simulated yet", kind)
 	default:
 		return nil, fmt.Errorf("onnxmem: unknown kind %q (want model_step, train_step or eval_step)", kind)
 	}
-	for _, e := range []error{
-		field(obj, "model", &model, true),
-		field(obj, "batch", &sc.Batch, true),
-		field(obj, "img", &img, true),
-		field(obj, "amp", &sc.AMP, false),
-		field(obj, "segments", &sc.Segments, false),
-	} {
+	for _, e := range fields {
 		if e != nil {
 			return nil, e
 		}
