@@ -78,8 +78,17 @@ type Scenario struct {
 	// batch × 2, as the repository validates). AMP, Half and checkpointing do
 	// not apply.
 	Eval bool
+	// Train simulates a full step of train_dual.py instead of a model step:
+	// the batch's upload, the forward (under autocast with AMP), YOLOv9's
+	// loss with Boxes ground-truth boxes in every image, the backward,
+	// GradScaler, gradient clipping, the Optimizer's step, zero_grad and,
+	// with EMA, the EMA update. The optimizer's state exists before the step.
+	Train     bool
+	Boxes     int64
+	Optimizer schedule.Optimizer
+	EMA       bool
 	// CuBLASWorkspace is the cuBLAS workspace left allocated by earlier work
-	// in the process, resident in the eval step; 0 means
+	// in the process, resident in train and eval steps; 0 means
 	// DefaultCuBLASWorkspace.
 	CuBLASWorkspace int64
 	// Capacity, when positive, is the device memory in bytes: a step that needs
@@ -154,6 +163,14 @@ func (sc Scenario) Supported() error {
 		return fmt.Errorf("onnxmem: amp and half exclude each other: autocast runs on float32 parameters")
 	case sc.Segments > 1 && len(sc.Checkpoint) > 0:
 		return fmt.Errorf("onnxmem: segments and an explicit checkpoint plan exclude each other")
+	case sc.Train && TrainLoss == nil:
+		return fmt.Errorf("onnxmem: train steps need a loss model, and none is set (onnxmem.TrainLoss)")
+	case sc.Train && sc.Eval:
+		return fmt.Errorf("onnxmem: a scenario is a train step or an eval step, not both")
+	case sc.Train && sc.Half:
+		return fmt.Errorf("onnxmem: train_dual.py trains float32 parameters, with or without amp: half does not apply")
+	case sc.Train && sc.Boxes < 0:
+		return fmt.Errorf("onnxmem: boxes %d: must be 0 or more", sc.Boxes)
 	case sc.Eval && (sc.AMP || sc.Half || sc.Segments > 1 || len(sc.Checkpoint) > 0):
 		return fmt.Errorf("onnxmem: the eval step runs a half copy without gradients: amp, half and checkpointing do not apply")
 	case sc.Segments < 0:
@@ -188,6 +205,13 @@ func (m *Model) Program(sc Scenario) (*schedule.Program, error) {
 	}
 	if sc.Segments > 1 {
 		cfg.Checkpoint = schedule.Sequential(m.Layers(), sc.Segments)
+	}
+	if sc.Train {
+		opt := sc.Optimizer
+		if opt == "" {
+			opt = schedule.SGD
+		}
+		cfg.Train = &schedule.Train{Loss: TrainLoss, Boxes: sc.Boxes, Optimizer: opt, EMA: sc.EMA}
 	}
 	p, err := schedule.Build(m.Graph, s, cfg)
 	if err != nil {
@@ -264,3 +288,6 @@ func (m *Model) Layers() int {
 	}
 	return n
 }
+
+// TrainLoss is the loss model of train steps.
+var TrainLoss schedule.Loss

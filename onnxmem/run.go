@@ -71,13 +71,17 @@ func run(p *schedule.Program, sc Scenario, observe func(int, allocator.Stats)) *
 		}
 	}
 	// Warm-up step.
-	malloc(p.Input)
+	if p.Input >= 0 {
+		malloc(p.Input)
+	}
 	replay(0, len(p.Events))
 	// Measured step.
 	for _, buf := range p.ParamGrads {
 		free(buf)
 	}
-	malloc(p.Input)
+	if p.Input >= 0 {
+		malloc(p.Input)
+	}
 	r := &Result{Scenario: sc, Events: len(p.Events), PeakLayer: -1, PeakEvent: -1}
 	r.M0 = a.Stats().Allocated
 	a.ResetPeaks()
@@ -126,7 +130,10 @@ func atPeak(p *schedule.Program, at int) ([]Tensor, []KindBytes) {
 	for i, e := range p.Events[:at+1] {
 		ev[i] = liveness.Event{Buf: e.Buf, Free: e.Free}
 	}
-	initial := append(append([]int32{}, p.Resident...), p.Input)
+	initial := append([]int32{}, p.Resident...)
+	if p.Input >= 0 {
+		initial = append(initial, p.Input)
+	}
 	size := func(b int32) int64 { return allocator.RoundSize(p.Buffers[b].Bytes) }
 	live := liveness.LiveAt(ev, at, initial, size)
 	var kinds []KindBytes

@@ -9,7 +9,7 @@ import (
 // loss emits loss = sum(o.sum() for o in outputs): each term and each partial
 // sum is a 4-byte tensor.
 func (b *builder) loss() {
-	b.phase = Loss
+	b.phase = LossPhase
 	b.node = -1
 	b.lossSt = -1
 	for range b.g.Outputs {
@@ -28,19 +28,26 @@ func (b *builder) loss() {
 // contiguous copy of a strided incoming gradient and any workspace), then its
 // incoming gradients are released, then its saved tensors, and then the new
 // gradients are summed into their targets' buffers.
-func (b *builder) backward() {
+func (b *builder) backward() error {
 	g := b.g
 	b.phase = Backward
 	b.node = -1
 	for i := range b.slot {
 		b.slot[i] = -1
 	}
-	// d(sum)/d(o) is a one-element tensor expanded to o's shape.
-	ones := b.alloc(4, Scalar, ir.NoValue)
-	for _, o := range g.Outputs {
-		if b.rg[o] {
-			b.ref(ones)
-			b.accumulate(o, gradT{st: ones, bytes: b.bytes(o)})
+	ones := int32(-1)
+	if b.cfg.Train != nil && b.cfg.Train.Loss != nil {
+		if err := b.seedFromLoss(); err != nil {
+			return err
+		}
+	} else {
+		// d(sum)/d(o) is a one-element tensor expanded to o's shape.
+		ones = b.alloc(4, Scalar, ir.NoValue)
+		for _, o := range g.Outputs {
+			if b.rg[o] {
+				b.ref(ones)
+				b.accumulate(o, gradT{st: ones, bytes: b.bytes(o)})
+			}
 		}
 	}
 	leader := b.sliceGroups()
@@ -81,7 +88,10 @@ func (b *builder) backward() {
 	}
 	b.node = -1
 	// The graph's root keeps the seed gradient to the end.
-	b.unref(ones)
+	if ones >= 0 {
+		b.unref(ones)
+	}
+	return nil
 }
 
 // firstSaver returns chunk c's first node that saved a tensor, or -1.
@@ -378,7 +388,7 @@ func (b *builder) cleanup() {
 		}
 		b.saved[i] = nil
 	}
-	if !b.cfg.Eval {
+	if !b.cfg.Eval && (b.cfg.Train == nil || b.cfg.Train.Loss == nil) {
 		b.unref(b.lossSt)
 	}
 	for j := len(b.decoded) - 1; j >= 0; j-- {

@@ -69,6 +69,11 @@ func EachLayer(n int) []Range {
 // Config says how the step is run.
 type Config struct {
 	Precision Precision
+	// Train, when not nil, runs a full training step of train_dual.py around
+	// the network: the batch's upload, the loss, the optimizer step and the
+	// EMA update, with the EMA copy, the optimizer's state and the cuBLAS
+	// workspace resident.
+	Train *Train
 	// Eval runs validation as train_dual.py does: the forward of a half
 	// copy of the model (copy.deepcopy(model).eval().half()) under
 	// torch.no_grad(), batch norm on its running statistics, and the
@@ -142,14 +147,15 @@ type builder struct {
 	cast  []int32
 	casts []ir.ValueID
 
-	li       layerInfo
-	noSave   bool    // the op runs inside a checkpointed range's forward
-	stopAt   int32   // the node whose packing ends a recomputation, or -1
-	hadSave  []bool  // by node: it would have saved a tensor
-	chunkOf  []int   // by node: its checkpointed range, or -1
-	ck       []chunk // the checkpointed ranges
-	deferred []int32 // storages only a suppressed save held, freed when the op returns
-	decoded  []int32 // the eval head's decoded outputs, alive to the end of the step
+	li        layerInfo
+	noSave    bool    // the op runs inside a checkpointed range's forward
+	stopAt    int32   // the node whose packing ends a recomputation, or -1
+	hadSave   []bool  // by node: it would have saved a tensor
+	chunkOf   []int   // by node: its checkpointed range, or -1
+	ck        []chunk // the checkpointed ranges
+	deferred  []int32 // storages only a suppressed save held, freed when the op returns
+	decoded   []int32 // the eval head's decoded outputs, alive to the end of the step
+	lossSaved []Buf   // what the training loss keeps for its backward
 
 	// Backward state.
 	slot       []int32 // by value: index into grads, or -1
@@ -199,9 +205,17 @@ func Build(g *ir.Graph, s *ir.Shapes, cfg Config) (*Program, error) {
 	if err := b.classify(); err != nil {
 		return nil, err
 	}
-	b.resident()
+	if err := b.resident(); err != nil {
+		return nil, err
+	}
 	b.noSave = cfg.Eval
 	b.forward()
+	training := cfg.Train != nil && cfg.Train.Loss != nil
+	if training {
+		// The loss runs inside the forward's autocast region.
+		b.phase = LossPhase
+		b.lossSaved = cfg.Train.Loss.Forward(tape{b}, b.lossInput())
+	}
 	b.exitAutocast()
 	b.p.ForwardEnd = len(b.p.Events)
 	if cfg.Eval {
@@ -209,11 +223,21 @@ func Build(g *ir.Graph, s *ir.Shapes, cfg Config) (*Program, error) {
 		b.cleanup()
 		return b.p, nil
 	}
-	b.loss()
+	if !training {
+		b.loss()
+	}
 	b.p.BackwardStart = len(b.p.Events)
-	b.backward()
+	if err := b.backward(); err != nil {
+		return nil, err
+	}
 	b.p.BackwardEnd = len(b.p.Events)
+	if cfg.Train != nil {
+		b.optimizerStep()
+	}
 	b.cleanup()
+	if cfg.Train != nil {
+		b.p.ParamGrads = nil // zero_grad freed them inside the step
+	}
 	return b.p, nil
 }
 
@@ -268,7 +292,7 @@ func (b *builder) emit(buf int32, free bool) {
 // to the device: initializer order, which the exporters take from the
 // state_dict, with each training-mode batch norm's num_batches_tracked (an
 // int64 scalar that the graph does not show) after its running variance.
-func (b *builder) resident() {
+func (b *builder) resident() error {
 	b.node = -1
 	bnVar := make(map[ir.ValueID]bool)
 	for i := range b.g.Nodes {
@@ -307,11 +331,17 @@ func (b *builder) resident() {
 			b.p.Resident = append(b.p.Resident, b.newBuf(2*a*es, Param, ir.NoValue), b.newBuf(a*es, Param, ir.NoValue))
 		}
 	}
+	if b.cfg.Train != nil {
+		// The step uploads its own batch (loadBatch).
+		b.p.Input = -1
+		return b.trainResident(bnVar)
+	}
 	x := b.g.Inputs[0]
 	b.p.Input = b.newBuf(b.bytes(x), Input, x)
 	b.st = append(b.st, storage{buf: b.p.Input, refs: 1}) // held by the caller
 	b.vst[x] = 0
 	b.contig[x] = true
+	return nil
 }
 
 // layerInfo is what _forward_once needs: for each layer the index of its last

@@ -26,6 +26,9 @@ func (b *builder) forward() {
 			nodes = append(nodes, int32(i))
 		}
 	}
+	if b.cfg.Train != nil {
+		b.loadBatch()
+	}
 	f := b.newFwd(nodes)
 	for _, v := range g.Outputs {
 		f.keep[v] = true

@@ -125,7 +125,7 @@ func checkBalanced(t *testing.T, p *schedule.Program) {
 		name  string
 		at    int
 		phase schedule.Phase // of the event at the bound
-	}{{"ForwardEnd", p.ForwardEnd, schedule.Loss}, {"BackwardStart", p.BackwardStart, schedule.Backward}, {"BackwardEnd", p.BackwardEnd, schedule.Cleanup}}
+	}{{"ForwardEnd", p.ForwardEnd, schedule.LossPhase}, {"BackwardStart", p.BackwardStart, schedule.Backward}, {"BackwardEnd", p.BackwardEnd, schedule.Cleanup}}
 	if p.ForwardEnd == p.BackwardEnd { // an eval step: no loss, no backward
 		bounds = bounds[:0]
 	}

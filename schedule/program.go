@@ -70,8 +70,8 @@ type Phase uint8
 
 // The phases of a step, in order.
 const (
-	Forward Phase = iota
-	Loss
+	Forward   Phase = iota
+	LossPhase       // the loss of the network's outputs
 	Backward
 	Cleanup
 	Recompute // a checkpointed range's forward, rerun inside the backward

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 
 	"github.com/onnxmem/onnxmem/onnxmem"
+	"github.com/onnxmem/onnxmem/schedule"
 )
 
 func cmdPredict(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
@@ -108,7 +109,17 @@ func (p *predictor) simulate(obj map[string]json.RawMessage) (*onnxmem.Result, e
 		// the training's amp and segments.
 		sc.Eval = true
 	case "train_step":
-		return nil, fmt.Errorf("onnxmem: kind %s is not simulated yet", kind)
+		var opt string
+		sc.Train, sc.Optimizer = true, schedule.SGD
+		fields = append(fields,
+			field(obj, "amp", &sc.AMP, false),
+			field(obj, "segments", &sc.Segments, false),
+			field(obj, "boxes_per_img", &sc.Boxes, true),
+			field(obj, "optimizer", &opt, false),
+			field(obj, "ema", &sc.EMA, false))
+		if opt != "" {
+			sc.Optimizer = schedule.Optimizer(opt)
+		}
 	default:
 		return nil, fmt.Errorf("onnxmem: unknown kind %q (want model_step, train_step or eval_step)", kind)
 	}

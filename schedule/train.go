@@ -1,0 +1,295 @@
+package schedule
+
+import (
+	"fmt"
+
+	"github.com/onnxmem/onnxmem/ir"
+)
+
+// A training step as YOLOv9's train_dual.py runs it, around the network's
+// forward and backward:
+//
+//	imgs = imgs.to(device, non_blocking=True).float() / 255
+//	with torch.cuda.amp.autocast(amp):
+//	    pred = model(imgs)
+//	    loss, loss_items = compute_loss(pred, targets.to(device))
+//	scaler.scale(loss).backward()
+//	scaler.unscale_(optimizer)
+//	torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=10.0)
+//	scaler.step(optimizer); scaler.update()
+//	optimizer.zero_grad()          # set_to_none: the .grad tensors go
+//	ema.update(model)
+//
+// Worked example, yolov9-s (9.8 M parameters, 39 MiB) with SGD and EMA at
+// batch 16, 640: resident are the model, its EMA copy and the momentum
+// buffers (39 MiB each) and the 32 MiB cuBLAS workspace; the step adds the
+// 19 MiB uint8 batch, its 75 MiB float copy and the 75 MiB normalized input,
+// the forward's activations, the loss's tensors, the gradients, and in the
+// optimizer step one weight-decayed copy of the conv weights' gradients
+// (foreach SGD allocates them, torch/optim/sgd.py).
+//
+// Sources: train_dual.py and utils/torch_utils.py (smart_optimizer: three
+// parameter groups, biases, weights with decay, batch-norm weights; AdamW
+// with amsgrad; ModelEMA) in WongKinYiu/yolov9; torch/optim/sgd.py, adam.py
+// (the foreach implementations), torch/nn/utils/clip_grad.py and
+// torch/amp/grad_scaler.py in PyTorch.
+
+// Optimizer is how the optimizer step is run.
+type Optimizer string
+
+// The optimizers onnxmem models. Each keeps its state in buffers the size of
+// the parameters: SGD with momentum one, Adam two, AdamW (YOLOv9 creates it
+// with amsgrad) three, Lion one; None takes no step.
+const (
+	SGD   Optimizer = "SGD"
+	Adam  Optimizer = "Adam"
+	AdamW Optimizer = "AdamW"
+	Lion  Optimizer = "Lion"
+	None  Optimizer = "none"
+)
+
+// stateBuffers returns how many parameter-sized buffers the optimizer keeps.
+func (o Optimizer) stateBuffers() (int, error) {
+	switch o {
+	case SGD, Lion:
+		return 1, nil
+	case Adam:
+		return 2, nil
+	case AdamW:
+		return 3, nil
+	case None, "":
+		return 0, nil
+	}
+	return 0, fmt.Errorf("schedule: unknown optimizer %q: want SGD, Adam, AdamW, Lion or none", o)
+}
+
+// Train configures a full training step; nil in Config means a model step.
+type Train struct {
+	// Loss models the training loss; nil means the model step's
+	// sum(o.sum()).
+	Loss Loss
+	// Boxes is the number of ground-truth boxes in each image.
+	Boxes int64
+	// Optimizer is the optimizer; its state exists before the step.
+	Optimizer Optimizer
+	// EMA keeps an exponential moving average copy of the model, updated
+	// after the optimizer step.
+	EMA bool
+}
+
+// trainable reports whether initializer v is a parameter that gets a
+// gradient: a conv's weight or bias, a batch norm's weight or bias (the
+// running statistics are buffers).
+func (b *builder) trainable(v ir.ValueID) bool {
+	if !b.param[v] {
+		return false
+	}
+	for _, c := range b.g.Values[v].Consumers {
+		n := &b.g.Nodes[c]
+		for j, in := range n.Inputs {
+			if in != v {
+				continue
+			}
+			switch {
+			case n.OpType == "Conv" && j >= 1,
+				n.OpType == "BatchNormalization" && (j == 1 || j == 2):
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// group says which of YOLOv9's three parameter groups v belongs to: 0 for
+// weights with decay (convs), 1 for batch-norm weights, 2 for biases.
+func (b *builder) group(v ir.ValueID) int {
+	for _, c := range b.g.Values[v].Consumers {
+		n := &b.g.Nodes[c]
+		for j, in := range n.Inputs {
+			if in != v {
+				continue
+			}
+			switch {
+			case n.OpType == "BatchNormalization" && j == 1:
+				return 1
+			case j == 2:
+				return 2
+			}
+		}
+	}
+	return 0
+}
+
+// trainResident lists what a training step finds allocated: the EMA copy,
+// the cuBLAS workspace, the loop's two small tensors (GradScaler's scale and
+// growth tracker, or the loss accumulator) and the optimizer's state, in the
+// order the loop creates them.
+func (b *builder) trainResident(bnVar map[ir.ValueID]bool) error {
+	t := b.cfg.Train
+	if t.EMA {
+		for i := range b.g.Values {
+			v := ir.ValueID(i)
+			if !b.param[v] {
+				continue
+			}
+			b.p.Resident = append(b.p.Resident, b.newBuf(b.s.Bytes(v), Param, v))
+			if bnVar[v] {
+				b.p.Resident = append(b.p.Resident, b.newBuf(8, Param, ir.NoValue))
+			}
+		}
+	}
+	if b.cfg.CuBLASWorkspace > 0 {
+		b.p.Resident = append(b.p.Resident, b.newBuf(b.cfg.CuBLASWorkspace, Workspace, ir.NoValue))
+	}
+	b.p.Resident = append(b.p.Resident, b.newBuf(4, Scalar, ir.NoValue), b.newBuf(4, Scalar, ir.NoValue))
+	k, err := t.Optimizer.stateBuffers()
+	if err != nil {
+		return err
+	}
+	for j := 0; j < k; j++ {
+		for i := range b.g.Values {
+			if v := ir.ValueID(i); b.trainable(v) {
+				b.p.Resident = append(b.p.Resident, b.newBuf(b.s.Bytes(v), Param, v))
+			}
+		}
+	}
+	return nil
+}
+
+// loadBatch emits imgs.to(device).float() / 255 and gives the graph's input
+// the result.
+func (b *builder) loadBatch() {
+	x := b.g.Inputs[0]
+	n := b.s.Elems(x)
+	u8 := b.alloc(n, Input, ir.NoValue)
+	f := b.alloc(n*4, Input, ir.NoValue)
+	b.unref(u8)
+	b.vst[x] = b.alloc(n*4, Input, x)
+	b.unref(f)
+	b.contig[x] = true
+}
+
+// tape records a loss fragment into the program.
+type tape struct{ b *builder }
+
+var _ Tape = tape{}
+
+func (t tape) Alloc(bytes int64, what string) Buf {
+	return Buf(t.b.alloc(bytes, Activation, ir.NoValue))
+}
+
+func (t tape) Free(x Buf) { t.b.unref(int32(x)) }
+
+// lossInput describes the head's outputs for the loss.
+func (b *builder) lossInput() LossInput {
+	in := LossInput{Batch: b.s.Dims[b.g.Inputs[0]][0], AMP: b.autocast(), Boxes: b.cfg.Train.Boxes}
+	for _, br := range b.headBranches() {
+		var maps [][3]int64
+		for _, v := range br {
+			d := b.s.Dims[v]
+			maps = append(maps, [3]int64{d[1], d[2], d[3]})
+			in.DType = b.dt[v]
+		}
+		in.Maps = append(in.Maps, maps)
+	}
+	return in
+}
+
+// seedFromLoss runs the loss's backward and hands each head map a strided
+// view of its branch's gradient.
+func (b *builder) seedFromLoss() error {
+	t := b.cfg.Train
+	in := b.lossInput()
+	grads := t.Loss.Backward(tape{b}, in, b.lossSaved)
+	branches := b.headBranches()
+	if len(grads) != len(branches) {
+		return fmt.Errorf("schedule: the loss returned %d gradients for %d head branches", len(grads), len(branches))
+	}
+	for i, br := range branches {
+		st := int32(grads[i])
+		for _, v := range br {
+			if !b.rg[v] {
+				continue
+			}
+			b.ref(st)
+			b.accumulate(v, gradT{st: st, bytes: b.bytes(v)})
+		}
+		b.unref(st)
+	}
+	return nil
+}
+
+// optimizerStep emits what follows the backward: GradScaler's unscale and
+// clip_grad_norm_, the optimizer's step, zero_grad and the EMA update.
+func (b *builder) optimizerStep() {
+	t := b.cfg.Train
+	b.node = -1
+	var params []ir.ValueID
+	for i := range b.g.Values {
+		if v := ir.ValueID(i); b.trainable(v) && b.paramGrads[v] >= 0 {
+			params = append(params, v)
+		}
+	}
+	// clip_grad_norm_: torch._foreach_norm makes a 0-dim float32 norm per
+	// gradient, torch.stack gathers them, and the norms go when the
+	// function returns.
+	var norms []int32
+	for range params {
+		norms = append(norms, b.alloc(4, Scalar, ir.NoValue))
+	}
+	stack := b.alloc(4*int64(len(params)), Scalar, ir.NoValue)
+	total := b.alloc(4, Scalar, ir.NoValue)
+	b.unref(stack)
+	for _, st := range norms {
+		b.unref(st)
+	}
+	b.unref(total)
+	// The step, group by group in param_groups order: biases, weights with
+	// decay, batch-norm weights.
+	for _, g := range []int{2, 0, 1} {
+		var temps []int32
+		for _, v := range params {
+			if b.group(v) != g {
+				continue
+			}
+			switch t.Optimizer {
+			case SGD:
+				// torch._foreach_add(grads, params, alpha=weight_decay)
+				// allocates the decayed gradients of the group with decay.
+				if g == 0 {
+					temps = append(temps, b.alloc(b.s.Bytes(v), Grad, v))
+				}
+			case Adam, AdamW:
+				// torch._foreach_sqrt of the second moments.
+				temps = append(temps, b.alloc(b.s.Bytes(v), Grad, v))
+			case Lion:
+				// update = exp_avg * beta1 + grad * (1 - beta1), then
+				// torch.sign(update): one parameter at a time.
+				a := b.alloc(b.s.Bytes(v), Grad, v)
+				c := b.alloc(b.s.Bytes(v), Grad, v)
+				u := b.alloc(b.s.Bytes(v), Grad, v)
+				b.unref(a)
+				b.unref(c)
+				sgn := b.alloc(b.s.Bytes(v), Grad, v)
+				b.unref(sgn)
+				b.unref(u)
+			}
+		}
+		for _, st := range temps {
+			b.unref(st)
+		}
+	}
+	// zero_grad(set_to_none=True).
+	for _, v := range params {
+		b.emit(b.paramGrads[v], true)
+	}
+	// ema.update: v += (1 - d) * msd[k] for every float tensor of the state
+	// dict, one temporary at a time.
+	if t.EMA {
+		for i := range b.g.Values {
+			if v := ir.ValueID(i); b.param[v] {
+				b.unref(b.alloc(b.s.Bytes(v), Activation, ir.NoValue))
+			}
+		}
+	}
+}
