@@ -81,7 +81,7 @@ func TestPredict(t *testing.T) {
 	}, {
 		"model": `"yolov9/yolov9-s-train.onnx"`, "kind": `"train_step"`, "batch": "2", "img": "640", "amp": "false", "segments": "0",
 		"boxes_per_img": "16", "optimizer": `"SGD"`, "ema": "true",
-		"error": s("onnxmem: kind train_step is not simulated yet"),
+		"error": s("onnxmem: train steps need a loss model, and none is set (onnxmem.TrainLoss)"),
 	}, withOutcome(map[string]string{
 		"model": `"yolov9/yolov9-s-train.onnx"`, "kind": `"model_step"`, "batch": "2", "img": "640", "amp": "true", "segments": "0",
 	}, amp), withOutcome(map[string]string{
