@@ -12,6 +12,7 @@ import (
 	"sync"
 
 	"github.com/onnxmem/onnxmem/onnxmem"
+	"github.com/onnxmem/onnxmem/schedule"
 )
 
 // flagSet is a subcommand's flags with its usage text. Flags may come before
@@ -195,6 +196,83 @@ func (f *flagSet) settingFlags() func() (setting, error) {
 		}
 		return setting{AMP: *amp, Half: *half, Segments: *seg}, nil
 	}
+}
+
+// trainFlags adds -train, -boxes, -optimizer and -ema, which make the step a
+// full training step of train_dual.py. The returned function, called after
+// parsing, adds them to the setting read by settingFlags, failing when
+// -boxes, -optimizer or -ema come without -train or -train with -half.
+func (f *flagSet) trainFlags() func(setting) (setting, error) {
+	train := f.Bool("train", false, "simulate a full training step of train_dual.py: batch upload, forward, YOLOv9's loss,\nbackward, gradient clipping, optimizer step and EMA update (needs onnxmem's loss model)")
+	boxes := f.Int64("boxes", 16, "`N` ground-truth boxes in each image of a -train step (0 or more)")
+	opt := optimizerValue(schedule.SGD)
+	f.Var(&opt, "optimizer", "`NAME` of the optimizer of a -train step: SGD, Adam, AdamW (amsgrad, as YOLOv9 creates it), Lion or none")
+	ema := f.Bool("ema", true, "update an EMA copy of the model after the optimizer step of a -train step (-ema=false: none)")
+	return func(st setting) (setting, error) {
+		if !*train {
+			for _, name := range []string{"boxes", "optimizer", "ema"} {
+				if f.isSet(name) {
+					return setting{}, fmt.Errorf("-%s applies to train steps: add -train", name)
+				}
+			}
+			return st, nil
+		}
+		switch {
+		case st.Half:
+			return setting{}, errors.New("-half does not apply to -train: train_dual.py trains float32 parameters, with or without -amp")
+		case *boxes < 0:
+			return setting{}, errors.New("-boxes must be 0 or more")
+		}
+		st.Train, st.Boxes, st.Optimizer, st.EMA = true, *boxes, schedule.Optimizer(opt), *ema
+		return st, nil
+	}
+}
+
+// optimizerValue is a flag.Value: an optimizer that schedule models, its
+// name's case ignored.
+type optimizerValue schedule.Optimizer
+
+// optimizers are the optimizers -optimizer accepts.
+var optimizers = []schedule.Optimizer{schedule.SGD, schedule.Adam, schedule.AdamW, schedule.Lion, schedule.None}
+
+func (o *optimizerValue) String() string { return string(*o) }
+
+func (o *optimizerValue) Set(v string) error {
+	for _, opt := range optimizers {
+		if strings.EqualFold(v, string(opt)) {
+			*o = optimizerValue(opt)
+			return nil
+		}
+	}
+	return errors.New("want SGD, Adam, AdamW, Lion or none")
+}
+
+// deviceFlag adds -device, a device profile's name. The returned function
+// reads it after parsing: nil when it was not given, an error when the name
+// is unknown.
+func (f *flagSet) deviceFlag() func() (*onnxmem.Device, error) {
+	name := f.String("device", "", "`NAME` of the device profile whose usable memory must hold the memory the step reserves (see onnxmem devices)")
+	return func() (*onnxmem.Device, error) {
+		if !f.isSet("device") {
+			return nil, nil
+		}
+		d, err := onnxmem.LookupDevice(*name)
+		if err != nil {
+			return nil, errors.New(strings.TrimPrefix(err.Error(), "onnxmem: "))
+		}
+		return &d, nil
+	}
+}
+
+// isSet reports whether the flag of a name was given on the command line.
+func (f *flagSet) isSet(name string) bool {
+	set := false
+	f.Visit(func(fl *flag.Flag) {
+		if fl.Name == name {
+			set = true
+		}
+	})
+	return set
 }
 
 // svgFlag adds -svg.

@@ -14,8 +14,19 @@
 // 0, 2 and 4 segments, and predict takes amp and segments from each line;
 // sweep, timeline and maxbatch take -amp, -half and -segments. predict also
 // simulates eval steps (validation: a half copy of the model under no_grad,
-// with the head's decode). Full training steps (loss, optimizer, EMA) are not
-// simulated yet; onnxmem says so rather than print a guess.
+// with the head's decode). Full training steps of train_dual.py (the batch's
+// upload, YOLOv9's loss, the backward, gradient clipping, the optimizer step
+// and the EMA update) are simulated by maxbatch -train and predict's
+// train_step lines; they need package onnxmem's loss model
+// (onnxmem.TrainLoss), and without one onnxmem says so rather than print a
+// guess.
+//
+// Device profiles (onnxmem devices) give common cards' memory as PyTorch
+// reports it, less the CUDA context (an assumption of 512 MiB): the memory
+// usable by PyTorch's caching allocator. A step fits a card when the memory
+// it reserves at its peak (the allocator's segments, fragmentation included)
+// is within that (onnxmem.Device.Fits); report and maxbatch -device use this
+// criterion.
 //
 // Usage:
 //
@@ -41,18 +52,23 @@
 //
 //   - peak GiB: the peak of each setting at each batch size;
 //   - largest batch that fits: for each setting, the largest batch size, up
-//     to 1024, whose peak fits in 24, 40 and 80 GiB ("1024+" when the search
-//     stops at the limit). These are nominal card capacities: the CUDA
-//     context and the allocator's fragmentation are not subtracted yet;
+//     to 1024, that fits the device profiles rtx4090, a100-40 and a100-80
+//     ("1024+" when the search stops at the limit): the memory reserved at
+//     the peak within the card's usable memory, its total less the CUDA
+//     context, assumed to be 512 MiB (see devices). The table gives each
+//     card's usable GiB;
 //   - where the peak is at -batch with AMP and no checkpointing,
 //     train_dual.py's default: phase, event, node and layer; the 10 largest
 //     tensors alive at the peak; and the live bytes by kind of buffer.
 //
-// The searches use onnxmem.Model.MaxBatch. Each one's limit is one below the
-// smallest batch size of -batches whose peak does not fit (1024 when all
-// fit): the peak grows with the batch size, so that gives the answer of a
-// search up to 1024 in fewer simulations. The simulations run on all CPUs; on yolov9-c with the
-// default batch sizes the report takes about half a second on two cores.
+// The searches use onnxmem.Model.MaxBatchOn. Each one's limit is one below
+// the smallest batch size of -batches whose peak reserved exceeds the card's
+// usable memory (1024 when none does): the reserved memory grows with the
+// batch size, and a model step keeps no cuBLAS workspace resident, so the
+// device's workspace does not change it; that gives the answer of a search up
+// to 1024 in fewer simulations. The simulations run on all CPUs; on yolov9-c
+// with the default batch sizes the report takes about half a second on two
+// cores.
 //
 // Without MODEL.onnx, report reads ../shared/yolov9/yolov9-c-train.onnx
 // relative to the current directory (the shared folder beside the
@@ -62,13 +78,14 @@
 //	-img N         input image size in pixels, square (default 640)
 //	-batches LIST  comma-separated batch sizes (default 1,2,4,8,16,32,64)
 //	-batch N       batch size whose AMP peak is explained in detail (default 16)
-//	-json          write JSON instead of the tables: model, path,
-//	               nominal_capacity (bytes), max_batch_limit (1024),
-//	               settings (each with name, amp, segments, results and
-//	               max_batch, one per nominal capacity) and detail (with
-//	               at_peak and peak_by_kind)
+//	-json          write JSON instead of the tables: model, path, devices
+//	               (name, model, total, context, usable, cublas_workspace,
+//	               in bytes), max_batch_limit (1024), settings (each with
+//	               name, amp, segments, results and max_batch, one per
+//	               device) and detail (with at_peak and peak_by_kind)
 //	-v             progress on stderr, one line per simulated setting and
-//	               batch size and per search, in the order they finish
+//	               batch size ("amp k2 at batch 8") and per search ("amp k2
+//	               on rtx4090"), in the order they finish
 //
 // # sweep
 //
@@ -116,11 +133,13 @@
 //	{"peak", "peak_req", "peak_reserved", "m0", "after_fwd", "fwd_peak", "after_bwd"}
 //
 // in bytes, or with a field "error" (a message starting "onnxmem: ") when the
-// scenario cannot be simulated: kind train_step, a scenario that
-// onnxmem.Scenario.Supported refuses (a negative segments), a model file that
-// cannot be loaded, a missing or mistyped field. model_step lines with amp
-// true or segments above 1 are predicted; eval_step lines ignore amp and
-// segments, since validation always runs a half copy without gradients.
+// scenario cannot be simulated: a scenario that onnxmem.Scenario.Supported
+// refuses (a negative segments; a train_step while no loss model is set), a
+// model file that cannot be loaded, a missing or mistyped field. model_step
+// lines with amp true or segments above 1 are predicted; eval_step lines
+// ignore amp and segments, since validation always runs a half copy without
+// gradients; train_step lines need boxes_per_img and default to SGD without
+// EMA.
 // Nothing is skipped and nothing is guessed. kind, model, batch and img are
 // required; a missing amp means false and a missing segments 0. Each model
 // file is loaded once.
@@ -137,16 +156,73 @@
 //
 // # maxbatch
 //
-//	onnxmem maxbatch [-img N] [-budget GiB] [-limit N] [-json] MODEL.onnx
+//	onnxmem maxbatch [-img N] [-budget GiB | -device NAME] [-limit N | -for-batch N]
+//	                 [-amp|-half] [-segments K]
+//	                 [-train [-boxes N] [-optimizer NAME] [-ema=false]] [-json] MODEL.onnx
 //
-// Finds the largest batch size, at most -limit, whose predicted peak
-// (allocated bytes) fits in the budget, by binary search; 0 when not even
-// batch 1 fits.
+// Finds the largest batch size, at most -limit, whose step fits, by binary
+// search; 0 when not even batch 1 fits. The step is the model step (fp32
+// unless -amp or -half, checkpointed with -segments), or with -train a full
+// training step of train_dual.py. What fits means depends on the flags:
 //
-//	-img N       input image size in pixels, square (default 640)
-//	-budget GiB  memory budget in GiB, decimals allowed (default 80)
-//	-limit N     largest batch size to consider (default 1024)
-//	-json        write {"model", "budget", "limit", "max_batch", "result"}
+//   - -device NAME: the memory the step reserves at its peak is within the
+//     device profile's usable memory (onnxmem.Device.Fits, through
+//     onnxmem.Model.MaxBatchOn), and the step keeps the device's default
+//     cuBLAS workspace. The output names the device with its total, CUDA
+//     context and usable GiB, and gives the step's reserved and allocated
+//     peaks.
+//   - -budget GiB (80 when neither is given): the peak allocated is within
+//     the budget (onnxmem.Model.MaxBatch). This leaves no room for the CUDA
+//     context or the allocator's fragmentation.
+//
+// -device and -budget exclude each other.
+//
+// With -for-batch N maxbatch answers another question: the fewest checkpoint
+// segments with which batch N fits. It tries 0 (no checkpointing), 2, 3, 4,
+// 6, 8, 12, 16, 24, … (powers of two and one and a half times them) up to the
+// number of top-level layers, and that number itself, with the other
+// settings as given, and prints the first that fits with its reserved and
+// allocated peaks; when none does, it says so and gives the closest. -segments
+// and -limit do not apply with it.
+//
+//	-img N          input image size in pixels, square (default 640)
+//	-budget GiB     memory budget in GiB, decimals allowed (default 80)
+//	-device NAME    device profile (see devices), case ignored
+//	-limit N        largest batch size to consider (default 1024)
+//	-for-batch N    the fewest segments with which batch N fits, N at least 1
+//	-amp, -half     autocast to float16, or model.half(); they exclude each
+//	                other
+//	-segments K     checkpoint_sequential with K segments (default 0: none)
+//	-train          a full training step (needs onnxmem.TrainLoss); -half
+//	                does not apply
+//	-boxes N        with -train: ground-truth boxes in each image (default 16)
+//	-optimizer NAME with -train: SGD, Adam, AdamW (with amsgrad, as YOLOv9
+//	                creates it), Lion or none, case ignored (default SGD)
+//	-ema            with -train: update an EMA copy of the model (default
+//	                true; -ema=false for none)
+//	-json           write {"model", "budget" or "device", "limit",
+//	                "max_batch", "result"}; with -for-batch {"model", "budget"
+//	                or "device", "batch", "segments" (null when none fits),
+//	                "result", "tried" (segments, peak, peak_reserved and fits
+//	                of each count tried, up to the first that fits)}. A
+//	                result of a train step has "train": {"boxes",
+//	                "optimizer", "ema"}.
+//
+// -boxes, -optimizer and -ema without -train are usage errors.
+//
+// # devices
+//
+//	onnxmem devices [-json]
+//
+// Lists the device profiles (onnxmem.Devices), in their order: name, total
+// GiB (what torch.cuda.get_device_properties reports as total_memory), the
+// CUDA context GiB assumed, the usable GiB (total less context), PyTorch's
+// default cuBLAS workspace in MiB and the card's model name; under the table,
+// each profile's sources: where each figure comes from, or that it is an
+// assumption. It reads no model.
+//
+//	-json  write {"devices": [...]}, each with name, model, total, context,
+//	       usable, cublas_workspace (bytes) and sources
 //
 // # knobs
 //

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"io"
 
 	"github.com/onnxmem/onnxmem/onnxmem"
+	"github.com/onnxmem/onnxmem/schedule"
 )
 
 // predicted is the figures predict adds to a scenario, in bytes; the names
@@ -35,6 +37,8 @@ type resultJSON struct {
 	AMP      bool `json:"amp"`
 	Half     bool `json:"half"`
 	Segments int  `json:"segments"`
+	// Train is the training step's setting; absent for a model step.
+	Train *trainJSON `json:"train,omitempty"`
 	predicted
 	PeakPhase string `json:"peak_phase"`
 	PeakNode  string `json:"peak_node"`
@@ -45,6 +49,13 @@ type resultJSON struct {
 	// Only with detail.
 	AtPeak     []tensorJSON `json:"at_peak,omitempty"`
 	PeakByKind []kindJSON   `json:"peak_by_kind,omitempty"`
+}
+
+// trainJSON is the setting of a full training step.
+type trainJSON struct {
+	Boxes     int64  `json:"boxes"`
+	Optimizer string `json:"optimizer"`
+	EMA       bool   `json:"ema"`
 }
 
 type tensorJSON struct {
@@ -69,6 +80,9 @@ func newResultJSON(r *onnxmem.Result, detail bool) resultJSON {
 		predicted: newPredicted(r),
 		PeakPhase: r.PeakPhase, PeakNode: r.PeakNode, PeakLayer: r.PeakLayer, PeakEvent: r.PeakEvent,
 		Events: r.Events, OOM: r.OOM,
+	}
+	if sc := r.Scenario; sc.Train {
+		j.Train = &trainJSON{Boxes: sc.Boxes, Optimizer: string(cmp.Or(sc.Optimizer, schedule.SGD)), EMA: sc.EMA}
 	}
 	if detail {
 		for _, t := range r.AtPeak {

@@ -26,8 +26,9 @@ func commands() []command {
 		{"sweep", "peak per batch size, as a table, JSON or an SVG plot", cmdSweep},
 		{"timeline", "allocated and reserved memory over one step, as a summary, JSON or an SVG plot", cmdTimeline},
 		{"predict", "JSON Lines scenarios on stdin to predictions on stdout", cmdPredict},
-		{"maxbatch", "largest batch size whose peak fits a memory budget", cmdMaxBatch},
+		{"maxbatch", "largest batch size that fits a device or a memory budget, or the fewest checkpoint segments for a batch", cmdMaxBatch},
 		{"knobs", "what AMP, half precision and checkpoint segments save at one batch size, and their FLOP cost", cmdKnobs},
+		{"devices", "the device profiles: memory, CUDA context, usable memory and cuBLAS workspace of common cards", cmdDevices},
 		{"help", "this list, or a command's usage: onnxmem help COMMAND", cmdHelp},
 	}
 }

@@ -100,6 +100,28 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"sweep", "-amp", "-half", "../../testdata/tiny.onnx"}, "-amp and -half exclude each other"},
 		{[]string{"maxbatch", "-segments", "-1", "../../testdata/tiny.onnx"}, "-segments must be 0 or more"},
 		{[]string{"timeline", "-amp", "-half", "../../testdata/tiny.onnx"}, "-amp and -half exclude each other"},
+		{[]string{"devices", "m.onnx"}, "devices takes no arguments, got: m.onnx"},
+		{[]string{"devices", "-budget", "24"}, "flag provided but not defined: -budget"},
+		{[]string{"maxbatch", "-device", "rtx4090", "-budget", "24", "m.onnx"}, "-device and -budget exclude each other"},
+		{[]string{"maxbatch", "-budget", "24", "m.onnx", "-device", "a100-40"}, "-device and -budget exclude each other"},
+		{[]string{"maxbatch", "-device", "rtx9090", "m.onnx"}, `unknown device "rtx9090": want one of h200, h100-80, a100-80`},
+		{[]string{"maxbatch", "-device", "", "m.onnx"}, `unknown device ""`},
+		{[]string{"maxbatch", "m.onnx", "-device"}, "flag needs an argument: -device"},
+		{[]string{"maxbatch", "-boxes", "8", "m.onnx"}, "-boxes applies to train steps: add -train"},
+		{[]string{"maxbatch", "-optimizer", "Adam", "m.onnx"}, "-optimizer applies to train steps: add -train"},
+		{[]string{"maxbatch", "-ema=false", "m.onnx"}, "-ema applies to train steps: add -train"},
+		{[]string{"maxbatch", "-train", "-optimizer", "RMSprop", "m.onnx"}, `invalid value "RMSprop" for flag -optimizer: want SGD, Adam, AdamW, Lion or none`},
+		{[]string{"maxbatch", "-train", "-boxes", "-1", "m.onnx"}, "-boxes must be 0 or more"},
+		{[]string{"maxbatch", "-train", "-boxes", "x", "m.onnx"}, `invalid value "x" for flag -boxes`},
+		{[]string{"maxbatch", "-train", "-half", "m.onnx"}, "-half does not apply to -train"},
+		{[]string{"maxbatch", "-train", "-amp", "-half", "m.onnx"}, "-amp and -half exclude each other"},
+		{[]string{"maxbatch", "-for-batch", "-3", "m.onnx"}, "-for-batch must be at least 1"},
+		{[]string{"maxbatch", "-for-batch", "0", "m.onnx"}, "-for-batch must be at least 1"},
+		{[]string{"maxbatch", "-for-batch", "x", "m.onnx"}, `invalid value "x" for flag -for-batch`},
+		{[]string{"maxbatch", "-for-batch", "8", "-segments", "2", "m.onnx"}, "-for-batch tries the segments itself: drop -segments"},
+		{[]string{"maxbatch", "-for-batch", "8", "-limit", "100", "m.onnx"}, "-limit bounds the search for the largest batch"},
+		{[]string{"maxbatch", "-for-batch", "8", "-device", "bogus", "m.onnx"}, `unknown device "bogus"`},
+		{[]string{"maxbatch", "-for-batch", "8"}, "no model given"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			code, stdout, stderr := runCmd(t, "", tc.args...)
@@ -214,7 +236,7 @@ func TestProgress(t *testing.T) {
 	}
 	code, _, stderr = runCmd(t, "", "report", "-v", "-batches", "1,2", m)
 	lines := strings.Split(strings.TrimSuffix(stderr, "\n"), "\n")
-	const total = 6 * (2 + 3) // six settings: two batch sizes and three cards each
+	const total = 6 * (2 + 3) // six settings: two batch sizes and three devices each
 	if code != 0 || len(lines) != total {
 		t.Fatalf("report -v: exit code %d, %d lines of progress, want %d:\n%s", code, len(lines), total, stderr)
 	}
@@ -226,7 +248,7 @@ func TestProgress(t *testing.T) {
 		}
 		seen[what] = true
 	}
-	for _, what := range []string{"fp32 at batch 1", "amp k4 at batch 2", "fp32 k2 in 24 GiB", "amp in 80 GiB"} {
+	for _, what := range []string{"fp32 at batch 1", "amp k4 at batch 2", "fp32 k2 on rtx4090", "amp on a100-80", "amp k4 on a100-40"} {
 		if !seen["onnxmem: report: "+what] {
 			t.Errorf("report -v: no line for %s:\n%s", what, stderr)
 		}

@@ -5,63 +5,292 @@ import (
 	"io"
 	"math"
 	"strconv"
+	"strings"
+
+	"github.com/onnxmem/onnxmem/onnxmem"
 )
 
 func cmdMaxBatch(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	f := newFlagSet("maxbatch",
-		"onnxmem maxbatch [-img N] [-budget GiB] [-limit N] [-amp|-half] [-segments K] [-json] MODEL.onnx",
-		"Maxbatch finds the largest batch size, up to -limit, whose predicted peak\n(allocated bytes) of the model step (fp32 unless -amp or -half, checkpointed\nwith -segments) fits in -budget GiB. The budget is\ncompared with the peak allocated: leave room for the CUDA context and the\nallocator's fragmentation.",
-		"onnxmem maxbatch -budget 40 ../shared/yolov9/yolov9-c-train.onnx")
-	img, set := f.imgFlag(), f.settingFlags()
-	budget := f.budgetFlag()
+		"onnxmem maxbatch [-img N] [-budget GiB | -device NAME] [-limit N | -for-batch N] [-amp|-half] [-segments K]\n"+
+			"                        [-train [-boxes N] [-optimizer NAME] [-ema=false]] [-json] MODEL.onnx",
+		"Maxbatch finds the largest batch size, up to -limit, whose step fits: the model\n"+
+			"step (fp32 unless -amp or -half, checkpointed with -segments) or with -train a\n"+
+			"full training step of train_dual.py. With -device the memory the step reserves\n"+
+			"at its peak must be within the card's usable memory (its total less the CUDA\n"+
+			"context: see onnxmem devices); with -budget (80 GiB without either) its peak\n"+
+			"allocated must be within the budget, which leaves no room for the CUDA context\n"+
+			"or the allocator's fragmentation.\n\n"+
+			"With -for-batch N it answers another question: the fewest checkpoint segments\n"+
+			"with which batch N fits. It tries 0, 2, 3, 4, 6, 8, 12, 16, … segments and the\n"+
+			"number of top-level layers, the other settings as given.",
+		"onnxmem maxbatch -device a100-40 -amp ../shared/yolov9/yolov9-c-train.onnx")
+	img, set, train := f.imgFlag(), f.settingFlags(), f.trainFlags()
+	budget, device := f.budgetFlag(), f.deviceFlag()
 	limit := f.positive("limit", 1024, "largest batch `size` to consider")
+	forBatch := f.Int64("for-batch", 0, "find the fewest checkpoint segments with which batch `N` fits, instead of the largest batch")
 	asJSON := f.jsonFlag()
-	m, code, ok := f.parseAndLoad(args, stdout, stderr)
+	path, code, ok := f.parseModel(args, false, stdout, stderr)
 	if !ok {
 		return code
 	}
 	st, err := set()
+	if err == nil {
+		st, err = train(st)
+	}
 	if err != nil {
 		return f.usageError(stderr, "%v", err)
 	}
-	bytes := budget.bytes()
-	n, r, err := m.MaxBatch(st.scenario(1, *img), bytes, *limit)
+	d, err := device()
+	switch {
+	case err != nil:
+		return f.usageError(stderr, "%v", err)
+	case d != nil && f.isSet("budget"):
+		return f.usageError(stderr, "-device and -budget exclude each other: a device's budget is its usable memory")
+	case f.isSet("for-batch") && *forBatch < 1:
+		return f.usageError(stderr, "-for-batch must be at least 1")
+	case f.isSet("for-batch") && f.isSet("segments"):
+		return f.usageError(stderr, "-for-batch tries the segments itself: drop -segments")
+	case f.isSet("for-batch") && f.isSet("limit"):
+		return f.usageError(stderr, "-limit bounds the search for the largest batch: it does not apply with -for-batch")
+	}
+	m, err := load(path)
+	if err != nil {
+		return fail(stderr, err)
+	}
+	c := fitCriterion{device: d, budget: budget.bytes()}
+	if *forBatch > 0 {
+		return forBatchCmd(m, c, st, *forBatch, *img, *asJSON, stdout, stderr)
+	}
+	var n int64
+	var r *onnxmem.Result
+	if d != nil {
+		n, r, err = m.MaxBatchOn(*d, st.scenario(1, *img), *limit)
+	} else {
+		n, r, err = m.MaxBatch(st.scenario(1, *img), c.budget, *limit)
+	}
 	if err != nil {
 		return fail(stderr, err)
 	}
 	if *asJSON {
-		js := maxBatchJSON{Model: m.Name, Budget: bytes, Limit: *limit, MaxBatch: n}
+		js := maxBatchJSON{Model: m.Name, Limit: *limit, MaxBatch: n}
+		c.setJSON(&js.Budget, &js.Device)
 		if r != nil {
 			rj := newResultJSON(r, false)
 			js.Result = &rj
 		}
-		err = writeJSON(stdout, js)
-	} else {
-		fmt.Fprintln(stdout, stepTitle(m.Name, st.scenario(1, *img)))
-		if r == nil {
-			// Say how far off batch 1 is.
-			if r, err = m.Simulate(st.scenario(1, *img)); err != nil {
-				return fail(stderr, err)
-			}
-			_, err = fmt.Fprintf(stdout, "max batch 0: not even batch 1 fits in %s GiB; it peaks at %s GiB\n", gib(bytes), gib(r.Peak))
-		} else {
-			fmt.Fprintf(stdout, "max batch %d: peak %s GiB of %s GiB (%s)", n, gib(r.Peak), gib(bytes), where(r))
-			if n == *limit {
-				fmt.Fprintf(stdout, "; the search stopped at -limit %d", *limit)
-			}
-			_, err = fmt.Fprintln(stdout)
+		return exit(stderr, writeJSON(stdout, js))
+	}
+	c.printHeader(stdout, m.Name, st.scenario(1, *img))
+	if r == nil {
+		// Say how far off batch 1 is.
+		if r, err = m.Simulate(c.scenario(st.scenario(1, *img))); err != nil {
+			return fail(stderr, err)
 		}
+		_, err = fmt.Fprintf(stdout, "max batch 0: not even batch 1 fits in %s; it %s\n", c.limitText(), c.needs(r))
+	} else {
+		fmt.Fprintf(stdout, "max batch %d: %s (%s)", n, c.uses(r), where(r))
+		if n == *limit {
+			fmt.Fprintf(stdout, "; the search stopped at -limit %d", *limit)
+		}
+		_, err = fmt.Fprintln(stdout)
 	}
 	return exit(stderr, err)
 }
 
+// forBatchCmd answers maxbatch -for-batch: the fewest checkpoint segments,
+// of segmentCandidates, with which the batch fits.
+func forBatchCmd(m *onnxmem.Model, c fitCriterion, st setting, batch, img int64, asJSON bool, stdout, stderr io.Writer) int {
+	ks := segmentCandidates(m.Layers())
+	rs := make([]*onnxmem.Result, len(ks))
+	err := parallel(len(ks), func(i int) error {
+		s := st
+		s.Segments = ks[i]
+		var err error
+		rs[i], err = m.Simulate(c.scenario(s.scenario(batch, img)))
+		return err
+	})
+	if err != nil {
+		return fail(stderr, err)
+	}
+	first := -1 // the first that fits
+	for i, r := range rs {
+		if c.fits(r) {
+			first = i
+			break
+		}
+	}
+	if asJSON {
+		js := forBatchJSON{Model: m.Name, Batch: batch}
+		c.setJSON(&js.Budget, &js.Device)
+		for i, r := range rs {
+			js.Tried = append(js.Tried, triedJSON{Segments: ks[i], Peak: r.Peak, PeakReserved: r.PeakReserved, Fits: c.fits(r)})
+			if i == first {
+				rj := newResultJSON(r, false)
+				js.Segments, js.Result = &ks[i], &rj
+				break
+			}
+		}
+		return exit(stderr, writeJSON(stdout, js))
+	}
+	c.printHeader(stdout, m.Name, st.scenario(batch, img))
+	if first < 0 {
+		least := 0 // the closest to fitting
+		for i, r := range rs {
+			if c.measure(r) < c.measure(rs[least]) {
+				least = i
+			}
+		}
+		tried := make([]string, len(ks))
+		for i, k := range ks {
+			tried[i] = strconv.Itoa(k)
+		}
+		_, err = fmt.Fprintf(stdout, "batch %d fits in %s with none of %s checkpoint segments; the closest, %s, %s\n",
+			batch, c.limitText(), strings.Join(tried, ", "), segmentsText(ks[least]), c.needs(rs[least]))
+		return exit(stderr, err)
+	}
+	r, how := rs[first], "without checkpointing"
+	if ks[first] > 1 {
+		how = fmt.Sprintf("with %d checkpoint segments, the fewest", ks[first])
+	}
+	_, err = fmt.Fprintf(stdout, "batch %d fits %s: %s (%s)\n", batch, how, c.uses(r), where(r))
+	return exit(stderr, err)
+}
+
+// segmentCandidates are the segment counts -for-batch tries, in order, for
+// a model of n top-level layers: 0 (no checkpointing), then 2, 3, 4, 6, 8,
+// 12, 16, … (powers of two and three times them) up to n, and n itself.
+func segmentCandidates(n int) []int {
+	ks := []int{0}
+	for p := 2; p <= n; p *= 2 {
+		ks = append(ks, p)
+		if q := p + p/2; q <= n {
+			ks = append(ks, q)
+		}
+	}
+	if n > 1 && ks[len(ks)-1] != n {
+		ks = append(ks, n)
+	}
+	return ks
+}
+
+// segmentsText names a segment count in prose.
+func segmentsText(k int) string {
+	if k > 1 {
+		return fmt.Sprintf("with %d segments", k)
+	}
+	return "without checkpointing"
+}
+
+// fitCriterion says whether a step fits: on a device, the memory it
+// reserves at its peak within the device's usable memory (Device.Fits);
+// otherwise its peak allocated within the budget.
+type fitCriterion struct {
+	device *onnxmem.Device
+	budget int64 // bytes, without a device
+}
+
+func (c fitCriterion) fits(r *onnxmem.Result) bool {
+	if c.device != nil {
+		return c.device.Fits(r)
+	}
+	return r.Peak <= c.budget
+}
+
+// measure is the figure that must stay within the limit: reserved on a
+// device, allocated against a budget.
+func (c fitCriterion) measure(r *onnxmem.Result) int64 {
+	if c.device != nil {
+		return r.PeakReserved
+	}
+	return r.Peak
+}
+
+// scenario is a scenario as run on the device: with its cuBLAS workspace.
+func (c fitCriterion) scenario(sc onnxmem.Scenario) onnxmem.Scenario {
+	if c.device != nil {
+		sc.CuBLASWorkspace = c.device.CuBLASWorkspace
+	}
+	return sc
+}
+
+// limitText is the memory a step must fit in: "23.15 GiB usable" or
+// "24.00 GiB".
+func (c fitCriterion) limitText() string {
+	if c.device != nil {
+		return gib(c.device.Usable()) + " GiB usable"
+	}
+	return gib(c.budget) + " GiB"
+}
+
+// uses says what a step that fits uses of the limit.
+func (c fitCriterion) uses(r *onnxmem.Result) string {
+	if c.device != nil {
+		return fmt.Sprintf("reserves %s GiB of %s, peak %s GiB allocated", gib(r.PeakReserved), c.limitText(), gib(r.Peak))
+	}
+	return fmt.Sprintf("peak %s GiB of %s", gib(r.Peak), c.limitText())
+}
+
+// needs says what a step that does not fit needs.
+func (c fitCriterion) needs(r *onnxmem.Result) string {
+	if c.device != nil {
+		return fmt.Sprintf("reserves %s GiB", gib(r.PeakReserved))
+	}
+	return fmt.Sprintf("peaks at %s GiB", gib(r.Peak))
+}
+
+// printHeader writes the step's title and, on a device, its memory.
+func (c fitCriterion) printHeader(w io.Writer, name string, sc onnxmem.Scenario) {
+	fmt.Fprintln(w, stepTitle(name, sc))
+	if d := c.device; d != nil {
+		fmt.Fprintf(w, "device %s (%s): %s GiB total, %s GiB CUDA context, %s GiB usable\n",
+			d.Name, d.Long, gib(d.Total), gib(d.Context), gib(d.Usable()))
+	}
+}
+
+// setJSON fills a JSON output's budget, or its device.
+func (c fitCriterion) setJSON(budget *int64, device **deviceJSON) {
+	if c.device == nil {
+		*budget = c.budget
+		return
+	}
+	d := newDeviceJSON(*c.device)
+	d.Sources = ""
+	*device = &d
+}
+
 type maxBatchJSON struct {
-	Model    string `json:"model"`
-	Budget   int64  `json:"budget"`
-	Limit    int64  `json:"limit"`
-	MaxBatch int64  `json:"max_batch"`
+	Model string `json:"model"`
+	// Budget is the budget the peak allocated must fit, without -device;
+	// with it, Device's usable memory must hold the peak reserved.
+	Budget   int64       `json:"budget,omitempty"`
+	Device   *deviceJSON `json:"device,omitempty"`
+	Limit    int64       `json:"limit"`
+	MaxBatch int64       `json:"max_batch"`
 	// Result is the prediction at MaxBatch; absent when it is 0.
 	Result *resultJSON `json:"result,omitempty"`
+}
+
+// forBatchJSON is maxbatch -for-batch's answer.
+type forBatchJSON struct {
+	Model  string      `json:"model"`
+	Budget int64       `json:"budget,omitempty"`
+	Device *deviceJSON `json:"device,omitempty"`
+	Batch  int64       `json:"batch"`
+	// Segments is the fewest checkpoint segments with which the batch fits,
+	// null when none tried does; Result the prediction with them.
+	Segments *int        `json:"segments"`
+	Result   *resultJSON `json:"result,omitempty"`
+	// Tried lists the segment counts tried, in order, up to the first that
+	// fits.
+	Tried []triedJSON `json:"tried"`
+}
+
+type triedJSON struct {
+	Segments     int   `json:"segments"`
+	Peak         int64 `json:"peak"`
+	PeakReserved int64 `json:"peak_reserved"`
+	Fits         bool  `json:"fits"`
 }
 
 // gibValue is a flag.Value: a positive size in GiB.

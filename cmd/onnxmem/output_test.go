@@ -30,6 +30,10 @@ func TestGolden(t *testing.T) {
 		{"report-s.txt", []string{"report", "-batches", "1,8", "-batch", "8", m}},
 		{"timeline-s.txt", []string{"timeline", "-batch", "8", m}},
 		{"maxbatch-s.txt", []string{"maxbatch", "-budget", "24", m}},
+		{"maxbatch-rtx4090-amp-s.txt", []string{"maxbatch", "-device", "rtx4090", "-amp", m}},
+		{"maxbatch-rtx4090-amp-for64-s.txt", []string{"maxbatch", "-device", "rtx4090", "-amp", "-for-batch", "64", m}},
+		{"maxbatch-budget-for100-s.txt", []string{"maxbatch", "-budget", "24", "-for-batch", "100", m}},
+		{"maxbatch-rtx4090-for128-s.txt", []string{"maxbatch", "-device", "rtx4090", "-for-batch", "128", m}},
 		{"knobs-s.txt", []string{"knobs", "-batch", "8", "-budget", "2.5", m}},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
@@ -64,7 +68,7 @@ func TestJSON(t *testing.T) {
 	var names []string
 	for _, st := range rep.Settings {
 		names = append(names, st.Name)
-		if len(st.Results) != 2 || len(st.MaxBatch) != len(nominalGiB) {
+		if len(st.Results) != 2 || len(st.MaxBatch) != len(rep.Devices) {
 			t.Errorf("report -json: %s: %d results, %d max batches", st.Name, len(st.Results), len(st.MaxBatch))
 			continue
 		}
@@ -141,6 +145,44 @@ func TestJSON(t *testing.T) {
 	decode([]string{"maxbatch", "-json", "-budget", "0.001", m}, &none)
 	if none.MaxBatch != 0 || none.Result != nil {
 		t.Errorf("maxbatch -json in 1 MiB: %+v, want batch 0", none)
+	}
+
+	// On a device the peak reserved must be within the usable memory.
+	var on maxBatchJSON
+	decode([]string{"maxbatch", "-json", "-device", "t4", "-amp", m}, &on)
+	t4, err := onnxmem.LookupDevice("t4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if on.Device == nil || on.Device.Name != "t4" || on.Device.Usable != t4.Usable() || on.Budget != 0 ||
+		on.MaxBatch < 1 || on.Result == nil || on.Result.PeakReserved > on.Device.Usable || !on.Result.AMP {
+		t.Errorf("maxbatch -json -device t4: %+v", on)
+	}
+	decode([]string{"sweep", "-json", "-amp", "-batches", strconv.FormatInt(on.MaxBatch+1, 10), m}, &big)
+	if big.Results[0].PeakReserved <= on.Device.Usable {
+		t.Errorf("maxbatch -device t4: max batch %d, but batch %d reserves %d of %d usable", on.MaxBatch, on.MaxBatch+1, big.Results[0].PeakReserved, on.Device.Usable)
+	}
+
+	// -for-batch lists the segments tried up to the first that fits.
+	var fb forBatchJSON
+	decode([]string{"maxbatch", "-json", "-device", "t4", "-amp", "-for-batch", strconv.FormatInt(2*on.MaxBatch, 10), m}, &fb)
+	if fb.Segments == nil || fb.Result == nil || len(fb.Tried) < 2 || fb.Tried[0].Segments != 0 || fb.Tried[0].Fits {
+		t.Fatalf("maxbatch -for-batch %d -device t4: %+v", 2*on.MaxBatch, fb)
+	}
+	last := fb.Tried[len(fb.Tried)-1]
+	if last.Segments != *fb.Segments || !last.Fits || fb.Result.Segments != last.Segments ||
+		fb.Result.PeakReserved != last.PeakReserved || last.PeakReserved > t4.Usable() || fb.Result.Batch != 2*on.MaxBatch {
+		t.Errorf("maxbatch -for-batch: the last tried %+v is not the answer %d, %+v", last, *fb.Segments, fb.Result)
+	}
+	for _, tr := range fb.Tried[:len(fb.Tried)-1] {
+		if tr.Fits || tr.PeakReserved <= t4.Usable() {
+			t.Errorf("maxbatch -for-batch: %+v tried before the answer fits", tr)
+		}
+	}
+	var nofit forBatchJSON
+	decode([]string{"maxbatch", "-json", "-device", "t4", "-for-batch", "1000", m}, &nofit)
+	if nofit.Segments != nil || nofit.Result != nil || len(nofit.Tried) != len(segmentCandidates(mustLoad(t, m).Layers())) {
+		t.Errorf("maxbatch -for-batch 1000 -device t4: %+v, want no answer and every count tried", nofit)
 	}
 }
 
@@ -251,29 +293,64 @@ func TestReportMaxBatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var names []string
+	for _, d := range rep.Devices {
+		names = append(names, d.Name)
+	}
+	if !slices.Equal(names, reportDevices) {
+		t.Errorf("devices %q, want %q", names, reportDevices)
+	}
 	for _, st := range rep.Settings {
-		for c, budget := range rep.NominalCapacity {
-			want, _, err := m.MaxBatch(onnxmem.Scenario{Height: 640, Width: 640, AMP: st.AMP, Segments: st.Segments}, budget, maxBatchLimit)
+		for c, dj := range rep.Devices {
+			d, err := onnxmem.LookupDevice(dj.Name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, _, err := m.MaxBatchOn(d, onnxmem.Scenario{Height: 640, Width: 640, AMP: st.AMP, Segments: st.Segments}, maxBatchLimit)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if got := st.MaxBatch[c]; got != want {
-				t.Errorf("%s in %d GiB: max batch %d, Model.MaxBatch says %d", st.Name, budget>>30, got, want)
+				t.Errorf("%s on %s: max batch %d, Model.MaxBatchOn says %d", st.Name, d.Name, got, want)
 			}
 		}
 	}
 }
 
-func TestSearchLimit(t *testing.T) {
-	rs := []*onnxmem.Result{
-		{Scenario: onnxmem.Scenario{Batch: 1}, Peak: 10},
-		{Scenario: onnxmem.Scenario{Batch: 8}, Peak: 80},
-		{Scenario: onnxmem.Scenario{Batch: 64}, Peak: 640},
+// mustLoad loads a model file.
+func mustLoad(t *testing.T, path string) *onnxmem.Model {
+	t.Helper()
+	m, err := onnxmem.Load(path)
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, tc := range []struct{ budget, want int64 }{{5, 0}, {10, 7}, {79, 7}, {80, 63}, {640, maxBatchLimit}} {
-		if got := searchLimit(rs, tc.budget); got != tc.want {
-			t.Errorf("budget %d: limit %d, want %d", tc.budget, got, tc.want)
+	return m
+}
+
+func TestSearchLimit(t *testing.T) {
+	// The cut follows the peak reserved, not the peak allocated.
+	rs := []*onnxmem.Result{
+		{Scenario: onnxmem.Scenario{Batch: 1}, Peak: 1, PeakReserved: 10},
+		{Scenario: onnxmem.Scenario{Batch: 8}, Peak: 8, PeakReserved: 80},
+		{Scenario: onnxmem.Scenario{Batch: 64}, Peak: 64, PeakReserved: 640},
+	}
+	const context = 100
+	for _, tc := range []struct{ usable, want int64 }{{5, 0}, {10, 7}, {79, 7}, {80, 63}, {640, maxBatchLimit}} {
+		d := onnxmem.Device{Total: tc.usable + context, Context: context, CuBLASWorkspace: 8 << 20}
+		if got := searchLimit(rs, d); got != tc.want {
+			t.Errorf("usable %d: limit %d, want %d", tc.usable, got, tc.want)
 		}
+	}
+	// A train or eval step simulated with another cuBLAS workspace than the
+	// device's does not cut the search; one with the device's does.
+	train := []*onnxmem.Result{{Scenario: onnxmem.Scenario{Batch: 8, Train: true}, PeakReserved: 80}}
+	eval := []*onnxmem.Result{{Scenario: onnxmem.Scenario{Batch: 8, Eval: true, CuBLASWorkspace: 8 << 20}, PeakReserved: 80}}
+	small := onnxmem.Device{Total: 50 + context, Context: context, CuBLASWorkspace: 8 << 20}
+	if got := searchLimit(train, small); got != maxBatchLimit {
+		t.Errorf("train step with the default workspace: limit %d, want %d", got, maxBatchLimit)
+	}
+	if got := searchLimit(eval, small); got != 7 {
+		t.Errorf("eval step with the device's workspace: limit %d, want 7", got)
 	}
 	for _, tc := range []struct {
 		n    int64

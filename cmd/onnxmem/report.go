@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"strconv"
@@ -9,11 +10,22 @@ import (
 	"github.com/onnxmem/onnxmem/onnxmem"
 )
 
-// nominalGiB are the nominal memory sizes of common cards, in GiB, for the
-// report's "largest batch that fits" table. They are the capacity on the box, not what a
-// process can use: the CUDA context and the allocator's fragmentation take
-// some of it. Usable memory per card comes in a later change.
-var nominalGiB = []int64{24, 40, 80}
+// reportDevices names the device profiles of the report's "largest batch
+// that fits" table, in its order: cards of 24, 40 and 80 GB.
+var reportDevices = []string{"rtx4090", "a100-40", "a100-80"}
+
+// cards returns the profiles of reportDevices.
+func cards() []onnxmem.Device {
+	out := make([]onnxmem.Device, len(reportDevices))
+	for i, name := range reportDevices {
+		d, err := onnxmem.LookupDevice(name)
+		if err != nil {
+			panic(err) // reportDevices names profiles that exist
+		}
+		out[i] = d
+	}
+	return out
+}
 
 // tensorsShown is how many of the largest tensors alive at the peak the
 // report lists.
@@ -29,7 +41,7 @@ var detailSetting = setting{AMP: true}
 func cmdReport(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	f := newFlagSet("report",
 		"onnxmem report [-img N] [-batches LIST] [-batch N] [-json] [-v] [MODEL.onnx]",
-		"Report predicts the peak of the model step at common batch sizes in fp32 and\nAMP, each without checkpointing and with 2 and 4 checkpoint segments; finds\nthe largest batch of each that fits cards of 24, 40 and 80 GiB; and explains\nthe AMP peak at one batch size: where it falls, the largest tensors alive then\nand the totals by kind. Without MODEL.onnx it reads\n"+defaultGraph+" (relative to the current directory), or\nelse the first *-train.onnx in that folder.",
+		"Report predicts the peak of the model step at common batch sizes in fp32 and\nAMP, each without checkpointing and with 2 and 4 checkpoint segments; finds\nthe largest batch of each that fits an RTX 4090 and an A100 of 40 and 80 GB\n(the profiles rtx4090, a100-40 and a100-80 of onnxmem devices); and explains\nthe AMP peak at one batch size: where it falls, the largest tensors alive then\nand the totals by kind. Without MODEL.onnx it reads\n"+defaultGraph+" (relative to the current directory), or\nelse the first *-train.onnx in that folder.",
 		"onnxmem report -img 512 ../shared/yolov9/yolov9-s-train.onnx")
 	img, batches := f.imgFlag(), f.batchesFlag()
 	batch := f.positive("batch", 16, "batch `size` whose AMP peak is explained in detail")
@@ -51,7 +63,7 @@ func cmdReport(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	}
 	fp32AndAMP := precisions[:2]
 	rep := &report{Model: m.Name, Path: path, Default: isDefault,
-		Settings: settingsOf(fp32AndAMP, checkpointSegments)}
+		Settings: settingsOf(fp32AndAMP, checkpointSegments), Devices: cards()}
 	if err := rep.simulate(m, *img, *batches, *batch, stderr, *verbose); err != nil {
 		return fail(stderr, err)
 	}
@@ -67,8 +79,9 @@ type report struct {
 	Model, Path string
 	Default     bool // Path is the default model
 	Settings    []setting
+	Devices     []onnxmem.Device
 	// Results[s][b] is setting s at the b-th batch size; MaxBatch[s][c] the
-	// largest batch of setting s that fits nominalGiB[c].
+	// largest batch of setting s that fits Devices[c] (Device.Fits).
 	Results  [][]*onnxmem.Result
 	MaxBatch [][]int64
 	// Detail is detailSetting at the batch size explained.
@@ -78,7 +91,7 @@ type report struct {
 // simulate fills the report's results: the peaks, then the largest batches,
 // then the detail, each batch of work spread over the CPUs.
 func (rep *report) simulate(m *onnxmem.Model, img int64, batches []int64, batch int64, stderr io.Writer, verbose bool) error {
-	ns, nb, nc := len(rep.Settings), len(batches), len(nominalGiB)
+	ns, nb, nc := len(rep.Settings), len(batches), len(rep.Devices)
 	step := steps(stderr, verbose, "report", ns*(nb+nc))
 	rep.Results = make([][]*onnxmem.Result, ns)
 	rep.MaxBatch = make([][]int64, ns)
@@ -97,11 +110,10 @@ func (rep *report) simulate(m *onnxmem.Model, img int64, batches []int64, batch 
 		return err
 	}
 	err = parallel(ns*nc, func(i int) error {
-		s, c := rep.Settings[i/nc], nominalGiB[i%nc]
-		budget := c << 30
-		n, _, err := m.MaxBatch(s.scenario(1, img), budget, searchLimit(rep.Results[i/nc], budget))
+		s, d := rep.Settings[i/nc], rep.Devices[i%nc]
+		n, _, err := m.MaxBatchOn(d, s.scenario(1, img), searchLimit(rep.Results[i/nc], d))
 		rep.MaxBatch[i/nc][i%nc] = n
-		step(fmt.Sprintf("%s in %d GiB", s, c))
+		step(fmt.Sprintf("%s on %s", s, d.Name))
 		return err
 	})
 	if err != nil {
@@ -121,14 +133,25 @@ func (rep *report) simulate(m *onnxmem.Model, img int64, batches []int64, batch 
 }
 
 // searchLimit is the limit of the search for the largest batch that fits
-// budget: maxBatchLimit, or less when a batch size already simulated does not
-// fit. The peak grows with the batch size, so the answer is the one a search
-// up to maxBatchLimit finds, in fewer simulations.
-func searchLimit(rs []*onnxmem.Result, budget int64) int64 {
+// the device: maxBatchLimit, or less when a batch size already simulated
+// does not fit (its peak reserved exceeds the usable memory). The reserved
+// memory grows with the batch size, so the answer is the one a search up to
+// maxBatchLimit finds, in fewer simulations.
+//
+// A result cuts the search only when it is the step MaxBatchOn simulates:
+// that one runs with the device's cuBLAS workspace. Model steps, the
+// report's, keep no cuBLAS workspace resident, so theirs changes nothing;
+// a train or eval step cuts only when simulated with the device's.
+func searchLimit(rs []*onnxmem.Result, d onnxmem.Device) int64 {
 	limit := int64(maxBatchLimit)
 	for _, r := range rs {
-		if r.Peak > budget {
-			limit = min(limit, r.Scenario.Batch-1)
+		sc := r.Scenario
+		ws := cmp.Or(sc.CuBLASWorkspace, onnxmem.DefaultCuBLASWorkspace)
+		if (sc.Train || sc.Eval) && ws != d.CuBLASWorkspace {
+			continue
+		}
+		if !d.Fits(r) {
+			limit = min(limit, sc.Batch-1)
 		}
 	}
 	return limit
@@ -164,13 +187,13 @@ func (rep *report) print(w io.Writer) error {
 
 	fmt.Fprintln(w, "\nlargest batch that fits:")
 	tw = newTable(w)
-	fmt.Fprint(tw, "card")
+	fmt.Fprint(tw, "card\tusable GiB")
 	for _, s := range rep.Settings {
 		fmt.Fprintf(tw, "\t%s", s)
 	}
 	fmt.Fprint(tw, "\t\n")
-	for c, size := range nominalGiB {
-		fmt.Fprintf(tw, "%d GiB", size)
+	for c, d := range rep.Devices {
+		fmt.Fprintf(tw, "%s\t%s", d.Name, gib(d.Usable()))
 		for i := range rep.Settings {
 			fmt.Fprintf(tw, "\t%s", batchLimit(rep.MaxBatch[i][c]))
 		}
@@ -179,9 +202,9 @@ func (rep *report) print(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "fits: the peak allocated against the card's nominal memory, batch sizes up to %d.\n"+
-		"The CUDA context and the allocator's fragmentation are not subtracted yet (device\n"+
-		"profiles come later), so a batch at the limit may still run out of memory.\n\n", maxBatchLimit)
+	fmt.Fprintf(w, "fits: the memory reserved at the peak, fragmentation included, within the card's\n"+
+		"usable memory, batch sizes up to %d. Usable is the total less the CUDA context,\n"+
+		"%s: see onnxmem devices.\n\n", maxBatchLimit, contextNote(rep.Devices))
 
 	fmt.Fprintf(w, "where the peak is at batch %d, %s (train_dual.py's default):\n", d.Scenario.Batch, detailSetting)
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -230,6 +253,16 @@ func yesNo(b bool) string {
 	return "no"
 }
 
+// contextNote says what CUDA context the devices assume.
+func contextNote(ds []onnxmem.Device) string {
+	for _, d := range ds[1:] {
+		if d.Context != ds[0].Context {
+			return "an assumption that differs by card"
+		}
+	}
+	return fmt.Sprintf("assumed to be %d MiB", ds[0].Context>>20)
+}
+
 // batchLimit formats a largest batch: "1024+" when the search stopped at its
 // limit.
 func batchLimit(n int64) string {
@@ -242,11 +275,11 @@ func batchLimit(n int64) string {
 type reportJSON struct {
 	Model string `json:"model"`
 	Path  string `json:"path"`
-	// NominalCapacity are the card sizes of the max_batch lists, bytes;
+	// Devices are the cards of the max_batch lists, sizes in bytes;
 	// MaxBatchLimit the largest batch size the search considers.
-	NominalCapacity []int64       `json:"nominal_capacity"`
-	MaxBatchLimit   int64         `json:"max_batch_limit"`
-	Settings        []settingJSON `json:"settings"`
+	Devices       []deviceJSON  `json:"devices"`
+	MaxBatchLimit int64         `json:"max_batch_limit"`
+	Settings      []settingJSON `json:"settings"`
 	// Detail is AMP without checkpointing at the batch size explained.
 	Detail resultJSON `json:"detail"`
 }
@@ -257,17 +290,19 @@ type settingJSON struct {
 	AMP      bool         `json:"amp"`
 	Segments int          `json:"segments"`
 	Results  []resultJSON `json:"results"`
-	// MaxBatch is the largest batch that fits each nominal capacity.
+	// MaxBatch is the largest batch that fits each device (its peak reserved
+	// within the device's usable memory).
 	MaxBatch []int64 `json:"max_batch"`
 }
 
 func (rep *report) json() reportJSON {
-	caps := make([]int64, len(nominalGiB))
-	for i, c := range nominalGiB {
-		caps[i] = c << 30
-	}
-	js := reportJSON{Model: rep.Model, Path: rep.Path, NominalCapacity: caps, MaxBatchLimit: maxBatchLimit,
+	js := reportJSON{Model: rep.Model, Path: rep.Path, MaxBatchLimit: maxBatchLimit,
 		Detail: newResultJSON(rep.Detail, true)}
+	for _, d := range rep.Devices {
+		dj := newDeviceJSON(d)
+		dj.Sources = ""
+		js.Devices = append(js.Devices, dj)
+	}
 	for i, s := range rep.Settings {
 		js.Settings = append(js.Settings, settingJSON{Name: s.String(), AMP: s.AMP, Segments: s.Segments,
 			Results: newResultsJSON(rep.Results[i]), MaxBatch: rep.MaxBatch[i]})

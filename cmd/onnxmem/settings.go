@@ -1,19 +1,37 @@
 package main
 
 import (
+	"cmp"
+	"fmt"
 	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
 
 	"github.com/onnxmem/onnxmem/onnxmem"
+	"github.com/onnxmem/onnxmem/schedule"
 )
 
 // setting is one way to run the step: a precision and a number of
-// checkpoint segments.
+// checkpoint segments, and for a full training step (Train) the boxes in
+// each image, the optimizer and whether an EMA copy is updated. Without
+// Train the step is the model step.
 type setting struct {
 	AMP, Half bool
 	Segments  int
+	Train     bool
+	Boxes     int64
+	Optimizer schedule.Optimizer
+	EMA       bool
+}
+
+// settingOf is the setting of a scenario.
+func settingOf(sc onnxmem.Scenario) setting {
+	st := setting{AMP: sc.AMP, Half: sc.Half, Segments: sc.Segments}
+	if sc.Train {
+		st.Train, st.Boxes, st.Optimizer, st.EMA = true, sc.Boxes, sc.Optimizer, sc.EMA
+	}
+	return st
 }
 
 // precision names the setting's precision: fp32, amp or half.
@@ -35,11 +53,29 @@ func (s setting) String() string {
 	return s.precision()
 }
 
-// scenario is the model step of the setting at a batch size and square
-// image.
+// step describes the step the setting runs, without its precision: "model
+// step (forward, loss, backward)" or the parts of a training step.
+func (s setting) step() string {
+	if !s.Train {
+		return "model step (forward, loss, backward)"
+	}
+	opt, ema := "no optimizer step", "no EMA"
+	if s.Optimizer != schedule.None {
+		opt = string(cmp.Or(s.Optimizer, schedule.SGD)) + " step"
+	}
+	if s.EMA {
+		ema = "EMA update"
+	}
+	return fmt.Sprintf("train step (forward, YOLOv9 loss with %d boxes an image, backward, %s, %s)", s.Boxes, opt, ema)
+}
+
+// scenario is the step of the setting at a batch size and square image.
 func (s setting) scenario(batch, img int64) onnxmem.Scenario {
 	sc := scenario(batch, img)
 	sc.AMP, sc.Half, sc.Segments = s.AMP, s.Half, s.Segments
+	if s.Train {
+		sc.Train, sc.Boxes, sc.Optimizer, sc.EMA = true, s.Boxes, s.Optimizer, s.EMA
+	}
 	return sc
 }
 

@@ -45,8 +45,8 @@ type sweepJSON struct {
 
 // stepTitle names the simulated step, above tables and plots.
 func stepTitle(name string, sc onnxmem.Scenario) string {
-	st := setting{AMP: sc.AMP, Half: sc.Half, Segments: sc.Segments}
-	return fmt.Sprintf("%s: %s model step (forward, loss, backward), image %dx%d", name, st, sc.Height, sc.Width)
+	st := settingOf(sc)
+	return fmt.Sprintf("%s: %s %s, image %dx%d", name, st, st.step(), sc.Height, sc.Width)
 }
 
 // newTable returns a tabwriter that right-aligns cells; a line's last cell,

@@ -1,0 +1,148 @@
+package main
+
+import (
+	"encoding/json"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/onnxmem/onnxmem/onnxmem"
+	"github.com/onnxmem/onnxmem/schedule"
+)
+
+// TestDevices checks the devices command against testdata and the JSON
+// against onnxmem.Devices. It needs no shared data.
+func TestDevices(t *testing.T) {
+	code, stdout, stderr := runCmd(t, "", "devices")
+	if code != 0 || stderr != "" {
+		t.Fatalf("exit code %d, stderr %q; want 0 and none", code, stderr)
+	}
+	golden(t, "devices.txt", stdout)
+
+	code, stdout, stderr = runCmd(t, "", "devices", "-json")
+	if code != 0 || stderr != "" {
+		t.Fatalf("-json: exit code %d, stderr %q; want 0 and none", code, stderr)
+	}
+	golden(t, "devices.json", stdout)
+	dec := json.NewDecoder(strings.NewReader(stdout))
+	dec.DisallowUnknownFields()
+	var js devicesJSON
+	if err := dec.Decode(&js); err != nil {
+		t.Fatal(err)
+	}
+	if len(js.Devices) != len(onnxmem.Devices) {
+		t.Fatalf("-json: %d devices, want %d", len(js.Devices), len(onnxmem.Devices))
+	}
+	for i, d := range onnxmem.Devices {
+		if got := js.Devices[i]; got != newDeviceJSON(d) || got.Usable != got.Total-got.Context || got.Sources == "" {
+			t.Errorf("-json: device %d is %+v, want %s with its sources", i, got, d.Name)
+		}
+	}
+}
+
+func TestSegmentCandidates(t *testing.T) {
+	for _, tc := range []struct {
+		layers int
+		want   []int
+	}{
+		{0, []int{0}},
+		{1, []int{0}},
+		{2, []int{0, 2}},
+		{3, []int{0, 2, 3}},
+		{5, []int{0, 2, 3, 4, 5}},
+		{8, []int{0, 2, 3, 4, 6, 8}},
+		{30, []int{0, 2, 3, 4, 6, 8, 12, 16, 24, 30}},
+		{48, []int{0, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48}},
+	} {
+		if got := segmentCandidates(tc.layers); !slices.Equal(got, tc.want) {
+			t.Errorf("%d layers: %v, want %v", tc.layers, got, tc.want)
+		}
+	}
+}
+
+// TestTrainFlags checks the settings that -train, -boxes, -optimizer and
+// -ema give; nothing is simulated.
+func TestTrainFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want setting
+	}{
+		{nil, setting{}},
+		{[]string{"-amp", "-segments", "2"}, setting{AMP: true, Segments: 2}},
+		{[]string{"-train"}, setting{Train: true, Boxes: 16, Optimizer: schedule.SGD, EMA: true}},
+		{[]string{"-train", "-amp", "-boxes", "0", "-optimizer", "adamw", "-ema=false"},
+			setting{AMP: true, Train: true, Boxes: 0, Optimizer: schedule.AdamW, EMA: false}},
+		{[]string{"-optimizer", "none", "-train", "-segments", "3"},
+			setting{Segments: 3, Train: true, Boxes: 16, Optimizer: schedule.None, EMA: true}},
+	} {
+		f := newFlagSet("test", "onnxmem test", "", "")
+		set, train := f.settingFlags(), f.trainFlags()
+		if err := f.Parse(tc.args); err != nil {
+			t.Fatalf("%q: %v", tc.args, err)
+		}
+		st, err := set()
+		if err == nil {
+			st, err = train(st)
+		}
+		if err != nil || st != tc.want {
+			t.Errorf("%q: %+v, %v; want %+v", tc.args, st, err, tc.want)
+		}
+		// The setting survives the round trip through a scenario.
+		if got := settingOf(st.scenario(4, 320)); got != st {
+			t.Errorf("%q: settingOf(scenario) = %+v, want %+v", tc.args, got, st)
+		}
+	}
+	st := setting{AMP: true, Train: true, Boxes: 8, Optimizer: schedule.Lion}
+	want := "m: amp train step (forward, YOLOv9 loss with 8 boxes an image, backward, Lion step, no EMA), image 320x320"
+	if got := stepTitle("m", st.scenario(4, 320)); got != want {
+		t.Errorf("stepTitle = %q, want %q", got, want)
+	}
+}
+
+// TestMaxBatchTrain runs maxbatch on train steps. Without a loss model
+// (onnxmem.TrainLoss) it checks that they fail with a clear error and skips
+// the rest.
+func TestMaxBatchTrain(t *testing.T) {
+	path := smallModel(t)
+	if onnxmem.TrainLoss == nil {
+		code, stdout, stderr := runCmd(t, "", "maxbatch", "-train", "-device", "rtx4090", path)
+		want := "onnxmem: train steps need a loss model, and none is set (onnxmem.TrainLoss)\n"
+		if code != 1 || stdout != "" || stderr != want {
+			t.Errorf("without a loss model: exit code %d, stdout %q, stderr %q; want 1, none, %q", code, stdout, stderr, want)
+		}
+		t.Skip("no loss model (onnxmem.TrainLoss) to simulate train steps")
+	}
+	code, stdout, stderr := runCmd(t, "", "maxbatch", "-json", "-train", "-amp", "-boxes", "8", "-optimizer", "adamw", "-device", "rtx4090", path)
+	if code != 0 || stderr != "" {
+		t.Fatalf("exit code %d, stderr %q", code, stderr)
+	}
+	var mb maxBatchJSON
+	if err := json.Unmarshal([]byte(stdout), &mb); err != nil {
+		t.Fatal(err)
+	}
+	d, err := onnxmem.LookupDevice("rtx4090")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := onnxmem.Scenario{Height: 640, Width: 640, AMP: true, Train: true, Boxes: 8, Optimizer: schedule.AdamW, EMA: true}
+	want, _, err := mustLoad(t, path).MaxBatchOn(d, sc, 1024)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mb.MaxBatch != want || mb.Result == nil || mb.Result.Train == nil ||
+		*mb.Result.Train != (trainJSON{Boxes: 8, Optimizer: "AdamW", EMA: true}) || mb.Result.PeakReserved > d.Usable() {
+		t.Errorf("maxbatch -train: %+v, want max batch %d of a train step", mb, want)
+	}
+	if want < 1 {
+		t.Fatalf("not even batch 1 of the train step fits on %s", d.Name)
+	}
+
+	code, stdout, stderr = runCmd(t, "", "maxbatch", "-train", "-amp", "-device", "rtx4090", "-for-batch", "1", path)
+	if code != 0 || stderr != "" {
+		t.Fatalf("-for-batch: exit code %d, stderr %q", code, stderr)
+	}
+	title := "yolov9-s-train: amp train step (forward, YOLOv9 loss with 16 boxes an image, backward, SGD step, EMA update), image 640x640\n"
+	if !strings.HasPrefix(stdout, title) || !strings.Contains(stdout, "batch 1 fits without checkpointing") {
+		t.Errorf("-for-batch 1 -train:\n%s", stdout)
+	}
+}
