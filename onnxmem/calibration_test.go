@@ -12,19 +12,23 @@ import (
 
 	"github.com/onnxmem/onnxmem/internal/onnxbuild"
 	"github.com/onnxmem/onnxmem/onnxmem"
+	"github.com/onnxmem/onnxmem/schedule"
 )
 
 // calibrationLine is one scenario of shared/groundtruth/calibration.jsonl
 // with the figures measured on an H200 (see that folder's README.md).
 type calibrationLine struct {
-	Cfg      string `json:"cfg"`
-	Model    string `json:"model"` // relative to the shared folder
-	Kind     string `json:"kind"`
-	Batch    int64  `json:"batch"`
-	Img      int64  `json:"img"`
-	AMP      bool   `json:"amp"`
-	Segments int    `json:"segments"`
-	Measured struct {
+	Cfg       string `json:"cfg"`
+	Boxes     int64  `json:"boxes_per_img"`
+	Optimizer string `json:"optimizer"`
+	EMA       bool   `json:"ema"`
+	Model     string `json:"model"` // relative to the shared folder
+	Kind      string `json:"kind"`
+	Batch     int64  `json:"batch"`
+	Img       int64  `json:"img"`
+	AMP       bool   `json:"amp"`
+	Segments  int    `json:"segments"`
+	Measured  struct {
 		Peak         int64 `json:"peak"`
 		AfterFwd     int64 `json:"after_fwd"`
 		PeakReserved int64 `json:"peak_reserved"`
@@ -194,4 +198,61 @@ func TestCalibrationEvalStep(t *testing.T) {
 		t.Fatal("no eval_step line in calibration.jsonl")
 	}
 	t.Log("\n" + table.String())
+}
+
+// TestCalibrationTrainStep simulates every train step of calibration.jsonl
+// (train_dual.py's step with the loss, the optimizer and the EMA, in steady
+// state) and holds the peak to 2% of the measurement, the product's target.
+func TestCalibrationTrainStep(t *testing.T) {
+	f, err := os.Open(onnxbuild.Shared(t, "groundtruth/calibration.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	const mib = 1 << 20
+	var table strings.Builder
+	fmt.Fprintf(&table, "%-9s %4s %2s %5s %5s %-5s %-3s  %10s %10s %7s  %s\n", "cfg", "prec", "k", "batch", "boxes", "opt", "ema", "peak MiB", "predicted", "error", "peak at")
+	models := map[string]*onnxmem.Model{}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 1<<20)
+	n, worst := 0, 0.0
+	for sc.Scan() {
+		var l calibrationLine
+		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+			t.Fatalf("calibration.jsonl: %v", err)
+		}
+		if l.Kind != "train_step" {
+			continue
+		}
+		m := models[l.Model]
+		if m == nil {
+			if m, err = onnxmem.Load(filepath.Join(onnxbuild.SharedDir, l.Model)); err != nil {
+				t.Fatal(err)
+			}
+			models[l.Model] = m
+		}
+		r, err := m.Simulate(onnxmem.Scenario{Batch: l.Batch, Height: l.Img, Width: l.Img, AMP: l.AMP, Segments: l.Segments,
+			Train: true, Boxes: l.Boxes, Optimizer: schedule.Optimizer(l.Optimizer), EMA: l.EMA})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n++
+		me := l.Measured.Peak
+		e := 100 * float64(r.Peak-me) / float64(me)
+		worst = max(worst, e, -e)
+		prec := "fp32"
+		if l.AMP {
+			prec = "amp"
+		}
+		fmt.Fprintf(&table, "%-9s %4s %2d %5d %5d %-5s %-3v  %10.1f %10.1f %+6.2f%%  %s\n", l.Cfg, prec, l.Segments, l.Batch, l.Boxes, l.Optimizer, l.EMA,
+			float64(me)/mib, float64(r.Peak)/mib, e, r.PeakPhase)
+		if e > 2 || e < -2 {
+			t.Errorf("%s %s segments %d batch %d boxes %d %s ema=%v: peak %d, measured %d (%+.2f%%, beyond 2%%)",
+				l.Cfg, prec, l.Segments, l.Batch, l.Boxes, l.Optimizer, l.EMA, r.Peak, me, e)
+		}
+	}
+	if n == 0 {
+		t.Fatal("no train_step line in calibration.jsonl")
+	}
+	t.Logf("%d train steps, worst peak error %.2f%%\n%s", n, worst, table.String())
 }

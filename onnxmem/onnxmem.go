@@ -21,6 +21,7 @@ import (
 	"strings"
 
 	"github.com/onnxmem/onnxmem/ir"
+	"github.com/onnxmem/onnxmem/loss"
 	"github.com/onnxmem/onnxmem/schedule"
 )
 
@@ -289,5 +290,7 @@ func (m *Model) Layers() int {
 	return n
 }
 
-// TrainLoss is the loss model of train steps.
-var TrainLoss schedule.Loss
+// TrainLoss is the loss model of train steps: YOLOv9's dual task-aligned
+// loss (package loss) by default. A nil TrainLoss makes train steps
+// unsupported.
+var TrainLoss schedule.Loss = loss.NewYOLOv9()
