@@ -17,9 +17,8 @@
 // with the head's decode). Full training steps of train_dual.py (the batch's
 // upload, YOLOv9's loss, the backward, gradient clipping, the optimizer step
 // and the EMA update) are simulated by maxbatch -train and predict's
-// train_step lines; they need package onnxmem's loss model
-// (onnxmem.TrainLoss), and without one onnxmem says so rather than print a
-// guess.
+// train_step lines, with YOLOv9's task-aligned loss modelled op by op
+// (package loss, onnxmem.TrainLoss).
 //
 // Device profiles (onnxmem devices) give common cards' memory as PyTorch
 // reports it, less the CUDA context (an assumption of 512 MiB): the memory
@@ -193,8 +192,8 @@
 //	-amp, -half     autocast to float16, or model.half(); they exclude each
 //	                other
 //	-segments K     checkpoint_sequential with K segments (default 0: none)
-//	-train          a full training step (needs onnxmem.TrainLoss); -half
-//	                does not apply
+//	-train          a full training step of train_dual.py; -half does not
+//	                apply
 //	-boxes N        with -train: ground-truth boxes in each image (default 16)
 //	-optimizer NAME with -train: SGD, Adam, AdamW (with amsgrad, as YOLOv9
 //	                creates it), Lion or none, case ignored (default SGD)
