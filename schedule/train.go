@@ -230,6 +230,16 @@ func (b *builder) optimizerStep() {
 			params = append(params, v)
 		}
 	}
+	// GradScaler.unscale_ (with AMP): the inverse scale, computed in double
+	// and cast to float, and the found_inf flag; the non-finite check and
+	// the unscaling work in place. scaler.update drops them after the step.
+	var scaler []int32
+	if b.autocast() {
+		inv64 := b.alloc(8, Scalar, ir.NoValue)
+		inv := b.alloc(4, Scalar, ir.NoValue)
+		b.unref(inv64)
+		scaler = append(scaler, inv, b.alloc(4, Scalar, ir.NoValue))
+	}
 	// clip_grad_norm_: torch._foreach_norm makes a 0-dim float32 norm per
 	// gradient, torch.stack gathers them, and the norms go when the
 	// function returns.
@@ -278,6 +288,9 @@ func (b *builder) optimizerStep() {
 		for _, st := range temps {
 			b.unref(st)
 		}
+	}
+	for _, st := range scaler {
+		b.unref(st)
 	}
 	// zero_grad(set_to_none=True).
 	for _, v := range params {
