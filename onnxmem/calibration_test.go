@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"testing"
 
@@ -56,34 +55,25 @@ func toleranceFor(l calibrationLine) tolerance {
 	return tolerance{peak: 0.01, afterFwd: 0.005}
 }
 
-// TestCalibrationModelStep simulates every model step of calibration.jsonl
-// (fp32 and AMP, segments 0, 2 and 4) and compares it with the measurement,
-// within toleranceFor. It prints the comparison; the lines it does not
-// simulate yet and the reserved-bytes errors go to the test log only.
-func TestCalibrationModelStep(t *testing.T) {
+// calibrations calls fn for every line of calibration.jsonl of the given
+// kind, with its model loaded (each file once), and returns how many it saw.
+func calibrations(t *testing.T, kind string, fn func(l calibrationLine, m *onnxmem.Model)) int {
+	t.Helper()
 	f, err := os.Open(onnxbuild.Shared(t, "groundtruth/calibration.jsonl"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	const mib = 1 << 20
-	pct := func(got, want int64) float64 { return 100 * float64(got-want) / float64(want) }
 	models := map[string]*onnxmem.Model{}
-	skipped := map[string]int{}
-	var table, reserved strings.Builder
-	fmt.Fprintf(&table, "%-9s %4s %2s %5s %4s  %10s %10s %7s  %10s %10s %7s  %s\n",
-		"cfg", "prec", "k", "batch", "img", "peak MiB", "predicted", "error", "after_fwd", "predicted", "error", "peak at")
-	fmt.Fprintf(&reserved, "%-9s %4s %2s %5s %4s  %12s %10s %7s\n", "cfg", "prec", "k", "batch", "img", "reserved MiB", "predicted", "error")
 	sc := bufio.NewScanner(f)
 	sc.Buffer(nil, 1<<20)
-	simulated := 0
+	n := 0
 	for sc.Scan() {
 		var l calibrationLine
 		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
 			t.Fatalf("calibration.jsonl: %v", err)
 		}
-		if l.Kind != "model_step" {
-			skipped[l.Kind]++
+		if l.Kind != kind {
 			continue
 		}
 		m := models[l.Model]
@@ -93,11 +83,34 @@ func TestCalibrationModelStep(t *testing.T) {
 			}
 			models[l.Model] = m
 		}
+		n++
+		fn(l, m)
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n == 0 {
+		t.Fatalf("no %s line in calibration.jsonl", kind)
+	}
+	return n
+}
+
+// TestCalibrationModelStep simulates every model step of calibration.jsonl
+// (fp32 and AMP, segments 0, 2 and 4) and compares it with the measurement,
+// within toleranceFor. It prints the comparison; the lines it does not
+// simulate yet and the reserved-bytes errors go to the test log only.
+func TestCalibrationModelStep(t *testing.T) {
+	const mib = 1 << 20
+	pct := func(got, want int64) float64 { return 100 * float64(got-want) / float64(want) }
+	var table, reserved strings.Builder
+	fmt.Fprintf(&table, "%-9s %4s %2s %5s %4s  %10s %10s %7s  %10s %10s %7s  %s\n",
+		"cfg", "prec", "k", "batch", "img", "peak MiB", "predicted", "error", "after_fwd", "predicted", "error", "peak at")
+	fmt.Fprintf(&reserved, "%-9s %4s %2s %5s %4s  %12s %10s %7s\n", "cfg", "prec", "k", "batch", "img", "reserved MiB", "predicted", "error")
+	calibrations(t, "model_step", func(l calibrationLine, m *onnxmem.Model) {
 		r, err := m.Simulate(onnxmem.Scenario{Batch: l.Batch, Height: l.Img, Width: l.Img, AMP: l.AMP, Segments: l.Segments})
 		if err != nil {
 			t.Fatalf("%s batch %d img %d: %v", l.Cfg, l.Batch, l.Img, err)
 		}
-		simulated++
 		me := l.Measured
 		prec := "fp32"
 		if l.AMP {
@@ -118,27 +131,11 @@ func TestCalibrationModelStep(t *testing.T) {
 			t.Errorf("%s %s segments %d batch %d img %d: after the forward %d, measured %d: %+.3f%%, beyond %.1f%%",
 				l.Cfg, prec, l.Segments, l.Batch, l.Img, r.AfterForward, me.AfterFwd, e, 100*tol.afterFwd)
 		}
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	if simulated == 0 {
-		t.Fatal("no model_step line in calibration.jsonl")
-	}
+	})
 	t.Log("\n" + table.String())
 	if testing.Verbose() {
 		fmt.Print(table.String())
 	}
-	kinds := make([]string, 0, len(skipped))
-	for k := range skipped {
-		kinds = append(kinds, k)
-	}
-	sort.Strings(kinds)
-	var not strings.Builder
-	for _, k := range kinds {
-		fmt.Fprintf(&not, " %s: %d;", k, skipped[k])
-	}
-	t.Logf("not simulated:%s", strings.TrimSuffix(not.String(), ";"))
 	t.Log("peak reserved (informational):\n" + reserved.String())
 }
 
@@ -155,48 +152,21 @@ func abs(x int64) int64 {
 // the peak to max(1% of the measured peak, 8 MiB), tighter than the 5% the
 // product asks of eval steps.
 func TestCalibrationEvalStep(t *testing.T) {
-	f, err := os.Open(onnxbuild.Shared(t, "groundtruth/calibration.jsonl"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
 	const mib = 1 << 20
 	var table strings.Builder
 	fmt.Fprintf(&table, "%-9s %5s %4s  %10s %10s %7s\n", "cfg", "batch", "img", "peak MiB", "predicted", "error")
-	models := map[string]*onnxmem.Model{}
-	sc := bufio.NewScanner(f)
-	sc.Buffer(nil, 1<<20)
-	n := 0
-	for sc.Scan() {
-		var l calibrationLine
-		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
-			t.Fatalf("calibration.jsonl: %v", err)
-		}
-		if l.Kind != "eval_step" {
-			continue
-		}
-		m := models[l.Model]
-		if m == nil {
-			if m, err = onnxmem.Load(filepath.Join(onnxbuild.SharedDir, l.Model)); err != nil {
-				t.Fatal(err)
-			}
-			models[l.Model] = m
-		}
+	calibrations(t, "eval_step", func(l calibrationLine, m *onnxmem.Model) {
 		r, err := m.Simulate(onnxmem.Scenario{Batch: l.Batch, Height: l.Img, Width: l.Img, Eval: true})
 		if err != nil {
 			t.Fatal(err)
 		}
-		n++
 		me := l.Measured.Peak
 		fmt.Fprintf(&table, "%-9s %5d %4d  %10.1f %10.1f %+6.2f%%\n", l.Cfg, l.Batch, l.Img,
 			float64(me)/mib, float64(r.Peak)/mib, 100*float64(r.Peak-me)/float64(me))
 		if d, lim := abs(r.Peak-me), max(me/100, 8*mib); d > lim {
 			t.Errorf("%s eval batch %d img %d: peak %d, measured %d: off by %.1f MiB", l.Cfg, l.Batch, l.Img, r.Peak, me, float64(d)/mib)
 		}
-	}
-	if n == 0 {
-		t.Fatal("no eval_step line in calibration.jsonl")
-	}
+	})
 	t.Log("\n" + table.String())
 }
 
@@ -204,39 +174,16 @@ func TestCalibrationEvalStep(t *testing.T) {
 // (train_dual.py's step with the loss, the optimizer and the EMA, in steady
 // state) and holds the peak to 2% of the measurement, the product's target.
 func TestCalibrationTrainStep(t *testing.T) {
-	f, err := os.Open(onnxbuild.Shared(t, "groundtruth/calibration.jsonl"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
 	const mib = 1 << 20
 	var table strings.Builder
 	fmt.Fprintf(&table, "%-9s %4s %2s %5s %5s %-5s %-3s  %10s %10s %7s  %s\n", "cfg", "prec", "k", "batch", "boxes", "opt", "ema", "peak MiB", "predicted", "error", "peak at")
-	models := map[string]*onnxmem.Model{}
-	sc := bufio.NewScanner(f)
-	sc.Buffer(nil, 1<<20)
-	n, worst := 0, 0.0
-	for sc.Scan() {
-		var l calibrationLine
-		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
-			t.Fatalf("calibration.jsonl: %v", err)
-		}
-		if l.Kind != "train_step" {
-			continue
-		}
-		m := models[l.Model]
-		if m == nil {
-			if m, err = onnxmem.Load(filepath.Join(onnxbuild.SharedDir, l.Model)); err != nil {
-				t.Fatal(err)
-			}
-			models[l.Model] = m
-		}
+	worst := 0.0
+	n := calibrations(t, "train_step", func(l calibrationLine, m *onnxmem.Model) {
 		r, err := m.Simulate(onnxmem.Scenario{Batch: l.Batch, Height: l.Img, Width: l.Img, AMP: l.AMP, Segments: l.Segments,
 			Train: true, Boxes: l.Boxes, Optimizer: schedule.Optimizer(l.Optimizer), EMA: l.EMA})
 		if err != nil {
 			t.Fatal(err)
 		}
-		n++
 		me := l.Measured.Peak
 		e := 100 * float64(r.Peak-me) / float64(me)
 		worst = max(worst, e, -e)
@@ -250,9 +197,6 @@ func TestCalibrationTrainStep(t *testing.T) {
 			t.Errorf("%s %s segments %d batch %d boxes %d %s ema=%v: peak %d, measured %d (%+.2f%%, beyond 2%%)",
 				l.Cfg, prec, l.Segments, l.Batch, l.Boxes, l.Optimizer, l.EMA, r.Peak, me, e)
 		}
-	}
-	if n == 0 {
-		t.Fatal("no train_step line in calibration.jsonl")
-	}
+	})
 	t.Logf("%d train steps, worst peak error %.2f%%\n%s", n, worst, table.String())
 }
