@@ -225,11 +225,13 @@
 //
 // # knobs
 //
-//	onnxmem knobs [-batch N] [-img N] [-budget GiB] [-json] MODEL.onnx
+//	onnxmem knobs [-batch N] [-img N] [-budget GiB] [-train [-boxes N] [-optimizer NAME] [-ema]] [-json] MODEL.onnx
 //
 // What each knob buys at one batch size: the step in fp32, amp and half,
 // each with 0, 2 and 4 checkpoint segments, in that order (fp32 first, the
-// reference). One row each:
+// reference). With -train (and its -boxes, -optimizer and -ema, as for
+// maxbatch) the step is train_dual.py's full step, in fp32 and amp only.
+// One row each:
 //
 //	precision   fp32, amp or half
 //	segments    0 (no checkpointing), 2 or 4

@@ -10,18 +10,28 @@ import (
 
 func cmdKnobs(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	f := newFlagSet("knobs",
-		"onnxmem knobs [-batch N] [-img N] [-budget GiB] [-json] MODEL.onnx",
-		"Knobs shows what each memory knob buys at one batch size: the model step in\nfp32, AMP and half precision, each without checkpointing and with 2 and 4\ncheckpoint segments. For each it gives the peak, the saving against fp32\nwithout checkpointing, whether the peak fits -budget GiB, the extra FLOPs of\nrecomputing the checkpointed layers, and where the peak falls. FLOPs are\ncounted from the graph: a multiply-add is 2, the backward twice the forward.",
+		"onnxmem knobs [-batch N] [-img N] [-budget GiB] [-train [-boxes N] [-optimizer NAME] [-ema]] [-json] MODEL.onnx",
+		"Knobs shows what each memory knob buys at one batch size: the model step (or\nwith -train the full train_dual.py step) in fp32, AMP and half precision (not\nfor -train), each without checkpointing and with 2 and 4 checkpoint segments. For each it gives the peak, the saving against fp32\nwithout checkpointing, whether the peak fits -budget GiB, the extra FLOPs of\nrecomputing the checkpointed layers, and where the peak falls. FLOPs are\ncounted from the graph: a multiply-add is 2, the backward twice the forward.",
 		"onnxmem knobs -batch 32 -budget 40 ../shared/yolov9/yolov9-c-train.onnx")
 	batch := f.positive("batch", 64, "batch `size`")
 	img := f.imgFlag()
 	budget := f.budgetFlag()
+	train := f.trainFlags()
 	asJSON := f.jsonFlag()
 	m, code, ok := f.parseAndLoad(args, stdout, stderr)
 	if !ok {
 		return code
 	}
-	ks, err := knobs(m, settingsOf(precisions, checkpointSegments), *batch, *img)
+	var settings []setting
+	for _, st := range settingsOf(precisions, checkpointSegments) {
+		if t, err := train(setting{AMP: st.AMP, Segments: st.Segments}); err != nil {
+			return f.usageError(stderr, "%v", err)
+		} else if !st.Half || !t.Train {
+			t.Half = st.Half
+			settings = append(settings, t)
+		}
+	}
+	ks, err := knobs(m, settings, *batch, *img)
 	if err != nil {
 		return fail(stderr, err)
 	}
@@ -78,7 +88,11 @@ func (t *knobTable) saving(k knob) (int64, float64) {
 
 func (t *knobTable) print(w io.Writer) error {
 	base := t.Knobs[0]
-	fmt.Fprintf(w, "%s: model step (forward, loss, backward) at batch %d, image %dx%d\n", t.Model, t.Batch, t.Img, t.Img)
+	step := "model step (forward, loss, backward)"
+	if st := base.Setting; st.Train {
+		step = fmt.Sprintf("train_dual.py step (%d boxes an image, %s, EMA %v)", st.Boxes, st.Optimizer, st.EMA)
+	}
+	fmt.Fprintf(w, "%s: %s at batch %d, image %dx%d\n", t.Model, step, t.Batch, t.Img, t.Img)
 	fmt.Fprintf(w, "arithmetic: %s forward and %s backward a step, in every precision\n\n",
 		flops(base.Cost.Forward), flops(base.Cost.Backward))
 	tw := newTable(w)

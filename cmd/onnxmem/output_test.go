@@ -35,6 +35,7 @@ func TestGolden(t *testing.T) {
 		{"maxbatch-budget-for100-s.txt", []string{"maxbatch", "-budget", "24", "-for-batch", "100", m}},
 		{"maxbatch-rtx4090-for128-s.txt", []string{"maxbatch", "-device", "rtx4090", "-for-batch", "128", m}},
 		{"knobs-s.txt", []string{"knobs", "-batch", "8", "-budget", "2.5", m}},
+		{"knobs-train-s.txt", []string{"knobs", "-train", "-boxes", "64", "-batch", "8", "-budget", "4", m}},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			code, stdout, stderr := runCmd(t, "", tc.args...)
