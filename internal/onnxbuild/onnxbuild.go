@@ -9,7 +9,14 @@
 // "/model.3/cv1/act/Sigmoid" and "/model.3/cv1/act/Mul", with weights
 // "model.3.cv1.conv.weight", "model.3.cv1.bn.weight" and so on, as
 // torch.onnx.export names them. A second node of one op type in one scope gets
-// a suffix: "Concat", "Concat_1", ….
+// a suffix: "Concat", "Concat_1", …. Below a called nn.Sequential the node
+// path and the weight path differ: Scope.Index gives "model.3/cv2/cv2.0" with
+// weights "model.3.cv2.0.…".
+//
+// Beyond the basic ops, torch.go writes the exporter's idioms that full
+// networks such as package models' YOLOv9 need: chunk with a run-time size,
+// nn.Upsample at opset 17, constants outside every scope, scalar constants,
+// weights in state_dict order and outputs with declared dims.
 //
 // Example, a stem conv and an upsample:
 //
@@ -57,8 +64,9 @@ type Builder struct {
 	// its dims and dtype, like the weightless exports in the shared data.
 	ZeroWeights bool
 
-	g    onnx.GraphProto
-	used map[string]int // node names taken, for the "_1" suffixes
+	g       onnx.GraphProto
+	used    map[string]int // node names taken, for the "_1" suffixes
+	globals int            // constants made outside every scope, see GlobalInts
 }
 
 // New starts an empty graph with the given name.
@@ -137,15 +145,34 @@ func (b *Builder) weight(name string, dims ...int64) string {
 // Scope is a module path such as "model.3/cv1"; it names the nodes and
 // weights it adds (see the package comment).
 type Scope struct {
-	b    *Builder
-	path string
+	b *Builder
+	// path names the nodes, param the weights: they differ below an indexed
+	// container (see Index).
+	path, param string
 }
 
 // Layer returns the scope of top-level layer i, "model.i".
-func (b *Builder) Layer(i int) Scope { return Scope{b: b, path: fmt.Sprintf("model.%d", i)} }
+func (b *Builder) Layer(i int) Scope {
+	p := fmt.Sprintf("model.%d", i)
+	return Scope{b: b, path: p, param: p}
+}
 
-// Sub returns the scope of a child module.
-func (s Scope) Sub(name string) Scope { return Scope{b: s.b, path: s.path + "/" + name} }
+// Sub returns the scope of a child module. The name may hold dots, as the
+// exporter names the member of a ModuleList that is indexed rather than
+// called: Sub("cv2.0") of "model.22" is the scope "model.22/cv2.0", whose
+// weights are "model.22.cv2.0.…".
+func (s Scope) Sub(name string) Scope {
+	return Scope{b: s.b, path: s.path + "/" + name, param: s.param + "." + name}
+}
+
+// Index returns the scope of child i of a called nn.Sequential, named as
+// torch.onnx.export names it: the node path repeats the container's name with
+// the index, the weight path only appends the index. Index(0) of
+// "model.3/cv2" is "model.3/cv2/cv2.0", with weights "model.3.cv2.0.…".
+func (s Scope) Index(i int) Scope {
+	last := s.path[strings.LastIndexByte(s.path, '/')+1:]
+	return Scope{b: s.b, path: fmt.Sprintf("%s/%s.%d", s.path, last, i), param: fmt.Sprintf("%s.%d", s.param, i)}
+}
 
 // Node adds a node of type op reading ins ("" for an absent optional input)
 // and returns its n output names. The node is named after the scope and op,
@@ -192,7 +219,7 @@ func (s Scope) Floats(v ...float32) string {
 
 // weightName is the state_dict name of a parameter of this scope.
 func (s Scope) weightName(field string) string {
-	return strings.ReplaceAll(s.path, "/", ".") + "." + field
+	return s.param + "." + field
 }
 
 // ConvOption changes a Conv from its default: no bias, one group, padding

@@ -1,0 +1,209 @@
+// Package models builds the YOLOv9 family as ONNX models, the graphs of
+// their training-mode exports, so that onnxmem runs without any file. For
+// example, to predict the AMP training step of yolov9-c at batch 16 and
+// 640×640:
+//
+//	data, err := models.Build("yolov9-c", models.Options{})
+//	if err != nil {
+//		return err
+//	}
+//	m, err := onnxmem.LoadBytes("yolov9-c", data)
+//	if err != nil {
+//		return err
+//	}
+//	r, err := m.Simulate(onnxmem.Scenario{Batch: 16, Height: 640, Width: 640, AMP: true})
+//	if err != nil {
+//		return err
+//	}
+//	fmt.Printf("peak %.2f GiB\n", float64(r.Peak)/(1<<30))
+//
+// This gives the same Result as loading yolov9-c's export with onnxmem.Load.
+//
+// A built model matches the TorchScript export (torch.onnx.export, opset 17,
+// training mode) of WongKinYiu/yolov9 node for node: the same nodes in the
+// same order with the same names ("/model.3/cv2/cv2.0/m/m.0/cv1/conv1/conv/Conv"),
+// attributes and wiring, the same weights (names, dims and state_dict order),
+// an input "images" of dims [batch, 3, height, width] and the same outputs:
+// the raw head maps [batch, 64+classes, H/s, W/s] at strides 8, 16 and 32,
+// twice for the YOLOv9 models (DualDDetect: auxiliary branch, then main) and
+// once for GELAN (DDetect). The exporter's idioms are kept: training-mode
+// BatchNormalization with three outputs, SiLU as Sigmoid and Mul, chunk as
+// Shape → Gather → Add → Div → Mul → Slice, nn.Upsample and CBFuse's
+// F.interpolate as Resize, CBLinear's Split, and ADown's cat folded into the
+// Concat layer that reads it (schedule.Normalize restores it). What differs
+// comes from the exporter's global counters or is metadata: the names of the
+// constants made outside every module ("Constant_1033") and of the graph
+// outputs ("3323"), the symbolic names of the outputs' dims, the graph's name
+// and the producer ("onnxbuild").
+//
+// The architectures are Go tables transcribed from the repository's model
+// configurations (models/detect/*.yaml) and checked against the exports'
+// weight shapes. gelan-t, -s, -m, -c and -e are the main branch of yolov9-t,
+// -s, -m, -c and -e with a single DDetect head; gelan-t and gelan-c are
+// checked against their exports, gelan-s, -m and -e have none.
+//
+// Weights have dims and no data (they point to external files that do not
+// exist, like the weightless exports) unless Options.Weights asks for zeros.
+package models
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/onnxmem/onnxmem/internal/onnxbuild"
+)
+
+// Options are the knobs of Build. The zero value builds the models as
+// released: 80 classes, weights without data.
+type Options struct {
+	// Classes is the number of classes the head predicts; 0 means 80. The
+	// head's outputs have 64 + Classes channels, and its class branch
+	// max(C, min(2·Classes, 128)) channels for an input of C channels.
+	Classes int
+	// Weights gives every weight zeros as contents, as a model with its
+	// weights would have; the serialized model then takes 4 bytes per
+	// parameter. By default weights keep only their dims and dtype.
+	Weights bool
+}
+
+// DefaultClasses is the class count of the released models (COCO).
+const DefaultClasses = 80
+
+// Names returns the names of the models Build knows, smallest first within
+// each family.
+func Names() []string {
+	names := make([]string, len(family))
+	for i, m := range family {
+		names[i] = m.name
+	}
+	return names
+}
+
+// Build returns the serialized ONNX model (opset 17) of the named model, as
+// the training-mode export of that model would be; see the package comment.
+// The input is "images" of dims [batch, 3, height, width], all three
+// symbolic. Build is deterministic: the same name and options give the same
+// bytes.
+func Build(name string, opt Options) ([]byte, error) {
+	i := slices.IndexFunc(family, func(m model) bool { return m.name == name })
+	if i < 0 {
+		return nil, fmt.Errorf("models: unknown model %q (known: %s)", name, strings.Join(Names(), ", "))
+	}
+	nc := int64(opt.Classes)
+	switch {
+	case nc == 0:
+		nc = DefaultClasses
+	case nc < 0:
+		return nil, fmt.Errorf("models: %s: %d classes: must be positive", name, opt.Classes)
+	}
+	b, err := build(name, family[i].table(), nc, opt.Weights)
+	if err != nil {
+		return nil, fmt.Errorf("models: %s: %w", name, err)
+	}
+	return b.Bytes()
+}
+
+// model is one member of the family.
+type model struct {
+	name  string
+	table func() []layer
+}
+
+// family lists the models in the order Names gives them.
+var family = []model{
+	{"yolov9-t", func() []layer { return yolov9T }},
+	{"yolov9-s", func() []layer { return yolov9S }},
+	{"yolov9-m", func() []layer { return yolov9M }},
+	{"yolov9-c", func() []layer { return yolov9C }},
+	{"yolov9-e", func() []layer { return yolov9E }},
+	{"gelan-t", func() []layer { return gelan(yolov9T, span(0, 22)) }},
+	{"gelan-s", func() []layer { return gelan(yolov9S, span(0, 22)) }},
+	{"gelan-m", func() []layer { return gelan(yolov9M, span(1, 23)) }},
+	{"gelan-c", func() []layer { return gelan(yolov9C, span(1, 23)) }},
+	{"gelan-e", func() []layer { return gelan(yolov9E, append(span(0, 29), span(36, 49)...)) }},
+}
+
+// weightRank orders the components of weight names as the modules register
+// their children and parameters, which is the state_dict order that the
+// exports list their weights in. It differs from the order of use in RepNCSP
+// (cv1, cv2, cv3, then m; the forward runs m before cv2) and in the heads
+// (all of cv2, then all of cv3, …; the forward goes level by level).
+var weightRank = map[string]int{
+	"conv": 1, "conv1": 2, "conv2": 3, "bn": 4,
+	"cv1": 11, "cv2": 12, "cv3": 13, "cv4": 14, "cv5": 15, "m": 20,
+	"weight": 31, "bias": 32, "running_mean": 33, "running_var": 34,
+}
+
+// compareWeights compares two weight names in state_dict order: component by
+// component, indexes as numbers and names by weightRank.
+func compareWeights(a, b string) int {
+	for a != "" || b != "" {
+		var x, y string
+		x, a, _ = strings.Cut(a, ".")
+		y, b, _ = strings.Cut(b, ".")
+		if x == y {
+			continue
+		}
+		i, errX := strconv.Atoi(x)
+		j, errY := strconv.Atoi(y)
+		switch {
+		case errX == nil && errY == nil:
+			return i - j
+		case weightRank[x] != weightRank[y]:
+			return weightRank[x] - weightRank[y]
+		}
+		return strings.Compare(x, y)
+	}
+	return 0
+}
+
+// build adds the layers of table to a new graph and returns its builder.
+func build(name string, table []layer, nc int64, weights bool) (*onnxbuild.Builder, error) {
+	b := onnxbuild.New(name)
+	b.ZeroWeights = weights
+	g := &graph{b: b, nc: nc, outs: make([]value, len(table))}
+	g.outs = g.outs[:0]
+	img := b.Input("images", 3)
+	// Who reads each layer: an ADown read only by a Concat layer has its cat
+	// folded into that Concat, as the exporter does.
+	readers := make([][]int, len(table))
+	for i, l := range table {
+		for _, f := range l.from {
+			if j := source(i, f); j >= 0 {
+				readers[j] = append(readers[j], i)
+			}
+		}
+	}
+	for i, l := range table {
+		ins := make([]value, len(l.from))
+		for k, f := range l.from {
+			switch j := source(i, f); {
+			case j >= i:
+				return nil, fmt.Errorf("layer %d reads layer %d, which is not before it", i, j)
+			case j < 0:
+				ins[k] = value{t: img}
+			default:
+				ins[k] = g.outs[j]
+			}
+		}
+		fold := l.kind == adown && len(readers[i]) == 1 && table[readers[i][0]].kind == concat
+		out, err := g.layer(i, l, ins, fold)
+		if err != nil {
+			return nil, fmt.Errorf("layer %d (%s): %w", i, l.kind, err)
+		}
+		g.outs = append(g.outs, out)
+	}
+	b.SortWeights(compareWeights)
+	return b, nil
+}
+
+// source is the layer that entry f of layer i's from list names: f itself,
+// or for a negative f the layer that many places back; -1 is the input.
+func source(i, f int) int {
+	if f < 0 {
+		return i + f
+	}
+	return f
+}
