@@ -107,22 +107,32 @@ func Build(name string, opt Options) ([]byte, error) {
 
 // model is one member of the family.
 type model struct {
-	name  string
-	table func() []layer
+	name    string
+	table   func() []layer
+	checked bool // TestEquivalence compares it with its export
 }
 
 // family lists the models in the order Names gives them.
 var family = []model{
-	{"yolov9-t", func() []layer { return yolov9T }},
-	{"yolov9-s", func() []layer { return yolov9S }},
-	{"yolov9-m", func() []layer { return yolov9M }},
-	{"yolov9-c", func() []layer { return yolov9C }},
-	{"yolov9-e", func() []layer { return yolov9E }},
-	{"gelan-t", func() []layer { return gelan(yolov9T, span(0, 22)) }},
-	{"gelan-s", func() []layer { return gelan(yolov9S, span(0, 22)) }},
-	{"gelan-m", func() []layer { return gelan(yolov9M, span(1, 23)) }},
-	{"gelan-c", func() []layer { return gelan(yolov9C, span(1, 23)) }},
-	{"gelan-e", func() []layer { return gelan(yolov9E, append(span(0, 29), span(36, 49)...)) }},
+	{"yolov9-t", func() []layer { return yolov9T }, true},
+	{"yolov9-s", func() []layer { return yolov9S }, true},
+	{"yolov9-m", func() []layer { return yolov9M }, true},
+	{"yolov9-c", func() []layer { return yolov9C }, true},
+	{"yolov9-e", func() []layer { return yolov9E }, true},
+	{"gelan-t", func() []layer { return gelan(yolov9T, span(0, 22)) }, true},
+	{"gelan-s", func() []layer { return gelan(yolov9S, span(0, 22)) }, false},
+	{"gelan-m", func() []layer { return gelan(yolov9M, span(1, 23)) }, false},
+	{"gelan-c", func() []layer { return gelan(yolov9C, span(1, 23)) }, true},
+	{"gelan-e", func() []layer { return gelan(yolov9E, append(span(0, 29), span(36, 49)...)) }, false},
+}
+
+// Checked reports whether the named model has been compared, node for node,
+// with the export of the official code (yolov9-t, -s, -m, -c, -e, gelan-t
+// and gelan-c). The others follow the same rules and have no export to
+// compare with. It is false for a name Build does not know.
+func Checked(name string) bool {
+	i := slices.IndexFunc(family, func(m model) bool { return m.name == name })
+	return i >= 0 && family[i].checked
 }
 
 // weightRank orders the components of weight names as the modules register

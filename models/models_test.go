@@ -367,3 +367,15 @@ func TestEquivalentReports(t *testing.T) {
 		}
 	}
 }
+
+// TestChecked keeps Checked in step with the models TestEquivalence compares.
+func TestChecked(t *testing.T) {
+	for _, name := range Names() {
+		if got, want := Checked(name), slices.Contains(exported, name); got != want {
+			t.Errorf("Checked(%q) = %v, want %v (TestEquivalence compares %v)", name, got, want, exported)
+		}
+	}
+	if Checked("yolov9-x") {
+		t.Error(`Checked("yolov9-x") = true for an unknown model`)
+	}
+}

@@ -290,6 +290,24 @@ func (m *Model) Layers() int {
 	return n
 }
 
+// Parameters returns the number of trainable parameters: the elements of the
+// weights that get a .grad in a training step (convolution weights and
+// biases, batch normalization's scale and bias), without the running
+// statistics, auxiliary branch included. PyTorch's sum(p.numel() for p in
+// model.parameters()) also counts the 16 frozen weights of each YOLOv9
+// head's DFL convolution.
+func (m *Model) Parameters() (int64, error) {
+	p, err := m.Program(Scenario{Batch: 1, Height: 64, Width: 64})
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, b := range p.ParamGrads {
+		n += p.Buffers[b].Bytes / 4 // fp32 gradients
+	}
+	return n, nil
+}
+
 // TrainLoss is the loss model of train steps: YOLOv9's dual task-aligned
 // loss (package loss) by default. A nil TrainLoss makes train steps
 // unsupported.

@@ -1,0 +1,24 @@
+package onnxmem
+
+import (
+	"fmt"
+
+	"github.com/onnxmem/onnxmem/models"
+)
+
+// DefaultModel is the built-in model the command line uses when it is given
+// none: yolov9-c, the model most people train with train_dual.py.
+const DefaultModel = "yolov9-c"
+
+// Builtin returns one of the built-in models, by a name of models.Names
+// ("yolov9-c"), with the released head of 80 classes. It needs no file: the
+// graph is built in Go and is the same, node for node, as the training-mode
+// export of the official code (see package models), so it gives the same
+// Results as loading that export.
+func Builtin(name string) (*Model, error) {
+	data, err := models.Build(name, models.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("onnxmem: %w", err)
+	}
+	return LoadBytes(name, data)
+}

@@ -1,0 +1,121 @@
+package onnxmem_test
+
+import (
+	"encoding/json"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/onnxmem/onnxmem/internal/onnxbuild"
+	"github.com/onnxmem/onnxmem/models"
+	"github.com/onnxmem/onnxmem/onnxmem"
+)
+
+// TestBuiltinMatchesExport checks that a built-in model predicts exactly what
+// its export does, in every precision, with and without checkpointing, for
+// the model step, the evaluation step and the training step.
+func TestBuiltinMatchesExport(t *testing.T) {
+	for _, name := range []string{"yolov9-t", "gelan-c", onnxmem.DefaultModel} {
+		t.Run(name, func(t *testing.T) {
+			export, err := onnxmem.Load(onnxbuild.Shared(t, "yolov9/"+name+"-train.onnx"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			built, err := onnxmem.Builtin(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if built.Name != name {
+				t.Errorf("Name = %q, want %q", built.Name, name)
+			}
+			for _, sc := range []onnxmem.Scenario{
+				{Batch: 4, Height: 640, Width: 640},
+				{Batch: 3, Height: 512, Width: 384, AMP: true, Segments: 2},
+				{Batch: 2, Height: 640, Width: 640, Half: true},
+				{Batch: 2, Height: 640, Width: 640, Eval: true},
+				{Batch: 2, Height: 640, Width: 640, AMP: true, Train: true, Boxes: 20},
+			} {
+				want, err := export.Simulate(sc)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, err := built.Simulate(sc)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if diff := cmp.Diff([]int64{want.Peak, want.AfterForward, want.PeakReserved}, []int64{got.Peak, got.AfterForward, got.PeakReserved}); diff != "" {
+					t.Errorf("%+v: built model's peak, after-forward and reserved bytes differ from the export's (-export +built):\n%s", sc, diff)
+				}
+			}
+		})
+	}
+}
+
+// TestBuiltinEveryModel checks that every built-in model simulates.
+func TestBuiltinEveryModel(t *testing.T) {
+	for _, name := range models.Names() {
+		m, err := onnxmem.Builtin(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := m.Simulate(onnxmem.Scenario{Batch: 1, Height: 640, Width: 640, AMP: true})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if r.Peak <= 0 || r.Peak < r.AfterForward {
+			t.Errorf("%s: peak %d, after forward %d", name, r.Peak, r.AfterForward)
+		}
+	}
+}
+
+func TestBuiltinUnknown(t *testing.T) {
+	_, err := onnxmem.Builtin("yolov9-x")
+	if err == nil || !strings.HasPrefix(err.Error(), "onnxmem: models: unknown model \"yolov9-x\"") {
+		t.Errorf("Builtin(yolov9-x) error = %v", err)
+	}
+}
+
+// TestParameters checks Parameters against the parameter counts that
+// PyTorch gives for the official models (../shared/groundtruth/models.json:
+// sum(p.numel() for p in model.parameters())). That count includes the
+// 16 weights of each head's DFL convolution, which has requires_grad False
+// and so gets no .grad: one head for GELAN, two for YOLOv9.
+func TestParameters(t *testing.T) {
+	var gt struct {
+		Models map[string]struct {
+			Params int64 `json:"params"`
+		} `json:"models"`
+	}
+	data, err := os.ReadFile(onnxbuild.Shared(t, "groundtruth/models.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(data, &gt); err != nil {
+		t.Fatal(err)
+	}
+	if len(gt.Models) == 0 {
+		t.Fatal("groundtruth/models.json lists no models")
+	}
+	for _, name := range models.Names() {
+		want, ok := gt.Models[name]
+		if !ok {
+			continue
+		}
+		m, err := onnxmem.Builtin(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := m.Parameters()
+		if err != nil {
+			t.Fatal(err)
+		}
+		heads := int64(1)
+		if strings.HasPrefix(name, "yolov9-") {
+			heads = 2
+		}
+		if got != want.Params-16*heads {
+			t.Errorf("%s: %d parameters with a .grad, want %d (PyTorch's %d less %d DFL weights)", name, got, want.Params-16*heads, want.Params, 16*heads)
+		}
+	}
+}
