@@ -5,12 +5,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
-	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 
+	"github.com/onnxmem/onnxmem/models"
 	"github.com/onnxmem/onnxmem/onnxmem"
 	"github.com/onnxmem/onnxmem/schedule"
 )
@@ -129,24 +131,6 @@ func errText(err error) string {
 		return s
 	}
 	return "onnxmem: " + s
-}
-
-// defaultGraph is where report looks for a model when none is given,
-// relative to the current directory: the shared folder beside the repository,
-// run from the repository's root.
-const defaultGraph = "../shared/yolov9/yolov9-c-train.onnx"
-
-// defaultModel returns the path of the model report uses when given none:
-// defaultGraph, or else the first *-train.onnx beside it. Built-in models
-// would replace this lookup.
-func defaultModel() (string, error) {
-	if _, err := os.Stat(defaultGraph); err == nil {
-		return defaultGraph, nil
-	}
-	if m, _ := filepath.Glob(filepath.Join(filepath.Dir(defaultGraph), "*-train.onnx")); len(m) > 0 {
-		return m[0], nil // Glob sorts its matches.
-	}
-	return "", fmt.Errorf("onnxmem: no model given and the default graph %s is missing; pass a file: onnxmem report MODEL.onnx", defaultGraph)
 }
 
 // Common flags.
@@ -325,10 +309,44 @@ func (b *batchList) Set(v string) error {
 	return nil
 }
 
-// load reads a model file. Every command loads through it, so that named
-// built-in models can be added here.
+// load reads the model a command names: an ONNX file, or, where no such file
+// exists, a built-in model of package models ("yolov9-c"; onnxmem models
+// lists them). Every command loads through it.
 func load(path string) (*onnxmem.Model, error) {
+	_, err := os.Stat(path)
+	switch {
+	case err == nil:
+		return onnxmem.Load(path)
+	case slices.Contains(models.Names(), path):
+		return onnxmem.Builtin(path)
+	case errors.Is(err, fs.ErrNotExist) && !strings.ContainsAny(path, `/\.`):
+		return nil, fmt.Errorf("onnxmem: %s is neither a file nor a built-in model (%s)", path, strings.Join(models.Names(), ", "))
+	}
 	return onnxmem.Load(path)
+}
+
+// builtin reports whether load reads path as a built-in model: no file has
+// that name and a built-in model does.
+func builtin(path string) bool {
+	return slices.Contains(models.Names(), path) && !fileExists(path)
+}
+
+// fileExists reports whether path names an existing file or folder.
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
+// source says where load reads path from, for people: the path, or that the
+// model is built in and whether it was compared with its export.
+func source(path string) string {
+	switch {
+	case !builtin(path):
+		return path
+	case models.Checked(path):
+		return "built in, node for node its export"
+	}
+	return "built in from the official configuration; no export to compare with"
 }
 
 // scenario is the fp32 model step at a batch size and square image.

@@ -31,7 +31,12 @@
 //
 //	onnxmem [COMMAND [flags] [MODEL.onnx]]
 //
-// With no arguments onnxmem runs report on the default model. Flags may come
+// MODEL.onnx is an ONNX file or, where no file has that name, the name of a
+// built-in model (package models: yolov9-t, -s, -m, -c, -e and gelan-t, -s,
+// -m, -c, -e; onnxmem models lists them). A built-in model is the graph of
+// its training-mode export, so it predicts what the export does, and needs
+// no file. With no arguments onnxmem runs report on the built-in yolov9-c
+// (onnxmem.DefaultModel). Flags may come
 // before or after MODEL.onnx; "--" ends the flags. Every command takes -h,
 // which prints its syntax, an example and its flags to stdout.
 //
@@ -69,17 +74,15 @@
 // with the default batch sizes the report takes about half a second on two
 // cores.
 //
-// Without MODEL.onnx, report reads ../shared/yolov9/yolov9-c-train.onnx
-// relative to the current directory (the shared folder beside the
-// repository, when run from the repository's root), or else the first
-// *-train.onnx in that folder; when there is none it fails with exit code 1.
+// Without MODEL.onnx, report uses the built-in yolov9-c: no file is read.
 //
 //	-img N         input image size in pixels, square (default 640)
 //	-batches LIST  comma-separated batch sizes (default 1,2,4,8,16,32,64)
 //	-batch N       batch size whose AMP peak is explained in detail (default 16)
-//	-json          write JSON instead of the tables: model, path, devices
-//	               (name, model, total, context, usable, cublas_workspace,
-//	               in bytes), max_batch_limit (1024), settings (each with
+//	-json          write JSON instead of the tables: model, path, builtin
+//	               (path names a built-in model), devices (name, model,
+//	               total, context, usable, cublas_workspace, in bytes),
+//	               max_batch_limit (1024), settings (each with
 //	               name, amp, segments, results and max_batch, one per
 //	               device) and detail (with at_peak and peak_by_kind)
 //	-v             progress on stderr, one line per simulated setting and
@@ -260,6 +263,32 @@
 //	             (bytes), saving_fraction, fits, forward_flops,
 //	             backward_flops, recompute_flops, recompute_overhead (a
 //	             fraction), peak_phase, peak_layer and peak_node
+//
+// # models
+//
+//	onnxmem models [-json]
+//
+// Lists the built-in models: name, top-level layers, trainable parameters
+// (those with a .grad, auxiliary branch included; PyTorch's
+// model.parameters() also counts each head's 16 frozen DFL weights) and
+// whether the graph was compared node for node with the export of the
+// official code ("same as export") or has no export to compare with. The
+// default model is marked with *.
+//
+//	-json  write {"default", "models": [{"name", "layers", "parameters",
+//	       "checked"}]} instead
+//
+// # export-model
+//
+//	onnxmem export-model [-o FILE.onnx] [-classes N] [-weights] NAME
+//
+// Writes a built-in model as an ONNX file (opset 17, input images of dims
+// [batch, 3, height, width], all symbolic), for onnxmem or any ONNX tool.
+//
+//	-o FILE     output file (default NAME.onnx); - writes to stdout
+//	-classes N  classes the head predicts (default 80)
+//	-weights    give the weights zeros as data (4 bytes a parameter); by
+//	            default they have dims and no data, like weightless exports
 //
 // # help
 //

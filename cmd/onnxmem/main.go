@@ -29,6 +29,8 @@ func commands() []command {
 		{"maxbatch", "largest batch size that fits a device or a memory budget, or the fewest checkpoint segments for a batch", cmdMaxBatch},
 		{"knobs", "what AMP, half precision and checkpoint segments save at one batch size, and their FLOP cost", cmdKnobs},
 		{"devices", "the device profiles: memory, CUDA context, usable memory and cuBLAS workspace of common cards", cmdDevices},
+		{"models", "the built-in models: layers, parameters, and whether each was compared with its export", cmdModels},
+		{"export-model", "write a built-in model as an ONNX file", cmdExportModel},
 		{"help", "this list, or a command's usage: onnxmem help COMMAND", cmdHelp},
 	}
 }

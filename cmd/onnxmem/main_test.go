@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -10,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/onnxmem/onnxmem/models"
+	"github.com/onnxmem/onnxmem/onnxmem"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
@@ -179,42 +182,102 @@ func TestMissingModelFile(t *testing.T) {
 	}
 }
 
-func TestDefaultModelMissing(t *testing.T) {
+// TestDefaultModel runs onnxmem with no arguments where no file exists: the
+// report is on the built-in yolov9-c and needs no shared data.
+func TestDefaultModel(t *testing.T) {
 	t.Chdir(t.TempDir())
-	code, stdout, stderr := runCmd(t, "")
-	want := "onnxmem: no model given and the default graph ../shared/yolov9/yolov9-c-train.onnx is missing; pass a file: onnxmem report MODEL.onnx\n"
-	if code != 1 || stdout != "" || stderr != want {
-		t.Errorf("exit code %d, stdout %q, stderr %q; want 1, none, %q", code, stdout, stderr, want)
-	}
-}
-
-// TestDefaultModelFallback runs onnxmem with no arguments in a tree whose
-// shared folder lacks yolov9-c but has another training graph.
-func TestDefaultModelFallback(t *testing.T) {
-	data, err := os.ReadFile(smallModel(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	root := t.TempDir()
-	dir := filepath.Join(root, "shared", "yolov9")
-	for _, name := range []string{"zz-train.onnx", "gelan-x-train.onnx", "aa-infer.onnx"} {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.Mkdir(filepath.Join(root, "repo"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Chdir(filepath.Join(root, "repo"))
-	code, stdout, stderr := runCmd(t, "")
+	code, stdout, stderr := runCmd(t, "", "report", "-batches", "1,2", "-batch", "2")
 	if code != 0 || stderr != "" {
 		t.Fatalf("exit code %d, stderr %q; want 0 and none", code, stderr)
 	}
-	if want := "model  gelan-x-train (../shared/yolov9/gelan-x-train.onnx)\n       the default model"; !strings.HasPrefix(stdout, want) {
+	want := "model  yolov9-c (built in, node for node its export)\n       the default model; pass MODEL.onnx or a built-in name for another\n"
+	if !strings.HasPrefix(stdout, want) {
 		t.Errorf("report begins\n%s\nwant\n%s", stdout[:min(len(stdout), 200)], want)
+	}
+}
+
+// TestBuiltinNames checks that every command takes a built-in name where it
+// takes a file, that a file of that name wins, and that an unknown name says
+// what is known.
+func TestBuiltinNames(t *testing.T) {
+	t.Chdir(t.TempDir())
+	for _, args := range [][]string{
+		{"report", "-batches", "1", "-batch", "1", "gelan-t"},
+		{"sweep", "-batches", "1,2", "gelan-t"},
+		{"timeline", "-batch", "1", "gelan-t"},
+		{"maxbatch", "-budget", "2", "gelan-t"},
+		{"knobs", "-batch", "2", "gelan-t"},
+	} {
+		if code, _, stderr := runCmd(t, "", args...); code != 0 || stderr != "" {
+			t.Errorf("%q: exit code %d, stderr %q; want 0 and none", args, code, stderr)
+		}
+	}
+	code, _, stderr := runCmd(t, "", "sweep", "yolov9-x")
+	want := "onnxmem: yolov9-x is neither a file nor a built-in model (" + strings.Join(models.Names(), ", ") + ")\n"
+	if code != 1 || stderr != want {
+		t.Errorf("unknown name: exit code %d, stderr %q; want 1 and %q", code, stderr, want)
+	}
+	// A file named like a built-in model is read as a file.
+	if err := os.WriteFile("gelan-t", []byte("not onnx"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, stderr := runCmd(t, "", "sweep", "gelan-t"); code != 1 || !strings.HasPrefix(stderr, "onnxmem: gelan-t: ir:") {
+		t.Errorf("file gelan-t: exit code %d, stderr %q; want 1 and the file's decoding error", code, stderr)
+	}
+}
+
+// TestModels checks the list of built-in models against testdata.
+func TestModels(t *testing.T) {
+	code, stdout, stderr := runCmd(t, "", "models")
+	if code != 0 || stderr != "" {
+		t.Fatalf("exit code %d, stderr %q; want 0 and none", code, stderr)
+	}
+	golden(t, "models.txt", stdout)
+	code, stdout, stderr = runCmd(t, "", "models", "-json")
+	if code != 0 || stderr != "" {
+		t.Fatalf("-json: exit code %d, stderr %q; want 0 and none", code, stderr)
+	}
+	var js struct {
+		Default string        `json:"default"`
+		Models  []builtinInfo `json:"models"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &js); err != nil {
+		t.Fatal(err)
+	}
+	if js.Default != onnxmem.DefaultModel || len(js.Models) != len(models.Names()) {
+		t.Errorf("-json: default %q and %d models, want %q and %d", js.Default, len(js.Models), onnxmem.DefaultModel, len(models.Names()))
+	}
+}
+
+// TestExportModel writes a built-in model with other classes and weights,
+// and checks that the file predicts what models.Build's bytes do.
+func TestExportModel(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "t20.onnx")
+	code, _, stderr := runCmd(t, "", "export-model", "-classes", "20", "-weights", "-o", path, "yolov9-t")
+	if code != 0 || stderr != "" {
+		t.Fatalf("exit code %d, stderr %q; want 0 and none", code, stderr)
+	}
+	data, err := models.Build("yolov9-t", models.Options{Classes: 20, Weights: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, data) {
+		t.Errorf("%s: %d bytes differ from models.Build's %d", path, len(got), len(data))
+	}
+	code, stdout, stderr := runCmd(t, "", "export-model", "-o", "-", "gelan-t")
+	if want, _ := models.Build("gelan-t", models.Options{}); code != 0 || stderr != "" || stdout != string(want) {
+		t.Errorf("-o -: exit code %d, stderr %q, %d bytes; want 0, none and %d bytes", code, stderr, len(stdout), len(want))
+	}
+	if code, _, stderr := runCmd(t, "", "export-model", "yolov9-x"); code != 1 || !strings.HasPrefix(stderr, "onnxmem: models: unknown model \"yolov9-x\"") {
+		t.Errorf("unknown model: exit code %d, stderr %q", code, stderr)
+	}
+	if code, _, _ := runCmd(t, "", "export-model"); code != 2 {
+		t.Errorf("no name: exit code %d, want 2", code)
 	}
 }
 
@@ -267,7 +330,7 @@ func TestFlagsAfterModel(t *testing.T) {
 	}
 	// After "--" everything is an argument.
 	code, _, stderr = runCmd(t, "", "sweep", "-batches", "1", "--", "-json")
-	if want := "onnxmem: open -json: no such file or directory\n"; code != 1 || stderr != want {
+	if want := "onnxmem: -json is neither a file nor a built-in model (" + strings.Join(models.Names(), ", ") + ")\n"; code != 1 || stderr != want {
 		t.Errorf("after --: exit code %d, stderr %q; want 1 and %q", code, stderr, want)
 	}
 }

@@ -16,7 +16,7 @@ import (
 func cmdPredict(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	f := newFlagSet("predict",
 		"onnxmem predict [-root DIR] < SCENARIOS.jsonl",
-		"Predict reads scenarios as JSON Lines on stdin and writes one line for each\n(blank lines are skipped): the same object with \"predicted\" added, or with\n\"error\" when the scenario cannot be simulated. Model paths are relative to -root.",
+		"Predict reads scenarios as JSON Lines on stdin and writes one line for each\n(blank lines are skipped): the same object with \"predicted\" added, or with\n\"error\" when the scenario cannot be simulated. Model paths are relative to\n-root; a model that names no file there but a built-in model (onnxmem models)\nis that model.",
 		"onnxmem predict -root ../shared < ../shared/groundtruth/calibration.jsonl")
 	root := f.String("root", ".", "`dir`ectory the scenarios' model paths are relative to")
 	pos, code, ok := f.parse(args, stdout, stderr)
@@ -133,7 +133,9 @@ func (p *predictor) simulate(obj map[string]json.RawMessage) (*onnxmem.Result, e
 		return nil, err
 	}
 	if !filepath.IsAbs(model) {
-		model = filepath.Join(p.root, model)
+		if path := filepath.Join(p.root, model); !builtin(model) || fileExists(path) {
+			model = path
+		}
 	}
 	l, ok := p.models[model]
 	if !ok {

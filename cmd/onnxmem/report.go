@@ -41,7 +41,7 @@ var detailSetting = setting{AMP: true}
 func cmdReport(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	f := newFlagSet("report",
 		"onnxmem report [-img N] [-batches LIST] [-batch N] [-json] [-v] [MODEL.onnx]",
-		"Report predicts the peak of the model step at common batch sizes in fp32 and\nAMP, each without checkpointing and with 2 and 4 checkpoint segments; finds\nthe largest batch of each that fits an RTX 4090 and an A100 of 40 and 80 GB\n(the profiles rtx4090, a100-40 and a100-80 of onnxmem devices); and explains\nthe AMP peak at one batch size: where it falls, the largest tensors alive then\nand the totals by kind. Without MODEL.onnx it reads\n"+defaultGraph+" (relative to the current directory), or\nelse the first *-train.onnx in that folder.",
+		"Report predicts the peak of the model step at common batch sizes in fp32 and\nAMP, each without checkpointing and with 2 and 4 checkpoint segments; finds\nthe largest batch of each that fits an RTX 4090 and an A100 of 40 and 80 GB\n(the profiles rtx4090, a100-40 and a100-80 of onnxmem devices); and explains\nthe AMP peak at one batch size: where it falls, the largest tensors alive then\nand the totals by kind. MODEL.onnx is an ONNX file or the name of a built-in\nmodel (onnxmem models lists them); without it, report uses the built-in\n"+onnxmem.DefaultModel+", which needs no file.",
 		"onnxmem report -img 512 ../shared/yolov9/yolov9-s-train.onnx")
 	img, batches := f.imgFlag(), f.batchesFlag()
 	batch := f.positive("batch", 16, "batch `size` whose AMP peak is explained in detail")
@@ -52,10 +52,7 @@ func cmdReport(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	}
 	isDefault := path == ""
 	if isDefault {
-		var err error
-		if path, err = defaultModel(); err != nil {
-			return fail(stderr, err)
-		}
+		path = onnxmem.DefaultModel
 	}
 	m, err := load(path)
 	if err != nil {
@@ -159,9 +156,9 @@ func searchLimit(rs []*onnxmem.Result, d onnxmem.Device) int64 {
 
 func (rep *report) print(w io.Writer) error {
 	d := rep.Detail
-	fmt.Fprintf(w, "model  %s (%s)\n", rep.Model, rep.Path)
+	fmt.Fprintf(w, "model  %s (%s)\n", rep.Model, source(rep.Path))
 	if rep.Default {
-		fmt.Fprintln(w, "       the default model; pass MODEL.onnx for another")
+		fmt.Fprintln(w, "       the default model; pass MODEL.onnx or a built-in name for another")
 	}
 	fmt.Fprintf(w, "step   model step: forward, loss sum(o.sum()), backward; image %dx%d\n", d.Scenario.Height, d.Scenario.Width)
 	fmt.Fprint(w, "       fp32: float32 throughout; amp: torch.autocast float16, train_dual.py's default;\n"+
@@ -275,6 +272,8 @@ func batchLimit(n int64) string {
 type reportJSON struct {
 	Model string `json:"model"`
 	Path  string `json:"path"`
+	// Builtin says that path names a built-in model rather than a file.
+	Builtin bool `json:"builtin"`
 	// Devices are the cards of the max_batch lists, sizes in bytes;
 	// MaxBatchLimit the largest batch size the search considers.
 	Devices       []deviceJSON  `json:"devices"`
@@ -296,7 +295,7 @@ type settingJSON struct {
 }
 
 func (rep *report) json() reportJSON {
-	js := reportJSON{Model: rep.Model, Path: rep.Path, MaxBatchLimit: maxBatchLimit,
+	js := reportJSON{Model: rep.Model, Path: rep.Path, Builtin: builtin(rep.Path), MaxBatchLimit: maxBatchLimit,
 		Detail: newResultJSON(rep.Detail, true)}
 	for _, d := range rep.Devices {
 		dj := newDeviceJSON(d)

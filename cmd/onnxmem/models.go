@@ -1,0 +1,105 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+
+	"github.com/onnxmem/onnxmem/models"
+	"github.com/onnxmem/onnxmem/onnxmem"
+)
+
+// builtinInfo describes one built-in model for onnxmem models.
+type builtinInfo struct {
+	Name       string `json:"name"`
+	Layers     int    `json:"layers"`
+	Parameters int64  `json:"parameters"`
+	// Checked says the graph was compared node for node with the export of
+	// the official code.
+	Checked bool `json:"checked"`
+}
+
+func cmdModels(args []string, _ io.Reader, stdout, stderr io.Writer) int {
+	f := newFlagSet("models",
+		"onnxmem models [-json]",
+		"Models lists the built-in models, in the order of models.Names: their top-level\nlayers, their trainable parameters (auxiliary branch included) and whether the\ngraph was compared node for node with the training-mode export of the official\ncode. Every command takes a built-in name wherever it takes MODEL.onnx, and\nonnxmem export-model writes one as a file.",
+		"onnxmem models -json")
+	asJSON := f.jsonFlag()
+	pos, code, ok := f.parse(args, stdout, stderr)
+	if !ok {
+		return code
+	}
+	if len(pos) > 0 {
+		return f.usageError(stderr, "models takes no arguments, got: %s", pos[0])
+	}
+	var infos []builtinInfo
+	for _, name := range models.Names() {
+		m, err := onnxmem.Builtin(name)
+		if err != nil {
+			return fail(stderr, err)
+		}
+		n, err := m.Parameters()
+		if err != nil {
+			return fail(stderr, err)
+		}
+		infos = append(infos, builtinInfo{Name: name, Layers: m.Layers(), Parameters: n, Checked: models.Checked(name)})
+	}
+	if *asJSON {
+		return exit(stderr, writeJSON(stdout, struct {
+			Default string        `json:"default"`
+			Models  []builtinInfo `json:"models"`
+		}{onnxmem.DefaultModel, infos}))
+	}
+	tw := newTable(stdout)
+	fmt.Fprint(tw, "model    \tlayers\tparameters\t  checked\n")
+	for _, in := range infos {
+		checked := "no export"
+		if in.Checked {
+			checked = "same as export"
+		}
+		name := in.Name
+		if name == onnxmem.DefaultModel {
+			name += "*"
+		}
+		fmt.Fprintf(tw, "%-9s\t%d\t%s\t  %s\n", name, in.Layers, strconv.FormatInt(in.Parameters, 10), checked)
+	}
+	if err := tw.Flush(); err != nil {
+		return fail(stderr, err)
+	}
+	fmt.Fprintf(stdout, "\n* the default model. parameters: those with a .grad, auxiliary branch included.\n")
+	return 0
+}
+
+func cmdExportModel(args []string, _ io.Reader, stdout, stderr io.Writer) int {
+	f := newFlagSet("export-model",
+		"onnxmem export-model [-o FILE.onnx] [-classes N] [-weights] NAME",
+		"Export-model writes a built-in model (onnxmem models lists them) as an ONNX\nfile: the graph of its training-mode export, opset 17, input images of dims\n[batch, 3, height, width]. Weights have dims and no data unless -weights gives\nthem zeros (4 bytes a parameter). Without -o the file is NAME.onnx.",
+		"onnxmem export-model -classes 20 -o yolov9-c-voc.onnx yolov9-c")
+	out := f.String("o", "", "output `file`; NAME.onnx when empty, - for stdout")
+	classes := f.positive("classes", models.DefaultClasses, "`number` of classes the head predicts")
+	weights := f.Bool("weights", false, "give the weights zeros as data")
+	pos, code, ok := f.parse(args, stdout, stderr)
+	switch {
+	case !ok:
+		return code
+	case len(pos) != 1:
+		return f.usageError(stderr, "want one model name, got %d arguments", len(pos))
+	}
+	data, err := models.Build(pos[0], models.Options{Classes: int(*classes), Weights: *weights})
+	if err != nil {
+		return fail(stderr, err)
+	}
+	path := *out
+	switch path {
+	case "-":
+		_, err = stdout.Write(data)
+		return exit(stderr, err)
+	case "":
+		path = pos[0] + ".onnx"
+	}
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		return fail(stderr, err)
+	}
+	return 0
+}
