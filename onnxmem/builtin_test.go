@@ -3,6 +3,7 @@ package onnxmem_test
 import (
 	"encoding/json"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -12,11 +13,16 @@ import (
 	"github.com/onnxmem/onnxmem/onnxmem"
 )
 
-// TestBuiltinMatchesExport checks that a built-in model predicts exactly what
-// its export does, in every precision, with and without checkpointing, for
-// the model step, the evaluation step and the training step.
+// TestBuiltinMatchesExport checks that every built-in model that has an
+// export predicts exactly what the export does, in every precision, with and
+// without checkpointing, for the model step, the evaluation step and the
+// training step. (TestBuiltinEveryCalibration covers the calibrated models'
+// scenarios; models.TestEquivalence compares the graphs node for node.)
 func TestBuiltinMatchesExport(t *testing.T) {
-	for _, name := range []string{"yolov9-t", "gelan-c", onnxmem.DefaultModel} {
+	for _, name := range models.Names() {
+		if !models.Checked(name) {
+			continue // no export to compare with
+		}
 		t.Run(name, func(t *testing.T) {
 			export, err := onnxmem.Load(onnxbuild.Shared(t, "yolov9/"+name+"-train.onnx"))
 			if err != nil {
@@ -50,6 +56,42 @@ func TestBuiltinMatchesExport(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestBuiltinEveryCalibration runs every scenario of calibration.jsonl on
+// the built-in model of the same name as the scenario's export, and checks
+// that both predict the same bytes: the peak, after the forward and reserved.
+func TestBuiltinEveryCalibration(t *testing.T) {
+	built := map[string]*onnxmem.Model{}
+	n := 0
+	for _, kind := range []string{"model_step", "eval_step", "train_step"} {
+		calibrations(t, kind, func(l calibrationLine, export *onnxmem.Model) {
+			name := strings.TrimSuffix(filepath.Base(l.Model), "-train.onnx")
+			b := built[name]
+			if b == nil {
+				var err error
+				if b, err = onnxmem.Builtin(name); err != nil {
+					t.Fatalf("%s: %v", l.Model, err)
+				}
+				built[name] = b
+			}
+			sc := l.scenario()
+			want, err := export.Simulate(sc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := b.Simulate(sc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n++
+			if got.Peak != want.Peak || got.AfterForward != want.AfterForward || got.PeakReserved != want.PeakReserved {
+				t.Errorf("%s %+v: built-in predicts peak %d, after forward %d, reserved %d; the export %d, %d, %d",
+					name, sc, got.Peak, got.AfterForward, got.PeakReserved, want.Peak, want.AfterForward, want.PeakReserved)
+			}
+		})
+	}
+	t.Logf("%d scenarios on %d built-in models, all as their exports", n, len(built))
 }
 
 // TestBuiltinEveryModel checks that every built-in model simulates.

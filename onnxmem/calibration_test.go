@@ -34,6 +34,18 @@ type calibrationLine struct {
 	} `json:"measured"`
 }
 
+// scenario is the Scenario the line measured.
+func (l calibrationLine) scenario() onnxmem.Scenario {
+	sc := onnxmem.Scenario{Batch: l.Batch, Height: l.Img, Width: l.Img, AMP: l.AMP, Segments: l.Segments}
+	switch l.Kind {
+	case "eval_step":
+		sc.Eval = true
+	case "train_step":
+		sc.Train, sc.Boxes, sc.Optimizer, sc.EMA = true, l.Boxes, schedule.Optimizer(l.Optimizer), l.EMA
+	}
+	return sc
+}
+
 // tolerance is how close a class of model steps must come to the
 // measurements.
 type tolerance struct {
@@ -107,7 +119,7 @@ func TestCalibrationModelStep(t *testing.T) {
 		"cfg", "prec", "k", "batch", "img", "peak MiB", "predicted", "error", "after_fwd", "predicted", "error", "peak at")
 	fmt.Fprintf(&reserved, "%-9s %4s %2s %5s %4s  %12s %10s %7s\n", "cfg", "prec", "k", "batch", "img", "reserved MiB", "predicted", "error")
 	calibrations(t, "model_step", func(l calibrationLine, m *onnxmem.Model) {
-		r, err := m.Simulate(onnxmem.Scenario{Batch: l.Batch, Height: l.Img, Width: l.Img, AMP: l.AMP, Segments: l.Segments})
+		r, err := m.Simulate(l.scenario())
 		if err != nil {
 			t.Fatalf("%s batch %d img %d: %v", l.Cfg, l.Batch, l.Img, err)
 		}
@@ -156,7 +168,7 @@ func TestCalibrationEvalStep(t *testing.T) {
 	var table strings.Builder
 	fmt.Fprintf(&table, "%-9s %5s %4s  %10s %10s %7s\n", "cfg", "batch", "img", "peak MiB", "predicted", "error")
 	calibrations(t, "eval_step", func(l calibrationLine, m *onnxmem.Model) {
-		r, err := m.Simulate(onnxmem.Scenario{Batch: l.Batch, Height: l.Img, Width: l.Img, Eval: true})
+		r, err := m.Simulate(l.scenario())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -179,8 +191,7 @@ func TestCalibrationTrainStep(t *testing.T) {
 	fmt.Fprintf(&table, "%-9s %4s %2s %5s %5s %-5s %-3s  %10s %10s %7s  %s\n", "cfg", "prec", "k", "batch", "boxes", "opt", "ema", "peak MiB", "predicted", "error", "peak at")
 	worst := 0.0
 	n := calibrations(t, "train_step", func(l calibrationLine, m *onnxmem.Model) {
-		r, err := m.Simulate(onnxmem.Scenario{Batch: l.Batch, Height: l.Img, Width: l.Img, AMP: l.AMP, Segments: l.Segments,
-			Train: true, Boxes: l.Boxes, Optimizer: schedule.Optimizer(l.Optimizer), EMA: l.EMA})
+		r, err := m.Simulate(l.scenario())
 		if err != nil {
 			t.Fatal(err)
 		}
