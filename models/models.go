@@ -44,10 +44,19 @@
 //
 // Weights have dims and no data (they point to external files that do not
 // exist, like the weightless exports) unless Options.Weights asks for zeros.
+//
+// Options also make what-if variants: another class count, and width and
+// depth multipliers applied as the official parse_model applies a
+// configuration's width_multiple and depth_multiple. The family's own
+// configurations all have multiples of 1 and differ in explicit channel
+// counts; the multipliers reproduce those steps (yolov9-t at Width 2 is
+// yolov9-s, node for node).
 package models
 
 import (
+	"cmp"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -66,6 +75,16 @@ type Options struct {
 	// weights would have; the serialized model then takes 4 bytes per
 	// parameter. By default weights keep only their dims and dtype.
 	Weights bool
+	// Width multiplies every channel count of the configuration (the
+	// outputs and hidden widths of Conv, ELAN1, RepNCSPELAN4, ADown, AConv,
+	// SPPELAN and CBLinear), each rounded up to a multiple of 8 as
+	// make_divisible does; 0 means 1. The members of the family differ this
+	// way: yolov9-s is yolov9-t at Width 2, gelan-s gelan-t at Width 2.
+	Width float64
+	// Depth multiplies the RepNCSP blocks in each RepNCSPELAN4 (3 in the t
+	// and s models, 1 in m, c and e), rounded half to even and at least 1;
+	// 0 means 1.
+	Depth float64
 }
 
 // DefaultClasses is the class count of the released models (COCO).
@@ -98,7 +117,11 @@ func Build(name string, opt Options) ([]byte, error) {
 	case nc < 0:
 		return nil, fmt.Errorf("models: %s: %d classes: must be positive", name, opt.Classes)
 	}
-	b, err := build(name, family[i].table(), nc, opt.Weights)
+	table, err := scale(family[i].table(), opt.Width, opt.Depth)
+	if err != nil {
+		return nil, fmt.Errorf("models: %s: %w", name, err)
+	}
+	b, err := build(name, table, nc, opt.Weights)
 	if err != nil {
 		return nil, fmt.Errorf("models: %s: %w", name, err)
 	}
@@ -167,6 +190,45 @@ func compareWeights(a, b string) int {
 		return strings.Compare(x, y)
 	}
 	return 0
+}
+
+// scale returns table with its channel counts multiplied by width and its
+// RepNCSP repeats by depth, as the official parse_model applies a
+// configuration's width_multiple (make_divisible(c·w, 8)) and depth_multiple
+// (max(round(n·d), 1)), here to every channel argument so that the branches
+// CBFuse adds keep equal widths. Zero means 1; table itself is not changed.
+func scale(table []layer, width, depth float64) ([]layer, error) {
+	width, depth = cmp.Or(width, 1), cmp.Or(depth, 1)
+	for _, m := range []struct {
+		name string
+		v    float64
+	}{{"width", width}, {"depth", depth}} {
+		if !(m.v > 0) || math.IsInf(m.v, 0) {
+			return nil, fmt.Errorf("%s multiplier %v: must be positive and finite", m.name, m.v)
+		}
+	}
+	if width == 1 && depth == 1 {
+		return table, nil
+	}
+	out := make([]layer, len(table))
+	for i, l := range table {
+		args := slices.Clone(l.args)
+		n := len(args)
+		switch l.kind {
+		case conv:
+			n = 1 // kernel and stride stay
+		case repELAN:
+			n = 3
+			args[3] = max(int64(math.RoundToEven(float64(args[3])*depth)), 1)
+		case cbfuse:
+			n = 0 // part indexes
+		}
+		for k := range n {
+			args[k] = int64(math.Ceil(float64(args[k])*width/8)) * 8
+		}
+		out[i] = layer{from: l.from, kind: l.kind, args: args}
+	}
+	return out, nil
 }
 
 // build adds the layers of table to a new graph and returns its builder.

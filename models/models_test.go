@@ -3,6 +3,7 @@ package models
 import (
 	"bytes"
 	"fmt"
+	"math"
 	"reflect"
 	"slices"
 	"strings"
@@ -377,5 +378,81 @@ func TestChecked(t *testing.T) {
 	}
 	if Checked("yolov9-x") {
 		t.Error(`Checked("yolov9-x") = true for an unknown model`)
+	}
+}
+
+// TestWidth checks the width multiplier against the family itself: yolov9-s
+// is yolov9-t at twice the width, and gelan-s gelan-t, so each pair must give
+// the same graph but for its name.
+func TestWidth(t *testing.T) {
+	for _, tc := range []struct{ small, wide string }{{"yolov9-t", "yolov9-s"}, {"gelan-t", "gelan-s"}} {
+		got, err := Build(tc.small, Options{Width: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := Build(tc.wide, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := equivalent(loadNormalized(t, "", want), loadNormalized(t, "", got), []int64{640}); err != nil {
+			t.Errorf("%s at width 2 differs from %s: %v", tc.small, tc.wide, err)
+		}
+	}
+	def, err := Build("yolov9-c", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	one, err := Build("yolov9-c", Options{Width: 1, Depth: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(def, one) {
+		t.Error("width and depth 1 change yolov9-c")
+	}
+}
+
+// TestDepth checks the depth multiplier: RepNCSP repeats of 1 (yolov9-c)
+// become 2 at depth 2 and stay 1 at depth 0.4; repeats of 3 (yolov9-t)
+// become 2 at depth 0.5 (1.5 rounds half to even) and 1 at depth 0.3.
+func TestDepth(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		depth float64
+		want  int // bottlenecks in the first RepNCSP of the first RepNCSPELAN4
+	}{
+		{"yolov9-c", 1, 1},
+		{"yolov9-c", 2, 2},
+		{"yolov9-c", 0.4, 1},
+		{"yolov9-t", 1, 3},
+		{"yolov9-t", 0.5, 2},
+		{"yolov9-t", 0.3, 1},
+	} {
+		data, err := Build(tc.name, Options{Depth: tc.depth})
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := ir.Load(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		layer := "/model.3/" // after Silence, Conv, Conv
+		if tc.name == "yolov9-t" {
+			layer = "/model.4/" // after Conv, Conv, ELAN1, AConv
+		}
+		n := 0
+		for i := range g.Nodes {
+			nm := g.Nodes[i].Name
+			if strings.HasPrefix(nm, layer+"cv2/cv2.0/m/m.") && strings.HasSuffix(nm, "/cv1/conv1/conv/Conv") {
+				n++
+			}
+		}
+		if n != tc.want {
+			t.Errorf("%s depth %v: %d RepNBottlenecks in %scv2's RepNCSP, want %d", tc.name, tc.depth, n, layer, tc.want)
+		}
+	}
+	for _, bad := range []Options{{Width: -1}, {Depth: math.Inf(1)}, {Width: math.NaN()}} {
+		if _, err := Build("gelan-t", bad); err == nil || !strings.HasPrefix(err.Error(), "models: gelan-t: ") {
+			t.Errorf("%+v: error %v, want one prefixed models: gelan-t:", bad, err)
+		}
 	}
 }
