@@ -280,13 +280,19 @@
 //
 // # export-model
 //
-//	onnxmem export-model [-o FILE.onnx] [-classes N] [-weights] NAME
+//	onnxmem export-model [-o FILE.onnx] [-classes N] [-width F] [-depth F] [-weights] NAME
 //
 // Writes a built-in model as an ONNX file (opset 17, input images of dims
-// [batch, 3, height, width], all symbolic), for onnxmem or any ONNX tool.
+// [batch, 3, height, width], all symbolic), for onnxmem or any ONNX tool,
+// with what-if knobs (models.Options): the class count, a width multiplier
+// and a depth multiplier.
 //
 //	-o FILE     output file (default NAME.onnx); - writes to stdout
 //	-classes N  classes the head predicts (default 80)
+//	-width F    multiplier of every channel count, each rounded up to a
+//	            multiple of 8 (default 1; yolov9-t at 2 is yolov9-s)
+//	-depth F    multiplier of the RepNCSP blocks in each RepNCSPELAN4,
+//	            rounded half to even, at least 1 (default 1)
 //	-weights    give the weights zeros as data (4 bytes a parameter); by
 //	            default they have dims and no data, like weightless exports
 //

@@ -273,6 +273,31 @@ func TestExportModel(t *testing.T) {
 	if want, _ := models.Build("gelan-t", models.Options{}); code != 0 || stderr != "" || stdout != string(want) {
 		t.Errorf("-o -: exit code %d, stderr %q, %d bytes; want 0, none and %d bytes", code, stderr, len(stdout), len(want))
 	}
+	// yolov9-t at width 2 is yolov9-s but for its name.
+	code, stdout, stderr = runCmd(t, "", "export-model", "-width", "2", "-o", "-", "yolov9-t")
+	wide, err := onnxmem.LoadBytes("wide", []byte(stdout))
+	if code != 0 || err != nil {
+		t.Fatalf("-width 2: exit code %d, stderr %q, %v", code, stderr, err)
+	}
+	s, err := onnxmem.Builtin("yolov9-s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := onnxmem.Scenario{Batch: 2, Height: 640, Width: 640, AMP: true}
+	rw, err := wide.Simulate(sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, err := s.Simulate(sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rw.Peak != rs.Peak {
+		t.Errorf("yolov9-t -width 2 peaks at %d bytes, yolov9-s at %d", rw.Peak, rs.Peak)
+	}
+	if code, _, stderr := runCmd(t, "", "export-model", "-depth", "-1", "gelan-t"); code != 1 || !strings.Contains(stderr, "depth multiplier -1: must be positive") {
+		t.Errorf("-depth -1: exit code %d, stderr %q", code, stderr)
+	}
 	if code, _, stderr := runCmd(t, "", "export-model", "yolov9-x"); code != 1 || !strings.HasPrefix(stderr, "onnxmem: models: unknown model \"yolov9-x\"") {
 		t.Errorf("unknown model: exit code %d, stderr %q", code, stderr)
 	}

@@ -73,11 +73,13 @@ func cmdModels(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 
 func cmdExportModel(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	f := newFlagSet("export-model",
-		"onnxmem export-model [-o FILE.onnx] [-classes N] [-weights] NAME",
-		"Export-model writes a built-in model (onnxmem models lists them) as an ONNX\nfile: the graph of its training-mode export, opset 17, input images of dims\n[batch, 3, height, width]. Weights have dims and no data unless -weights gives\nthem zeros (4 bytes a parameter). Without -o the file is NAME.onnx.",
-		"onnxmem export-model -classes 20 -o yolov9-c-voc.onnx yolov9-c")
+		"onnxmem export-model [-o FILE.onnx] [-classes N] [-width F] [-depth F] [-weights] NAME",
+		"Export-model writes a built-in model (onnxmem models lists them) as an ONNX\nfile: the graph of its training-mode export, opset 17, input images of dims\n[batch, 3, height, width]. -classes, -width and -depth make what-if variants\n(yolov9-t at -width 2 is yolov9-s); every command reads the file. Weights\nhave dims and no data unless -weights gives them zeros (4 bytes a\nparameter). Without -o the file is NAME.onnx.",
+		"onnxmem export-model -classes 20 -width 0.75 -o yolov9-c-voc.onnx yolov9-c")
 	out := f.String("o", "", "output `file`; NAME.onnx when empty, - for stdout")
 	classes := f.positive("classes", models.DefaultClasses, "`number` of classes the head predicts")
+	width := f.Float64("width", 1, "multiplier of every channel count, each rounded up to a multiple of 8")
+	depth := f.Float64("depth", 1, "multiplier of the RepNCSP blocks in each RepNCSPELAN4, rounded, at least 1")
 	weights := f.Bool("weights", false, "give the weights zeros as data")
 	pos, code, ok := f.parse(args, stdout, stderr)
 	switch {
@@ -86,7 +88,7 @@ func cmdExportModel(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	case len(pos) != 1:
 		return f.usageError(stderr, "want one model name, got %d arguments", len(pos))
 	}
-	data, err := models.Build(pos[0], models.Options{Classes: int(*classes), Weights: *weights})
+	data, err := models.Build(pos[0], models.Options{Classes: int(*classes), Width: *width, Depth: *depth, Weights: *weights})
 	if err != nil {
 		return fail(stderr, err)
 	}
