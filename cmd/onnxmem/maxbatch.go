@@ -24,7 +24,7 @@ func cmdMaxBatch(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 			"With -for-batch N it answers another question: the fewest checkpoint segments\n"+
 			"with which batch N fits. It tries 0, 2, 3, 4, 6, 8, 12, 16, … segments and the\n"+
 			"number of top-level layers, the other settings as given.",
-		"onnxmem maxbatch -device a100-40 -amp ../shared/yolov9/yolov9-c-train.onnx")
+		"onnxmem maxbatch -device a100-40 -amp yolov9-c")
 	img, set, train := f.imgFlag(), f.settingFlags(), f.trainFlags()
 	budget, device := f.budgetFlag(), f.deviceFlag()
 	limit := f.positive("limit", 1024, "largest batch `size` to consider")

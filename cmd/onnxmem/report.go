@@ -42,7 +42,7 @@ func cmdReport(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	f := newFlagSet("report",
 		"onnxmem report [-img N] [-batches LIST] [-batch N] [-json] [-v] [MODEL.onnx]",
 		"Report predicts the peak of the model step at common batch sizes in fp32 and\nAMP, each without checkpointing and with 2 and 4 checkpoint segments; finds\nthe largest batch of each that fits an RTX 4090 and an A100 of 40 and 80 GB\n(the profiles rtx4090, a100-40 and a100-80 of onnxmem devices); and explains\nthe AMP peak at one batch size: where it falls, the largest tensors alive then\nand the totals by kind. MODEL.onnx is an ONNX file or the name of a built-in\nmodel (onnxmem models lists them); without it, report uses the built-in\n"+onnxmem.DefaultModel+", which needs no file.",
-		"onnxmem report -img 512 ../shared/yolov9/yolov9-s-train.onnx")
+		"onnxmem report -img 512 yolov9-s")
 	img, batches := f.imgFlag(), f.batchesFlag()
 	batch := f.positive("batch", 16, "batch `size` whose AMP peak is explained in detail")
 	asJSON, verbose := f.jsonFlag(), f.verboseFlag()

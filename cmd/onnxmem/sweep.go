@@ -12,7 +12,7 @@ func cmdSweep(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	f := newFlagSet("sweep",
 		"onnxmem sweep [-img N] [-batches LIST] [-amp|-half] [-segments K] [-json] [-svg FILE] [-v] MODEL.onnx",
 		"Sweep predicts the model step (fp32 unless -amp or -half, checkpointed with\n-segments) at each batch size and prints a table of peaks (GiB), or JSON\n(bytes) with -json; -svg also writes a plot of the peak against the batch size.",
-		"onnxmem sweep -batches 1,8,32 -svg peak.svg ../shared/yolov9/yolov9-s-train.onnx")
+		"onnxmem sweep -batches 1,8,32 -svg peak.svg yolov9-s")
 	img, batches, set := f.imgFlag(), f.batchesFlag(), f.settingFlags()
 	asJSON, svg, verbose := f.jsonFlag(), f.svgFlag("the plot of peak against batch size"), f.verboseFlag()
 	m, code, ok := f.parseAndLoad(args, stdout, stderr)
