@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/advancedclimatesystems/gonnx/onnx"
+	"github.com/onnxmem/onnxmem/internal/onnxbuild"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -112,7 +113,7 @@ func (m *model) node(op, name, ins, outs string, attrs ...*onnx.AttributeProto) 
 
 // constant adds a Constant node named after its output.
 func (m *model) constant(out string, dt DType, dims []int64, data ...float64) *model {
-	return m.node("Constant", out, "", out, tensorAttr("value", tensorProto("", dt, dims, data...)))
+	return m.node("Constant", out, "", out, onnxbuild.TensorAttr("value", tensorProto("", dt, dims, data...)))
 }
 
 // bytes serializes the model.
@@ -139,26 +140,6 @@ func (m *model) load(t testing.TB) *Graph {
 		t.Fatal(err)
 	}
 	return g
-}
-
-func intAttr(name string, v int64) *onnx.AttributeProto {
-	return &onnx.AttributeProto{Name: name, Type: onnx.AttributeProto_INT, I: v}
-}
-
-func intsAttr(name string, v ...int64) *onnx.AttributeProto {
-	return &onnx.AttributeProto{Name: name, Type: onnx.AttributeProto_INTS, Ints: v}
-}
-
-func floatAttr(name string, v float32) *onnx.AttributeProto {
-	return &onnx.AttributeProto{Name: name, Type: onnx.AttributeProto_FLOAT, F: v}
-}
-
-func stringAttr(name, v string) *onnx.AttributeProto {
-	return &onnx.AttributeProto{Name: name, Type: onnx.AttributeProto_STRING, S: []byte(v)}
-}
-
-func tensorAttr(name string, t *onnx.TensorProto) *onnx.AttributeProto {
-	return &onnx.AttributeProto{Name: name, Type: onnx.AttributeProto_TENSOR, T: t}
 }
 
 // id returns the ValueID of the named value, failing the test when it is absent.

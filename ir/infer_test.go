@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/onnxmem/onnxmem/internal/onnxbuild"
 )
 
 // opCase is one shape-rule test: a tiny model, a binding, and the dims (and
@@ -30,7 +32,7 @@ func TestOpRules(t *testing.T) {
 			name: "conv strides pads",
 			build: func() *model {
 				return image(17).init("w", Float32, []int64{8, 3, 3, 3}).
-					node("Conv", "c", "x,w", "y", intsAttr("kernel_shape", 3, 3), intsAttr("strides", 2, 2), intsAttr("pads", 1, 1, 1, 1))
+					node("Conv", "c", "x,w", "y", onnxbuild.IntsAttr("kernel_shape", 3, 3), onnxbuild.IntsAttr("strides", 2, 2), onnxbuild.IntsAttr("pads", 1, 1, 1, 1))
 			},
 			bind: b, dims: map[string][]int64{"y": {2, 8, 16, 24}},
 		},
@@ -38,7 +40,7 @@ func TestOpRules(t *testing.T) {
 			name: "conv dilations bias no attrs",
 			build: func() *model {
 				return image(17).init("w", Float32, []int64{4, 3, 3, 3}).init("b", Float32, []int64{4}).
-					node("Conv", "c", "x,w,b", "y", intsAttr("dilations", 2, 2))
+					node("Conv", "c", "x,w,b", "y", onnxbuild.IntsAttr("dilations", 2, 2))
 			},
 			bind: b, dims: map[string][]int64{"y": {2, 4, 28, 44}},
 		},
@@ -46,7 +48,7 @@ func TestOpRules(t *testing.T) {
 			name: "conv depthwise same_upper",
 			build: func() *model {
 				return newModel(12).input("x", Float32, 1, 8, 33, 33).init("w", Float32, []int64{8, 1, 3, 3}).
-					node("Conv", "c", "x,w", "y", intAttr("group", 8), intsAttr("strides", 2, 2), stringAttr("auto_pad", "SAME_UPPER"))
+					node("Conv", "c", "x,w", "y", onnxbuild.IntAttr("group", 8), onnxbuild.IntsAttr("strides", 2, 2), onnxbuild.StringAttr("auto_pad", "SAME_UPPER"))
 			},
 			dims: map[string][]int64{"y": {1, 8, 17, 17}},
 		},
@@ -54,7 +56,7 @@ func TestOpRules(t *testing.T) {
 			name: "conv valid",
 			build: func() *model {
 				return newModel(12).input("x", Float32, 1, 1, 10, 9).init("w", Float32, []int64{2, 1, 3, 3}).
-					node("Conv", "c", "x,w", "y", stringAttr("auto_pad", "VALID"), intsAttr("strides", 2, 2))
+					node("Conv", "c", "x,w", "y", onnxbuild.StringAttr("auto_pad", "VALID"), onnxbuild.IntsAttr("strides", 2, 2))
 			},
 			dims: map[string][]int64{"y": {1, 2, 4, 4}},
 		},
@@ -62,9 +64,9 @@ func TestOpRules(t *testing.T) {
 			name: "maxpool floor and ceil, SPPF-style same",
 			build: func() *model {
 				return newModel(12).input("x", Float32, 1, 4, 5, 5).
-					node("MaxPool", "floor", "x", "f", intsAttr("kernel_shape", 2, 2), intsAttr("strides", 2, 2)).
-					node("MaxPool", "ceil", "x", "c", intsAttr("kernel_shape", 2, 2), intsAttr("strides", 2, 2), intAttr("ceil_mode", 1)).
-					node("MaxPool", "same", "x", "s,idx", intsAttr("kernel_shape", 5, 5), intsAttr("pads", 2, 2, 2, 2))
+					node("MaxPool", "floor", "x", "f", onnxbuild.IntsAttr("kernel_shape", 2, 2), onnxbuild.IntsAttr("strides", 2, 2)).
+					node("MaxPool", "ceil", "x", "c", onnxbuild.IntsAttr("kernel_shape", 2, 2), onnxbuild.IntsAttr("strides", 2, 2), onnxbuild.IntAttr("ceil_mode", 1)).
+					node("MaxPool", "same", "x", "s,idx", onnxbuild.IntsAttr("kernel_shape", 5, 5), onnxbuild.IntsAttr("pads", 2, 2, 2, 2))
 			},
 			dims:  map[string][]int64{"f": {1, 4, 2, 2}, "c": {1, 4, 3, 3}, "s": {1, 4, 5, 5}, "idx": {1, 4, 5, 5}},
 			dtype: map[string]DType{"idx": Int64, "s": Float32},
@@ -73,8 +75,8 @@ func TestOpRules(t *testing.T) {
 			name: "avgpool ceil drops a window that starts in the tail pad",
 			build: func() *model {
 				return newModel(12).input("x", Float32, 1, 1, 5, 6).
-					node("AveragePool", "p", "x", "y", intsAttr("kernel_shape", 2, 3), intsAttr("strides", 2, 2),
-						intsAttr("pads", 1, 1, 1, 1), intAttr("ceil_mode", 1))
+					node("AveragePool", "p", "x", "y", onnxbuild.IntsAttr("kernel_shape", 2, 3), onnxbuild.IntsAttr("strides", 2, 2),
+						onnxbuild.IntsAttr("pads", 1, 1, 1, 1), onnxbuild.IntAttr("ceil_mode", 1))
 			},
 			// H: ceil((5+2-2)/2)+1 = 4, but window 3 would start at 6 >= 5+1: 3.
 			// W: ceil((6+2-3)/2)+1 = 4, window 3 starts at 6 < 6+1: 4.
@@ -85,7 +87,7 @@ func TestOpRules(t *testing.T) {
 			build: func() *model {
 				return image(17).init("s", Float32, []int64{3}).init("bias", Float32, []int64{3}).
 					init("m", Float32, []int64{3}).init("v", Float32, []int64{3}).
-					node("BatchNormalization", "bn", "x,s,bias,m,v", "y,rm,rv", intAttr("training_mode", 1))
+					node("BatchNormalization", "bn", "x,s,bias,m,v", "y,rm,rv", onnxbuild.IntAttr("training_mode", 1))
 			},
 			bind: b, dims: map[string][]int64{"y": {2, 3, 32, 48}, "rm": {3}, "rv": {3}},
 		},
@@ -95,14 +97,14 @@ func TestOpRules(t *testing.T) {
 				return width(image(17)).
 					constant("two", Float32, []int64{}, 2).
 					node("Mul", "mul", "wf,two", "w2f").
-					node("Cast", "back", "w2f", "w2", intAttr("to", int64(Int64))).
+					node("Cast", "back", "w2f", "w2", onnxbuild.IntAttr("to", int64(Int64))).
 					constant("one", Int64, []int64{1}, 1).
 					node("Add", "add", "w2,one", "a").
 					node("Sub", "sub", "a,one", "d").
 					node("Div", "div", "d,one", "q").
 					constant("axis0", Int64, []int64{1}, 0).
 					node("Unsqueeze", "u", "w,axis0", "wu").
-					node("Concat", "cat", "wu,q,one", "cat", intAttr("axis", 0))
+					node("Concat", "cat", "wu,q,one", "cat", onnxbuild.IntAttr("axis", 0))
 			},
 			bind:  b,
 			dims:  map[string][]int64{"s": {4}, "w": {}, "wf": {}, "a": {1}, "cat": {3}},
@@ -114,7 +116,7 @@ func TestOpRules(t *testing.T) {
 			build: func() *model {
 				return newModel(17).input("images", Float32, 1, 3, 640, 640).
 					init("W", Float32, []int64{144, 3, 8, 8}).
-					node("Conv", "conv", "images,W", "x", intsAttr("strides", 8, 8)).
+					node("Conv", "conv", "images,W", "x", onnxbuild.IntsAttr("strides", 8, 8)).
 					node("Shape", "shape", "x", "s").
 					constant("zero", Int64, []int64{}, 0).
 					node("Gather", "gather", "s,zero", "b").
@@ -122,7 +124,7 @@ func TestOpRules(t *testing.T) {
 					node("Unsqueeze", "unsq", "b,axes", "u").
 					constant("c144", Int64, []int64{1}, 144).
 					constant("rest", Int64, []int64{1}, -1).
-					node("Concat", "cat", "u,c144,rest", "t", intAttr("axis", 0)).
+					node("Concat", "cat", "u,c144,rest", "t", onnxbuild.IntAttr("axis", 0)).
 					node("Reshape", "reshape", "x,t", "y")
 			},
 			bind: Binding{Batch: 2, Height: 512, Width: 512},
@@ -132,7 +134,7 @@ func TestOpRules(t *testing.T) {
 		{
 			name: "split attribute opset 12",
 			build: func() *model {
-				return image(12).node("Split", "s", "x", "a,b", intAttr("axis", 1), intsAttr("split", 1, 2))
+				return image(12).node("Split", "s", "x", "a,b", onnxbuild.IntAttr("axis", 1), onnxbuild.IntsAttr("split", 1, 2))
 			},
 			bind: b, dims: map[string][]int64{"a": {2, 1, 32, 48}, "b": {2, 2, 32, 48}},
 		},
@@ -140,8 +142,8 @@ func TestOpRules(t *testing.T) {
 			name: "split input opset 13 and even split",
 			build: func() *model {
 				return image(17).constant("sizes", Int64, []int64{2}, 12, 36).
-					node("Split", "s", "x,sizes", "a,b", intAttr("axis", -1)).
-					node("Split", "even", "x", "c,d", intAttr("axis", 2))
+					node("Split", "s", "x,sizes", "a,b", onnxbuild.IntAttr("axis", -1)).
+					node("Split", "even", "x", "c,d", onnxbuild.IntAttr("axis", 2))
 			},
 			bind: b, dims: map[string][]int64{"a": {2, 3, 32, 12}, "b": {2, 3, 32, 36}, "c": {2, 3, 16, 48}, "d": {2, 3, 16, 48}},
 		},
@@ -149,9 +151,9 @@ func TestOpRules(t *testing.T) {
 			name: "split num_outputs opset 18 and folding",
 			build: func() *model {
 				return newModel(18).input("x", Float32, 10).
-					node("Split", "s", "x", "a,b,c", intAttr("num_outputs", 3)).
+					node("Split", "s", "x", "a,b,c", onnxbuild.IntAttr("num_outputs", 3)).
 					constant("k", Float32, []int64{3}, 8, 16, 32).
-					node("Split", "ks", "k", "k0,k1,k2", intsAttr("split", 1, 1, 1))
+					node("Split", "ks", "k", "k0,k1,k2", onnxbuild.IntsAttr("split", 1, 1, 1))
 			},
 			dims: map[string][]int64{"a": {4}, "b": {4}, "c": {2}, "k2": {1}},
 			data: map[string][]int64{"k0": {8}, "k2": {32}},
@@ -184,7 +186,7 @@ func TestOpRules(t *testing.T) {
 			name: "slice attributes opset 9",
 			build: func() *model {
 				return newModel(9).input("x", Float32, 4, 10).
-					node("Slice", "s", "x", "y", intsAttr("starts", 2), intsAttr("ends", 100), intsAttr("axes", 1))
+					node("Slice", "s", "x", "y", onnxbuild.IntsAttr("starts", 2), onnxbuild.IntsAttr("ends", 100), onnxbuild.IntsAttr("axes", 1))
 			},
 			dims: map[string][]int64{"y": {4, 8}},
 		},
@@ -192,9 +194,9 @@ func TestOpRules(t *testing.T) {
 			name: "squeeze unsqueeze attributes opset 12",
 			build: func() *model {
 				return newModel(12).input("x", Float32, 1, 5, 1).
-					node("Squeeze", "sq", "x", "a", intsAttr("axes", 0)).
+					node("Squeeze", "sq", "x", "a", onnxbuild.IntsAttr("axes", 0)).
 					node("Squeeze", "all", "x", "b").
-					node("Unsqueeze", "u", "b", "c", intsAttr("axes", -1, 0))
+					node("Unsqueeze", "u", "b", "c", onnxbuild.IntsAttr("axes", -1, 0))
 			},
 			dims: map[string][]int64{"a": {5, 1}, "b": {5}, "c": {1, 5, 1}},
 		},
@@ -214,10 +216,10 @@ func TestOpRules(t *testing.T) {
 			build: func() *model {
 				return newModel(17).input("x", Float32, 4, 2, 3).
 					constant("ax", Int64, []int64{1}, 0).
-					node("ReduceSum", "drop", "x,ax", "a", intAttr("keepdims", 0)).
+					node("ReduceSum", "drop", "x,ax", "a", onnxbuild.IntAttr("keepdims", 0)).
 					node("ReduceSum", "keep", "x,ax", "b").
-					node("ReduceSum", "all", "x", "c", intAttr("keepdims", 0)).
-					node("ReduceSum", "noop", "x", "d", intAttr("noop_with_empty_axes", 1))
+					node("ReduceSum", "all", "x", "c", onnxbuild.IntAttr("keepdims", 0)).
+					node("ReduceSum", "noop", "x", "d", onnxbuild.IntAttr("noop_with_empty_axes", 1))
 			},
 			dims: map[string][]int64{"a": {2, 3}, "b": {1, 2, 3}, "c": {}, "d": {4, 2, 3}},
 		},
@@ -225,7 +227,7 @@ func TestOpRules(t *testing.T) {
 			name: "reducesum opset 12",
 			build: func() *model {
 				return newModel(12).input("x", Float32, 4, 2, 3).
-					node("ReduceSum", "r", "x", "a", intsAttr("axes", -1), intAttr("keepdims", 1))
+					node("ReduceSum", "r", "x", "a", onnxbuild.IntsAttr("axes", -1), onnxbuild.IntAttr("keepdims", 1))
 			},
 			dims: map[string][]int64{"a": {4, 2, 1}},
 		},
@@ -237,7 +239,7 @@ func TestOpRules(t *testing.T) {
 					node("Reshape", "r", "x,s", "y").
 					constant("z", Int64, []int64{2}, 0, 5).
 					constant("empty", Float32, []int64{0, 7}).
-					node("Reshape", "az", "empty,z", "e", intAttr("allowzero", 1))
+					node("Reshape", "az", "empty,z", "e", onnxbuild.IntAttr("allowzero", 1))
 			},
 			bind: b, dims: map[string][]int64{"y": {2, 3, 1536}, "e": {0, 5}},
 		},
@@ -260,7 +262,7 @@ func TestOpRules(t *testing.T) {
 				return image(17).
 					constant("ones", Float32, []int64{2}, 1, 1).
 					constant("twos", Float32, []int64{2}, 2, 2).
-					node("Concat", "cat", "ones,twos", "scales", intAttr("axis", 0)).
+					node("Concat", "cat", "ones,twos", "scales", onnxbuild.IntAttr("axis", 0)).
 					node("Resize", "up", "x,,scales", "up").
 					node("Shape", "shape", "up", "s").
 					constant("two", Int64, []int64{1}, 2).
@@ -269,7 +271,7 @@ func TestOpRules(t *testing.T) {
 					node("Slice", "hw", "s,two,four", "hw").
 					node("Shape", "xshape", "x", "xs").
 					node("Slice", "nc", "xs,zero,two", "nc").
-					node("Concat", "sizes", "nc,hw", "sizes", intAttr("axis", 0)).
+					node("Concat", "sizes", "nc,hw", "sizes", onnxbuild.IntAttr("axis", 0)).
 					node("Resize", "to", "x,,,sizes", "to")
 			},
 			bind: b, dims: map[string][]int64{"up": {2, 3, 64, 96}, "to": {2, 3, 64, 96}},
@@ -285,8 +287,8 @@ func TestOpRules(t *testing.T) {
 					node("Range", "small", "three,w,w", "sr").
 					constant("shape2", Int64, []int64{2}, 5, 1).
 					node("Expand", "expand", "r,shape2", "e").
-					node("ConstantOfShape", "cos", "shape2", "c", tensorAttr("value", tensorProto("", Int64, []int64{1}, 7))).
-					node("Transpose", "t", "x", "tx", intsAttr("perm", 0, 2, 3, 1)).
+					node("ConstantOfShape", "cos", "shape2", "c", onnxbuild.TensorAttr("value", tensorProto("", Int64, []int64{1}, 7))).
+					node("Transpose", "t", "x", "tx", onnxbuild.IntsAttr("perm", 0, 2, 3, 1)).
 					node("Transpose", "rev", "e", "te")
 			},
 			bind:  b,
@@ -298,9 +300,9 @@ func TestOpRules(t *testing.T) {
 			name: "shape start end opset 15 and constant attribute forms",
 			build: func() *model {
 				return image(15).
-					node("Shape", "shape", "x", "s", intAttr("start", 1), intAttr("end", -1)).
-					node("Constant", "ints", "", "ci", intsAttr("value_ints", 4, 5)).
-					node("Constant", "f", "", "cf", floatAttr("value_float", 0.5))
+					node("Shape", "shape", "x", "s", onnxbuild.IntAttr("start", 1), onnxbuild.IntAttr("end", -1)).
+					node("Constant", "ints", "", "ci", onnxbuild.IntsAttr("value_ints", 4, 5)).
+					node("Constant", "f", "", "cf", onnxbuild.FloatAttr("value_float", 0.5))
 			},
 			bind: b,
 			dims: map[string][]int64{"s": {2}, "ci": {2}, "cf": {}},
@@ -360,7 +362,7 @@ func width(m *model) *model {
 	return m.node("Shape", "shape", "x", "s").
 		constant("i", Int64, []int64{}, 3).
 		node("Gather", "g", "s,i", "w").
-		node("Cast", "cast", "w", "wf", intAttr("to", int64(Float32)))
+		node("Cast", "cast", "w", "wf", onnxbuild.IntAttr("to", int64(Float32)))
 }
 
 // wantError fails the test unless err is an error whose message contains
@@ -478,7 +480,7 @@ func TestDeclaredFallback(t *testing.T) {
 		init("s", Int64, []int64{3}).
 		node("Reshape", "r", "images,s", "y").declare("y", Float32, "batch", 4, 64).
 		init("sizes", Int64, []int64{2}).
-		node("Split", "split", "y,sizes", "a,b", intAttr("axis", 1)).
+		node("Split", "split", "y,sizes", "a,b", onnxbuild.IntAttr("axis", 1)).
 		declare("a", Float32, "batch", 1, 64).declare("b", Float32, "batch", 3, 64).
 		load(t)
 	s, err := g.Infer(Binding{Batch: 5})

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/onnxmem/onnxmem/internal/onnxbuild"
 )
 
 // small3 is a three-node model with an external weight, an embedded small
@@ -16,7 +18,7 @@ func small3() *model {
 		init("model.0.conv.weight", Float32, []int64{4, 3, 1, 1}).
 		init("scale", Float32, []int64{2}, 0.5, 2).
 		node("Conv", "/model.0/conv/Conv", "images,model.0.conv.weight", "c",
-			intsAttr("strides", 1, 1), intsAttr("kernel_shape", 1, 1), intAttr("group", 1)).
+			onnxbuild.IntsAttr("strides", 1, 1), onnxbuild.IntsAttr("kernel_shape", 1, 1), onnxbuild.IntAttr("group", 1)).
 		constant("two", Int64, []int64{1}, 2).
 		node("Identity", "Identity_7", "scale", "model.5.scale").
 		node("Mul", "/model.1/Mul", "c,c", "y").

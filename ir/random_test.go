@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/advancedclimatesystems/gonnx/onnx"
+	"github.com/onnxmem/onnxmem/internal/onnxbuild"
 )
 
 // TestRandomGraphs loads and infers thousands of small random graphs of the
@@ -90,19 +91,19 @@ func randomModel(r *rand.Rand) *model {
 			name := attrNames[r.IntN(len(attrNames))]
 			switch r.IntN(4) {
 			case 0:
-				attrs = append(attrs, intAttr(name, randomInt(r)))
+				attrs = append(attrs, onnxbuild.IntAttr(name, randomInt(r)))
 			case 1:
-				attrs = append(attrs, stringAttr("auto_pad", []string{"SAME_UPPER", "VALID", "NOTSET", "X"}[r.IntN(4)]))
+				attrs = append(attrs, onnxbuild.StringAttr("auto_pad", []string{"SAME_UPPER", "VALID", "NOTSET", "X"}[r.IntN(4)]))
 			default:
 				ints := make([]int64, r.IntN(5))
 				for j := range ints {
 					ints[j] = randomInt(r)
 				}
-				attrs = append(attrs, intsAttr(name, ints...))
+				attrs = append(attrs, onnxbuild.IntsAttr(name, ints...))
 			}
 		}
 		if op == "Constant" {
-			ins, attrs = nil, append(attrs, tensorAttr("value", tensorProto("", Int64, []int64{2}, 3, 4)))
+			ins, attrs = nil, append(attrs, onnxbuild.TensorAttr("value", tensorProto("", Int64, []int64{2}, 3, 4)))
 		}
 		outs := make([]string, 1+r.IntN(3))
 		for o := range outs {
