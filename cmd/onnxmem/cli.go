@@ -78,6 +78,16 @@ func (f *flagSet) usageError(stderr io.Writer, format string, args ...any) int {
 	return 2
 }
 
+// parseNoArgs parses the flags of a command that takes no arguments. When
+// ok is false the command must stop with exit code code, as after parse.
+func (f *flagSet) parseNoArgs(args []string, stdout, stderr io.Writer) (code int, ok bool) {
+	pos, code, ok := f.parse(args, stdout, stderr)
+	if ok && len(pos) > 0 {
+		return f.usageError(stderr, "%s takes no arguments, got: %s", strings.TrimPrefix(f.Name(), "onnxmem "), pos[0]), false
+	}
+	return code, ok
+}
+
 // parseModel parses flags around one MODEL.onnx argument and returns it.
 // With optional set, no argument is allowed and gives "". When ok is false
 // the command must stop with exit code code, as after parse.

@@ -14,12 +14,8 @@ func cmdDevices(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		"Devices lists the device profiles that maxbatch -device and report use: each\ncard's total memory as PyTorch reports it, the CUDA context assumed on it, the\nmemory left usable for PyTorch's caching allocator (total less context) and\nPyTorch's default cuBLAS workspace on it, then where each figure comes from.\nA step fits a card when the memory it reserves at its peak is within the usable\nmemory.",
 		"onnxmem devices -json")
 	asJSON := f.jsonFlag()
-	pos, code, ok := f.parse(args, stdout, stderr)
-	if !ok {
+	if code, ok := f.parseNoArgs(args, stdout, stderr); !ok {
 		return code
-	}
-	if len(pos) > 0 {
-		return f.usageError(stderr, "devices takes no arguments, got: %s", pos[0])
 	}
 	var err error
 	if *asJSON {

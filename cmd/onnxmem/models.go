@@ -26,12 +26,8 @@ func cmdModels(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		"Models lists the built-in models, in the order of models.Names: their top-level\nlayers, their trainable parameters (auxiliary branch included) and whether the\ngraph was compared node for node with the training-mode export of the official\ncode. Every command takes a built-in name wherever it takes MODEL.onnx, and\nonnxmem export-model writes one as a file.",
 		"onnxmem models -json")
 	asJSON := f.jsonFlag()
-	pos, code, ok := f.parse(args, stdout, stderr)
-	if !ok {
+	if code, ok := f.parseNoArgs(args, stdout, stderr); !ok {
 		return code
-	}
-	if len(pos) > 0 {
-		return f.usageError(stderr, "models takes no arguments, got: %s", pos[0])
 	}
 	var infos []builtinInfo
 	for _, name := range models.Names() {
