@@ -48,9 +48,11 @@
 //
 // # report
 //
-//	onnxmem report [-img N] [-batches LIST] [-batch N] [-json] [-v] [MODEL.onnx]
+//	onnxmem report [-img N] [-batches LIST] [-batch N]
+//	               [-train [-boxes N] [-optimizer NAME] [-ema=false]] [-json] [-v] [MODEL.onnx]
 //
-// Predicts the step at each batch size of -batches in six settings: fp32 and
+// Predicts the model step, or with -train the full training step of
+// train_dual.py (flags as for maxbatch), at each batch size of -batches in six settings: fp32 and
 // AMP, each without checkpointing and with 2 and 4 segments (columns "fp32",
 // "fp32 k2", "fp32 k4", "amp", "amp k2", "amp k4"), and prints:
 //

@@ -28,6 +28,7 @@ func TestGolden(t *testing.T) {
 		{"sweep-s.txt", []string{"sweep", "-batches", "1,8", m}},
 		{"sweep-s.json", []string{"sweep", "-batches", "1,8", "-json", m}},
 		{"report-s.txt", []string{"report", "-batches", "1,8", "-batch", "8", m}},
+		{"report-train-s.txt", []string{"report", "-train", "-optimizer", "adamw", "-batches", "1,8", "-batch", "8", m}},
 		{"timeline-s.txt", []string{"timeline", "-batch", "8", m}},
 		{"maxbatch-s.txt", []string{"maxbatch", "-budget", "24", m}},
 		{"maxbatch-rtx4090-amp-s.txt", []string{"maxbatch", "-device", "rtx4090", "-amp", m}},

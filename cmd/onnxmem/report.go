@@ -40,15 +40,24 @@ var detailSetting = setting{AMP: true}
 
 func cmdReport(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	f := newFlagSet("report",
-		"onnxmem report [-img N] [-batches LIST] [-batch N] [-json] [-v] [MODEL.onnx]",
-		"Report predicts the peak of the model step at common batch sizes in fp32 and\nAMP, each without checkpointing and with 2 and 4 checkpoint segments; finds\nthe largest batch of each that fits an RTX 4090 and an A100 of 40 and 80 GB\n(the profiles rtx4090, a100-40 and a100-80 of onnxmem devices); and explains\nthe AMP peak at one batch size: where it falls, the largest tensors alive then\nand the totals by kind. MODEL.onnx is an ONNX file or the name of a built-in\nmodel (onnxmem models lists them); without it, report uses the built-in\n"+onnxmem.DefaultModel+", which needs no file.",
-		"onnxmem report -img 512 yolov9-s")
+		"onnxmem report [-img N] [-batches LIST] [-batch N] [-train [-boxes N] [-optimizer NAME] [-ema=false]] [-json] [-v] [MODEL.onnx]",
+		"Report predicts the peak of the model step (with -train, the full train_dual.py\nstep) at common batch sizes in fp32 and AMP, each without checkpointing and\nwith 2 and 4 checkpoint segments; finds the largest batch of each that fits an\nRTX 4090 and an A100 of 40 and 80 GB (the profiles rtx4090, a100-40 and a100-80\nof onnxmem devices); and explains the AMP peak at one batch size: where it\nfalls, the largest tensors alive then and the totals by kind. MODEL.onnx is an\nONNX file or the name of a built-in model (onnxmem models lists them); without\nit, report uses the built-in "+onnxmem.DefaultModel+", which needs no file.",
+		"onnxmem report -train -img 512 yolov9-s")
 	img, batches := f.imgFlag(), f.batchesFlag()
 	batch := f.positive("batch", 16, "batch `size` whose AMP peak is explained in detail")
+	train := f.trainFlags()
 	asJSON, verbose := f.jsonFlag(), f.verboseFlag()
 	path, code, ok := f.parseModel(args, true, stdout, stderr)
 	if !ok {
 		return code
+	}
+	settings := settingsOf(precisions[:2], checkpointSegments) // fp32 and AMP
+	detail, err := train(detailSetting)
+	if err != nil {
+		return f.usageError(stderr, "%v", err)
+	}
+	for i := range settings {
+		settings[i], _ = train(settings[i]) // fails only as it did for detail
 	}
 	isDefault := path == ""
 	if isDefault {
@@ -58,9 +67,8 @@ func cmdReport(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(stderr, err)
 	}
-	fp32AndAMP := precisions[:2]
 	rep := &report{Model: m.Name, Path: path, Default: isDefault,
-		Settings: settingsOf(fp32AndAMP, checkpointSegments), Devices: cards()}
+		Settings: settings, DetailSetting: detail, Devices: cards()}
 	if err := rep.simulate(m, *img, *batches, *batch, stderr, *verbose); err != nil {
 		return fail(stderr, err)
 	}
@@ -81,8 +89,11 @@ type report struct {
 	// largest batch of setting s that fits Devices[c] (Device.Fits).
 	Results  [][]*onnxmem.Result
 	MaxBatch [][]int64
-	// Detail is detailSetting at the batch size explained.
-	Detail *onnxmem.Result
+	// DetailSetting is the setting explained: AMP without checkpointing,
+	// train_dual.py's default, as a model or training step like the other
+	// settings. Detail is its result at the batch size explained.
+	DetailSetting setting
+	Detail        *onnxmem.Result
 }
 
 // simulate fills the report's results: the peaks, then the largest batches,
@@ -118,13 +129,13 @@ func (rep *report) simulate(m *onnxmem.Model, img int64, batches []int64, batch 
 	}
 	for i, s := range rep.Settings {
 		for j, b := range batches {
-			if s == detailSetting && b == batch {
+			if s == rep.DetailSetting && b == batch {
 				rep.Detail = rep.Results[i][j]
 			}
 		}
 	}
 	if rep.Detail == nil {
-		rep.Detail, err = m.Simulate(detailSetting.scenario(batch, img))
+		rep.Detail, err = m.Simulate(rep.DetailSetting.scenario(batch, img))
 	}
 	return err
 }
@@ -160,7 +171,11 @@ func (rep *report) print(w io.Writer) error {
 	if rep.Default {
 		fmt.Fprintln(w, "       the default model; pass MODEL.onnx or a built-in name for another")
 	}
-	fmt.Fprintf(w, "step   model step: forward, loss sum(o.sum()), backward; image %dx%d\n", d.Scenario.Height, d.Scenario.Width)
+	if rep.DetailSetting.Train {
+		fmt.Fprintf(w, "step   %s; image %dx%d\n", rep.DetailSetting.step(), d.Scenario.Height, d.Scenario.Width)
+	} else {
+		fmt.Fprintf(w, "step   model step: forward, loss sum(o.sum()), backward; image %dx%d\n", d.Scenario.Height, d.Scenario.Width)
+	}
 	fmt.Fprint(w, "       fp32: float32 throughout; amp: torch.autocast float16, train_dual.py's default;\n"+
 		"       kN: checkpoint_sequential with N segments (the first N-1 are checkpointed)\n\n")
 
@@ -203,7 +218,7 @@ func (rep *report) print(w io.Writer) error {
 		"usable memory, batch sizes up to %d. Usable is the total less the CUDA context,\n"+
 		"%s: see onnxmem devices.\n\n", maxBatchLimit, contextNote(rep.Devices))
 
-	fmt.Fprintf(w, "where the peak is at batch %d, %s (train_dual.py's default):\n", d.Scenario.Batch, detailSetting)
+	fmt.Fprintf(w, "where the peak is at batch %d, %s (train_dual.py's default):\n", d.Scenario.Batch, rep.DetailSetting)
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "  phase\t%s (event %d of %d)\n", orDash(d.PeakPhase), d.PeakEvent, d.Events)
 	fmt.Fprintf(tw, "  node\t%s\n", orDash(d.PeakNode))
