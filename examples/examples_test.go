@@ -98,3 +98,37 @@ func ExampleTimeline() {
 	// peak at event 77 in the backward with 186.51 MiB allocated
 	// largest sample is the peak: true
 }
+
+// Answer the question of a train_dual.py user with no file at all: how much
+// memory does a full AMP training step of the built-in yolov9-c take at
+// batch 16, and what is the largest batch an RTX 4090 holds?
+func ExampleBuiltin() {
+	m, err := onnxmem.Builtin("yolov9-c")
+	if err != nil {
+		log.Fatal(err)
+	}
+	params, err := m.Parameters()
+	if err != nil {
+		log.Fatal(err)
+	}
+	sc := onnxmem.Scenario{Batch: 16, Height: 640, Width: 640, AMP: true, Train: true, Boxes: 16, Optimizer: "SGD", EMA: true}
+	r, err := m.Simulate(sc)
+	if err != nil {
+		log.Fatal(err)
+	}
+	card, err := onnxmem.LookupDevice("rtx4090")
+	if err != nil {
+		log.Fatal(err)
+	}
+	n, _, err := m.MaxBatchOn(card, sc, 256)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("parameters:", params)
+	fmt.Printf("peak at batch 16: %.2f GiB, in the %s\n", float64(r.Peak)/(1<<30), r.PeakPhase)
+	fmt.Println("largest batch on an RTX 4090:", n)
+	// Output:
+	// parameters: 51182048
+	// peak at batch 16: 16.74 GiB, in the loss
+	// largest batch on an RTX 4090: 21
+}
