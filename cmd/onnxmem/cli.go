@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"slices"
 	"strconv"
@@ -323,13 +322,10 @@ func (b *batchList) Set(v string) error {
 // exists, a built-in model of package models ("yolov9-c"; onnxmem models
 // lists them). Every command loads through it.
 func load(path string) (*onnxmem.Model, error) {
-	_, err := os.Stat(path)
 	switch {
-	case err == nil:
-		return onnxmem.Load(path)
-	case slices.Contains(models.Names(), path):
+	case builtin(path):
 		return onnxmem.Builtin(path)
-	case errors.Is(err, fs.ErrNotExist) && !strings.ContainsAny(path, `/\.`):
+	case !fileExists(path) && !strings.ContainsAny(path, `/\.`):
 		return nil, fmt.Errorf("onnxmem: %s is neither a file nor a built-in model (%s)", path, strings.Join(models.Names(), ", "))
 	}
 	return onnxmem.Load(path)
