@@ -2,6 +2,7 @@ package loss
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 
 	"github.com/onnxmem/onnxmem/ir"
@@ -382,6 +383,9 @@ func (l *YOLOv9) build(in schedule.LossInput) *prog {
 	}
 	anchor := p.alloc("anchor_points", dt, A0, 2)
 	stride := p.alloc("stride_tensor", dt, A0, 1)
+	// A list frees its items last first.
+	slices.Reverse(stacks)
+	slices.Reverse(fulls)
 	p.drop(stacks...)
 	p.drop(fulls...)
 	p.drop(sx, sy)
@@ -501,11 +505,13 @@ func (l *YOLOv9) build(in schedule.LossInput) *prog {
 		p.drop(lo) // .sum() saves nothing of it
 	}
 
-	// Box loss (BboxLoss.forward) on the foreground anchors.
+	// Box loss (BboxLoss.forward) on the foreground anchors, after
+	// `if fg_mask.sum():`, whose sum of a bool tensor reads an int64 copy.
 	bl := make([]bboxLoss, nb)
 	for b, br := range s.br {
 		p.tag = tag(b)
 		bl[b].iou = none
+		p.drop(p.alloc("fg_mask.sum() int64 copy", i64, B, br.A))
 		if br.F > 0 {
 			bl[b] = l.bboxForward(p, s, br, D[b], pb[b])
 		}
@@ -587,7 +593,10 @@ func (l *YOLOv9) build(in schedule.LossInput) *prog {
 			p.drop(gr)
 			gr = gc
 		}
+		// _softmax_backward_data on CUDA first multiplies grad by the
+		// output into a temporary of grad's type.
 		gs := p.alloc("bbox_decode backward softmax", dt, B, br.A, 4, reg)
+		p.drop(p.alloc("bbox_decode backward softmax grad·output", smDT, B, br.A, 4, reg))
 		p.drop(gr, sm[b])
 		// Summed in place into pred_distri's gradient from the DFL.
 		p.drop(gs)
@@ -679,8 +688,10 @@ func (l *YOLOv9) assign(p *prog, s shape, br branchShape, ps tensor) (tl, tb, ts
 	wh := p.alloc("assigner is_in_topk where", i64, B, M, A)
 	p.drop(gt1, sum)
 	topk := p.alloc("assigner mask_topk", f32, B, M, A)
-	p.drop(tv, ti2, wh)
+	// The callee's frame owns the arguments (CPython moves them into it)
+	// and clears them before its locals.
 	p.drop(metrics, tmask)
+	p.drop(tv, ti2, wh)
 	m1 := p.alloc("assigner mask_topk·mask_in_gts", f32, B, M, A)
 	mp := p.alloc("assigner mask_pos", f32, B, M, A)
 	p.drop(m1)
@@ -1016,13 +1027,19 @@ func (l *YOLOv9) bboxBackward(p *prog, s shape, br branchShape, r bboxLoss, D, p
 	}
 	gR := side("right", r.wR, r.nllR, r.tR, r.lsR, false)
 	gL := side("left", r.wL, r.nllL, r.tL, r.lsL, true)
-	p.drop(gL) // summed in place into the right side's gradient
+	// Both sides reach pred_dist_pos's view node as views (of the
+	// log_softmax gradients, which they keep), so the engine's input buffer
+	// cannot sum in place: it makes old + new.
+	sum := p.alloc("dfl backward gradient sum", dDT, 4*F, reg)
+	p.drop(gR, gL)
 	// masked_select backward: zeros_like(pred_distri).masked_scatter_(mask,
 	// grad), whose CUDA kernel takes an int64 prefix sum of the mask.
 	gD = p.alloc("dfl backward masked_select zeros", dDT, B, A, 4*reg)
 	ps := p.alloc("dfl backward masked_scatter prefix sum", i64, B, A, 4*reg)
-	p.drop(ps, gR)
-	p.drop(D, r.distMask)
+	p.drop(ps, sum)
+	// The node's saved variables go in the order codegen declares them:
+	// mask_ before self_.
+	p.drop(r.distMask, D)
 
 	// loss_iou: ·bbox_weight, 1 - iou, then the CIoU graph over the F
 	// boxes. Its tensors are [F, 1]; the walk back is modelled in bulk: a
@@ -1049,6 +1066,6 @@ func (l *YOLOv9) bboxBackward(p *prog, s shape, br branchShape, r bboxLoss, D, p
 	gPB = p.alloc("bbox backward masked_select zeros", pbDT, B, A, 4)
 	ps = p.alloc("bbox backward masked_scatter prefix sum", i64, B, A, 4)
 	p.drop(ps, gpos)
-	p.drop(pb, r.bboxMask)
+	p.drop(r.bboxMask, pb)
 	return gD, gPB
 }

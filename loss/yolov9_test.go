@@ -173,6 +173,9 @@ func TestKeySizes(t *testing.T) {
 		{"b1 cls BCE backward grad", B * A * nc * 4, B * A * nc * 4, false, false, true},
 		{"b1 dfl backward masked_scatter prefix sum", B * A * 64 * 8, B * A * 64 * 8, false, false, true},
 		{"b1 bbox_decode backward softmax", B * A * 64 * 4, B * A * 64 * 2, false, false, true},
+		{"b1 fg_mask.sum() int64 copy", B * A * 8, B * A * 8, false, false, false},
+		{"b1 dfl backward gradient sum", 4 * F * 16 * 4, 4 * F * 16 * 2, false, false, true},
+		{"b1 bbox_decode backward softmax grad·output", B * A * 64 * 4, B * A * 64 * 4, false, false, true},
 		{"b1 grad of the maps (split backward cat)", B * C * A * 4, B * C * A * 2, false, false, true},
 	} {
 		for _, amp := range []bool{false, true} {
