@@ -1,0 +1,74 @@
+//go:build ignore
+
+// Conv_configs writes the distinct convolutions that the built-in models run
+// in a model step, at batch 1 to 64 on square images of 320 to 640 pixels (every 32), in float32
+// and under AMP, for calibration/conv_sweep.py to measure. Each is
+// [N, Cin, Cout, H, W, K, stride, groups, element size], sorted.
+//
+//	go run calibration/conv_configs.go -o calibration/results/conv_configs.json
+package main
+
+import (
+	"cmp"
+	"encoding/json"
+	"flag"
+	"log"
+	"os"
+	"slices"
+
+	"github.com/onnxmem/onnxmem/ir"
+	"github.com/onnxmem/onnxmem/models"
+	"github.com/onnxmem/onnxmem/onnxmem"
+	"github.com/onnxmem/onnxmem/schedule"
+)
+
+func main() {
+	out := flag.String("o", "calibration/results/conv_configs.json", "output `file`")
+	flag.Parse()
+	seen := map[[9]int64]bool{}
+	for _, name := range models.Names() {
+		m, err := onnxmem.Builtin(name)
+		if err != nil {
+			log.Fatal(err)
+		}
+		for img := int64(320); img <= 640; img += 32 {
+			for _, b := range []int64{1, 2, 4, 8, 16, 32, 64} {
+				s, err := m.Graph.Infer(ir.Binding{Batch: b, Height: img, Width: img})
+				if err != nil {
+					log.Fatal(err)
+				}
+				for _, prec := range []schedule.Precision{schedule.FP32, schedule.AMP} {
+					cfg := schedule.Config{Precision: prec, Workspace: func(c schedule.ConvCall) int64 {
+						seen[[9]int64{c.N, c.Cin, c.Cout, c.H, c.W, c.KH, c.StrideH, c.Groups, c.ElemSize}] = true
+						return 0
+					}}
+					if _, err := schedule.Build(m.Graph, s, cfg); err != nil {
+						log.Fatal(err)
+					}
+				}
+			}
+		}
+	}
+	var rows [][9]int64
+	for k := range seen {
+		rows = append(rows, k)
+	}
+	// Sorted by element size, then channels, kernel, stride, groups, size and
+	// batch: deterministic, and the sweep's slow large calls come last.
+	slices.SortFunc(rows, func(a, b [9]int64) int {
+		for _, i := range []int{8, 1, 2, 5, 6, 7, 3, 4, 0} {
+			if c := cmp.Compare(a[i], b[i]); c != 0 {
+				return c
+			}
+		}
+		return 0
+	})
+	bs, err := json.Marshal(rows)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := os.WriteFile(*out, append(bs, '\n'), 0o644); err != nil {
+		log.Fatal(err)
+	}
+	log.Printf("%d convolutions", len(rows))
+}
