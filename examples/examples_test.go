@@ -94,8 +94,8 @@ func ExampleTimeline() {
 	}
 	fmt.Println("largest sample is the peak:", top == r.Peak)
 	// Output:
-	// events: 220
-	// peak at event 77 in the backward with 186.51 MiB allocated
+	// events: 224
+	// peak at event 79 in the backward with 186.51 MiB allocated
 	// largest sample is the peak: true
 }
 
@@ -129,6 +129,6 @@ func ExampleBuiltin() {
 	fmt.Println("largest batch on an RTX 4090:", n)
 	// Output:
 	// parameters: 51182048
-	// peak at batch 16: 16.74 GiB, in the loss
+	// peak at batch 16: 16.75 GiB, in the loss
 	// largest batch on an RTX 4090: 21
 }

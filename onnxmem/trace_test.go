@@ -36,39 +36,71 @@ func TestTraces(t *testing.T) {
 				t.Fatalf("trace name %s: %v", name, err)
 			}
 			cfg = "yolov9-" + cfg
-			tr := readTrace(t, f)
 			m, err := onnxmem.Load(filepath.Join(onnxbuild.SharedDir, "yolov9", cfg+"-train.onnx"))
 			if err != nil {
 				t.Fatal(err)
 			}
-			sc := onnxmem.Scenario{Batch: batch, Height: 640, Width: 640, AMP: prec == "amp", Segments: k}
-			p, err := m.Program(sc)
+			checkTrace(t, name, readTrace(t, f), m, onnxmem.Scenario{Batch: batch, Height: 640, Width: 640, AMP: prec == "amp", Segments: k})
+		})
+	}
+}
+
+// TestOwnTraces does what TestTraces does on the traces that
+// calibration/yolov9_segments.py recorded (yolov9-s with four segments, at
+// batch 32 under AMP and batch 4 in float32, where the peak falls in the
+// recomputation of a 1×1 conv), with the built-in models: they need no
+// ../shared.
+func TestOwnTraces(t *testing.T) {
+	files, err := filepath.Glob("../calibration/results/yolov9_segments/trace-*.json")
+	if err != nil || len(files) == 0 {
+		t.Fatal("no traces in ../calibration/results/yolov9_segments")
+	}
+	for _, f := range files {
+		name := strings.TrimSuffix(filepath.Base(f), ".json")
+		t.Run(name, func(t *testing.T) {
+			var cfg, prec string
+			var batch int64
+			var k int
+			if _, err := fmt.Sscanf(strings.ReplaceAll(strings.TrimPrefix(name, "trace-"), "-", " "), "%s b%d %s k%d", &cfg, &batch, &prec, &k); err != nil {
+				t.Fatalf("trace name %s: %v", name, err)
+			}
+			m, err := onnxmem.Builtin("yolov9-" + cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
-			r := onnxmem.Run(p, sc)
-			got := programTokens(p)
-			want := tr.tokens()
-			d := diffTokens(want, got)
-			t.Logf("%s: %d measured and %d predicted events after dropping transients; %d differ (%.2f%%)",
-				name, len(want), len(got), d.count, 100*float64(d.count)/float64(len(want)))
-			if d.count > 0 {
-				t.Logf("largest difference: %s", d.largest)
-			}
-			peak := tr.Result["peak"] - tr.Result["m0"]
-			pred := r.Peak - r.M0
-			t.Logf("peak above m0: measured %.1f MiB, predicted %.1f MiB (%+.2f%%)", mib(peak), mib(pred), 100*float64(pred-peak)/float64(tr.Result["peak"]))
-			if e := float64(pred-peak) / float64(tr.Result["peak"]); e > 0.01 || e < -0.01 {
-				t.Errorf("peak off by %.2f%% of the measured peak", 100*e)
-			}
-			// A regression in the event model shows up as many more
-			// differences: today they are the conv-bias gradient's reduction
-			// scratch, autocast's cache freeing order and a few end-of-forward
-			// holds of the harness's segmented loop.
-			if frac := float64(d.count) / float64(len(want)); frac > 0.05 {
-				t.Errorf("%.1f%% of events differ; the largest difference: %s", 100*frac, d.largest)
-			}
+			checkTrace(t, name, readTrace(t, f), m, onnxmem.Scenario{Batch: batch, Height: 640, Width: 640, AMP: prec == "amp", Segments: k})
 		})
+	}
+}
+
+// checkTrace compares the program of sc with a measured trace.
+func checkTrace(t *testing.T, name string, tr *trace, m *onnxmem.Model, sc onnxmem.Scenario) {
+	t.Helper()
+	p, err := m.Program(sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := onnxmem.Run(p, sc)
+	got := programTokens(p)
+	want := tr.tokens()
+	d := diffTokens(want, got)
+	t.Logf("%s: %d measured and %d predicted events after dropping transients; %d differ (%.2f%%)",
+		name, len(want), len(got), d.count, 100*float64(d.count)/float64(len(want)))
+	if d.count > 0 {
+		t.Logf("largest difference: %s", d.largest)
+	}
+	peak := tr.Result["peak"] - tr.Result["m0"]
+	pred := r.Peak - r.M0
+	t.Logf("peak above m0: measured %.1f MiB, predicted %.1f MiB (%+.2f%%)", mib(peak), mib(pred), 100*float64(pred-peak)/float64(tr.Result["peak"]))
+	if e := float64(pred-peak) / float64(tr.Result["peak"]); e > 0.01 || e < -0.01 {
+		t.Errorf("peak off by %.2f%% of the measured peak", 100*e)
+	}
+	// A regression in the event model shows up as many more differences:
+	// today they are the conv-bias gradient's reduction scratch, autocast's
+	// cache freeing order and a few end-of-forward holds of the harness's
+	// segmented loop.
+	if frac := float64(d.count) / float64(len(want)); frac > 0.05 {
+		t.Errorf("%.1f%% of events differ; the largest difference: %s", 100*frac, d.largest)
 	}
 }
 

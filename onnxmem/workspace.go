@@ -1,12 +1,124 @@
 package onnxmem
 
-import "github.com/onnxmem/onnxmem/schedule"
+import (
+	"bytes"
+	"compress/gzip"
+	_ "embed"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/onnxmem/onnxmem/schedule"
+)
 
 // CuDNNWorkspace is the workspace that cuDNN 9 takes through PyTorch's caching
 // allocator for one convolution call with torch.backends.cudnn.benchmark off.
-// The rules below are the algorithms that cuDNN 9.19's heuristics pick on an
-// H200, as calibration/conv_workspace.py measured them for 182 YOLOv9-like
-// convolutions (calibration/README.md, section 4). IN, OUT and W are the
+//
+// cuDNN's heuristics pick an algorithm per call from the shapes, and the
+// workspace follows the algorithm: none, IN + OUT (the input and output
+// transposed to NHWC for a tensor-core kernel), IN + OUT + W, a multiple of
+// the weight (split-K partial sums), and more. The choice is not a formula
+// of the shapes: a 1×1 float16 conv of 384 to 192 channels on a 40×40 map
+// takes IN + OUT at batch 4 to 64 and nothing at batch 1 or 2, while the same
+// conv of 512 to 256 channels never takes any. So CuDNNWorkspace first looks
+// the call up in a table measured on an H200 with cuDNN 9.19 and PyTorch
+// 2.11 (calibration/conv_sweep.py: every convolution that the built-in
+// models run at batch 1 to 64, in float32 and float16, each of the three
+// calls, exact to the byte); it is the behaviour of the library, not of any
+// model step. A call the table does not hold (another model, image size or
+// batch) gets the rule of cuDNNWorkspaceRule.
+func CuDNNWorkspace(c schedule.ConvCall) int64 {
+	if ws, ok := lookupWorkspace(c); ok {
+		return ws
+	}
+	return cuDNNWorkspaceRule(c)
+}
+
+// cudnnTable is calibration/conv_sweep.py's measurement, as
+// calibration/conv_table.go writes it: a gzipped list of tab-separated lines
+// "N Cin Cout H W K stride groups elemsize fwd bwd-data bwd-filter" after #
+// comments.
+//
+//go:embed cudnn_h200.tsv.gz
+var cudnnTable []byte
+
+// convKey is the shape of a convolution call, as the table keys it.
+type convKey struct{ n, cin, cout, h, w, k, stride, groups, elem int64 }
+
+var (
+	workspaceOnce sync.Once
+	workspaces    map[convKey][3]int64 // fwd, bwd-data, bwd-filter
+)
+
+// lookupWorkspace returns the measured workspace of a call, if the table has
+// its shape (square kernels and strides only, as YOLOv9's are).
+func lookupWorkspace(c schedule.ConvCall) (int64, bool) {
+	workspaceOnce.Do(func() {
+		var err error
+		if workspaces, err = parseWorkspaces(cudnnTable); err != nil {
+			panic(err) // the embedded table is checked by TestCuDNNTable
+		}
+	})
+	if c.KH != c.KW || c.StrideH != c.StrideW {
+		return 0, false
+	}
+	v, ok := workspaces[convKey{c.N, c.Cin, c.Cout, c.H, c.W, c.KH, c.StrideH, max(c.Groups, 1), c.ElemSize}]
+	if !ok {
+		return 0, false
+	}
+	switch c.Which {
+	case "fwd":
+		return v[0], true
+	case "bwd-data":
+		return v[1], true
+	case "bwd-filter":
+		return v[2], true
+	}
+	return 0, false
+}
+
+// parseWorkspaces decodes the embedded table.
+func parseWorkspaces(gz []byte) (map[convKey][3]int64, error) {
+	r, err := gzip.NewReader(bytes.NewReader(gz))
+	if err != nil {
+		return nil, fmt.Errorf("onnxmem: cuDNN table: %w", err)
+	}
+	txt, err := io.ReadAll(r)
+	if err != nil {
+		return nil, fmt.Errorf("onnxmem: cuDNN table: %w", err)
+	}
+	m := make(map[convKey][3]int64, bytes.Count(txt, []byte{'\n'}))
+	for line := 1; len(txt) > 0; line++ {
+		var t []byte
+		t, txt, _ = bytes.Cut(txt, []byte{'\n'})
+		if len(t) == 0 || t[0] == '#' {
+			continue
+		}
+		var v [12]int64
+		n, digits := 0, 0
+		for _, c := range t {
+			switch {
+			case c == '\t' && digits > 0 && n < len(v)-1:
+				n, digits = n+1, 0
+			case c >= '0' && c <= '9':
+				v[n] = 10*v[n] + int64(c-'0')
+				digits++
+			default:
+				return nil, fmt.Errorf("onnxmem: cuDNN table line %d: want 12 tab-separated numbers", line)
+			}
+		}
+		if n != len(v)-1 || digits == 0 {
+			return nil, fmt.Errorf("onnxmem: cuDNN table line %d: %d fields, want 12", line, n+1)
+		}
+		m[convKey{v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8]}] = [3]int64{v[9], v[10], v[11]}
+	}
+	return m, nil
+}
+
+// cuDNNWorkspaceRule approximates the workspace of a call that the measured
+// table does not hold, with the algorithms that cuDNN 9.19's heuristics pick
+// most often on an H200 for YOLOv9-like convolutions
+// (calibration/conv_workspace.py and conv_sweep.py). IN, OUT and W are the
 // input, output and weight bytes in the compute type:
 //
 //   - 1×1 convs need no workspace in the forward and the backward-data pass;
@@ -24,12 +136,13 @@ import "github.com/onnxmem/onnxmem/schedule"
 //     algorithm that keeps partial weights per block of pixels); other k×k
 //     convs take IN + OUT + W.
 //
-// The heuristics are not a formula: the measured sizes scatter around these
-// rules, the backward-filter ones most (from 1.6 × IN to 10 × IN for small
-// maps). Workspaces are transient, so they matter only where
-// the peak falls inside a conv call, as it does in the backward at small
-// batch sizes. Another GPU or cuDNN version may pick other algorithms.
-func CuDNNWorkspace(c schedule.ConvCall) int64 {
+// The measured sizes scatter around these rules, the backward-filter ones
+// most (TestCuDNNRule counts how often they hold). Workspaces are transient,
+// so they matter only where the peak falls inside a conv call: in the
+// backward at small batch sizes, and in the recomputation of a checkpointed
+// range, whose last op is often a 1×1 conv. Another GPU or cuDNN version may
+// pick other algorithms.
+func cuDNNWorkspaceRule(c schedule.ConvCall) int64 {
 	in := c.N * c.Cin * c.H * c.W * c.ElemSize
 	out := c.N * c.Cout * c.OutH * c.OutW * c.ElemSize
 	w := c.Cout * (c.Cin / max(c.Groups, 1)) * c.KH * c.KW * c.ElemSize

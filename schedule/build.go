@@ -148,6 +148,7 @@ type builder struct {
 	casts []ir.ValueID
 
 	li        layerInfo
+	hold      []int   // by value: holdEnd under the config's checkpoint ranges
 	noSave    bool    // the op runs inside a checkpointed range's forward
 	stopAt    int32   // the node whose packing ends a recomputation, or -1
 	hadSave   []bool  // by node: it would have saved a tensor
@@ -350,6 +351,7 @@ type layerInfo struct {
 	last    map[int]int32 // layer → last data node
 	order   []int         // layers in order of their last node
 	holdEnd []int         // by value: the layer after which the loop drops it; -2 = end of forward; -1 = no hold
+	lastUse []int         // by value: the last layer that reads it, or -1
 	scope   []int32       // by node: a Concat's inputs are held until this node has run, or -1
 	// args[i] lists the values node i reads that a module's forward got as
 	// an argument, with the last node of that module: Python keeps an
@@ -391,6 +393,19 @@ func (b *builder) argHolds(li *layerInfo) {
 			continue
 		}
 		sc := scopeOf(g.Nodes[i].Name)
+		// A tensor that a forward makes itself and then chunks is a local
+		// variable: ADown's x = avg_pool2d(x, ...); x1, x2 = x.chunk(2, 1)
+		// keeps the pooled map until ADown returns, after its convs and cat,
+		// which shows where nothing saves it (checkpointed ranges, no_grad).
+		if n := &g.Nodes[i]; b.kind[i] == opView && (n.OpType == "Slice" || n.OpType == "Split") {
+			for _, v := range b.readsOf(int32(i)) {
+				if p := g.Values[v].Producer; p >= 0 && scopeOf(g.Nodes[p].Name) == sc && sc != "" {
+					if end := last[sc]; end > int32(i) {
+						li.args[i] = append(li.args[i], argHold{v, end})
+					}
+				}
+			}
+		}
 		for _, v := range b.readsOf(int32(i)) {
 			from := ""
 			if p := g.Values[v].Producer; p >= 0 {
@@ -429,10 +444,10 @@ func (b *builder) layerInfo() layerInfo {
 
 func (b *builder) layers() layerInfo {
 	g := b.g
-	li := layerInfo{last: map[int]int32{}, holdEnd: make([]int, len(g.Values)), scope: make([]int32, len(g.Nodes))}
+	li := layerInfo{last: map[int]int32{}, holdEnd: make([]int, len(g.Values)), lastUse: make([]int, len(g.Values)), scope: make([]int32, len(g.Nodes))}
 	b.argHolds(&li)
 	for i := range li.holdEnd {
-		li.holdEnd[i] = -1
+		li.holdEnd[i], li.lastUse[i] = -1, -1
 	}
 	for i := range g.Nodes {
 		li.scope[i] = -1
@@ -448,8 +463,8 @@ func (b *builder) layers() layerInfo {
 	// A layer's output is a data value read by another layer. The loop keeps
 	// it in x until the next layer has run, and in y to the end of the
 	// forward when a later layer reads it. The measurements show the same
-	// with checkpoint segments: the segmented loop keeps what later layers
-	// read to the end of the forward, checkpointed or not.
+	// with checkpoint segments for what a later range or the rest of the
+	// loop reads; a checkpointed range returns nothing else (chunkHolds).
 	for v := range g.Values {
 		if !b.data[v] || g.Values[v].Producer < 0 {
 			continue
@@ -463,6 +478,7 @@ func (b *builder) layers() layerInfo {
 			if cl == l || b.kind[c] == opMeta {
 				continue
 			}
+			li.lastUse[v] = max(li.lastUse[v], cl)
 			end := l + 1
 			if cl > end {
 				end = -2

@@ -62,6 +62,31 @@ func (b *builder) chunks() {
 	}
 }
 
+// chunkHolds sets b.hold, the layer loop's holds under the config's
+// checkpointed ranges. A range runs as one function that returns only what
+// layers after it read: a value made in the range and read by no later
+// layer leaves the loop's list when the range returns, even when a layer
+// of the range listed it in model.save. In the trace of yolov9-c at batch 8
+// with two segments, layer 13's output (read by layers 14 and 18, both in
+// the first range) is freed as soon as the range returns; layer 10's (read
+// by layer 21, after the range) lives to the end of the forward.
+func (b *builder) chunkHolds() {
+	b.hold = b.li.holdEnd
+	if len(b.ck) == 0 {
+		return
+	}
+	b.hold = append([]int(nil), b.li.holdEnd...)
+	for v, end := range b.hold {
+		p := b.g.Values[v].Producer
+		if end != -2 || p < 0 || b.chunkOf[p] < 0 {
+			continue
+		}
+		if r := b.cfg.Checkpoint[b.chunkOf[p]]; b.li.lastUse[v] < r.To {
+			b.hold[v] = r.To - 1
+		}
+	}
+}
+
 // recompute reruns chunk c's forward up to its last op that saves a tensor.
 // The recomputed values get storages of their own; the saved ones stay
 // referenced by their nodes' saved lists, the rest die when the early stop

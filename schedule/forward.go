@@ -20,6 +20,7 @@ func (b *builder) forward() {
 	b.phase = Forward
 	b.li = b.layerInfo()
 	b.chunks()
+	b.chunkHolds()
 	var nodes []int32
 	for i := range g.Nodes {
 		if k := b.kind[i]; k != opMeta && k != opSkip {
@@ -113,7 +114,7 @@ func (b *builder) step(f *fwd, i int32) {
 	for _, v := range n.Outputs {
 		if b.data[v] {
 			f.alive[v] = true
-			if li.holdEnd[v] != -1 {
+			if b.hold[v] != -1 {
 				f.holds[v]++
 				f.layerHeld = append(f.layerHeld, v)
 			}
@@ -136,7 +137,10 @@ func (b *builder) step(f *fwd, i int32) {
 			b.maybeRelease(f, v)
 		}
 	}
-	for _, v := range f.scopeHolds[i] {
+	// Frames unwind innermost first: the holds taken last end first, and a
+	// list dies last item first.
+	for j := len(f.scopeHolds[i]) - 1; j >= 0; j-- {
+		v := f.scopeHolds[i][j]
 		f.holds[v]--
 		b.maybeRelease(f, v)
 	}
@@ -162,7 +166,7 @@ func (b *builder) maybeRelease(f *fwd, v ir.ValueID) {
 func (b *builder) dropHolds(f *fwd, held []ir.ValueID, due func(int) bool) []ir.ValueID {
 	kept := held[:0]
 	for _, v := range held {
-		if !due(b.li.holdEnd[v]) {
+		if !due(b.hold[v]) {
 			kept = append(kept, v)
 			continue
 		}

@@ -1,0 +1,102 @@
+package onnxmem_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/onnxmem/onnxmem/onnxmem"
+)
+
+// ownRun is one model step measured by calibration/yolov9_segments.py.
+type ownRun struct {
+	Cfg      string           `json:"cfg"`
+	Batch    int64            `json:"batch"`
+	Img      int64            `json:"img"`
+	AMP      bool             `json:"amp"`
+	Segments int              `json:"segments"`
+	Result   map[string]int64 `json:"result"`
+}
+
+func ownRuns(t *testing.T, name string) []ownRun {
+	t.Helper()
+	b, err := os.ReadFile("../calibration/results/" + name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f struct {
+		Scenarios []ownRun `json:"scenarios"`
+	}
+	if err := json.Unmarshal(b, &f); err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	if len(f.Scenarios) == 0 {
+		t.Fatalf("%s: no scenarios", name)
+	}
+	return f.Scenarios
+}
+
+// TestOwnMeasurements compares the built-in models with the model steps that
+// calibration/yolov9_segments.py measured on the H200 (the ground truth's
+// harness rewritten from its README), which need no ../shared.
+//
+// The bytes the step requests depend on the program alone, and must match to
+// the byte. The allocated bytes also depend on where the caching allocator
+// puts each tensor, so on everything the process allocated before: the
+// ground truth ran a model's scenarios one after another in one process, and
+// the gradients left from one scenario shape the free blocks of the next.
+// onnxmem simulates a fresh process (parameters, empty_cache, a warm-up step,
+// the measured step). Against steps run each in a process of its own
+// (yolov9_segments_fresh.json) the bytes after the forward are within 0.5%,
+// the product's target, and are there exact to within 0.05%; against steps
+// run one after another (yolov9_segments.json), as the ground truth's were,
+// they are within 1%: at batch 1 the history moves them by up to 0.6%.
+func TestOwnMeasurements(t *testing.T) {
+	const mib = 1 << 20
+	var table strings.Builder
+	fmt.Fprintf(&table, "%-14s %-9s %4s %2s %5s  %10s %7s  %10s %7s  %9s\n", "run", "cfg", "prec", "k", "batch",
+		"peak MiB", "error", "after_fwd", "error", "req error")
+	models := map[string]*onnxmem.Model{}
+	for _, f := range []struct {
+		file, run string
+		afterFwd  float64
+	}{
+		{"yolov9_segments_fresh.json", "fresh process", 0.005},
+		{"yolov9_segments.json", "in sequence", 0.01},
+	} {
+		for _, s := range ownRuns(t, f.file) {
+			m := models[s.Cfg]
+			if m == nil {
+				var err error
+				if m, err = onnxmem.Builtin(s.Cfg); err != nil {
+					t.Fatal(err)
+				}
+				models[s.Cfg] = m
+			}
+			r, err := m.Simulate(onnxmem.Scenario{Batch: s.Batch, Height: s.Img, Width: s.Img, AMP: s.AMP, Segments: s.Segments})
+			if err != nil {
+				t.Fatal(err)
+			}
+			me := s.Result
+			pct := func(got, want int64) float64 { return 100 * float64(got-want) / float64(want) }
+			prec := map[bool]string{false: "fp32", true: "amp"}[s.AMP]
+			fmt.Fprintf(&table, "%-14s %-9s %4s %2d %5d  %10.1f %+6.2f%%  %10.1f %+6.2f%%  %+8d B\n",
+				f.run, s.Cfg, prec, s.Segments, s.Batch,
+				float64(me["peak"])/mib, pct(r.Peak, me["peak"]), float64(me["after_fwd"])/mib, pct(r.AfterForward, me["after_fwd"]),
+				r.PeakRequested-me["peak_req"])
+			what := fmt.Sprintf("%s: %s %s segments %d batch %d", f.file, s.Cfg, prec, s.Segments, s.Batch)
+			if d := r.PeakRequested - me["peak_req"]; d < -512 || d > 512 {
+				t.Errorf("%s: requested peak %d, measured %d", what, r.PeakRequested, me["peak_req"])
+			}
+			if e := pct(r.Peak, me["peak"]); e > 1 || e < -1 {
+				t.Errorf("%s: peak %+.2f%%, beyond 1%%", what, e)
+			}
+			if e := pct(r.AfterForward, me["after_fwd"]); e > 100*f.afterFwd || e < -100*f.afterFwd {
+				t.Errorf("%s: after the forward %+.2f%%, beyond %.1f%%", what, e, 100*f.afterFwd)
+			}
+		}
+	}
+	t.Log("\n" + table.String())
+}

@@ -1,0 +1,159 @@
+package onnxmem
+
+import (
+	"bytes"
+	"compress/gzip"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/onnxmem/onnxmem/schedule"
+)
+
+// sweepRows reads calibration/results/conv_sweep.json: [N, Cin, Cout, H, W,
+// K, stride, groups, element size, fwd, bwd-data, bwd-filter] per row.
+func sweepRows(t testing.TB) [][12]int64 {
+	t.Helper()
+	b, err := os.ReadFile("../calibration/results/conv_sweep.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sweep struct {
+		Rows [][12]int64 `json:"rows"`
+	}
+	if err := json.Unmarshal(b, &sweep); err != nil {
+		t.Fatal(err)
+	}
+	return sweep.Rows
+}
+
+func callOf(r [12]int64, which string) schedule.ConvCall {
+	out := func(x int64) int64 { return (x+2*(r[5]/2)-r[5])/r[6] + 1 }
+	return schedule.ConvCall{Which: which, N: r[0], Cin: r[1], Cout: r[2], H: r[3], W: r[4], OutH: out(r[3]), OutW: out(r[4]),
+		KH: r[5], KW: r[5], StrideH: r[6], StrideW: r[6], Groups: r[7], ElemSize: r[8]}
+}
+
+var passes = []string{"fwd", "bwd-data", "bwd-filter"}
+
+// TestCuDNNTable checks that the embedded table is the measurement in
+// calibration/results/conv_sweep.json, row for row (regenerate it with go
+// run calibration/conv_table.go), and that CuDNNWorkspace returns it.
+func TestCuDNNTable(t *testing.T) {
+	rows := sweepRows(t)
+	tab, err := parseWorkspaces(cudnnTable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tab) != len(rows) {
+		t.Fatalf("embedded table has %d convolutions, conv_sweep.json %d: run go run calibration/conv_table.go", len(tab), len(rows))
+	}
+	for _, r := range rows {
+		for i, which := range passes {
+			c := callOf(r, which)
+			if got := CuDNNWorkspace(c); got != r[9+i] {
+				t.Fatalf("%+v: CuDNNWorkspace %d, measured %d", c, got, r[9+i])
+			}
+		}
+	}
+}
+
+// TestCuDNNWorkspace shows the lookup and the fallback on a few calls.
+func TestCuDNNWorkspace(t *testing.T) {
+	// The 1×1 conv that ends layer 6 of yolov9-s (384 → 192 channels, 40×40,
+	// float16), whose recomputation holds the peak of four segments.
+	cv4 := func(n int64, which string) schedule.ConvCall {
+		return schedule.ConvCall{Which: which, N: n, Cin: 384, Cout: 192, H: 40, W: 40, OutH: 40, OutW: 40,
+			KH: 1, KW: 1, StrideH: 1, StrideW: 1, Groups: 1, ElemSize: 2}
+	}
+	in, out := func(n int64) int64 { return n * 384 * 1600 * 2 }, func(n int64) int64 { return n * 192 * 1600 * 2 }
+	for _, tc := range []struct {
+		name string
+		c    schedule.ConvCall
+		want int64
+	}{
+		{"measured: none at batch 2", cv4(2, "fwd"), 0},
+		{"measured: IN+OUT+147 at batch 32", cv4(32, "fwd"), in(32) + out(32) + 147},
+		{"measured: 64 weights in the backward filter at batch 32", cv4(32, "bwd-filter"), 64 * 384 * 192 * 2},
+		{"not measured (batch 3): the rule", cv4(3, "fwd"), 0},
+		{"not measured (batch 3): the rule's backward filter", cv4(3, "bwd-filter"), 6 * 384 * 192 * 2},
+	} {
+		if got := CuDNNWorkspace(tc.c); got != tc.want {
+			t.Errorf("%s: %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestCuDNNRule measures the fallback rule against the table: the share of
+// calls whose workspace it gets within 1 KiB, per pass and precision. The
+// rule is what cuDNN picks most often; the floors catch a rule that no
+// longer describes the common algorithms.
+func TestCuDNNRule(t *testing.T) {
+	type cell struct{ hit, n int }
+	var cells [2][3]cell
+	for _, r := range sweepRows(t) {
+		for i, which := range passes {
+			c := callOf(r, which)
+			d := cuDNNWorkspaceRule(c) - r[9+i]
+			e := &cells[r[8]/4][i]
+			e.n++
+			if d >= -1024 && d <= 1024 {
+				e.hit++
+			}
+		}
+	}
+	floors := [2][3]float64{{0.80, 0.80, 0.30}, {0.65, 0.75, 0.10}} // float16, float32
+	var b strings.Builder
+	for p, name := range []string{"float16", "float32"} {
+		for i, which := range passes {
+			e := cells[p][i]
+			share := float64(e.hit) / float64(e.n)
+			fmt.Fprintf(&b, "%-8s %-10s %5d of %5d (%.0f%%)\n", name, which, e.hit, e.n, 100*share)
+			if share < floors[p][i] {
+				t.Errorf("%s %s: the rule holds for %.0f%% of the measured calls, below %.0f%%", name, which, 100*share, 100*floors[p][i])
+			}
+		}
+	}
+	t.Log("calls whose workspace the rule gets within 1 KiB:\n" + b.String())
+}
+
+func TestParseWorkspacesErrors(t *testing.T) {
+	gz := func(s string) []byte {
+		var b bytes.Buffer
+		w := gzip.NewWriter(&b)
+		w.Write([]byte(s))
+		w.Close()
+		return b.Bytes()
+	}
+	for _, tc := range []struct {
+		name string
+		in   []byte
+		want string
+	}{
+		{"not gzip", []byte("1\t2"), "cuDNN table"},
+		{"short line", gz("# header\n1\t2\t3\n"), "line 2: 3 fields"},
+		{"letters", gz("1\t2\t3\t4\t5\t6\t7\t8\t9\t10\t11\tx\n"), "line 1: want 12"},
+		{"too many", gz("1\t2\t3\t4\t5\t6\t7\t8\t9\t10\t11\t12\t13\n"), "line 1: want 12"},
+		{"empty field", gz("1\t\t3\t4\t5\t6\t7\t8\t9\t10\t11\t12\n"), "line 1: want 12"},
+	} {
+		_, err := parseWorkspaces(tc.in)
+		if err == nil || !strings.HasPrefix(err.Error(), "onnxmem: ") || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %v, want one with %q", tc.name, err, tc.want)
+		}
+	}
+	m, err := parseWorkspaces(gz("# c\n\n1\t2\t3\t4\t5\t6\t7\t8\t9\t10\t11\t12\n"))
+	if err != nil || len(m) != 1 || m[convKey{1, 2, 3, 4, 5, 6, 7, 8, 9}] != [3]int64{10, 11, 12} {
+		t.Errorf("parse: %v, %v", m, err)
+	}
+}
+
+// BenchmarkCuDNNTable decodes the embedded table, which the first
+// simulation in a process does once. Goal: under 20 ms.
+func BenchmarkCuDNNTable(b *testing.B) {
+	for b.Loop() {
+		if _, err := parseWorkspaces(cudnnTable); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
