@@ -3,11 +3,11 @@
 The ground truth (../shared/groundtruth) has allocation traces of four model steps, one of
 them with checkpoint segments (yolov9-c, batch 8, AMP, K=2). This script makes more: it
 runs the model step that ../shared/groundtruth/README.md describes ("model_step") on
-yolov9-s and yolov9-c, written here from their layer tables (models/tables.go) with
+yolov9-t, yolov9-s, yolov9-c and gelan-c, written here from their layer tables (models/tables.go) with
 modules that follow the official repository's forward code (github.com/WongKinYiu/yolov9,
 models/common.py and models/yolo.py at 5b1ea9a: Conv, AConv, ADown, ELAN1, RepNCSPELAN4,
-RepNCSP, RepNBottleneck, RepConvN, SPPELAN, CBLinear, CBFuse, Concat, nn.Upsample and
-DualDDetect in training mode), and records every allocation of the measured step.
+RepNCSP, RepNBottleneck, RepConvN, SPPELAN, CBLinear, CBFuse, Concat, nn.Upsample,
+DDetect and DualDDetect in training mode), and records every allocation of the measured step.
 
 The step, as the README says:
   - fp32 parameters and buffers on the GPU, x = randn(B, 3, S, S) fp32, gradients None;
@@ -234,6 +234,22 @@ def make_divisible(x, d):
     return math.ceil(x / d) * d
 
 
+class DDetect(nn.Module):
+    def __init__(self, nc, ch):
+        super().__init__()
+        self.nl = len(ch)
+        reg = 16
+        c2, c3 = make_divisible(max((ch[0] // 4, reg * 4, 16)), 4), max((ch[0], min((nc * 2, 128))))
+        self.cv2 = nn.ModuleList(nn.Sequential(Conv(x, c2, 3), Conv(c2, c2, 3, g=4), nn.Conv2d(c2, 4 * reg, 1, groups=4)) for x in ch)
+        self.cv3 = nn.ModuleList(nn.Sequential(Conv(x, c3, 3), Conv(c3, c3, 3), nn.Conv2d(c3, nc, 1)) for x in ch)
+        self.dfl = DFL(reg)
+
+    def forward(self, x):
+        for i in range(self.nl):
+            x[i] = torch.cat((self.cv2[i](x[i]), self.cv3[i](x[i])), 1)
+        return x
+
+
 class DualDDetect(nn.Module):
     def __init__(self, nc, ch):
         super().__init__()
@@ -288,7 +304,21 @@ YOLOV9_C = [
     (-1, "rep", [512, 512, 256, 1]), (-1, "adown", [512]), ([25, -1], "cbfuse", [[2]]),
     (-1, "rep", [512, 512, 256, 1]), ([31, 34, 37, 16, 19, 22], "detect", []),
 ]
-TABLES = {"yolov9-s": YOLOV9_S, "yolov9-c": YOLOV9_C}
+# yolov9-t is yolov9-s at half the width: every channel count halved (a conv's kernel and
+# stride and RepNCSPELAN4's repeat count stay).
+CHANNEL_ARGS = {"conv": 1, "aconv": 1, "elan1": 3, "rep": 3, "sppelan": 2}
+YOLOV9_T = [(f, kind, [a // 2 if j < CHANNEL_ARGS.get(kind, 0) else a for j, a in enumerate(args)])
+            for f, kind, args in YOLOV9_S]
+# gelan-c is layers 1-22 of yolov9-c, renumbered, with a single head.
+GELAN_C = [
+    (-1, "conv", [64, 3, 2]), (-1, "conv", [128, 3, 2]), (-1, "rep", [256, 128, 64, 1]), (-1, "adown", [256]),
+    (-1, "rep", [512, 256, 128, 1]), (-1, "adown", [512]), (-1, "rep", [512, 512, 256, 1]), (-1, "adown", [512]),
+    (-1, "rep", [512, 512, 256, 1]), (-1, "sppelan", [512, 256]), (-1, "up", []), ([-1, 6], "concat", []),
+    (-1, "rep", [512, 512, 256, 1]), (-1, "up", []), ([-1, 4], "concat", []), (-1, "rep", [256, 256, 128, 1]),
+    (-1, "adown", [256]), ([-1, 12], "concat", []), (-1, "rep", [512, 512, 256, 1]), (-1, "adown", [512]),
+    ([-1, 9], "concat", []), (-1, "rep", [512, 512, 256, 1]), ([15, 18, 21], "ddetect", []),
+]
+TABLES = {"yolov9-t": YOLOV9_T, "yolov9-s": YOLOV9_S, "yolov9-c": YOLOV9_C, "gelan-c": GELAN_C}
 
 
 class Model(nn.Module):
@@ -322,6 +352,8 @@ class Model(nn.Module):
                 m, c2 = CBFuse(args[0]), ch[froms[-1]] if froms[-1] != -1 else ch[-1]
             elif kind == "detect":
                 m, c2 = DualDDetect(nc, [ch[j] for j in froms]), None
+            elif kind == "ddetect":
+                m, c2 = DDetect(nc, [ch[j] for j in froms]), None
             else:
                 raise ValueError(kind)
             m.f, m.i = f, i
@@ -410,13 +442,22 @@ def events(entries):
     return out
 
 
+def flatten(out):
+    """The head's outputs: [d1, d2] of YOLOv9's DualDDetect, or the list of DDetect."""
+    for o in out:
+        if isinstance(o, (list, tuple)):
+            yield from flatten(o)
+        else:
+            yield o
+
+
 def step(model, x, k, amp):
     with torch.autocast("cuda", torch.float16, enabled=amp):
         out = forward_segments(model, x, k) if k > 1 else forward_once(model, x)
     torch.cuda.synchronize()
     after_fwd = torch.cuda.memory_allocated()
     fwd_peak = torch.cuda.max_memory_allocated()
-    loss = sum(o.sum() for d in out for o in d)
+    loss = sum(o.sum() for o in flatten(out))
     loss.backward()
     del out, loss
     torch.cuda.synchronize()
