@@ -37,7 +37,8 @@ in results/yolov9_segments/, then results/yolov9_segments_fresh.json):
     python3 calibration/yolov9_segments.py --out calibration/results
     python3 calibration/yolov9_segments.py --out calibration/results --fresh --json yolov9_segments_fresh.json \
         --scenarios yolov9-c:1:640:fp32:2:,yolov9-c:1:640:fp32:4:,yolov9-c:1:640:amp:2:,yolov9-c:2:640:fp32:2:,\
-yolov9-s:1:640:fp32:4:,yolov9-s:4:640:fp32:4:,yolov9-s:8:640:amp:4:,yolov9-s:1:640:amp:4:
+yolov9-s:1:640:fp32:4:,yolov9-s:4:640:fp32:4:,yolov9-s:8:640:amp:4:,yolov9-s:1:640:amp:4:,yolov9-s:64:640:fp32:4:t
+(the last scenario was run on its own and appended, with its trace)
 """
 import argparse
 import json
