@@ -322,6 +322,9 @@ GELAN_C = [
 TABLES = {"yolov9-t": YOLOV9_T, "yolov9-s": YOLOV9_S, "yolov9-c": YOLOV9_C, "gelan-c": GELAN_C}
 
 
+BLOCKS = {"conv": Conv, "aconv": AConv, "adown": ADown, "elan1": ELAN1, "rep": RepNCSPELAN4, "sppelan": SPPELAN}
+
+
 class Model(nn.Module):
     def __init__(self, table, nc=80):
         super().__init__()
@@ -329,18 +332,8 @@ class Model(nn.Module):
         for i, (f, kind, args) in enumerate(table):
             froms = f if isinstance(f, list) else [f]
             c1 = ch[-1] if f == -1 else ch[f] if isinstance(f, int) else None
-            if kind == "conv":
-                m, c2 = Conv(c1, *args), args[0]
-            elif kind == "aconv":
-                m, c2 = AConv(c1, *args), args[0]
-            elif kind == "adown":
-                m, c2 = ADown(c1, *args), args[0]
-            elif kind == "elan1":
-                m, c2 = ELAN1(c1, *args), args[0]
-            elif kind == "rep":
-                m, c2 = RepNCSPELAN4(c1, *args), args[0]
-            elif kind == "sppelan":
-                m, c2 = SPPELAN(c1, *args), args[0]
+            if kind in BLOCKS:  # modules whose first argument is the output channels
+                m, c2 = BLOCKS[kind](c1, *args), args[0]
             elif kind == "up":
                 m, c2 = nn.Upsample(None, 2, "nearest"), c1
             elif kind == "concat":
