@@ -24,7 +24,7 @@ groups, element size]), written by
 
     go run calibration/conv_configs.go -o calibration/results/conv_configs.json
 
-and the result, results/conv_sweep.json, holds {"env": ..., "rows": [[N, Cin, Cout, H, W,
+(git-ignored: it is made again in a second), and the result, results/conv_sweep.json, holds {"env": ..., "rows": [[N, Cin, Cout, H, W,
 K, stride, groups, element size, fwd, bwd-data, bwd-filter], ...]} in the same order.
 
 Rerun on a GPU machine, from the repository root:
