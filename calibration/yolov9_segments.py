@@ -3,7 +3,7 @@
 The ground truth (../shared/groundtruth) has allocation traces of four model steps, one of
 them with checkpoint segments (yolov9-c, batch 8, AMP, K=2). This script makes more: it
 runs the model step that ../shared/groundtruth/README.md describes ("model_step") on
-yolov9-t, yolov9-s, yolov9-c and gelan-c, written here from their layer tables (models/tables.go) with
+yolov9-t, -s, -m, -c, -e and gelan-c, written here from their layer tables (models/tables.go) with
 modules that follow the official repository's forward code (github.com/WongKinYiu/yolov9,
 models/common.py and models/yolo.py at 5b1ea9a: Conv, AConv, ADown, ELAN1, RepNCSPELAN4,
 RepNCSP, RepNBottleneck, RepConvN, SPPELAN, CBLinear, CBFuse, Concat, nn.Upsample,
@@ -305,6 +305,39 @@ YOLOV9_C = [
     (-1, "rep", [512, 512, 256, 1]), (-1, "adown", [512]), ([25, -1], "cbfuse", [[2]]),
     (-1, "rep", [512, 512, 256, 1]), ([31, 34, 37, 16, 19, 22], "detect", []),
 ]
+YOLOV9_M = [
+    (-1, "silence", []), (-1, "conv", [32, 3, 2]), (-1, "conv", [64, 3, 2]), (-1, "rep", [128, 128, 64, 1]),
+    (-1, "aconv", [240]), (-1, "rep", [240, 240, 120, 1]), (-1, "aconv", [360]),
+    (-1, "rep", [360, 360, 180, 1]), (-1, "aconv", [480]), (-1, "rep", [480, 480, 240, 1]),
+    (-1, "sppelan", [480, 240]), (-1, "up", []), ([-1, 7], "concat", []), (-1, "rep", [360, 360, 180, 1]),
+    (-1, "up", []), ([-1, 5], "concat", []), (-1, "rep", [240, 240, 120, 1]), (-1, "aconv", [184]),
+    ([-1, 13], "concat", []), (-1, "rep", [360, 360, 180, 1]), (-1, "aconv", [240]),
+    ([-1, 10], "concat", []), (-1, "rep", [480, 480, 240, 1]), (5, "cblinear", [[240]]),
+    (7, "cblinear", [[240, 360]]), (9, "cblinear", [[240, 360, 480]]), (0, "conv", [32, 3, 2]),
+    (-1, "conv", [64, 3, 2]), (-1, "rep", [128, 128, 64, 1]), (-1, "aconv", [240]),
+    ([23, 24, 25, -1], "cbfuse", [[0, 0, 0]]), (-1, "rep", [240, 240, 120, 1]), (-1, "aconv", [360]),
+    ([24, 25, -1], "cbfuse", [[1, 1]]), (-1, "rep", [360, 360, 180, 1]), (-1, "aconv", [480]),
+    ([25, -1], "cbfuse", [[2]]), (-1, "rep", [480, 480, 240, 1]), ([31, 34, 37, 16, 19, 22], "detect", []),
+]
+YOLOV9_E = [
+    (-1, "silence", []), (-1, "conv", [64, 3, 2]), (-1, "conv", [128, 3, 2]),
+    (-1, "rep", [256, 128, 64, 2]), (-1, "adown", [256]), (-1, "rep", [512, 256, 128, 2]),
+    (-1, "adown", [512]), (-1, "rep", [1024, 512, 256, 2]), (-1, "adown", [1024]),
+    (-1, "rep", [1024, 512, 256, 2]), (1, "cblinear", [[64]]), (3, "cblinear", [[64, 128]]),
+    (5, "cblinear", [[64, 128, 256]]), (7, "cblinear", [[64, 128, 256, 512]]),
+    (9, "cblinear", [[64, 128, 256, 512, 1024]]), (0, "conv", [64, 3, 2]),
+    ([10, 11, 12, 13, 14, -1], "cbfuse", [[0, 0, 0, 0, 0]]), (-1, "conv", [128, 3, 2]),
+    ([11, 12, 13, 14, -1], "cbfuse", [[1, 1, 1, 1]]), (-1, "rep", [256, 128, 64, 2]), (-1, "adown", [256]),
+    ([12, 13, 14, -1], "cbfuse", [[2, 2, 2]]), (-1, "rep", [512, 256, 128, 2]), (-1, "adown", [512]),
+    ([13, 14, -1], "cbfuse", [[3, 3]]), (-1, "rep", [1024, 512, 256, 2]), (-1, "adown", [1024]),
+    ([14, -1], "cbfuse", [[4]]), (-1, "rep", [1024, 512, 256, 2]), (9, "sppelan", [512, 256]),
+    (-1, "up", []), ([-1, 7], "concat", []), (-1, "rep", [512, 512, 256, 2]), (-1, "up", []),
+    ([-1, 5], "concat", []), (-1, "rep", [256, 256, 128, 2]), (28, "sppelan", [512, 256]), (-1, "up", []),
+    ([-1, 25], "concat", []), (-1, "rep", [512, 512, 256, 2]), (-1, "up", []), ([-1, 22], "concat", []),
+    (-1, "rep", [256, 256, 128, 2]), (-1, "adown", [256]), ([-1, 39], "concat", []),
+    (-1, "rep", [512, 512, 256, 2]), (-1, "adown", [512]), ([-1, 36], "concat", []),
+    (-1, "rep", [512, 1024, 512, 2]), ([35, 32, 29, 42, 45, 48], "detect", []),
+]
 # yolov9-t is yolov9-s at half the width: every channel count halved (a conv's kernel and
 # stride and RepNCSPELAN4's repeat count stay).
 CHANNEL_ARGS = {"conv": 1, "aconv": 1, "elan1": 3, "rep": 3, "sppelan": 2}
@@ -319,7 +352,8 @@ GELAN_C = [
     (-1, "adown", [256]), ([-1, 12], "concat", []), (-1, "rep", [512, 512, 256, 1]), (-1, "adown", [512]),
     ([-1, 9], "concat", []), (-1, "rep", [512, 512, 256, 1]), ([15, 18, 21], "ddetect", []),
 ]
-TABLES = {"yolov9-t": YOLOV9_T, "yolov9-s": YOLOV9_S, "yolov9-c": YOLOV9_C, "gelan-c": GELAN_C}
+TABLES = {"yolov9-t": YOLOV9_T, "yolov9-s": YOLOV9_S, "yolov9-m": YOLOV9_M, "yolov9-c": YOLOV9_C, "yolov9-e": YOLOV9_E,
+          "gelan-c": GELAN_C}
 
 
 BLOCKS = {"conv": Conv, "aconv": AConv, "adown": ADown, "elan1": ELAN1, "rep": RepNCSPELAN4, "sppelan": SPPELAN}
