@@ -55,19 +55,24 @@ func ownRuns(t *testing.T, name string) []ownRun {
 // and are there within 0.17%; against steps
 // run one after another (yolov9_segments.json), as the ground truth's were,
 // they are within 1%: at batch 1 the history moves them by up to 0.6%.
+//
+// The bytes reserved at the peak (the caching allocator's segments) depend on
+// the history even more: against the ground truth they are off by up to 45%,
+// against fresh processes by at most 6.3% (median 0), held here to 10%.
 func TestOwnMeasurements(t *testing.T) {
 	const mib = 1 << 20
 	var table strings.Builder
-	fmt.Fprintf(&table, "%-14s %-9s %4s %2s %5s  %10s %7s  %10s %7s  %9s\n", "run", "cfg", "prec", "k", "batch",
-		"peak MiB", "error", "after_fwd", "error", "req error")
+	fmt.Fprintf(&table, "%-14s %-9s %4s %2s %5s  %10s %7s  %10s %7s  %9s  %8s\n", "run", "cfg", "prec", "k", "batch",
+		"peak MiB", "error", "after_fwd", "error", "req error", "reserved")
 	models := map[string]*onnxmem.Model{}
 	for _, f := range []struct {
 		file, run string
 		afterFwd  float64
+		reserved  float64 // 0: not checked
 	}{
-		{"yolov9_segments_fresh.json", "fresh process", 0.005},
-		{"yolov9_other_fresh.json", "other, fresh", 0.005},
-		{"yolov9_segments.json", "in sequence", 0.01},
+		{"yolov9_segments_fresh.json", "fresh process", 0.005, 0.10},
+		{"yolov9_other_fresh.json", "other, fresh", 0.005, 0.10},
+		{"yolov9_segments.json", "in sequence", 0.01, 0},
 	} {
 		for _, s := range ownRuns(t, f.file) {
 			m := models[s.Cfg]
@@ -85,10 +90,10 @@ func TestOwnMeasurements(t *testing.T) {
 			me := s.Result
 			pct := func(got, want int64) float64 { return 100 * float64(got-want) / float64(want) }
 			prec := map[bool]string{false: "fp32", true: "amp"}[s.AMP]
-			fmt.Fprintf(&table, "%-14s %-9s %4s %2d %5d  %10.1f %+6.2f%%  %10.1f %+6.2f%%  %+8d B\n",
+			fmt.Fprintf(&table, "%-14s %-9s %4s %2d %5d  %10.1f %+6.2f%%  %10.1f %+6.2f%%  %+8d B  %+7.1f%%\n",
 				f.run, s.Cfg, prec, s.Segments, s.Batch,
 				float64(me["peak"])/mib, pct(r.Peak, me["peak"]), float64(me["after_fwd"])/mib, pct(r.AfterForward, me["after_fwd"]),
-				r.PeakRequested-me["peak_req"])
+				r.PeakRequested-me["peak_req"], pct(r.PeakReserved, me["peak_reserved"]))
 			what := fmt.Sprintf("%s: %s %s segments %d batch %d", f.file, s.Cfg, prec, s.Segments, s.Batch)
 			if d := r.PeakRequested - me["peak_req"]; d < -512 || d > 512 {
 				t.Errorf("%s: requested peak %d, measured %d", what, r.PeakRequested, me["peak_req"])
@@ -98,6 +103,9 @@ func TestOwnMeasurements(t *testing.T) {
 			}
 			if e := pct(r.AfterForward, me["after_fwd"]); e > 100*f.afterFwd || e < -100*f.afterFwd {
 				t.Errorf("%s: after the forward %+.2f%%, beyond %.1f%%", what, e, 100*f.afterFwd)
+			}
+			if e := pct(r.PeakReserved, me["peak_reserved"]); f.reserved > 0 && (e > 100*f.reserved || e < -100*f.reserved) {
+				t.Errorf("%s: reserved at the peak %+.2f%%, beyond %.0f%%", what, e, 100*f.reserved)
 			}
 		}
 	}
