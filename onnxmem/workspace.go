@@ -19,14 +19,15 @@ import (
 // transposed to NHWC for a tensor-core kernel), IN + OUT + W, a multiple of
 // the weight (split-K partial sums), and more. The choice is not a formula
 // of the shapes: a 1×1 float16 conv of 384 to 192 channels on a 40×40 map
-// takes IN + OUT at batch 4 to 64 and nothing at batch 1 or 2, while the same
-// conv of 512 to 256 channels never takes any. So CuDNNWorkspace first looks
-// the call up in a table measured on an H200 with cuDNN 9.19 and PyTorch
-// 2.11 (calibration/conv_sweep.py: every convolution that the built-in
-// models run at batch 1 to 64, in float32 and float16, each of the three
-// calls, exact to the byte); it is the behaviour of the library, not of any
-// model step. A call the table does not hold (another model, image size or
-// batch) gets the rule of cuDNNWorkspaceRule.
+// takes IN + OUT at batch 4 to 64 and nothing at batch 1 or 2, while a 1×1
+// conv of 512 to 256 channels on the same map takes at most 272 bytes. So
+// CuDNNWorkspace first looks the call up in a table measured on an H200 with
+// cuDNN 9.19 and PyTorch 2.11 (calibration/conv_sweep.py: every convolution
+// that the built-in models run at batch 1 to 64 on square images of 320 to
+// 640 pixels, in float32 and float16, each of the three calls, exact to the
+// byte); it is the behaviour of the library, not of any model step. A call
+// the table does not hold (another model, image size or batch) gets the rule
+// of cuDNNWorkspaceRule.
 func CuDNNWorkspace(c schedule.ConvCall) int64 {
 	if ws, ok := lookupWorkspace(c); ok {
 		return ws
@@ -51,7 +52,9 @@ var (
 )
 
 // lookupWorkspace returns the measured workspace of a call, if the table has
-// its shape (square kernels and strides only, as YOLOv9's are).
+// its shape. The table's convolutions have square kernels and strides,
+// padding k/2 and dilation 1, as YOLOv9's do; a call whose output size says
+// otherwise is not looked up.
 func lookupWorkspace(c schedule.ConvCall) (int64, bool) {
 	workspaceOnce.Do(func() {
 		var err error
@@ -59,7 +62,8 @@ func lookupWorkspace(c schedule.ConvCall) (int64, bool) {
 			panic(err) // the embedded table is checked by TestCuDNNTable
 		}
 	})
-	if c.KH != c.KW || c.StrideH != c.StrideW {
+	out := func(x int64) int64 { return (x+2*(c.KH/2)-c.KH)/max(c.StrideH, 1) + 1 }
+	if c.KH != c.KW || c.StrideH != c.StrideW || c.OutH != out(c.H) || c.OutW != out(c.W) {
 		return 0, false
 	}
 	v, ok := workspaces[convKey{c.N, c.Cin, c.Cout, c.H, c.W, c.KH, c.StrideH, max(c.Groups, 1), c.ElemSize}]

@@ -157,3 +157,17 @@ func BenchmarkCuDNNTable(b *testing.B) {
 		}
 	}
 }
+
+// TestCuDNNWorkspacePadding checks that a call with other padding than
+// YOLOv9's k/2 is not looked up: the table's sizes are for its shapes only.
+func TestCuDNNWorkspacePadding(t *testing.T) {
+	c := schedule.ConvCall{Which: "fwd", N: 32, Cin: 384, Cout: 192, H: 40, W: 40, OutH: 40, OutW: 40,
+		KH: 1, KW: 1, StrideH: 1, StrideW: 1, Groups: 1, ElemSize: 2}
+	if _, ok := lookupWorkspace(c); !ok {
+		t.Fatalf("%+v: not in the table", c)
+	}
+	c.OutH, c.OutW = 42, 42 // padding 1
+	if _, ok := lookupWorkspace(c); ok {
+		t.Errorf("%+v: looked up with another padding", c)
+	}
+}
