@@ -2,6 +2,7 @@ package schedule
 
 import (
 	"fmt"
+	"iter"
 
 	"github.com/onnxmem/onnxmem/ir"
 )
@@ -84,37 +85,38 @@ func (b *builder) trainable(v ir.ValueID) bool {
 	if !b.param[v] {
 		return false
 	}
-	for _, c := range b.g.Values[v].Consumers {
-		n := &b.g.Nodes[c]
-		for j, in := range n.Inputs {
-			if in != v {
-				continue
-			}
-			switch {
-			case n.OpType == "Conv" && j >= 1,
-				n.OpType == "BatchNormalization" && (j == 1 || j == 2):
-				return true
-			}
+	for n, j := range b.uses(v) {
+		if n.OpType == "Conv" && j >= 1 || n.OpType == "BatchNormalization" && (j == 1 || j == 2) {
+			return true
 		}
 	}
 	return false
 }
 
+// uses yields each node that reads v, with the input position it reads v
+// at, once per position.
+func (b *builder) uses(v ir.ValueID) iter.Seq2[*ir.Node, int] {
+	return func(yield func(*ir.Node, int) bool) {
+		for _, c := range b.g.Values[v].Consumers {
+			n := &b.g.Nodes[c]
+			for j, in := range n.Inputs {
+				if in == v && !yield(n, j) {
+					return
+				}
+			}
+		}
+	}
+}
+
 // group says which of YOLOv9's three parameter groups v belongs to: 0 for
 // weights with decay (convs), 1 for batch-norm weights, 2 for biases.
 func (b *builder) group(v ir.ValueID) int {
-	for _, c := range b.g.Values[v].Consumers {
-		n := &b.g.Nodes[c]
-		for j, in := range n.Inputs {
-			if in != v {
-				continue
-			}
-			switch {
-			case n.OpType == "BatchNormalization" && j == 1:
-				return 1
-			case j == 2:
-				return 2
-			}
+	for n, j := range b.uses(v) {
+		switch {
+		case n.OpType == "BatchNormalization" && j == 1:
+			return 1
+		case j == 2:
+			return 2
 		}
 	}
 	return 0
