@@ -189,9 +189,13 @@ type Node struct {
 	Outputs []ValueID
 	// Attrs are in the order the file lists them.
 	Attrs []Attr
-	// Layer is the top-level layer index i parsed from a "/model.i/" prefix of
-	// the node name (or "model.i." in dynamo exports), or -1.
+	// Layer is the node's top-level layer, which a model family assigns with
+	// Graph.AssignLayers, or -1.
 	Layer int
+	// Scopes are the module paths that a dynamo export records in the node's
+	// metadata_props ("namespace", "pkg.torch.onnx.name_scopes"), in file
+	// order.
+	Scopes []string
 }
 
 // Attr returns the named attribute and whether it is present.

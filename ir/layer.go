@@ -1,34 +1,48 @@
 // Finding a node's top-level layer from the names exporters leave behind.
 //
-// TorchScript exports name nodes after the module path: "/model.3/cv1/conv/Conv"
-// is in layer 3. Dynamo exports name nodes "node_Conv_3931" and put the module
-// path in the node's metadata_props instead ("namespace" and
-// "pkg.torch.onnx.name_scopes", holding "model.3"); the ONNX binding predates
-// that field, so it is read from the node's unknown fields. The sources, in
-// order: the node name, that metadata, the node's output names (TorchScript's
-// deduplicated-weight Identity nodes write "model.22.cv3.0.0.conv.bias"), the
-// names of initializers the node reads ("model.3.cv1.conv.weight"), and last, for
-// a dynamo node that an optimizer made and left without metadata, the layer of
-// the node that produces its first input.
+// TorchScript exports name nodes after the module path: "/backbone/3/conv/Conv"
+// is in the module backbone.3. Dynamo exports name nodes "node_Conv_3931" and
+// put the module path in the node's metadata_props instead ("namespace" and
+// "pkg.torch.onnx.name_scopes", holding "backbone.3"); the ONNX binding
+// predates that field, so Load reads it from the node's unknown fields into
+// Node.Scopes. The sources, in order: the node name, those scopes, the node's
+// output names (TorchScript's deduplicated-weight Identity nodes write
+// "backbone.3.conv.bias"), the names of initializers the node reads
+// ("backbone.3.conv.weight"), and last, for a dynamo node that an optimizer
+// made and left without metadata, the layer of the node that produces its
+// first input. Which module path makes a top-level layer, and its index, is
+// the model family's to say: AssignLayers takes it as a function.
 
 package ir
 
 import (
-	"github.com/advancedclimatesystems/gonnx/onnx"
 	"google.golang.org/protobuf/encoding/protowire"
 )
 
 // nodeMetadataField is NodeProto.metadata_props (onnx.proto, ONNX 1.16+).
 const nodeMetadataField = 9
 
+// AssignLayers sets the Layer of every node, in node order, from the names
+// exporters leave behind (see the file comment). layerIn finds the layer in
+// one such string and returns it, or -1 when the string names none; a model
+// family supplies it, since each family names its top-level layers its own way.
+// A node that no source places keeps layer -1.
+func (g *Graph) AssignLayers(layerIn func(string) int) {
+	for i := range g.Nodes {
+		g.Nodes[i].Layer = nodeLayer(g, &g.Nodes[i], layerIn)
+	}
+}
+
 // nodeLayer returns the layer of node n (see the file comment), or -1. Nodes
 // before n must already have theirs.
-func nodeLayer(g *Graph, n *Node, pn *onnx.NodeProto) int {
+func nodeLayer(g *Graph, n *Node, layerIn func(string) int) int {
 	if l := layerIn(n.Name); l >= 0 {
 		return l
 	}
-	if l := metadataLayer(pn.ProtoReflect().GetUnknown()); l >= 0 {
-		return l
+	for _, s := range n.Scopes {
+		if l := layerIn(s); l >= 0 {
+			return l
+		}
 	}
 	for _, o := range n.Outputs {
 		if o != NoValue {
@@ -52,35 +66,35 @@ func nodeLayer(g *Graph, n *Node, pn *onnx.NodeProto) int {
 	return -1
 }
 
-// metadataLayer finds the layer in a node's metadata_props entries, given the
-// node's unknown-field bytes.
-func metadataLayer(b []byte) int {
+// metadataScopes returns the module paths in a node's metadata_props
+// entries ("namespace" and "pkg.torch.onnx.name_scopes"), in file order,
+// given the node's unknown-field bytes.
+func metadataScopes(b []byte) []string {
+	var out []string
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
-			return -1
+			return out
 		}
 		b = b[n:]
 		if num != nodeMetadataField || typ != protowire.BytesType {
 			if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
-				return -1
+				return out
 			}
 			b = b[n:]
 			continue
 		}
 		entry, n := protowire.ConsumeBytes(b)
 		if n < 0 {
-			return -1
+			return out
 		}
 		b = b[n:]
 		key, value := stringPair(entry)
 		if key == "namespace" || key == "pkg.torch.onnx.name_scopes" {
-			if l := layerIn(value); l >= 0 {
-				return l
-			}
+			out = append(out, value)
 		}
 	}
-	return -1
+	return out
 }
 
 // stringPair decodes a StringStringEntryProto (key = 1, value = 2).
@@ -103,33 +117,4 @@ func stringPair(b []byte) (key, value string) {
 		}
 	}
 	return key, value
-}
-
-// layerIn returns i for the first "model.i" in s that starts s or follows one of
-// "/' :[" and is followed by the end of s or one of "./':,]", or -1.
-func layerIn(s string) int {
-	const prefix = "model."
-	for at := 0; at+len(prefix) < len(s); at++ {
-		if s[at:at+len(prefix)] != prefix || (at > 0 && !isSep(s[at-1])) {
-			continue
-		}
-		i, l := at+len(prefix), 0
-		for i < len(s) && s[i] >= '0' && s[i] <= '9' && l < 1e6 {
-			l = 10*l + int(s[i]-'0')
-			i++
-		}
-		if i > at+len(prefix) && (i == len(s) || isSep(s[i]) || s[i] == '.') {
-			return l
-		}
-	}
-	return -1
-}
-
-// isSep reports whether c may delimit a "model.i" path element.
-func isSep(c byte) bool {
-	switch c {
-	case '/', '\'', ' ', ':', '[', ']', ',', '"':
-		return true
-	}
-	return false
 }

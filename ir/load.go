@@ -279,7 +279,8 @@ func (l *loader) nodes(pnodes []*onnx.NodeProto, order []int) error {
 				g.Values[v].Consumers = append(g.Values[v].Consumers, n.ID)
 			}
 		}
-		n.Layer = nodeLayer(g, n, pnodes[fi])
+		n.Layer = -1
+		n.Scopes = metadataScopes(pnodes[fi].ProtoReflect().GetUnknown())
 	}
 	return nil
 }

@@ -25,6 +25,25 @@ func small3() *model {
 		output("y")
 }
 
+// testLayer finds "model.i" after a slash or at the start of s, as a family
+// would.
+func testLayer(s string) int {
+	s = strings.TrimPrefix(s, "/")
+	if !strings.HasPrefix(s, "model.") {
+		return -1
+	}
+	l, rest := 0, s[len("model."):]
+	i := 0
+	for i < len(rest) && rest[i] >= '0' && rest[i] <= '9' {
+		l = 10*l + int(rest[i]-'0')
+		i++
+	}
+	if i == 0 {
+		return -1
+	}
+	return l
+}
+
 func TestLoadStructure(t *testing.T) {
 	g := small3().load(t)
 	var names []string
@@ -57,6 +76,9 @@ func TestLoadStructure(t *testing.T) {
 	if in := g.Values[0].Dims; in[0] != (Dim{Value: -1, Param: "batch"}) || in[1] != (Dim{Value: 3}) {
 		t.Errorf("input dims %v", in)
 	}
+	// Layers from the node name, none, an output name, the node name; the
+	// Mul's layer would come from its producer if its name gave none.
+	g.AssignLayers(testLayer)
 	var layers []int
 	for _, n := range g.Nodes {
 		layers = append(layers, n.Layer)
@@ -216,38 +238,36 @@ func TestLoadFileError(t *testing.T) {
 	}
 }
 
-func TestLayerIn(t *testing.T) {
-	for s, want := range map[string]int{
-		"/model.3/cv1/conv/Conv":        3,
-		"model.22.cv3.0.0.conv.bias":    22,
-		"/model.12/Concat":              12,
-		"['', 'model.7', 'model.7.bn']": 7,
-		": models.yolo.DetectionModel/model.38: models.yolo.DualDDetect/cat_61": 38,
-		"onnx::Split_2586":     -1,
-		"submodel.3/x":         -1,
-		"/model.x/Conv":        -1,
-		"/model.3a/Conv":       -1,
-		"Concat_1":             -1,
-		"model.":               -1,
-		"/backbone/model.9999": 9999,
-	} {
-		if got := layerIn(s); got != want {
-			t.Errorf("layerIn(%q) = %d, want %d", s, got, want)
-		}
-	}
-}
-
-func TestMetadataLayer(t *testing.T) {
+// TestMetadataScopes checks that Load reads a dynamo export's module paths
+// from the nodes' metadata_props into Node.Scopes, and that AssignLayers
+// reads them after the node name.
+func TestMetadataScopes(t *testing.T) {
 	m := newModel(18).input("x", Float32, 1).node("Relu", "node_Relu_1", "x", "y")
 	// metadata_props (field 9) is unknown to the binding: append it raw.
-	entry := []byte{0x0a, 9}
-	entry = append(entry, "namespace"...)
-	value := ": models.yolo.DetectionModel/model.4: models.common.ADown/relu"
-	entry = append(append(entry, 0x12, byte(len(value))), value...)
-	field := append([]byte{9<<3 | 2, byte(len(entry))}, entry...)
+	var field []byte
+	for _, kv := range [][2]string{{"namespace", ": nets.Net/blocks.4: nets.Down/relu"}, {"other", "x"}, {"pkg.torch.onnx.name_scopes", "['', 'blocks.4']"}} {
+		entry := append([]byte{0x0a, byte(len(kv[0]))}, kv[0]...)
+		entry = append(append(entry, 0x12, byte(len(kv[1]))), kv[1]...)
+		field = append(append(field, 9<<3|2, byte(len(entry))), entry...)
+	}
 	m.g.Node[0].ProtoReflect().SetUnknown(field)
 	g := m.load(t)
-	if g.Nodes[0].Layer != 4 {
-		t.Errorf("layer %d, want 4", g.Nodes[0].Layer)
+	n := &g.Nodes[0]
+	if want := []string{": nets.Net/blocks.4: nets.Down/relu", "['', 'blocks.4']"}; !slices.Equal(n.Scopes, want) {
+		t.Errorf("scopes %q, want %q", n.Scopes, want)
+	}
+	if n.Layer != -1 {
+		t.Errorf("layer %d after Load, want -1: layers are the family's", n.Layer)
+	}
+	var asked []string
+	g.AssignLayers(func(s string) int {
+		asked = append(asked, s)
+		if strings.Contains(s, "blocks.4") {
+			return 4
+		}
+		return -1
+	})
+	if n.Layer != 4 || !slices.Equal(asked, []string{"node_Relu_1", ": nets.Net/blocks.4: nets.Down/relu"}) {
+		t.Errorf("layer %d after asking %q; want 4 after the name and the first scope", n.Layer, asked)
 	}
 }

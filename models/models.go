@@ -30,7 +30,7 @@
 // BatchNormalization with three outputs, SiLU as Sigmoid and Mul, chunk as
 // Shape → Gather → Add → Div → Mul → Slice, nn.Upsample and CBFuse's
 // F.interpolate as Resize, CBLinear's Split, and ADown's cat folded into the
-// Concat layer that reads it (schedule.Normalize restores it). What differs
+// Concat layer that reads it (the YOLOv9 family's Normalize restores it). What differs
 // comes from the exporter's global counters or is metadata: the names of the
 // constants made outside every module ("Constant_1033") and of the graph
 // outputs ("3323"), the symbolic names of the outputs' dims, the graph's name

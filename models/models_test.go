@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/onnxmem/onnxmem/family/yolov9"
 	"github.com/onnxmem/onnxmem/internal/onnxbuild"
 	"github.com/onnxmem/onnxmem/ir"
-	"github.com/onnxmem/onnxmem/schedule"
 )
 
 // exported lists the models that have a training export in the shared
@@ -23,8 +23,8 @@ var exported = []string{"yolov9-t", "yolov9-s", "yolov9-m", "yolov9-c", "yolov9-
 // top-level layer the nodes' op types, names, attributes and wiring, the
 // weights' names, dims and order, and, at batch 2 and images of 640 and 512,
 // the dims and dtype of every node output and of the graph outputs. Both
-// graphs are loaded with ir and normalized with schedule.Normalize, as
-// onnxmem loads a model. The first difference fails the test.
+// graphs are loaded with ir and prepared by the YOLOv9 family (layers
+// assigned, the exporter's flattening undone), as onnxmem loads a model. The first difference fails the test.
 func TestEquivalence(t *testing.T) {
 	for _, name := range exported {
 		t.Run(name, func(t *testing.T) {
@@ -55,7 +55,7 @@ func loadNormalized(t *testing.T, path string, data []byte) *ir.Graph {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if g, err = schedule.Normalize(g); err != nil {
+	if g, err = (yolov9.Family{}).Prepare(g); err != nil {
 		t.Fatal(err)
 	}
 	return g

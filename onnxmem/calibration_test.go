@@ -11,7 +11,6 @@ import (
 
 	"github.com/onnxmem/onnxmem/internal/onnxbuild"
 	"github.com/onnxmem/onnxmem/onnxmem"
-	"github.com/onnxmem/onnxmem/schedule"
 )
 
 // calibrationLine is one scenario of shared/groundtruth/calibration.jsonl
@@ -41,7 +40,7 @@ func (l calibrationLine) scenario() onnxmem.Scenario {
 	case "eval_step":
 		sc.Eval = true
 	case "train_step":
-		sc.Train, sc.Boxes, sc.Optimizer, sc.EMA = true, l.Boxes, schedule.Optimizer(l.Optimizer), l.EMA
+		sc.Train, sc.Boxes, sc.Optimizer, sc.EMA = true, l.Boxes, onnxmem.Optimizer(l.Optimizer), l.EMA
 	}
 	return sc
 }

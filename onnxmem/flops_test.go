@@ -6,7 +6,6 @@ import (
 
 	"github.com/onnxmem/onnxmem/internal/onnxbuild"
 	"github.com/onnxmem/onnxmem/ir"
-	"github.com/onnxmem/onnxmem/schedule"
 )
 
 // flopsNet builds a five-layer graph whose FLOPs at 2×3×16×16 are counted by
@@ -71,7 +70,7 @@ func TestCost(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
 		segments  int
-		plan      []schedule.Range
+		plan      []Range
 		recompute int64
 	}{
 		{"no checkpoint", 0, nil, 0},
@@ -80,8 +79,8 @@ func TestCost(t *testing.T) {
 		// layers 0-1; 4 segments of 1 checkpoint layers 0, 1 and 2.
 		{"segments 2", 2, nil, l0 + pool1},
 		{"segments 4", 4, nil, l0 + pool1 + conv2},
-		{"plan 3-5", 0, []schedule.Range{{From: 3, To: 5}}, avg3 + add4 + sig4},
-		{"plan 0-1 and 2-3", 0, []schedule.Range{{From: 0, To: 1}, {From: 2, To: 3}}, l0 + conv2},
+		{"plan 3-5", 0, []Range{{From: 3, To: 5}}, avg3 + add4 + sig4},
+		{"plan 0-1 and 2-3", 0, []Range{{From: 0, To: 1}, {From: 2, To: 3}}, l0 + conv2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sc := sc
@@ -127,7 +126,7 @@ func TestCostErrors(t *testing.T) {
 	for _, sc := range []Scenario{
 		{Batch: 0, Height: 16, Width: 16},
 		{Batch: 1, Height: 16, Width: 16, AMP: true, Half: true},
-		{Batch: 1, Height: 16, Width: 16, Segments: 2, Checkpoint: []schedule.Range{{From: 0, To: 1}}},
+		{Batch: 1, Height: 16, Width: 16, Segments: 2, Checkpoint: []Range{{From: 0, To: 1}}},
 	} {
 		if _, err := m.Cost(sc); err == nil || err.Error() != sc.Supported().Error() {
 			t.Errorf("%+v: error %v, want Supported's %v", sc, err, sc.Supported())

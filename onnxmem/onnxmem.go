@@ -18,18 +18,46 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 
+	"github.com/onnxmem/onnxmem/family"
 	"github.com/onnxmem/onnxmem/ir"
-	"github.com/onnxmem/onnxmem/loss"
 	"github.com/onnxmem/onnxmem/schedule"
 )
 
-// Model is a loaded graph.
+// Model is a loaded graph, prepared for simulation by its model family.
 type Model struct {
 	// Name is the file's base name without ".onnx", or the built-in name.
-	Name  string
+	Name string
+	// Family is the name of the model family detected from the graph
+	// (package family): "yolov9", or "generic" for a graph no other family
+	// claims. Scenario.Family overrides it.
+	Family string
+	// Graph is the graph as the detected family prepared it: top-level
+	// layers assigned, the exporter's flattening undone.
 	Graph *ir.Graph
+
+	raw   *ir.Graph // as ir.Load returned it
+	mu    sync.Mutex
+	preps []*prepared // one per family the model has been simulated as
+}
+
+// prepared is the model as one family sees it.
+type prepared struct {
+	fam   family.Family
+	graph *ir.Graph
+	// holds caches what the forward keeps alive: it depends on the graph
+	// alone, and a sweep builds the same graph's program many times.
+	once  sync.Once
+	holds *schedule.Holds
+}
+
+// Holds implements schedule.Holder with the family's answer, computed once.
+func (p *prepared) Holds(f *schedule.Flow) *schedule.Holds {
+	p.once.Do(func() { p.holds = p.fam.Holds(f) })
+	return p.holds
 }
 
 // Load reads an ONNX file. Weights are never read: a weightless export loads
@@ -42,24 +70,80 @@ func Load(path string) (*Model, error) {
 	return LoadBytes(strings.TrimSuffix(filepath.Base(path), ".onnx"), data)
 }
 
-// LoadBytes decodes an ONNX model held in memory.
+// LoadBytes decodes an ONNX model held in memory and prepares it for the
+// family that Detect finds.
 func LoadBytes(name string, data []byte) (*Model, error) {
 	g, err := ir.Load(data)
 	if err != nil {
 		return nil, fmt.Errorf("onnxmem: %s: %w", name, err)
 	}
-	if g, err = schedule.Normalize(g); err != nil {
-		return nil, fmt.Errorf("onnxmem: %s: %w", name, err)
+	m := &Model{Name: name, raw: g}
+	p, err := m.prepare(family.Detect(g).Name())
+	if err != nil {
+		return nil, err
 	}
-	return &Model{Name: name, Graph: g}, nil
+	m.Family, m.Graph = p.fam.Name(), p.graph
+	return m, nil
 }
 
-// Scenario is one configuration to simulate.
+// Families lists the model families a Scenario may name, in the order they
+// are tried on a loaded graph.
+func Families() []string { return family.Names() }
+
+// prepare returns the model as the named family prepares it, from the
+// model's cache when it can.
+func (m *Model) prepare(name string) (*prepared, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, p := range m.preps {
+		if p.fam.Name() == name {
+			return p, nil
+		}
+	}
+	fam, err := family.ByName(name)
+	if err != nil {
+		return nil, fmt.Errorf("onnxmem: %s: %w", m.Name, err)
+	}
+	// Each family assigns layers of its own: it gets its own copy of the
+	// nodes.
+	g := *m.raw
+	g.Nodes = slices.Clone(m.raw.Nodes)
+	pg, err := fam.Prepare(&g)
+	if err != nil {
+		return nil, fmt.Errorf("onnxmem: %s: %w", m.Name, err)
+	}
+	p := &prepared{fam: fam, graph: pg}
+	m.preps = append(m.preps, p)
+	return p, nil
+}
+
+// Range is a half-open range [From, To) of top-level layers.
+type Range struct{ From, To int }
+
+// Optimizer names the optimizer of a train step.
+type Optimizer string
+
+// The optimizers. Each keeps its state in buffers the size of the
+// parameters: SGD with momentum one, Adam two, AdamW with amsgrad (as
+// YOLOv9's smart_optimizer makes it) three, Lion one; None takes no step.
+const (
+	SGD   Optimizer = "SGD"
+	Adam  Optimizer = "Adam"
+	AdamW Optimizer = "AdamW"
+	Lion  Optimizer = "Lion"
+	None  Optimizer = "none"
+)
+
+// Optimizers lists the optimizers a Scenario may name.
+func Optimizers() []Optimizer { return []Optimizer{SGD, Adam, AdamW, Lion, None} }
+
+// Scenario is one configuration to simulate. The zero value of a field
+// means its default, which Defaults fills in.
 type Scenario struct {
 	// Batch is the batch size; Height and Width the input image's size.
 	Batch, Height, Width int64
 	// AMP runs the forward under torch.autocast('cuda', torch.float16), as
-	// train_dual.py does by default.
+	// YOLOv9's train_dual.py does by default.
 	AMP bool
 	// Half runs the model in half precision (model.half() and a half input).
 	// It excludes AMP.
@@ -72,21 +156,22 @@ type Scenario struct {
 	// Checkpoint, when not empty, is an explicit plan: these ranges of
 	// top-level layers run under checkpoint(use_reentrant=False). It
 	// excludes Segments.
-	Checkpoint []schedule.Range
-	// Eval simulates train_dual.py's validation step instead of a model step:
-	// the forward of a half copy of the model under torch.no_grad(), with the
-	// eval-mode decode of the detection head, at batch Batch (the training
-	// batch × 2, as the repository validates). AMP, Half and checkpointing do
-	// not apply.
+	Checkpoint []Range
+	// Eval simulates the family's validation step instead of a model step:
+	// the forward of a half copy of the model under torch.no_grad(), with
+	// the eval-mode head (YOLOv9's decode), at batch Batch (YOLOv9's
+	// train_dual.py validates at twice the training batch). AMP, Half and
+	// checkpointing do not apply.
 	Eval bool
-	// Train simulates a full step of train_dual.py instead of a model step:
-	// the batch's upload, the forward (under autocast with AMP), YOLOv9's
-	// loss with Boxes ground-truth boxes in every image, the backward,
-	// GradScaler, gradient clipping, the Optimizer's step, zero_grad and,
-	// with EMA, the EMA update. The optimizer's state exists before the step.
+	// Train simulates a full step of the family's training script instead of
+	// a model step (YOLOv9: train_dual.py): the batch's upload, the forward
+	// (under autocast with AMP), the family's loss with Boxes ground-truth
+	// boxes in every image, the backward, GradScaler, gradient clipping, the
+	// Optimizer's step (default SGD), zero_grad and, with EMA, the EMA
+	// update. The optimizer's state exists before the step.
 	Train     bool
 	Boxes     int64
-	Optimizer schedule.Optimizer
+	Optimizer Optimizer
 	EMA       bool
 	// CuBLASWorkspace is the cuBLAS workspace left allocated by earlier work
 	// in the process, resident in train and eval steps; 0 means
@@ -95,6 +180,22 @@ type Scenario struct {
 	// Capacity, when positive, is the device memory in bytes: a step that needs
 	// more reports OOM.
 	Capacity int64
+	// Family, when not empty, names the model family to simulate the graph
+	// as (see Families), in place of the one detected.
+	Family string `json:",omitempty"`
+}
+
+// Defaults returns sc with every zero field that has a default set to it:
+// the SGD optimizer for train steps and DefaultCuBLASWorkspace. It is the
+// one place that says what a Scenario's zero fields mean.
+func (sc Scenario) Defaults() Scenario {
+	if sc.Train && sc.Optimizer == "" {
+		sc.Optimizer = SGD
+	}
+	if sc.CuBLASWorkspace == 0 {
+		sc.CuBLASWorkspace = DefaultCuBLASWorkspace
+	}
+	return sc
 }
 
 // DefaultCuBLASWorkspace is PyTorch's default cuBLAS workspace on Hopper
@@ -164,12 +265,10 @@ func (sc Scenario) Supported() error {
 		return fmt.Errorf("onnxmem: amp and half exclude each other: autocast runs on float32 parameters")
 	case sc.Segments > 1 && len(sc.Checkpoint) > 0:
 		return fmt.Errorf("onnxmem: segments and an explicit checkpoint plan exclude each other")
-	case sc.Train && TrainLoss == nil:
-		return fmt.Errorf("onnxmem: train steps need a loss model, and none is set (onnxmem.TrainLoss)")
 	case sc.Train && sc.Eval:
 		return fmt.Errorf("onnxmem: a scenario is a train step or an eval step, not both")
 	case sc.Train && sc.Half:
-		return fmt.Errorf("onnxmem: train_dual.py trains float32 parameters, with or without amp: half does not apply")
+		return fmt.Errorf("onnxmem: train steps train float32 parameters, with or without amp: half does not apply")
 	case sc.Train && sc.Boxes < 0:
 		return fmt.Errorf("onnxmem: boxes %d: must be 0 or more", sc.Boxes)
 	case sc.Eval && (sc.AMP || sc.Half || sc.Segments > 1 || len(sc.Checkpoint) > 0):
@@ -180,6 +279,8 @@ func (sc Scenario) Supported() error {
 		return fmt.Errorf("onnxmem: batch %d: must be at least 1", sc.Batch)
 	case sc.Height < 1 || sc.Width < 1:
 		return fmt.Errorf("onnxmem: image %dx%d: both sides must be at least 1", sc.Height, sc.Width)
+	case sc.Optimizer != "" && !slices.Contains(Optimizers(), sc.Optimizer):
+		return fmt.Errorf("onnxmem: unknown optimizer %q: want SGD, Adam, AdamW, Lion or none", sc.Optimizer)
 	}
 	return nil
 }
@@ -190,13 +291,18 @@ func (m *Model) Program(sc Scenario) (*schedule.Program, error) {
 	if err := sc.Supported(); err != nil {
 		return nil, err
 	}
-	s, err := m.Graph.Infer(ir.Binding{Batch: sc.Batch, Height: sc.Height, Width: sc.Width})
+	p, err := m.prepare(cmpOr(sc.Family, m.Family))
+	if err != nil {
+		return nil, err
+	}
+	sc = sc.Defaults()
+	s, err := p.graph.Infer(ir.Binding{Batch: sc.Batch, Height: sc.Height, Width: sc.Width})
 	if err != nil {
 		return nil, fmt.Errorf("onnxmem: %s: %w", m.Name, err)
 	}
-	cfg := schedule.Config{Workspace: CuDNNWorkspace, Checkpoint: sc.Checkpoint, Eval: sc.Eval, CuBLASWorkspace: sc.CuBLASWorkspace}
-	if cfg.CuBLASWorkspace == 0 {
-		cfg.CuBLASWorkspace = DefaultCuBLASWorkspace
+	cfg := schedule.Config{Workspace: CuDNNWorkspace, CuBLASWorkspace: sc.CuBLASWorkspace, Holder: p}
+	for _, r := range sc.Checkpoint {
+		cfg.Checkpoint = append(cfg.Checkpoint, schedule.Range(r))
 	}
 	switch {
 	case sc.AMP:
@@ -205,20 +311,34 @@ func (m *Model) Program(sc Scenario) (*schedule.Program, error) {
 		cfg.Precision = schedule.Half
 	}
 	if sc.Segments > 1 {
-		cfg.Checkpoint = schedule.Sequential(m.Layers(), sc.Segments)
+		cfg.Checkpoint = schedule.Sequential(layers(p.graph), sc.Segments)
+	}
+	if sc.Eval {
+		cfg.Eval = &schedule.Eval{Head: p.fam.EvalHead()}
 	}
 	if sc.Train {
-		opt := sc.Optimizer
-		if opt == "" {
-			opt = schedule.SGD
+		outs := make([]schedule.Output, len(p.graph.Outputs))
+		for i, v := range p.graph.Outputs {
+			outs[i] = schedule.Output{Dims: s.Dims[v], DType: s.DTypes[v]}
 		}
-		cfg.Train = &schedule.Train{Loss: TrainLoss, Boxes: sc.Boxes, Optimizer: opt, EMA: sc.EMA}
+		if err := p.fam.CheckTrain(outs); err != nil {
+			return nil, fmt.Errorf("onnxmem: %s: %w", m.Name, err)
+		}
+		cfg.Train = p.fam.Recipe(schedule.Optimizer(sc.Optimizer), sc.EMA, sc.Boxes)
 	}
-	p, err := schedule.Build(m.Graph, s, cfg)
+	prog, err := schedule.Build(p.graph, s, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("onnxmem: %s: %w", m.Name, err)
 	}
-	return p, nil
+	return prog, nil
+}
+
+// cmpOr returns a unless it is empty, else b.
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
 }
 
 // Simulate predicts one scenario.
@@ -278,14 +398,15 @@ func (m *Model) MaxBatch(sc Scenario, budget, limit int64) (int64, *Result, erro
 	return lo, best, nil
 }
 
-// Layers returns the number of top-level layers: one more than the largest
-// layer index in the node names.
-func (m *Model) Layers() int {
+// Layers returns the number of top-level layers of the detected family's
+// graph: one more than the largest layer index.
+func (m *Model) Layers() int { return layers(m.Graph) }
+
+// layers returns one more than the largest layer index of g's nodes.
+func layers(g *ir.Graph) int {
 	n := 0
-	for i := range m.Graph.Nodes {
-		if l := m.Graph.Nodes[i].Layer; l+1 > n {
-			n = l + 1
-		}
+	for i := range g.Nodes {
+		n = max(n, g.Nodes[i].Layer+1)
 	}
 	return n
 }
@@ -294,8 +415,8 @@ func (m *Model) Layers() int {
 // weights that get a .grad in a training step (convolution weights and
 // biases, batch normalization's scale and bias), without the running
 // statistics, auxiliary branch included. PyTorch's sum(p.numel() for p in
-// model.parameters()) also counts the 16 frozen weights of each YOLOv9
-// head's DFL convolution.
+// model.parameters()) also counts frozen weights, which the training graph
+// shows as constants (YOLOv9's DFL convolution has 16 per head).
 func (m *Model) Parameters() (int64, error) {
 	p, err := m.Program(Scenario{Batch: 1, Height: 64, Width: 64})
 	if err != nil {
@@ -308,7 +429,21 @@ func (m *Model) Parameters() (int64, error) {
 	return n, nil
 }
 
-// TrainLoss is the loss model of train steps: YOLOv9's dual task-aligned
-// loss (package loss) by default. A nil TrainLoss makes train steps
-// unsupported.
-var TrainLoss schedule.Loss = loss.NewYOLOv9()
+// Sequential returns the layer ranges that
+// torch.utils.checkpoint.checkpoint_sequential checkpoints when it cuts n
+// layers into k segments: size = n / k, and the first k-1 chunks of size
+// layers each; the rest runs normally. k < 2 checkpoints nothing.
+func Sequential(n, k int) []Range { return ranges(schedule.Sequential(n, k)) }
+
+// EachLayer returns a plan that checkpoints every one of n top-level layers
+// on its own, the most memory-frugal plan and the most recompute.
+func EachLayer(n int) []Range { return ranges(schedule.EachLayer(n)) }
+
+// ranges converts schedule's ranges to the public type.
+func ranges(rs []schedule.Range) []Range {
+	out := make([]Range, len(rs))
+	for i, r := range rs {
+		out[i] = Range(r)
+	}
+	return out
+}

@@ -11,7 +11,6 @@ import (
 	"github.com/onnxmem/onnxmem/internal/onnxbuild"
 	"github.com/onnxmem/onnxmem/models"
 	"github.com/onnxmem/onnxmem/onnxmem"
-	"github.com/onnxmem/onnxmem/schedule"
 )
 
 // pinnedPath holds every calibration prediction: the scenario, the built-in
@@ -60,11 +59,11 @@ func pinScenarios(t *testing.T) []pinned {
 			{Batch: 4, Height: 640, Width: 640},
 			{Batch: 4, Height: 384, Width: 512, AMP: true, Segments: 3},
 			{Batch: 2, Height: 320, Width: 320, Half: true},
-			{Batch: 2, Height: 640, Width: 640, Checkpoint: []schedule.Range{{From: 2, To: 5}, {From: 9, To: 12}}},
+			{Batch: 2, Height: 640, Width: 640, Checkpoint: []onnxmem.Range{{From: 2, To: 5}, {From: 9, To: 12}}},
 			{Batch: 8, Height: 448, Width: 448, Eval: true},
-			{Batch: 2, Height: 640, Width: 640, Train: true, Boxes: 12, Optimizer: schedule.AdamW, EMA: true, AMP: true},
-			{Batch: 2, Height: 512, Width: 512, Train: true, Boxes: 3, Optimizer: schedule.Lion, Segments: 2},
-			{Batch: 16, Height: 640, Width: 640, Train: true, Boxes: 8, Optimizer: schedule.SGD, Capacity: 4 << 30},
+			{Batch: 2, Height: 640, Width: 640, Train: true, Boxes: 12, Optimizer: onnxmem.AdamW, EMA: true, AMP: true},
+			{Batch: 2, Height: 512, Width: 512, Train: true, Boxes: 3, Optimizer: onnxmem.Lion, Segments: 2},
+			{Batch: 16, Height: 640, Width: 640, Train: true, Boxes: 8, Optimizer: onnxmem.SGD, Capacity: 4 << 30},
 		} {
 			out = append(out, pinned{Model: name, Scenario: s})
 		}

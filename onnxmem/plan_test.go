@@ -6,7 +6,6 @@ import (
 
 	"github.com/onnxmem/onnxmem/internal/onnxbuild"
 	"github.com/onnxmem/onnxmem/onnxmem"
-	"github.com/onnxmem/onnxmem/schedule"
 )
 
 // TestCheckpointPlans checks explicit plans: the plan checkpoint_sequential
@@ -30,15 +29,15 @@ func TestCheckpointPlans(t *testing.T) {
 	seg := base
 	seg.Segments = 2
 	plan := base
-	plan.Checkpoint = schedule.Sequential(m.Layers(), 2)
+	plan.Checkpoint = onnxmem.Sequential(m.Layers(), 2)
 	if a, b := run(seg), run(plan); a.Peak != b.Peak || a.AfterForward != b.AfterForward {
 		t.Errorf("Segments 2 gives peak %d, after forward %d; the same plan given explicitly %d, %d", a.Peak, a.AfterForward, b.Peak, b.AfterForward)
 	}
 	none := run(base)
 	half := base
-	half.Checkpoint = []schedule.Range{{From: 0, To: m.Layers() / 2}}
+	half.Checkpoint = []onnxmem.Range{{From: 0, To: m.Layers() / 2}}
 	all := base
-	all.Checkpoint = schedule.EachLayer(m.Layers() - 1) // the head's outputs are the step's outputs
+	all.Checkpoint = onnxmem.EachLayer(m.Layers() - 1) // the head's outputs are the step's outputs
 	h, e := run(half), run(all)
 	if !(h.AfterForward < none.AfterForward && e.AfterForward < h.AfterForward) {
 		t.Errorf("after forward: none %d, first half %d, every layer %d: want strictly decreasing", none.AfterForward, h.AfterForward, e.AfterForward)

@@ -1,6 +1,7 @@
 package onnxmem
 
 import (
+	"fmt"
 	"sort"
 
 	"github.com/onnxmem/onnxmem/allocator"
@@ -123,11 +124,13 @@ func run(p *schedule.Program, sc Scenario, observe func(int, allocator.Stats)) *
 	return r
 }
 
-// atPeak lists the buffers alive after event at: the MaxAtPeak largest,
-// largest first, then in buffer order; and the live bytes of every kind.
+// atPeak lists the buffers alive after event at of the step: the MaxAtPeak
+// largest, largest first, then in buffer order; and the live bytes of every
+// kind. It reads them from the liveness analysis of the step, whose buffers
+// live before the first event are the resident ones and the input.
 func atPeak(p *schedule.Program, at int) ([]Tensor, []KindBytes) {
-	ev := make([]liveness.Event, at+1)
-	for i, e := range p.Events[:at+1] {
+	ev := make([]liveness.Event, len(p.Events))
+	for i, e := range p.Events {
 		ev[i] = liveness.Event{Buf: e.Buf, Free: e.Free}
 	}
 	initial := append([]int32{}, p.Resident...)
@@ -135,7 +138,11 @@ func atPeak(p *schedule.Program, at int) ([]Tensor, []KindBytes) {
 		initial = append(initial, p.Input)
 	}
 	size := func(b int32) int64 { return allocator.RoundSize(p.Buffers[b].Bytes) }
-	live := liveness.LiveAt(ev, at, initial, size)
+	an, err := liveness.Analyze(ev, len(p.Buffers), initial, size)
+	if err != nil {
+		panic(fmt.Sprintf("onnxmem: schedule built a broken program: %v", err))
+	}
+	live := an.LiveAt(at)
 	var kinds []KindBytes
 	for _, b := range live {
 		k := p.Buffers[b].Kind.String()
@@ -146,7 +153,7 @@ func atPeak(p *schedule.Program, at int) ([]Tensor, []KindBytes) {
 		if i == len(kinds) {
 			kinds = append(kinds, KindBytes{Kind: k})
 		}
-		kinds[i].Bytes += size(b)
+		kinds[i].Bytes += an.Size(b)
 		kinds[i].Count++
 	}
 	sort.SliceStable(kinds, func(i, j int) bool { return kinds[i].Bytes > kinds[j].Bytes })
@@ -156,7 +163,7 @@ func atPeak(p *schedule.Program, at int) ([]Tensor, []KindBytes) {
 	out := make([]Tensor, 0, len(live))
 	for _, b := range live {
 		buf := p.Buffers[b]
-		t := Tensor{Kind: buf.Kind.String(), Bytes: size(b), Requested: buf.Bytes}
+		t := Tensor{Kind: buf.Kind.String(), Bytes: an.Size(b), Requested: buf.Bytes}
 		if buf.Value >= 0 {
 			t.Name = p.Graph.Values[buf.Value].Name
 		} else {

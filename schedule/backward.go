@@ -388,7 +388,7 @@ func (b *builder) cleanup() {
 		}
 		b.saved[i] = nil
 	}
-	if !b.cfg.Eval && (b.cfg.Train == nil || b.cfg.Train.Loss == nil) {
+	if b.cfg.Eval == nil && (b.cfg.Train == nil || b.cfg.Train.Loss == nil) {
 		b.unref(b.lossSt)
 	}
 	for j := len(b.decoded) - 1; j >= 0; j-- {

@@ -2,8 +2,6 @@ package schedule
 
 import (
 	"fmt"
-	"strings"
-	"sync"
 
 	"github.com/onnxmem/onnxmem/ir"
 )
@@ -13,21 +11,19 @@ type Precision uint8
 
 // The precisions.
 const (
-	// FP32 runs everything in the graph's types (float32 for YOLOv9).
+	// FP32 runs everything in the graph's types (usually float32).
 	FP32 Precision = iota
 	// AMP runs the forward under torch.autocast('cuda', torch.float16):
 	// convolutions cast their weights (cached until autocast exits) and
 	// inputs to float16 and return float16; other ops keep their input's
 	// type; parameters and their gradients stay float32.
 	AMP
-	// AMPBF16 is autocast to bfloat16, which has the sizes of AMP.
-	AMPBF16
 	// Half is model.half() with a half input: parameters, activations and
 	// gradients are all float16 (batch-norm statistics stay float32).
 	Half
 )
 
-var precisionNames = [...]string{"fp32", "amp", "amp-bf16", "half"}
+var precisionNames = [...]string{"fp32", "amp", "half"}
 
 // String returns the precision's short name.
 func (p Precision) String() string {
@@ -69,17 +65,20 @@ func EachLayer(n int) []Range {
 // Config says how the step is run.
 type Config struct {
 	Precision Precision
-	// Train, when not nil, runs a full training step of train_dual.py around
-	// the network: the batch's upload, the loss, the optimizer step and the
-	// EMA update, with the EMA copy, the optimizer's state and the cuBLAS
-	// workspace resident.
+	// Train, when not nil, runs a full training step around the network, as
+	// the family's training script does: the batch's upload, the loss, the
+	// optimizer step and the EMA update, with the EMA copy, the optimizer's
+	// state and the cuBLAS workspace resident.
 	Train *Train
-	// Eval runs validation as train_dual.py does: the forward of a half
-	// copy of the model (copy.deepcopy(model).eval().half()) under
-	// torch.no_grad(), batch norm on its running statistics, and the
-	// detection head's decode, with the float32 training model and the cuBLAS
+	// Eval, when not nil, runs a validation step: the forward of a half copy
+	// of the model (copy.deepcopy(model).eval().half()) under
+	// torch.no_grad(), batch norm on its running statistics, and the eval
+	// head's decode, with the float32 training model and the cuBLAS
 	// workspace resident. It implies Half and ignores Checkpoint.
-	Eval bool
+	Eval *Eval
+	// Holder says what the model's Python forward keeps alive beyond each
+	// op's reads; nil means LayerLoopOnly.
+	Holder Holder
 	// CuBLASWorkspace is the bytes of the cuBLAS workspace that an earlier
 	// matrix product left allocated; the eval step keeps it resident.
 	CuBLASWorkspace int64
@@ -139,7 +138,6 @@ type builder struct {
 	saved   [][]int32
 	phase   Phase
 	node    int32
-	paramOf []int32 // by value: resident buffer of a parameter, or -1
 
 	dt []ir.DType // by value: the type eager PyTorch gives it
 	// cast[v] is the storage of parameter v's autocast copy, or -1; casts
@@ -147,8 +145,9 @@ type builder struct {
 	cast  []int32
 	casts []ir.ValueID
 
-	li        layerInfo
-	hold      []int   // by value: holdEnd under the config's checkpoint ranges
+	holds     *Holds          // what the forward's Python code keeps alive
+	last      map[int]int32   // top-level layer → its last node (shape arithmetic aside)
+	hold      []int           // by value: Holds.LayerEnd under the config's checkpoint ranges
 	noSave    bool    // the op runs inside a checkpointed range's forward
 	stopAt    int32   // the node whose packing ends a recomputation, or -1
 	hadSave   []bool  // by node: it would have saved a tensor
@@ -171,8 +170,11 @@ type builder struct {
 // the backward. It fails, with an error starting "schedule: ", on an op that
 // has no memory rule.
 func Build(g *ir.Graph, s *ir.Shapes, cfg Config) (*Program, error) {
-	if cfg.Eval {
+	if cfg.Eval != nil {
 		cfg.Precision, cfg.Checkpoint = Half, nil
+	}
+	if cfg.Holder == nil {
+		cfg.Holder = LayerLoopOnly
 	}
 	b := &builder{g: g, s: s, cfg: cfg, p: &Program{Graph: g, Shapes: s}}
 	nv, nn := len(g.Values), len(g.Nodes)
@@ -184,14 +186,13 @@ func Build(g *ir.Graph, s *ir.Shapes, cfg Config) (*Program, error) {
 	b.vst = make([]int32, nv)
 	b.contig = make([]bool, nv)
 	b.slot = make([]int32, nv)
-	b.paramOf = make([]int32, nv)
 	b.paramGrads = make([]int32, nv)
 	b.saved = make([][]int32, nn)
 	b.stopAt = -1
 	b.dt = append([]ir.DType(nil), s.DTypes...)
 	b.cast = make([]int32, nv)
 	for i := range b.vst {
-		b.vst[i], b.slot[i], b.paramOf[i], b.paramGrads[i], b.cast[i] = -1, -1, -1, -1, -1
+		b.vst[i], b.slot[i], b.paramGrads[i], b.cast[i] = -1, -1, -1, -1
 		if cfg.Precision == Half && isFloat(b.dt[i]) {
 			b.dt[i] = ir.Float16
 		}
@@ -209,8 +210,10 @@ func Build(g *ir.Graph, s *ir.Shapes, cfg Config) (*Program, error) {
 	if err := b.resident(); err != nil {
 		return nil, err
 	}
-	b.noSave = cfg.Eval
-	b.forward()
+	b.noSave = cfg.Eval != nil
+	if err := b.forward(); err != nil {
+		return nil, err
+	}
 	training := cfg.Train != nil && cfg.Train.Loss != nil
 	if training {
 		// The loss runs inside the forward's autocast region.
@@ -219,7 +222,7 @@ func Build(g *ir.Graph, s *ir.Shapes, cfg Config) (*Program, error) {
 	}
 	b.exitAutocast()
 	b.p.ForwardEnd = len(b.p.Events)
-	if cfg.Eval {
+	if cfg.Eval != nil {
 		b.p.BackwardStart, b.p.BackwardEnd = b.p.ForwardEnd, b.p.ForwardEnd
 		b.cleanup()
 		return b.p, nil
@@ -264,14 +267,11 @@ func (b *builder) markParams() {
 
 // autocast reports whether the forward runs under autocast.
 func (b *builder) autocast() bool {
-	return b.cfg.Precision == AMP || b.cfg.Precision == AMPBF16
+	return b.cfg.Precision == AMP
 }
 
-// low is the reduced type of the precision: float16 or bfloat16.
+// low is autocast's reduced type, float16.
 func (b *builder) low() ir.DType {
-	if b.cfg.Precision == AMPBF16 {
-		return ir.BFloat16
-	}
 	return ir.Float16
 }
 
@@ -304,7 +304,7 @@ func (b *builder) resident() error {
 	}
 	// The model, and for the eval step its half copy after it.
 	copies := []func(ir.ValueID) int64{b.bytes}
-	if b.cfg.Eval {
+	if b.cfg.Eval != nil {
 		copies = []func(ir.ValueID) int64{b.s.Bytes, b.bytes}
 	}
 	for _, size := range copies {
@@ -313,29 +313,32 @@ func (b *builder) resident() error {
 				continue
 			}
 			v := ir.ValueID(i)
-			buf := b.newBuf(size(v), Param, v)
-			b.paramOf[v] = buf
-			b.p.Resident = append(b.p.Resident, buf)
+			b.p.Resident = append(b.p.Resident, b.newBuf(size(v), Param, v))
 			if bnVar[v] {
 				b.p.Resident = append(b.p.Resident, b.newBuf(8, Param, ir.NoValue))
 			}
 		}
 	}
-	if b.cfg.Eval {
+	if b.cfg.Eval != nil {
 		if b.cfg.CuBLASWorkspace > 0 {
 			b.p.Resident = append(b.p.Resident, b.newBuf(b.cfg.CuBLASWorkspace, Workspace, ir.NoValue))
 		}
-		// The head's anchor points and strides, made by the first eval
-		// call at this image size (make_anchors) and kept in the module.
-		if a, _ := HeadAnchors(b.g, b.s); a > 0 {
-			es := ir.Float16.Size()
-			b.p.Resident = append(b.p.Resident, b.newBuf(2*a*es, Param, ir.NoValue), b.newBuf(a*es, Param, ir.NoValue))
+		// What the eval head keeps in its module.
+		if h := b.cfg.Eval.Head; h != nil {
+			for _, n := range h.Resident(b.outputs()) {
+				b.p.Resident = append(b.p.Resident, b.newBuf(n, Param, ir.NoValue))
+			}
 		}
 	}
 	if b.cfg.Train != nil {
-		// The step uploads its own batch (loadBatch).
-		b.p.Input = -1
-		return b.trainResident(bnVar)
+		if err := b.trainResident(bnVar); err != nil {
+			return err
+		}
+		if b.cfg.Train.Uint8Batch {
+			// The step uploads its own batch (loadBatch).
+			b.p.Input = -1
+			return nil
+		}
 	}
 	x := b.g.Inputs[0]
 	b.p.Input = b.newBuf(b.bytes(x), Input, x)
@@ -343,189 +346,6 @@ func (b *builder) resident() error {
 	b.vst[x] = 0
 	b.contig[x] = true
 	return nil
-}
-
-// layerInfo is what _forward_once needs: for each layer the index of its last
-// data node, and for each value the layer that keeps it.
-type layerInfo struct {
-	last    map[int]int32 // layer → last data node
-	order   []int         // layers in order of their last node
-	holdEnd []int         // by value: the layer after which the loop drops it; -2 = end of forward; -1 = no hold
-	lastUse []int         // by value: the last layer that reads it, or -1
-	scope   []int32       // by node: a Concat's inputs are held until this node has run, or -1
-	// args[i] lists the values node i reads that a module's forward got as
-	// an argument, with the last node of that module: Python keeps an
-	// argument alive until the function returns.
-	args [][]argHold
-}
-
-type argHold struct {
-	v   ir.ValueID
-	end int32
-}
-
-// scopeOf returns the module path of a node name: "/model.3/cv1/conv/Conv"
-// → "/model.3/cv1/conv/".
-func scopeOf(name string) string {
-	return name[:strings.LastIndexByte(name, '/')+1]
-}
-
-// argHolds finds, for each read of each data node, the outermost module on
-// the reader's call stack that does not contain the producer: the value is
-// that module's argument, and lives until the module's last op.
-func (b *builder) argHolds(li *layerInfo) {
-	g := b.g
-	last := make(map[string]int32)
-	for i := range g.Nodes {
-		if b.kind[i] == opMeta || b.kind[i] == opSkip {
-			continue
-		}
-		sc := scopeOf(g.Nodes[i].Name)
-		for j := 1; j < len(sc); j++ {
-			if sc[j] == '/' {
-				last[sc[:j+1]] = int32(i)
-			}
-		}
-	}
-	li.args = make([][]argHold, len(g.Nodes))
-	for i := range g.Nodes {
-		if b.kind[i] == opMeta || b.kind[i] == opSkip {
-			continue
-		}
-		sc := scopeOf(g.Nodes[i].Name)
-		// A tensor that a forward makes itself and then chunks is a local
-		// variable: ADown's x = avg_pool2d(x, ...); x1, x2 = x.chunk(2, 1)
-		// keeps the pooled map until ADown returns, after its convs and cat,
-		// which shows where nothing saves it (checkpointed ranges, no_grad).
-		if n := &g.Nodes[i]; b.kind[i] == opView && (n.OpType == "Slice" || n.OpType == "Split") {
-			for _, v := range b.readsOf(int32(i)) {
-				if p := g.Values[v].Producer; p >= 0 && scopeOf(g.Nodes[p].Name) == sc && sc != "" {
-					if end := last[sc]; end > int32(i) {
-						li.args[i] = append(li.args[i], argHold{v, end})
-					}
-				}
-			}
-		}
-		for _, v := range b.readsOf(int32(i)) {
-			from := ""
-			if p := g.Values[v].Producer; p >= 0 {
-				from = scopeOf(g.Nodes[p].Name)
-			}
-			for j := 1; j < len(sc); j++ {
-				if sc[j] != '/' {
-					continue
-				}
-				if pre := sc[:j+1]; !strings.HasPrefix(from, pre) {
-					if end := last[pre]; end > int32(i) {
-						li.args[i] = append(li.args[i], argHold{v, end})
-					}
-					break
-				}
-			}
-		}
-	}
-}
-
-// infos caches layerInfo by graph: it depends on the graph alone (and on
-// its element types, which no binding changes), and a sweep builds the same
-// graph's program many times. Graphs are never modified once loaded; the
-// cache keeps each graph it has seen alive.
-var infos sync.Map // *ir.Graph → *layerInfo
-
-// layerInfo returns the graph's layerInfo, from the cache when it can.
-func (b *builder) layerInfo() layerInfo {
-	if li, ok := infos.Load(b.g); ok {
-		return *li.(*layerInfo)
-	}
-	li := b.layers()
-	infos.Store(b.g, &li)
-	return li
-}
-
-func (b *builder) layers() layerInfo {
-	g := b.g
-	li := layerInfo{last: map[int]int32{}, holdEnd: make([]int, len(g.Values)), lastUse: make([]int, len(g.Values)), scope: make([]int32, len(g.Nodes))}
-	b.argHolds(&li)
-	for i := range li.holdEnd {
-		li.holdEnd[i], li.lastUse[i] = -1, -1
-	}
-	for i := range g.Nodes {
-		li.scope[i] = -1
-		if b.kind[i] == opMeta {
-			continue
-		}
-		l := g.Nodes[i].Layer
-		if _, ok := li.last[l]; !ok {
-			li.order = append(li.order, l)
-		}
-		li.last[l] = int32(i)
-	}
-	// A layer's output is a data value read by another layer. The loop keeps
-	// it in x until the next layer has run, and in y to the end of the
-	// forward when a later layer reads it. The measurements show the same
-	// with checkpoint segments for what a later range or the rest of the
-	// loop reads; a checkpointed range returns nothing else (chunkHolds).
-	for v := range g.Values {
-		if !b.data[v] || g.Values[v].Producer < 0 {
-			continue
-		}
-		l := g.Nodes[g.Values[v].Producer].Layer
-		if l < 0 {
-			continue
-		}
-		for _, c := range g.Values[v].Consumers {
-			cl := g.Nodes[c].Layer
-			if cl == l || b.kind[c] == opMeta {
-				continue
-			}
-			li.lastUse[v] = max(li.lastUse[v], cl)
-			end := l + 1
-			if cl > end {
-				end = -2
-			}
-			if li.holdEnd[v] != -2 && (end == -2 || end > li.holdEnd[v]) {
-				li.holdEnd[v] = end
-			}
-		}
-	}
-	// The ELAN idiom: y = [...]; y.extend(m(y[-1]) for m in ...); return
-	// cv(torch.cat(y, 1)). The list y keeps every part of a concat of three or
-	// more tensors until the module returns, past the convs that follow.
-	//
-	// CBFuse does the same with torch.stack(res + xs[-1:]): res, the list of
-	// upsampled maps, lives until the module returns, past the sum.
-	for i := range g.Nodes {
-		n := &g.Nodes[i]
-		if b.kind[i] != opConcat || (b.dataInputs(n) < 3 && !b.isStack(n)) {
-			continue
-		}
-		scope := n.Name[:strings.LastIndexByte(n.Name, '/')+1]
-		if scope == "" {
-			continue
-		}
-		end := int32(-1)
-		for j := i + 1; j < len(g.Nodes); j++ {
-			if b.kind[j] != opMeta && strings.HasPrefix(g.Nodes[j].Name, scope) {
-				end = int32(j)
-			}
-		}
-		if end > int32(i) {
-			li.scope[i] = end
-		}
-	}
-	return li
-}
-
-// isStack reports whether n is torch.stack as exported: a Concat of
-// Unsqueeze outputs along the new axis.
-func (b *builder) isStack(n *ir.Node) bool {
-	for _, v := range n.Inputs {
-		p := b.g.Values[v].Producer
-		if v == ir.NoValue || p < 0 || b.g.Nodes[p].OpType != "Unsqueeze" {
-			return false
-		}
-	}
-	return len(n.Inputs) > 0
 }
 
 func (b *builder) dataInputs(n *ir.Node) int {

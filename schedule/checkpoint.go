@@ -5,7 +5,8 @@ import "github.com/onnxmem/onnxmem/ir"
 // Activation checkpointing, as torch.utils.checkpoint.checkpoint with
 // use_reentrant=False runs it (torch/utils/checkpoint.py).
 //
-// Worked example: layers 0–18 of yolov9-c under one checkpoint, AMP, batch 8.
+// Worked example: the first 19 layers of a detection network under one
+// checkpoint, AMP, batch 8.
 // In the forward, each op of the range runs as usual, but its pack hook keeps
 // no tensor: a conv's fp16 input copy is freed as soon as the conv returns, a
 // batch norm's statistics right after the norm, and a conv output as soon as
@@ -66,22 +67,22 @@ func (b *builder) chunks() {
 // checkpointed ranges. A range runs as one function that returns only what
 // layers after it read: a value made in the range and read by no later
 // layer leaves the loop's list when the range returns, even when a layer
-// of the range listed it in model.save. In the trace of yolov9-c at batch 8
-// with two segments, layer 13's output (read by layers 14 and 18, both in
-// the first range) is freed as soon as the range returns; layer 10's (read
-// by layer 21, after the range) lives to the end of the forward.
+// of the range kept it in the loop's list. With two segments over layers
+// 0–21, say, an output of layer 13 read by layers 14 and 18, both in the
+// first range, is freed as soon as the range returns; one of layer 10 read
+// by layer 21, after the range, lives to the end of the forward.
 func (b *builder) chunkHolds() {
-	b.hold = b.li.holdEnd
+	b.hold = b.holds.LayerEnd
 	if len(b.ck) == 0 {
 		return
 	}
-	b.hold = append([]int(nil), b.li.holdEnd...)
+	b.hold = append([]int(nil), b.holds.LayerEnd...)
 	for v, end := range b.hold {
 		p := b.g.Values[v].Producer
-		if end != -2 || p < 0 || b.chunkOf[p] < 0 {
+		if end != HoldToEnd || p < 0 || b.chunkOf[p] < 0 {
 			continue
 		}
-		if r := b.cfg.Checkpoint[b.chunkOf[p]]; b.li.lastUse[v] < r.To {
+		if r := b.cfg.Checkpoint[b.chunkOf[p]]; b.holds.LastUse[v] < r.To {
 			b.hold[v] = r.To - 1
 		}
 	}

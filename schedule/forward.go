@@ -1,6 +1,8 @@
 package schedule
 
 import (
+	"fmt"
+
 	"github.com/onnxmem/onnxmem/ir"
 )
 
@@ -15,10 +17,12 @@ import (
 // dropped as soon as the op returns, and what only the saved set held is
 // freed there. The range's inputs are kept instead, by the checkpoint's
 // frame, until the range's backward is done.
-func (b *builder) forward() {
+func (b *builder) forward() error {
 	g := b.g
 	b.phase = Forward
-	b.li = b.layerInfo()
+	if err := b.setHolds(); err != nil {
+		return err
+	}
 	b.chunks()
 	b.chunkHolds()
 	var nodes []int32
@@ -47,12 +51,16 @@ func (b *builder) forward() {
 			}
 		}
 		cur = c
-		b.noSave = c >= 0 || b.cfg.Eval
+		b.noSave = c >= 0 || b.cfg.Eval != nil
 		b.step(f, i)
 	}
 	b.noSave = false
-	if b.cfg.Eval {
-		b.decode()
+	if b.cfg.Eval != nil && b.cfg.Eval.Head != nil {
+		// The eval head decodes its outputs; what it returns lives to the
+		// end of the step.
+		for _, buf := range b.cfg.Eval.Head.Decode(tape{b}, b.outputs()) {
+			b.decoded = append(b.decoded, int32(buf))
+		}
 	}
 	b.node = -1
 	// The loop's list y dies with the forward, last item first.
@@ -61,6 +69,32 @@ func (b *builder) forward() {
 		held[j], held[k] = held[k], held[j]
 	}
 	b.dropHolds(f, held, func(int) bool { return true })
+	return nil
+}
+
+// setHolds asks the config's Holder what the forward keeps alive and checks
+// the answer's sizes, and finds each top-level layer's last node.
+func (b *builder) setHolds() error {
+	g := b.g
+	h := b.cfg.Holder.Holds(&Flow{b})
+	if h == nil || len(h.LayerEnd) != len(g.Values) || len(h.LastUse) != len(g.Values) || len(h.Until) != len(g.Nodes) {
+		return fmt.Errorf("schedule: graph %q: the forward's holds do not cover its %d values and %d nodes", g.Name, len(g.Values), len(g.Nodes))
+	}
+	for i, hs := range h.Until {
+		for _, x := range hs {
+			if x.V < 0 || int(x.V) >= len(g.Values) || x.End < 0 || int(x.End) >= len(g.Nodes) {
+				return fmt.Errorf("schedule: graph %q: node %s holds value %d until node %d, outside the graph", g.Name, g.Nodes[i].Name, x.V, x.End)
+			}
+		}
+	}
+	b.holds = h
+	b.last = make(map[int]int32)
+	for i := range g.Nodes {
+		if b.kind[i] != opMeta {
+			b.last[g.Nodes[i].Layer] = int32(i)
+		}
+	}
+	return nil
 }
 
 // fwd is the bookkeeping of one run of forward ops, indexed by value.
@@ -95,21 +129,14 @@ func (b *builder) newFwd(nodes []int32) *fwd {
 
 // step runs node i and releases what it was the last to need.
 func (b *builder) step(f *fwd, i int32) {
-	li := b.li
 	n := &b.g.Nodes[i]
 	k := b.kind[i]
 	b.node = i
 	b.run(n, k)
 	reads := b.readsOf(i)
-	for _, a := range li.args[i] {
-		f.holds[a.v]++
-		f.scopeHolds[a.end] = append(f.scopeHolds[a.end], a.v)
-	}
-	if end := li.scope[i]; end >= 0 {
-		for _, v := range reads {
-			f.holds[v]++
-			f.scopeHolds[end] = append(f.scopeHolds[end], v)
-		}
+	for _, a := range b.holds.Until[i] {
+		f.holds[a.V]++
+		f.scopeHolds[a.End] = append(f.scopeHolds[a.End], a.V)
 	}
 	for _, v := range n.Outputs {
 		if b.data[v] {
@@ -144,7 +171,7 @@ func (b *builder) step(f *fwd, i int32) {
 		f.holds[v]--
 		b.maybeRelease(f, v)
 	}
-	if l := n.Layer; li.last[l] == i {
+	if l := n.Layer; b.last[l] == i {
 		if b.phase == Forward {
 			b.p.LayerEnds = append(b.p.LayerEnds, LayerEnd{Layer: l, Event: len(b.p.Events)})
 		}

@@ -3,9 +3,8 @@ package schedule
 import "github.com/onnxmem/onnxmem/ir"
 
 // Loss models what a training loss allocates, as a program fragment between
-// the network's forward and its backward. It sees the head's output maps by
-// shape only. The YOLOv9 task-aligned loss is one implementation; other heads
-// can add theirs.
+// the network's forward and its backward. It sees the graph's outputs by
+// shape only. A model family supplies it with its training recipe.
 type Loss interface {
 	// Forward records the loss's forward on t, after the network's forward
 	// and while its outputs are alive. It returns the buffers that the
@@ -13,27 +12,32 @@ type Loss interface {
 	// everything else it allocates.
 	Forward(t Tape, in LossInput) (saved []Buf)
 	// Backward records the loss's backward on t: it frees saved as the
-	// autograd engine would and returns, for each branch of in.Maps, the
-	// buffer that holds the gradient of the branch's maps, concatenated
-	// along the anchors ([B, C, Σ H·W] in the maps' type): the network's
-	// backward reads each map's gradient as a strided view of it and frees
-	// it when the last map's gradient is consumed.
+	// autograd engine would and returns, for each graph output, the buffer
+	// that holds its gradient. Outputs may share one buffer (a gradient
+	// concatenated over several outputs): the network's backward reads each
+	// output's gradient as a strided view of it, and the buffer goes when
+	// the last of a run of outputs that share it has been handed its
+	// gradient.
 	Backward(t Tape, in LossInput, saved []Buf) (grads []Buf)
 }
 
-// LossInput describes the head's outputs and the targets.
+// Output is one graph output as eager PyTorch returns it: its dims and
+// element type (float16 under autocast for a convolution's output).
+type Output struct {
+	Dims  []int64
+	DType ir.DType
+}
+
+// LossInput describes the network's outputs and the targets.
 type LossInput struct {
 	// Batch is the batch size.
 	Batch int64
-	// Maps are the head's output maps, branch by branch (YOLOv9's dual head
-	// has two), each level's dims [C, H, W] (C = 4·reg_max + classes).
-	Maps [][][3]int64
-	// DType is the maps' element type: float32, or float16 under AMP.
-	DType ir.DType
-	// AMP says the loss runs under torch.autocast, as train_dual.py
-	// computes it.
+	// Outputs are the graph's outputs, in graph order.
+	Outputs []Output
+	// AMP says the loss runs under torch.autocast.
 	AMP bool
-	// Boxes is the number of ground-truth boxes in every image.
+	// Boxes is the number of ground-truth objects in every image, for
+	// losses whose tensors grow with the targets.
 	Boxes int64
 }
 
@@ -47,4 +51,34 @@ type Tape interface {
 	Alloc(bytes int64, what string) Buf
 	// Free records the free of a buffer that Alloc returned.
 	Free(b Buf)
+}
+
+// Eval configures a validation step.
+type Eval struct {
+	// Head is the eval-mode computation that follows the graph's forward
+	// (a detection head's decode), or nil when the eval forward returns the
+	// graph's outputs as they are.
+	Head Head
+}
+
+// Head models what a network's head computes in eval mode beyond the
+// training graph, which does not contain it.
+type Head interface {
+	// Resident returns the sizes of the buffers that the eval-mode module
+	// keeps once it has run at these outputs' shapes (anchor points,
+	// strides), resident before the step.
+	Resident(outs []Output) []int64
+	// Decode records the decode on t, after the forward, and returns the
+	// buffers it hands back to the caller, which live to the end of the step.
+	Decode(t Tape, outs []Output) (keep []Buf)
+}
+
+// outputs describes the graph's outputs in the types eager PyTorch gives
+// them.
+func (b *builder) outputs() []Output {
+	out := make([]Output, len(b.g.Outputs))
+	for i, v := range b.g.Outputs {
+		out[i] = Output{Dims: b.s.Dims[v], DType: b.dt[v]}
+	}
+	return out
 }

@@ -96,7 +96,7 @@ func (b *builder) run(n *ir.Node, k opKind) {
 		x := n.Inputs[0]
 		newOut(0, Activation)
 		save(x)
-		if k == opBatchNorm && !b.cfg.Eval {
+		if k == opBatchNorm && b.cfg.Eval == nil {
 			ch := int64(1)
 			if d := s.Dims[x]; len(d) > 1 {
 				ch = d[1]

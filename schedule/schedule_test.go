@@ -2,11 +2,11 @@ package schedule_test
 
 import (
 	"fmt"
-	"github.com/onnxmem/onnxmem/ir"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/onnxmem/onnxmem/ir"
 
 	"github.com/onnxmem/onnxmem/internal/onnxbuild"
 	"github.com/onnxmem/onnxmem/schedule"
@@ -168,47 +168,6 @@ func TestMaxPoolIndices(t *testing.T) {
 		[]string{"+grad /model.0/act/Mul_output_0", "-grad /model.1/MaxPool_output_0", "-activation /model.0/act/Mul_output_0", fmt.Sprintf("-indices %d", indices)})
 }
 
-// elan is layer 0, a 1×1 block, and layer 1, a module whose blocks cv1, cv2
-// and cv3 run in a chain and whose cv4 reads the concat of the last parts of
-// them (cv1, cv2, cv3 with parts = 3; cv2, cv3 with parts = 2).
-func elan(parts int) *onnxbuild.Builder {
-	b := onnxbuild.New("elan")
-	l0 := b.Layer(0).Block(b.Input("x", 8), 16, 1, 1)
-	m := b.Layer(1)
-	y := []onnxbuild.T{m.Sub("cv1").Block(l0, 8, 1, 1)}
-	y = append(y, m.Sub("cv2").Block(y[0], 8, 3, 1))
-	y = append(y, m.Sub("cv3").Block(y[1], 8, 3, 1))
-	b.Output(m.Sub("cv4").Block(m.Concat(y[3-parts:]...), 16, 1, 1))
-	return b
-}
-
-// TestConcatHolds checks YOLOv9's ELAN idiom: the list y of a concat of
-// three or more parts keeps each part alive until the module returns, past
-// the conv that reads the concat; the parts of a two-part concat die with it.
-// cv3's output is the one part that nothing saves, so its free shows the hold.
-func TestConcatHolds(t *testing.T) {
-	for _, c := range []struct {
-		parts  int
-		freeAt string
-	}{{3, "/model.1/cv4/act/Mul"}, {2, "/model.1/Concat"}} {
-		p := program(t, load(t, elan(c.parts)), 2, schedule.Config{})
-		part := "-activation /model.1/cv3/act/Mul_output_0"
-		at := "(not freed)"
-		for _, e := range p.Events[:p.ForwardEnd] {
-			if describe(p, e) != part {
-				continue
-			}
-			at = "(after the last node)"
-			if e.Node >= 0 {
-				at = p.Graph.Nodes[e.Node].Name
-			}
-		}
-		if at != c.freeAt {
-			t.Errorf("%d parts: cv3's output freed at node %q in the forward, want %q", c.parts, at, c.freeAt)
-		}
-	}
-}
-
 // TestOutputsLiveUntilCleanup checks that the graph outputs, which the
 // caller holds, are freed only after the backward, last output first.
 func TestOutputsLiveUntilCleanup(t *testing.T) {
@@ -224,78 +183,4 @@ func TestOutputsLiveUntilCleanup(t *testing.T) {
 		"-activation /model.6/m.1/Conv_output_0 in cleanup",
 		"-activation /model.6/m.0/Conv_output_0 in cleanup",
 	})
-}
-
-// TestInvariants builds the tiny model and every YOLOv9 training export of
-// the shared data at batch 2 and checks the invariants of checkBalanced.
-func TestInvariants(t *testing.T) {
-	t.Run("tiny", func(t *testing.T) {
-		for _, batch := range []int64{1, 2} {
-			program(t, load(t, onnxbuild.Tiny()), batch, schedule.Config{Workspace: fakeWorkspace})
-		}
-	})
-	files, _ := filepath.Glob(filepath.Join(onnxbuild.Shared(t, "yolov9"), "*-train.onnx"))
-	if len(files) == 0 {
-		t.Fatal("no *-train.onnx in the shared yolov9 folder")
-	}
-	for _, path := range files {
-		t.Run(filepath.Base(path), func(t *testing.T) {
-			g, err := ir.LoadFile(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if g, err = schedule.Normalize(g); err != nil {
-				t.Fatal(err)
-			}
-			for _, cfg := range []schedule.Config{
-				{Workspace: fakeWorkspace},
-				{Workspace: fakeWorkspace, Precision: schedule.AMP, Checkpoint: schedule.Sequential(12, 3)},
-				{Workspace: fakeWorkspace, Eval: true, CuBLASWorkspace: 1 << 20},
-			} {
-				programAt(t, g, ir.Binding{Batch: 2, Height: 640, Width: 640}, cfg)
-			}
-		})
-	}
-}
-
-// TestEvalDecode checks the eval step of a real head: no gradient, no
-// saved tensor, batch norm without statistics, and the decode's outputs,
-// 4 box coordinates and the classes per anchor, alive until the step ends.
-func TestEvalDecode(t *testing.T) {
-	g, err := ir.LoadFile(onnxbuild.Shared(t, filepath.Join("yolov9", "yolov9-s-train.onnx")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if g, err = schedule.Normalize(g); err != nil {
-		t.Fatal(err)
-	}
-	s, err := g.Infer(ir.Binding{Batch: 4, Height: 320, Width: 320})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, branches := schedule.HeadAnchors(g, s)
-	if a != 40*40+20*20+10*10 || branches != 2 {
-		t.Fatalf("head: %d anchors in %d branches, want 2100 in 2", a, branches)
-	}
-	p, err := schedule.Build(g, s, schedule.Config{Eval: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	checkBalanced(t, p)
-	var outs int
-	want := int64(4 * (4 + 80) * a * 2) // B × (4 + nc) × anchors, float16
-	for _, e := range p.Events {
-		buf := p.Buffers[e.Buf]
-		switch {
-		case buf.Kind == schedule.Grad || buf.Kind == schedule.ParamGrad || buf.Kind == schedule.Stats:
-			t.Fatalf("eval step allocates a %s", buf.Kind)
-		case e.Phase != schedule.Forward && e.Phase != schedule.Cleanup:
-			t.Fatalf("eval step has a %s phase", e.Phase)
-		case !e.Free && buf.Bytes == want && e.Phase == schedule.Forward:
-			outs++
-		}
-	}
-	if outs != branches {
-		t.Errorf("%d decoded outputs of %d bytes, want %d", outs, want, branches)
-	}
 }

@@ -7,13 +7,13 @@ import (
 	"github.com/onnxmem/onnxmem/ir"
 )
 
-// A training step as YOLOv9's train_dual.py runs it, around the network's
-// forward and backward:
+// A training step around the network's forward and backward, as a typical
+// PyTorch training loop runs it:
 //
 //	imgs = imgs.to(device, non_blocking=True).float() / 255
-//	with torch.cuda.amp.autocast(amp):
+//	with torch.autocast('cuda', enabled=amp):
 //	    pred = model(imgs)
-//	    loss, loss_items = compute_loss(pred, targets.to(device))
+//	    loss = compute_loss(pred, targets.to(device))
 //	scaler.scale(loss).backward()
 //	scaler.unscale_(optimizer)
 //	torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=10.0)
@@ -21,26 +21,25 @@ import (
 //	optimizer.zero_grad()          # set_to_none: the .grad tensors go
 //	ema.update(model)
 //
-// Worked example, yolov9-s (9.8 M parameters, 39 MiB) with SGD and EMA at
-// batch 16, 640: resident are the model, its EMA copy and the momentum
-// buffers (39 MiB each) and the 32 MiB cuBLAS workspace; the step adds the
-// 19 MiB uint8 batch, its 75 MiB float copy and the 75 MiB normalized input,
-// the forward's activations, the loss's tensors, the gradients, and in the
-// optimizer step one weight-decayed copy of the conv weights' gradients
+// Which of these a family's script does, its parameter groups and its loss
+// are the family's recipe (Train's fields). Worked example, a network of
+// 9.8 M parameters (39 MiB) with SGD and EMA at batch 16, 640×640: resident
+// are the model, its EMA copy and the momentum buffers (39 MiB each) and the
+// 32 MiB cuBLAS workspace; the step adds the 19 MiB uint8 batch, its 75 MiB
+// float copy and the 75 MiB normalized input, the forward's activations, the
+// loss's tensors, the gradients, and in the optimizer step one
+// weight-decayed copy of the gradients of the group with weight decay
 // (foreach SGD allocates them, torch/optim/sgd.py).
 //
-// Sources: train_dual.py and utils/torch_utils.py (smart_optimizer: three
-// parameter groups, biases, weights with decay, batch-norm weights; AdamW
-// with amsgrad; ModelEMA) in WongKinYiu/yolov9; torch/optim/sgd.py, adam.py
-// (the foreach implementations), torch/nn/utils/clip_grad.py and
-// torch/amp/grad_scaler.py in PyTorch.
+// Sources: torch/optim/sgd.py, adam.py (the foreach implementations),
+// torch/nn/utils/clip_grad.py and torch/amp/grad_scaler.py in PyTorch.
 
 // Optimizer is how the optimizer step is run.
 type Optimizer string
 
 // The optimizers onnxmem models. Each keeps its state in buffers the size of
-// the parameters: SGD with momentum one, Adam two, AdamW (YOLOv9 creates it
-// with amsgrad) three, Lion one; None takes no step.
+// the parameters: SGD with momentum one, Adam two, AdamW with amsgrad three,
+// Lion one; None takes no step.
 const (
 	SGD   Optimizer = "SGD"
 	Adam  Optimizer = "Adam"
@@ -65,6 +64,7 @@ func (o Optimizer) stateBuffers() (int, error) {
 }
 
 // Train configures a full training step; nil in Config means a model step.
+// A model family's recipe fills it.
 type Train struct {
 	// Loss models the training loss; nil means the model step's
 	// sum(o.sum()).
@@ -76,6 +76,31 @@ type Train struct {
 	// EMA keeps an exponential moving average copy of the model, updated
 	// after the optimizer step.
 	EMA bool
+	// Uint8Batch uploads the batch as uint8 and normalizes it on the
+	// device (imgs.to(device).float() / 255); otherwise the float input is
+	// resident before the step.
+	Uint8Batch bool
+	// LoopScalars is the number of 4-byte tensors that the training loop
+	// keeps resident (GradScaler's scale and growth tracker, a running loss).
+	LoopScalars int
+	// GradScaler unscales the gradients before the step under AMP
+	// (torch.amp.GradScaler.unscale_).
+	GradScaler bool
+	// ClipGradNorm runs torch.nn.utils.clip_grad_norm_ before the step.
+	ClipGradNorm bool
+	// Groups returns the optimizer's parameter groups in param_groups
+	// order, given the trainable parameters in parameter order; nil means
+	// one group of them all, without weight decay.
+	Groups func(g *ir.Graph, params []ir.ValueID) []ParamGroup
+}
+
+// ParamGroup is one of the optimizer's parameter groups.
+type ParamGroup struct {
+	// Params are the group's parameters, in parameter order.
+	Params []ir.ValueID
+	// Decay says the group has weight decay, which SGD's foreach step
+	// applies to a copy of the gradients.
+	Decay bool
 }
 
 // trainable reports whether initializer v is a parameter that gets a
@@ -108,24 +133,9 @@ func (b *builder) uses(v ir.ValueID) iter.Seq2[*ir.Node, int] {
 	}
 }
 
-// group says which of YOLOv9's three parameter groups v belongs to: 0 for
-// weights with decay (convs), 1 for batch-norm weights, 2 for biases.
-func (b *builder) group(v ir.ValueID) int {
-	for n, j := range b.uses(v) {
-		switch {
-		case n.OpType == "BatchNormalization" && j == 1:
-			return 1
-		case j == 2:
-			return 2
-		}
-	}
-	return 0
-}
-
 // trainResident lists what a training step finds allocated: the EMA copy,
-// the cuBLAS workspace, the loop's two small tensors (GradScaler's scale and
-// growth tracker, or the loss accumulator) and the optimizer's state, in the
-// order the loop creates them.
+// the cuBLAS workspace, the loop's small tensors and the optimizer's state,
+// in the order the loop creates them.
 func (b *builder) trainResident(bnVar map[ir.ValueID]bool) error {
 	t := b.cfg.Train
 	if t.EMA {
@@ -143,7 +153,9 @@ func (b *builder) trainResident(bnVar map[ir.ValueID]bool) error {
 	if b.cfg.CuBLASWorkspace > 0 {
 		b.p.Resident = append(b.p.Resident, b.newBuf(b.cfg.CuBLASWorkspace, Workspace, ir.NoValue))
 	}
-	b.p.Resident = append(b.p.Resident, b.newBuf(4, Scalar, ir.NoValue), b.newBuf(4, Scalar, ir.NoValue))
+	for range t.LoopScalars {
+		b.p.Resident = append(b.p.Resident, b.newBuf(4, Scalar, ir.NoValue))
+	}
 	k, err := t.Optimizer.stateBuffers()
 	if err != nil {
 		return err
@@ -161,6 +173,9 @@ func (b *builder) trainResident(bnVar map[ir.ValueID]bool) error {
 // loadBatch emits imgs.to(device).float() / 255 and gives the graph's input
 // the result.
 func (b *builder) loadBatch() {
+	if !b.cfg.Train.Uint8Batch {
+		return
+	}
 	x := b.g.Inputs[0]
 	n := b.s.Elems(x)
 	u8 := b.alloc(n, Input, ir.NoValue)
@@ -182,41 +197,34 @@ func (t tape) Alloc(bytes int64, what string) Buf {
 
 func (t tape) Free(x Buf) { t.b.unref(int32(x)) }
 
-// lossInput describes the head's outputs for the loss.
+// lossInput describes the graph's outputs for the loss.
 func (b *builder) lossInput() LossInput {
-	in := LossInput{Batch: b.s.Dims[b.g.Inputs[0]][0], AMP: b.autocast(), Boxes: b.cfg.Train.Boxes}
-	for _, br := range b.headBranches() {
-		var maps [][3]int64
-		for _, v := range br {
-			d := b.s.Dims[v]
-			maps = append(maps, [3]int64{d[1], d[2], d[3]})
-			in.DType = b.dt[v]
-		}
-		in.Maps = append(in.Maps, maps)
+	var batch int64
+	if d := b.s.Dims[b.g.Inputs[0]]; len(d) > 0 {
+		batch = d[0]
 	}
-	return in
+	return LossInput{Batch: batch, Outputs: b.outputs(), AMP: b.autocast(), Boxes: b.cfg.Train.Boxes}
 }
 
-// seedFromLoss runs the loss's backward and hands each head map a strided
-// view of its branch's gradient.
+// seedFromLoss runs the loss's backward and hands each output a strided
+// view of its gradient's buffer, which goes after the last of the run of
+// outputs that share it.
 func (b *builder) seedFromLoss() error {
 	t := b.cfg.Train
-	in := b.lossInput()
-	grads := t.Loss.Backward(tape{b}, in, b.lossSaved)
-	branches := b.headBranches()
-	if len(grads) != len(branches) {
-		return fmt.Errorf("schedule: the loss returned %d gradients for %d head branches", len(grads), len(branches))
+	grads := t.Loss.Backward(tape{b}, b.lossInput(), b.lossSaved)
+	outs := b.g.Outputs
+	if len(grads) != len(outs) {
+		return fmt.Errorf("schedule: graph %q: the loss returned %d gradients for %d outputs", b.g.Name, len(grads), len(outs))
 	}
-	for i, br := range branches {
+	for i, v := range outs {
 		st := int32(grads[i])
-		for _, v := range br {
-			if !b.rg[v] {
-				continue
-			}
+		if b.rg[v] {
 			b.ref(st)
 			b.accumulate(v, gradT{st: st, bytes: b.bytes(v)})
 		}
-		b.unref(st)
+		if i+1 == len(outs) || grads[i+1] != grads[i] {
+			b.unref(st)
+		}
 	}
 	return nil
 }
@@ -236,7 +244,7 @@ func (b *builder) optimizerStep() {
 	// and cast to float, and the found_inf flag; the non-finite check and
 	// the unscaling work in place. scaler.update drops them after the step.
 	var scaler []int32
-	if b.autocast() {
+	if b.autocast() && t.GradScaler {
 		inv64 := b.alloc(8, Scalar, ir.NoValue)
 		inv := b.alloc(4, Scalar, ir.NoValue)
 		b.unref(inv64)
@@ -245,30 +253,35 @@ func (b *builder) optimizerStep() {
 	// clip_grad_norm_: torch._foreach_norm makes a 0-dim float32 norm per
 	// gradient, torch.stack gathers them, and the norms go when the
 	// function returns.
-	var norms []int32
-	for range params {
-		norms = append(norms, b.alloc(4, Scalar, ir.NoValue))
+	if t.ClipGradNorm {
+		var norms []int32
+		for range params {
+			norms = append(norms, b.alloc(4, Scalar, ir.NoValue))
+		}
+		stack := b.alloc(4*int64(len(params)), Scalar, ir.NoValue)
+		total := b.alloc(4, Scalar, ir.NoValue)
+		b.unref(stack)
+		for _, st := range norms {
+			b.unref(st)
+		}
+		b.unref(total)
 	}
-	stack := b.alloc(4*int64(len(params)), Scalar, ir.NoValue)
-	total := b.alloc(4, Scalar, ir.NoValue)
-	b.unref(stack)
-	for _, st := range norms {
-		b.unref(st)
+	// The step, group by group in param_groups order.
+	groups := []ParamGroup{{Params: params}}
+	if t.Groups != nil {
+		groups = t.Groups(b.g, params)
 	}
-	b.unref(total)
-	// The step, group by group in param_groups order: biases, weights with
-	// decay, batch-norm weights.
-	for _, g := range []int{2, 0, 1} {
+	for _, g := range groups {
 		var temps []int32
-		for _, v := range params {
-			if b.group(v) != g {
+		for _, v := range g.Params {
+			if b.paramGrads[v] < 0 {
 				continue
 			}
 			switch t.Optimizer {
 			case SGD:
 				// torch._foreach_add(grads, params, alpha=weight_decay)
-				// allocates the decayed gradients of the group with decay.
-				if g == 0 {
+				// allocates the decayed gradients of a group with decay.
+				if g.Decay {
 					temps = append(temps, b.alloc(b.s.Bytes(v), Grad, v))
 				}
 			case Adam, AdamW:

@@ -13,7 +13,6 @@ import (
 
 	"github.com/onnxmem/onnxmem/models"
 	"github.com/onnxmem/onnxmem/onnxmem"
-	"github.com/onnxmem/onnxmem/schedule"
 )
 
 // flagSet is a subcommand's flags with its usage text. Flags may come before
@@ -198,7 +197,7 @@ func (f *flagSet) settingFlags() func() (setting, error) {
 func (f *flagSet) trainFlags() func(setting) (setting, error) {
 	train := f.Bool("train", false, "simulate a full training step of train_dual.py: batch upload, forward, YOLOv9's loss,\nbackward, gradient clipping, optimizer step and EMA update (needs onnxmem's loss model)")
 	boxes := f.Int64("boxes", 16, "`N` ground-truth boxes in each image of a -train step (0 or more)")
-	opt := optimizerValue(schedule.SGD)
+	opt := optimizerValue(onnxmem.SGD)
 	f.Var(&opt, "optimizer", "`NAME` of the optimizer of a -train step: SGD, Adam, AdamW (amsgrad, as YOLOv9 creates it), Lion or none")
 	ema := f.Bool("ema", true, "update an EMA copy of the model after the optimizer step of a -train step (-ema=false: none)")
 	return func(st setting) (setting, error) {
@@ -216,17 +215,17 @@ func (f *flagSet) trainFlags() func(setting) (setting, error) {
 		case *boxes < 0:
 			return setting{}, errors.New("-boxes must be 0 or more")
 		}
-		st.Train, st.Boxes, st.Optimizer, st.EMA = true, *boxes, schedule.Optimizer(opt), *ema
+		st.Train, st.Boxes, st.Optimizer, st.EMA = true, *boxes, onnxmem.Optimizer(opt), *ema
 		return st, nil
 	}
 }
 
 // optimizerValue is a flag.Value: an optimizer that schedule models, its
 // name's case ignored.
-type optimizerValue schedule.Optimizer
+type optimizerValue onnxmem.Optimizer
 
 // optimizers are the optimizers -optimizer accepts.
-var optimizers = []schedule.Optimizer{schedule.SGD, schedule.Adam, schedule.AdamW, schedule.Lion, schedule.None}
+var optimizers = []onnxmem.Optimizer{onnxmem.SGD, onnxmem.Adam, onnxmem.AdamW, onnxmem.Lion, onnxmem.None}
 
 func (o *optimizerValue) String() string { return string(*o) }
 

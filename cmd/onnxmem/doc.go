@@ -18,7 +18,7 @@
 // upload, YOLOv9's loss, the backward, gradient clipping, the optimizer step
 // and the EMA update) are simulated by maxbatch -train and predict's
 // train_step lines, with YOLOv9's task-aligned loss modelled op by op
-// (package loss, onnxmem.TrainLoss).
+// (package family/yolov9/loss).
 //
 // Device profiles (onnxmem devices) give common cards' memory as PyTorch
 // reports it, less the CUDA context (an assumption of 512 MiB): the memory

@@ -6,7 +6,6 @@ import (
 	"io"
 
 	"github.com/onnxmem/onnxmem/onnxmem"
-	"github.com/onnxmem/onnxmem/schedule"
 )
 
 // predicted is the figures predict adds to a scenario, in bytes; the names
@@ -82,7 +81,7 @@ func newResultJSON(r *onnxmem.Result, detail bool) resultJSON {
 		Events: r.Events, OOM: r.OOM,
 	}
 	if sc := r.Scenario; sc.Train {
-		j.Train = &trainJSON{Boxes: sc.Boxes, Optimizer: string(cmp.Or(sc.Optimizer, schedule.SGD)), EMA: sc.EMA}
+		j.Train = &trainJSON{Boxes: sc.Boxes, Optimizer: string(cmp.Or(sc.Optimizer, onnxmem.SGD)), EMA: sc.EMA}
 	}
 	if detail {
 		for _, t := range r.AtPeak {

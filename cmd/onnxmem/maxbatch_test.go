@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/onnxmem/onnxmem/onnxmem"
-	"github.com/onnxmem/onnxmem/schedule"
 )
 
 // TestDevices checks the devices command against testdata and the JSON
@@ -69,11 +68,11 @@ func TestTrainFlags(t *testing.T) {
 	}{
 		{nil, setting{}},
 		{[]string{"-amp", "-segments", "2"}, setting{AMP: true, Segments: 2}},
-		{[]string{"-train"}, setting{Train: true, Boxes: 16, Optimizer: schedule.SGD, EMA: true}},
+		{[]string{"-train"}, setting{Train: true, Boxes: 16, Optimizer: onnxmem.SGD, EMA: true}},
 		{[]string{"-train", "-amp", "-boxes", "0", "-optimizer", "adamw", "-ema=false"},
-			setting{AMP: true, Train: true, Boxes: 0, Optimizer: schedule.AdamW, EMA: false}},
+			setting{AMP: true, Train: true, Boxes: 0, Optimizer: onnxmem.AdamW, EMA: false}},
 		{[]string{"-optimizer", "none", "-train", "-segments", "3"},
-			setting{Segments: 3, Train: true, Boxes: 16, Optimizer: schedule.None, EMA: true}},
+			setting{Segments: 3, Train: true, Boxes: 16, Optimizer: onnxmem.None, EMA: true}},
 	} {
 		f := newFlagSet("test", "onnxmem test", "", "")
 		set, train := f.settingFlags(), f.trainFlags()
@@ -92,26 +91,16 @@ func TestTrainFlags(t *testing.T) {
 			t.Errorf("%q: settingOf(scenario) = %+v, want %+v", tc.args, got, st)
 		}
 	}
-	st := setting{AMP: true, Train: true, Boxes: 8, Optimizer: schedule.Lion}
+	st := setting{AMP: true, Train: true, Boxes: 8, Optimizer: onnxmem.Lion}
 	want := "m: amp train step (forward, YOLOv9 loss with 8 boxes an image, backward, Lion step, no EMA), image 320x320"
 	if got := stepTitle("m", st.scenario(4, 320)); got != want {
 		t.Errorf("stepTitle = %q, want %q", got, want)
 	}
 }
 
-// TestMaxBatchTrain runs maxbatch on train steps. Without a loss model
-// (onnxmem.TrainLoss) it checks that they fail with a clear error and skips
-// the rest.
+// TestMaxBatchTrain runs maxbatch on train steps.
 func TestMaxBatchTrain(t *testing.T) {
 	path := smallModel(t)
-	if onnxmem.TrainLoss == nil {
-		code, stdout, stderr := runCmd(t, "", "maxbatch", "-train", "-device", "rtx4090", path)
-		want := "onnxmem: train steps need a loss model, and none is set (onnxmem.TrainLoss)\n"
-		if code != 1 || stdout != "" || stderr != want {
-			t.Errorf("without a loss model: exit code %d, stdout %q, stderr %q; want 1, none, %q", code, stdout, stderr, want)
-		}
-		t.Skip("no loss model (onnxmem.TrainLoss) to simulate train steps")
-	}
 	code, stdout, stderr := runCmd(t, "", "maxbatch", "-json", "-train", "-amp", "-boxes", "8", "-optimizer", "adamw", "-device", "rtx4090", path)
 	if code != 0 || stderr != "" {
 		t.Fatalf("exit code %d, stderr %q", code, stderr)
@@ -124,7 +113,7 @@ func TestMaxBatchTrain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sc := onnxmem.Scenario{Height: 640, Width: 640, AMP: true, Train: true, Boxes: 8, Optimizer: schedule.AdamW, EMA: true}
+	sc := onnxmem.Scenario{Height: 640, Width: 640, AMP: true, Train: true, Boxes: 8, Optimizer: onnxmem.AdamW, EMA: true}
 	want, _, err := mustLoad(t, path).MaxBatchOn(d, sc, 1024)
 	if err != nil {
 		t.Fatal(err)

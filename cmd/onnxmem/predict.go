@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 
 	"github.com/onnxmem/onnxmem/onnxmem"
-	"github.com/onnxmem/onnxmem/schedule"
 )
 
 func cmdPredict(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
@@ -110,7 +109,7 @@ func (p *predictor) simulate(obj map[string]json.RawMessage) (*onnxmem.Result, e
 		sc.Eval = true
 	case "train_step":
 		var opt string
-		sc.Train, sc.Optimizer = true, schedule.SGD
+		sc.Train, sc.Optimizer = true, onnxmem.SGD
 		fields = append(fields,
 			field(obj, "amp", &sc.AMP, false),
 			field(obj, "segments", &sc.Segments, false),
@@ -118,7 +117,7 @@ func (p *predictor) simulate(obj map[string]json.RawMessage) (*onnxmem.Result, e
 			field(obj, "optimizer", &opt, false),
 			field(obj, "ema", &sc.EMA, false))
 		if opt != "" {
-			sc.Optimizer = schedule.Optimizer(opt)
+			sc.Optimizer = onnxmem.Optimizer(opt)
 		}
 	default:
 		return nil, fmt.Errorf("onnxmem: unknown kind %q (want model_step, train_step or eval_step)", kind)

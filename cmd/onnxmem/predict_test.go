@@ -9,7 +9,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/onnxmem/onnxmem/onnxmem"
-	"github.com/onnxmem/onnxmem/schedule"
 )
 
 func TestPredict(t *testing.T) {
@@ -39,8 +38,8 @@ func TestPredict(t *testing.T) {
 	_, pred := outcome(fp32)
 	amp, seg, both, train := fp32, fp32, fp32, fp32
 	amp.AMP, seg.Segments = true, 4
-	// A prediction with a loss model (onnxmem.TrainLoss), else its error.
-	train.Train, train.Boxes, train.Optimizer, train.EMA = true, 16, schedule.SGD, true
+	// A train step is predicted with the family's loss.
+	train.Train, train.Boxes, train.Optimizer, train.EMA = true, 16, onnxmem.SGD, true
 	both.AMP, both.Segments = true, 2
 	// AMP and checkpoint segments are simulated.
 	if key, value := outcome(both); key != "predicted" {
@@ -165,9 +164,7 @@ func TestPredictCalibration(t *testing.T) {
 			t.Fatal(err)
 		}
 		sc := onnxmem.Scenario{Batch: obj.Batch, Height: obj.Img, Width: obj.Img, AMP: obj.Amp, Segments: obj.Segments}
-		// Train steps are simulated when a loss model is set.
-		simulated := (obj.Kind == "model_step" && sc.Supported() == nil) || obj.Kind == "eval_step" ||
-			(obj.Kind == "train_step" && onnxmem.TrainLoss != nil && sc.Supported() == nil)
+		simulated := (obj.Kind == "model_step" || obj.Kind == "train_step") && sc.Supported() == nil || obj.Kind == "eval_step"
 		switch {
 		case simulated && (obj.Predicted == nil || obj.Predicted.Peak <= 0 || obj.Error != ""):
 			t.Errorf("no prediction: %s", l)

@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 
 	"github.com/onnxmem/onnxmem/onnxmem"
-	"github.com/onnxmem/onnxmem/schedule"
 )
 
 // setting is one way to run the step: a precision and a number of
@@ -21,7 +20,7 @@ type setting struct {
 	Segments  int
 	Train     bool
 	Boxes     int64
-	Optimizer schedule.Optimizer
+	Optimizer onnxmem.Optimizer
 	EMA       bool
 }
 
@@ -60,8 +59,8 @@ func (s setting) step() string {
 		return "model step (forward, loss, backward)"
 	}
 	opt, ema := "no optimizer step", "no EMA"
-	if s.Optimizer != schedule.None {
-		opt = string(cmp.Or(s.Optimizer, schedule.SGD)) + " step"
+	if s.Optimizer != onnxmem.None {
+		opt = string(cmp.Or(s.Optimizer, onnxmem.SGD)) + " step"
 	}
 	if s.EMA {
 		ema = "EMA update"

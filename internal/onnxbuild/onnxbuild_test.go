@@ -9,6 +9,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/onnxmem/onnxmem/family/yolov9"
 	"github.com/onnxmem/onnxmem/ir"
 )
 
@@ -48,6 +49,9 @@ func TestTinyGraph(t *testing.T) {
 	}
 	g, err := ir.Load(data)
 	if err != nil {
+		t.Fatal(err)
+	}
+	if g, err = (yolov9.Family{}).Prepare(g); err != nil {
 		t.Fatal(err)
 	}
 	if g.Opset != Opset {

@@ -6,10 +6,29 @@ import (
 	"testing"
 )
 
-// SharedDir is the shared data folder (YOLOv9 exports, GPU measurements) as
-// seen from a package directory one level below the repository root, such
-// as onnxmem/ or examples/.
-var SharedDir = filepath.Join("..", "..", "shared")
+// SharedDir is the shared data folder (model exports, GPU measurements), the
+// folder "shared" next to the repository, as seen from the package directory
+// a test runs in, at any depth below the repository root.
+var SharedDir = sharedDir()
+
+// sharedDir finds the repository root, the nearest directory up from the
+// working directory that holds go.mod, and returns "../shared" relative to
+// the working directory; "../../shared" when there is none.
+func sharedDir() string {
+	rel := ".."
+	dir, err := os.Getwd()
+	for err == nil {
+		if _, e := os.Stat(filepath.Join(dir, "go.mod")); e == nil {
+			return filepath.Join(rel, "shared")
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			break
+		}
+		dir, rel = parent, filepath.Join(rel, "..")
+	}
+	return filepath.Join("..", "..", "shared")
+}
 
 // Shared returns the path of rel inside SharedDir for a test or benchmark.
 // When it is missing, a test fails under CI (CI=true), which must have the

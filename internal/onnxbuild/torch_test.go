@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/onnxmem/onnxmem/family/yolov9"
 	"github.com/onnxmem/onnxmem/ir"
 )
 
@@ -32,6 +33,9 @@ func TestTorchIdioms(t *testing.T) {
 	}
 	g, err := ir.Load(data)
 	if err != nil {
+		t.Fatal(err)
+	}
+	if g, err = (yolov9.Family{}).Prepare(g); err != nil {
 		t.Fatal(err)
 	}
 	var weights []string

@@ -1,5 +1,5 @@
 // Package loss models what training losses allocate on the GPU, op by op, as
-// schedule.Loss program fragments between the network's forward and its
+// schedule.Tape program fragments between the network's forward and its
 // backward. YOLOv9 is the dual task-aligned loss of YOLOv9's train_dual.py.
 //
 // Worked example: yolov9-s at batch 64 and 640 in float32 with 128 boxes in

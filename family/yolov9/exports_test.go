@@ -1,6 +1,7 @@
-// Tests and a benchmark on the YOLOv9 and GELAN exports in the shared data.
+// Tests and a benchmark on the YOLOv9 and GELAN exports in the shared data:
+// package ir loads and infers them, and the family assigns their layers.
 
-package ir
+package yolov9
 
 import (
 	"os"
@@ -8,37 +9,40 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/onnxmem/onnxmem/internal/onnxbuild"
+	"github.com/onnxmem/onnxmem/ir"
 )
 
 // yolov9Files returns the ONNX exports in the shared yolov9 folder.
 func yolov9Files(t testing.TB) []string {
 	t.Helper()
-	files, err := filepath.Glob(filepath.Join(sharedDir(t, "yolov9"), "*.onnx"))
+	files, err := filepath.Glob(filepath.Join(onnxbuild.Shared(t, "yolov9"), "*.onnx"))
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no ONNX files in the yolov9 folder: %v", err)
 	}
 	return files
 }
 
-// TestYolov9Exports loads every export and infers it at two batch and two image
+// TestExports loads every export and infers it at two batch and two image
 // sizes. The training exports end in the raw head maps, [B 144 S/8 S/8],
 // [B 144 S/16 S/16] and [B 144 S/32 S/32] (4·16 box bins + 80 classes), once for
 // GELAN and twice (auxiliary and main branch) for YOLOv9. The inference exports
 // end in decoded boxes [B 84 A] (4 box coordinates + 80 classes, A anchors over
 // the three strides), one per head. The dynamo export bakes its shape constants
 // at 640, so it only infers there.
-func TestYolov9Exports(t *testing.T) {
+func TestExports(t *testing.T) {
 	for _, path := range yolov9Files(t) {
 		name := filepath.Base(path)
 		t.Run(name, func(t *testing.T) {
-			g, err := LoadFile(path)
+			g, err := loadPrepared(t, path)
 			if err != nil {
 				t.Fatal(err)
 			}
 			checkLoaded(t, g)
 			for _, batch := range []int64{1, 16} {
 				for _, size := range []int64{640, 512} {
-					s, err := g.Infer(Binding{Batch: batch, Height: size, Width: size})
+					s, err := g.Infer(ir.Binding{Batch: batch, Height: size, Width: size})
 					if strings.Contains(name, "dynamo") && size != 640 {
 						if err == nil || !strings.Contains(err.Error(), "the export fixed these sizes") {
 							t.Errorf("size %d: want the error for fixed sizes, got %v", size, err)
@@ -56,8 +60,8 @@ func TestYolov9Exports(t *testing.T) {
 	}
 }
 
-// checkOutputs checks the head outputs; see TestYolov9Exports.
-func checkOutputs(t *testing.T, g *Graph, s *Shapes, train bool, b, size int64) {
+// checkOutputs checks the head outputs; see TestExports.
+func checkOutputs(t *testing.T, g *ir.Graph, s *ir.Shapes, train bool, b, size int64) {
 	t.Helper()
 	strides := []int64{8, 16, 32}
 	if train {
@@ -77,17 +81,17 @@ func checkOutputs(t *testing.T, g *Graph, s *Shapes, train bool, b, size int64) 
 		anchors += (size / st) * (size / st)
 	}
 	for k, o := range g.Outputs {
-		if want := []int64{b, 84, anchors}; !slices.Equal(s.Dims[o], want) || s.DTypes[o] != Float32 {
+		if want := []int64{b, 84, anchors}; !slices.Equal(s.Dims[o], want) || s.DTypes[o] != ir.Float32 {
 			t.Errorf("output %d %q: %v %v, want %v float32", k, g.Values[o].Name, s.Dims[o], s.DTypes[o], want)
 		}
 	}
 }
 
 // checkComplete checks that every value has dims and a dtype.
-func checkComplete(t *testing.T, g *Graph, s *Shapes) {
+func checkComplete(t *testing.T, g *ir.Graph, s *ir.Shapes) {
 	t.Helper()
 	for i := range g.Values {
-		if s.Dims[i] == nil || s.DTypes[i] == Undefined {
+		if s.Dims[i] == nil || s.DTypes[i] == ir.Undefined {
 			t.Fatalf("value %q: dims %v, dtype %v", g.Values[i].Name, s.Dims[i], s.DTypes[i])
 		}
 	}
@@ -95,13 +99,13 @@ func checkComplete(t *testing.T, g *Graph, s *Shapes) {
 
 // checkLoaded checks structural facts every export shares: IDs, producers and
 // consumers agree, nodes are in topological order, and every Conv has a layer.
-func checkLoaded(t *testing.T, g *Graph) {
+func checkLoaded(t *testing.T, g *ir.Graph) {
 	t.Helper()
 	if len(g.Inputs) != 1 || g.Values[g.Inputs[0]].Name != "images" {
 		t.Errorf("inputs %v", g.Inputs)
 	}
 	for i, v := range g.Values {
-		if v.ID != ValueID(i) {
+		if v.ID != ir.ValueID(i) {
 			t.Fatalf("value %d has ID %d", i, v.ID)
 		}
 		for _, c := range v.Consumers {
@@ -112,7 +116,7 @@ func checkLoaded(t *testing.T, g *Graph) {
 	}
 	for i, n := range g.Nodes {
 		for _, in := range n.Inputs {
-			if in == NoValue {
+			if in == ir.NoValue {
 				continue
 			}
 			if p := g.Values[in].Producer; p >= int32(i) {
@@ -128,17 +132,17 @@ func checkLoaded(t *testing.T, g *Graph) {
 	}
 }
 
-func TestYolov9Details(t *testing.T) {
-	dir := sharedDir(t, "yolov9")
+func TestExportDetails(t *testing.T) {
+	dir := onnxbuild.Shared(t, "yolov9")
 	// Embedded weights keep their small tensors; external ones keep none.
 	for file, wantSmall := range map[string]bool{"gelan-t-infer-weights.onnx": true, "gelan-t-infer.onnx": false} {
-		g, err := LoadFile(filepath.Join(dir, file))
+		g, err := ir.LoadFile(filepath.Join(dir, file))
 		if err != nil {
 			t.Fatal(err)
 		}
 		small := 0
 		for _, v := range g.Values {
-			if v.Kind == Initializer && v.Floats != nil {
+			if v.Kind == ir.Initializer && v.Floats != nil {
 				small++
 			}
 		}
@@ -148,11 +152,11 @@ func TestYolov9Details(t *testing.T) {
 	}
 	// The training export's batch norms update running statistics of [C]; layer
 	// 1 follows two stride-2 convolutions.
-	g, err := LoadFile(filepath.Join(dir, "gelan-c-train.onnx"))
+	g, err := loadPrepared(t, filepath.Join(dir, "gelan-c-train.onnx"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := g.Infer(Binding{Batch: 2, Height: 320, Width: 320})
+	s, err := g.Infer(ir.Binding{Batch: 2, Height: 320, Width: 320})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +171,7 @@ func TestYolov9Details(t *testing.T) {
 		}
 	}
 	// Dynamo exports name layers only in node metadata.
-	g, err = LoadFile(filepath.Join(dir, "yolov9-c-infer-dynamo.onnx"))
+	g, err = loadPrepared(t, filepath.Join(dir, "yolov9-c-infer-dynamo.onnx"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,27 +185,46 @@ func TestYolov9Details(t *testing.T) {
 }
 
 func TestTruncatedExport(t *testing.T) {
-	data, err := os.ReadFile(filepath.Join(sharedDir(t, "yolov9"), "gelan-t-train.onnx"))
+	data, err := os.ReadFile(filepath.Join(onnxbuild.Shared(t, "yolov9"), "gelan-t-train.onnx"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, n := range []int{0, 1, 100, len(data) / 3, len(data) / 2, len(data) * 9 / 10, len(data) - 1} {
-		if _, err := Load(data[:n]); err == nil || !strings.HasPrefix(err.Error(), "ir: ") {
+		if _, err := ir.Load(data[:n]); err == nil || !strings.HasPrefix(err.Error(), "ir: ") {
 			t.Errorf("%d of %d bytes: error %v", n, len(data), err)
 		}
 	}
 }
 
 func BenchmarkInferYolov9E(b *testing.B) {
-	g, err := LoadFile(filepath.Join(sharedDir(b, "yolov9"), "yolov9-e-train.onnx"))
+	g, err := loadPrepared(b, filepath.Join(onnxbuild.Shared(b, "yolov9"), "yolov9-e-train.onnx"))
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
-		if _, err := g.Infer(Binding{Batch: 64, Height: 640, Width: 640}); err != nil {
+		if _, err := g.Infer(ir.Binding{Batch: 64, Height: 640, Width: 640}); err != nil {
 			b.Fatal(err)
 		}
 	}
+}
+
+// loadPrepared loads an export and prepares it as onnxmem does.
+func loadPrepared(tb testing.TB, path string) (*ir.Graph, error) {
+	g, err := ir.LoadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return Family{}.Prepare(g)
+}
+
+// id returns the ID of the named value, failing the test when there is none.
+func id(t testing.TB, g *ir.Graph, name string) ir.ValueID {
+	t.Helper()
+	v, ok := g.Lookup(name)
+	if !ok {
+		t.Fatalf("no value %q", name)
+	}
+	return v
 }

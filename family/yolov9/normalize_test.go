@@ -1,9 +1,10 @@
-package schedule_test
+package yolov9_test
 
 import (
 	"slices"
 	"testing"
 
+	"github.com/onnxmem/onnxmem/family/yolov9"
 	"github.com/onnxmem/onnxmem/internal/onnxbuild"
 	"github.com/onnxmem/onnxmem/ir"
 	"github.com/onnxmem/onnxmem/schedule"
@@ -21,9 +22,9 @@ func TestNormalize(t *testing.T) {
 	a := down.Sub("cv1").Block(down.MaxPool(l0, 3, 1, 1), 4, 1, 1)
 	b := down.Sub("cv2").Block(down.AvgPool(l0, 3, 1, 1), 4, 3, 1)
 	bl.Output(bl.Layer(3).Block(bl.Layer(2).Concat(a, b, l0), 8, 1, 1))
-	g := load(t, bl)
+	g := loadRaw(t, bl)
 
-	ng, err := schedule.Normalize(g)
+	ng, err := yolov9.Normalize(g)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +61,7 @@ func TestNormalize(t *testing.T) {
 
 	// Nothing to restore: the same graph comes back.
 	tiny := load(t, onnxbuild.Tiny())
-	if ng, err := schedule.Normalize(tiny); err != nil || ng != tiny {
+	if ng, err := yolov9.Normalize(tiny); err != nil || ng != tiny {
 		t.Errorf("Normalize(tiny) = %p, %v; want the graph itself", ng, err)
 	}
 }

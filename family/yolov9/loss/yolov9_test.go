@@ -13,12 +13,12 @@ import (
 // bins + 80 classes) over 80², 40² and 20² cells, 8400 anchors.
 var yolov9s = [][3]int64{{144, 80, 80}, {144, 40, 40}, {144, 20, 20}}
 
-func input(batch, boxes int64, amp bool) schedule.LossInput {
+func input(batch, boxes int64, amp bool) Input {
 	dt := ir.Float32
 	if amp {
 		dt = ir.Float16
 	}
-	return schedule.LossInput{Batch: batch, Maps: [][][3]int64{yolov9s, yolov9s}, DType: dt, AMP: amp, Boxes: boxes}
+	return Input{Batch: batch, Maps: [][][3]int64{yolov9s, yolov9s}, DType: dt, AMP: amp, Boxes: boxes}
 }
 
 // recTape is a Tape that checks every free and keeps the live bytes.
@@ -232,7 +232,7 @@ func TestSavedMatchesForward(t *testing.T) {
 }
 
 // forwardPeak returns the peak live bytes of Forward on a recording tape.
-func forwardPeak(t *testing.T, in schedule.LossInput) int64 {
+func forwardPeak(t *testing.T, in Input) int64 {
 	r := newTape(t)
 	NewYOLOv9().Forward(r, in)
 	return r.peak
@@ -298,7 +298,7 @@ func TestForegroundAnchors(t *testing.T) {
 }
 
 func TestBadInput(t *testing.T) {
-	for _, in := range []schedule.LossInput{
+	for _, in := range []Input{
 		{Batch: 0, Maps: [][][3]int64{yolov9s}, DType: ir.Float32},
 		{Batch: 2, DType: ir.Float32},
 		{Batch: 2, Maps: [][][3]int64{{{64, 20, 20}}}, DType: ir.Float32},
@@ -324,7 +324,7 @@ func ExampleYOLOv9_Peaks() {
 			if amp {
 				dt = ir.Float16
 			}
-			in := schedule.LossInput{Batch: 64, Maps: [][][3]int64{yolov9s, yolov9s}, DType: dt, AMP: amp, Boxes: boxes}
+			in := Input{Batch: 64, Maps: [][][3]int64{yolov9s, yolov9s}, DType: dt, AMP: amp, Boxes: boxes}
 			f, b := l.Peaks(in)
 			fmt.Printf("amp %-5v boxes %3d: forward %.3f GB, backward %.3f GB\n", amp, boxes, float64(f)/1e9, float64(b)/1e9)
 		}

@@ -1,4 +1,4 @@
-package schedule
+package yolov9
 
 import (
 	"fmt"
@@ -73,7 +73,7 @@ func Normalize(g *ir.Graph) (*ir.Graph, error) {
 			}
 		}
 		if last < 0 {
-			return nil, fmt.Errorf("schedule: node %s: cannot place the concat of layer %d", n.Name, gr.layer)
+			return nil, fmt.Errorf("yolov9: node %s: cannot place the concat of layer %d", n.Name, gr.layer)
 		}
 		name := fmt.Sprintf("/model.%d/Concat_restored_%d", gr.layer, len(ng.Values))
 		v := ir.ValueID(len(ng.Values))
@@ -103,7 +103,7 @@ func Normalize(g *ir.Graph) (*ir.Graph, error) {
 		ng.Nodes = append(ng.Nodes, after[i]...)
 	}
 	if err := ng.Reindex(); err != nil {
-		return nil, fmt.Errorf("schedule: normalizing %q: %w", g.Name, err)
+		return nil, fmt.Errorf("yolov9: normalizing %q: %w", g.Name, err)
 	}
 	return ng, nil
 }

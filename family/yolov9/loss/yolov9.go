@@ -11,8 +11,9 @@ import (
 
 // YOLOv9 models ComputeLoss of utils/loss_tal_dual.py, the dual task-aligned
 // loss that train_dual.py computes under torch.cuda.amp.autocast(amp) right
-// after the forward. It implements schedule.Loss. The zero value is not
-// ready: use NewYOLOv9.
+// after the forward. Its Forward and Backward record schedule.Tape
+// fragments; package yolov9 adapts them to schedule.Loss. The zero value is
+// not ready: use NewYOLOv9.
 type YOLOv9 struct {
 	// TopK is the assigner's topk, the number of candidate anchors each
 	// ground-truth box keeps (the YOLOM environment variable, 10 by
@@ -28,12 +29,26 @@ type YOLOv9 struct {
 // and 16 DFL bins.
 func NewYOLOv9() *YOLOv9 { return &YOLOv9{TopK: 10, RegMax: 16} }
 
-var _ schedule.Loss = (*YOLOv9)(nil)
+// Input describes the head's outputs and the targets.
+type Input struct {
+	// Batch is the batch size.
+	Batch int64
+	// Maps are the head's output maps, branch by branch (the dual head has
+	// two), each level's dims [C, H, W] (C = 4·reg_max + classes).
+	Maps [][][3]int64
+	// DType is the maps' element type: float32, or float16 under AMP.
+	DType ir.DType
+	// AMP says the loss runs under torch.autocast, as train_dual.py
+	// computes it.
+	AMP bool
+	// Boxes is the number of ground-truth boxes in every image.
+	Boxes int64
+}
 
 // Forward records ComputeLoss.__call__ (with the targets.to(device) copy
 // that train_dual.py passes it) and returns what autograd keeps for the
 // loss's backward, in allocation order.
-func (l *YOLOv9) Forward(t schedule.Tape, in schedule.LossInput) []schedule.Buf {
+func (l *YOLOv9) Forward(t schedule.Tape, in Input) []schedule.Buf {
 	p := l.build(in)
 	bufs := make(map[tensor]schedule.Buf)
 	p.run(t, p.ev[:p.split], bufs)
@@ -50,7 +65,7 @@ func (l *YOLOv9) Forward(t schedule.Tape, in schedule.LossInput) []schedule.Buf 
 // the [B, C, A] gradient of the branch's maps (the backward of the
 // torch.cat/split at the top of __call__), which it returns. saved must be
 // what Forward returned for the same input.
-func (l *YOLOv9) Backward(t schedule.Tape, in schedule.LossInput, saved []schedule.Buf) []schedule.Buf {
+func (l *YOLOv9) Backward(t schedule.Tape, in Input, saved []schedule.Buf) []schedule.Buf {
 	p := l.build(in)
 	ids := p.savedAt()
 	if len(ids) != len(saved) {
@@ -85,7 +100,7 @@ type Allocation struct {
 
 // Allocations lists, in order, every allocation that Forward and Backward
 // record for in.
-func (l *YOLOv9) Allocations(in schedule.LossInput) []Allocation {
+func (l *YOLOv9) Allocations(in Input) []Allocation {
 	p := l.build(in)
 	saved := make(map[tensor]bool)
 	for _, id := range p.savedAt() {
@@ -109,7 +124,7 @@ func (l *YOLOv9) Allocations(in schedule.LossInput) []Allocation {
 // (the targets copy, the loss's tensors and what it saves) and in its
 // backward (what the forward saved, the backward's temporaries and the
 // gradients it returns). Nothing of the network is counted.
-func (l *YOLOv9) Peaks(in schedule.LossInput) (forward, backward int64) {
+func (l *YOLOv9) Peaks(in Input) (forward, backward int64) {
 	p := l.build(in)
 	var live int64
 	for i, e := range p.ev {
@@ -132,7 +147,7 @@ func (l *YOLOv9) Peaks(in schedule.LossInput) (forward, backward int64) {
 
 // PeakBytes returns the larger of the two peaks of NewYOLOv9().Peaks: a
 // quick figure for what the loss adds on top of the network.
-func PeakBytes(in schedule.LossInput) int64 {
+func PeakBytes(in Input) int64 {
 	f, b := NewYOLOv9().Peaks(in)
 	return max(f, b)
 }
@@ -279,7 +294,7 @@ func (p *prog) run(t schedule.Tape, evs []event, bufs map[tensor]schedule.Buf) {
 	}
 }
 
-// shape is what build derives from a LossInput.
+// shape is what build derives from an Input.
 type shape struct {
 	B, M, K, reg int64
 	dt           dtype // the maps' type
@@ -294,7 +309,7 @@ type branchShape struct {
 	F        int64 // foreground anchors over the batch
 }
 
-func (l *YOLOv9) shape(in schedule.LossInput) shape {
+func (l *YOLOv9) shape(in Input) shape {
 	if l.TopK < 1 || l.RegMax < 1 {
 		panic(fmt.Sprintf("loss: TopK %d and RegMax %d must be positive (use NewYOLOv9)", l.TopK, l.RegMax))
 	}
@@ -336,7 +351,7 @@ func (l *YOLOv9) shape(in schedule.LossInput) shape {
 
 // build emits the whole program: the forward of ComputeLoss.__call__, then
 // (from p.split) the backward of what it recorded.
-func (l *YOLOv9) build(in schedule.LossInput) *prog {
+func (l *YOLOv9) build(in Input) *prog {
 	s := l.shape(in)
 	p := &prog{}
 	B, M, reg, dt := s.B, s.M, s.reg, s.dt

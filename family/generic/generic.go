@@ -1,0 +1,118 @@
+// Package generic is the model family of any graph that no other family
+// claims: its top-level layers come from the module paths in node names,
+// its forward keeps what a plain PyTorch forward keeps, and its training
+// loss is the sum of its outputs.
+//
+// Worked example: torchvision's resnet18, exported with torch.onnx, names
+// its nodes "/conv1/Conv", "/bn1/BatchNormalization", "/relu/Relu",
+// "/maxpool/MaxPool", "/layer1/layer1.0/conv1/Conv", …, "/fc/Gemm". The
+// top-level layers are the modules conv1, bn1, relu, maxpool, layer1.0,
+// layer1.1, layer2.0, … and fc, numbered 0, 1, 2, … in the order they first
+// run: a container's numbered children ("layer1.0") are layers of their own,
+// as checkpoint_sequential would split them. "/Flatten", an op of the root
+// module, belongs to the layer of the node that produces its input.
+package generic
+
+import (
+	"strings"
+
+	"github.com/onnxmem/onnxmem/ir"
+	"github.com/onnxmem/onnxmem/schedule"
+)
+
+// Family is the generic family. Its zero value is ready to use.
+type Family struct{}
+
+// Name returns "generic".
+func (Family) Name() string { return "generic" }
+
+// Detect reports true: the generic family takes any graph.
+func (Family) Detect(*ir.Graph) bool { return true }
+
+// Prepare assigns the top-level layers of g from its module paths, in the
+// order they first appear, and returns g.
+func (Family) Prepare(g *ir.Graph) (*ir.Graph, error) {
+	index := map[string]int{}
+	g.AssignLayers(func(s string) int {
+		key := moduleKey(s)
+		if key == "" {
+			return -1
+		}
+		l, ok := index[key]
+		if !ok {
+			l = len(index)
+			index[key] = l
+		}
+		return l
+	})
+	return g, nil
+}
+
+// moduleKey returns the top-level module that a node, value or weight name
+// lies in, or "": "/layer1/layer1.0/conv1/Conv" and "/layer1/0/conv1/Conv"
+// give "layer1.0", "layer1.0.conv1.weight" gives "layer1.0",
+// "/fc/Gemm" and "fc.bias" give "fc", and "/Flatten", "images" and
+// "onnx::Conv_12" give "".
+func moduleKey(s string) string {
+	if strings.Contains(s, "::") || strings.ContainsAny(s, " :[]'\"") {
+		return ""
+	}
+	var parts []string
+	if strings.HasPrefix(s, "/") {
+		parts = strings.Split(s[1:], "/")
+		parts = parts[:len(parts)-1] // the op's own name
+	} else {
+		parts = strings.Split(s, ".")
+		if len(parts) < 2 {
+			return ""
+		}
+		parts = parts[:len(parts)-1] // the tensor's own name
+	}
+	if len(parts) == 0 || parts[0] == "" {
+		return ""
+	}
+	top := parts[0]
+	if len(parts) > 1 {
+		child := strings.TrimPrefix(parts[1], top+".")
+		if isIndex(child) {
+			return top + "." + child
+		}
+	}
+	return top
+}
+
+// isIndex reports whether s is a decimal index.
+func isIndex(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// Holds returns what a plain forward keeps alive: the layer loop's
+// references (x = layer(x), with the outputs that later layers read kept)
+// and every module's arguments until it returns.
+func (Family) Holds(f *schedule.Flow) *schedule.Holds {
+	h := &schedule.Holds{Until: f.ArgumentHolds(f.LastInScope())}
+	f.LayerLoop(h)
+	return h
+}
+
+// Recipe returns a plain training step: the float batch resident before the
+// step, the loss sum(o.sum() for o in outputs), the backward (through
+// GradScaler under AMP), the optimizer's step over one parameter group
+// without weight decay, zero_grad and, with ema, an EMA update.
+func (Family) Recipe(opt schedule.Optimizer, ema bool, boxes int64) *schedule.Train {
+	return &schedule.Train{Boxes: boxes, Optimizer: opt, EMA: ema, GradScaler: true}
+}
+
+// EvalHead returns nil: the eval forward returns the graph's outputs.
+func (Family) EvalHead() schedule.Head { return nil }
+
+// CheckTrain returns nil: the sum of the outputs trains any graph.
+func (Family) CheckTrain([]schedule.Output) error { return nil }

@@ -1,0 +1,115 @@
+package yolov9
+
+import (
+	"fmt"
+
+	"github.com/onnxmem/onnxmem/family/yolov9/loss"
+	"github.com/onnxmem/onnxmem/ir"
+	"github.com/onnxmem/onnxmem/schedule"
+)
+
+// Recipe returns the training step of train_dual.py (and train.py, which
+// differs only in its loss) for one optimizer:
+//
+//	imgs = imgs.to(device, non_blocking=True).float() / 255
+//	with torch.cuda.amp.autocast(amp):
+//	    pred = model(imgs)
+//	    loss, loss_items = compute_loss(pred, targets.to(device))
+//	scaler.scale(loss).backward()
+//	scaler.unscale_(optimizer)
+//	torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=10.0)
+//	scaler.step(optimizer); scaler.update()
+//	optimizer.zero_grad()
+//	ema.update(model)
+//
+// The loop keeps two 4-byte tensors resident (GradScaler's scale and growth
+// tracker, or the running loss mloss), and utils/torch_utils.py's
+// smart_optimizer makes three parameter groups (Groups). The loss is
+// utils/loss_tal_dual.py's ComputeLoss with boxes ground-truth boxes in
+// every image.
+func (Family) Recipe(opt schedule.Optimizer, ema bool, boxes int64) *schedule.Train {
+	return &schedule.Train{
+		Loss:         trainLoss{loss.NewYOLOv9()},
+		Boxes:        boxes,
+		Optimizer:    opt,
+		EMA:          ema,
+		Uint8Batch:   true,
+		LoopScalars:  2,
+		GradScaler:   true,
+		ClipGradNorm: true,
+		Groups:       Groups,
+	}
+}
+
+// Groups returns smart_optimizer's parameter groups in param_groups order:
+// the biases (g[2], no decay), the weights with decay (g[0], the convs'), and
+// the batch-norm weights (g[1], no decay).
+func Groups(g *ir.Graph, params []ir.ValueID) []schedule.ParamGroup {
+	groups := []schedule.ParamGroup{{}, {Decay: true}, {}}
+	for _, v := range params {
+		k := groupOf(g, v)
+		groups[k].Params = append(groups[k].Params, v)
+	}
+	return groups
+}
+
+// groupOf returns the index in Groups's list of parameter v's group, from
+// the first use that decides it: a batch norm's weight, or a bias (input 2
+// of a conv or a batch norm).
+func groupOf(g *ir.Graph, v ir.ValueID) int {
+	for _, c := range g.Values[v].Consumers {
+		n := &g.Nodes[c]
+		for j, in := range n.Inputs {
+			switch {
+			case in != v:
+			case n.OpType == "BatchNormalization" && j == 1:
+				return 2
+			case j == 2:
+				return 0
+			}
+		}
+	}
+	return 1
+}
+
+// trainLoss adapts the dual task-aligned loss to schedule.Loss: it reads the
+// head's branches from the graph's outputs and hands each map its branch's
+// gradient.
+type trainLoss struct{ l *loss.YOLOv9 }
+
+// input describes the head's maps for the loss. It panics when the outputs
+// are not a detection head's maps: Family.Check rules such graphs out.
+func (t trainLoss) input(in schedule.LossInput) (loss.Input, [][]int) {
+	br := Branches(in.Outputs)
+	if len(br) == 0 {
+		panic(fmt.Sprintf("yolov9: the loss needs the detection head's maps, and the graph's %d outputs are not", len(in.Outputs)))
+	}
+	li := loss.Input{Batch: in.Batch, AMP: in.AMP, Boxes: in.Boxes}
+	for _, b := range br {
+		var maps [][3]int64
+		for _, j := range b {
+			d := in.Outputs[j].Dims
+			maps = append(maps, [3]int64{d[1], d[2], d[3]})
+			li.DType = in.Outputs[j].DType
+		}
+		li.Maps = append(li.Maps, maps)
+	}
+	return li, br
+}
+
+func (t trainLoss) Forward(tp schedule.Tape, in schedule.LossInput) []schedule.Buf {
+	li, _ := t.input(in)
+	return t.l.Forward(tp, li)
+}
+
+func (t trainLoss) Backward(tp schedule.Tape, in schedule.LossInput, saved []schedule.Buf) []schedule.Buf {
+	li, br := t.input(in)
+	grads := t.l.Backward(tp, li, saved)
+	out := make([]schedule.Buf, len(in.Outputs))
+	for i, b := range br {
+		for _, j := range b {
+			out[j] = grads[i]
+		}
+	}
+	return out
+}

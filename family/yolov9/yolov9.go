@@ -1,0 +1,105 @@
+// Package yolov9 is everything onnxmem knows about the YOLOv9 family
+// (yolov9-t/s/m/c/e and GELAN) as the official code at
+// github.com/WongKinYiu/yolov9 builds and trains it: how its exports name
+// the top-level layers of model.model, the exporter's flattening that
+// Normalize undoes, what models/yolo.py's _forward_once and the modules of
+// models/common.py keep alive (Holds), the eval-mode decode of DDetect and
+// DualDDetect (Head), and train_dual.py's training step (Recipe) with the
+// dual task-aligned loss of utils/loss_tal_dual.py (package loss).
+//
+// Worked example: yolov9-c's training export names its nodes
+// "/model.3/cv1/conv/Conv"; that node is in top-level layer 3, the fourth
+// module of model.model, which checkpoint_sequential splits.
+// "/model.22/Concat" reads the outputs of layers 21 and 7, so
+// _forward_once keeps layer 7's output in its list y to the end of the
+// forward (it is in model.save), while layer 21's goes once layer 22 has run.
+package yolov9
+
+import (
+	"fmt"
+
+	"github.com/onnxmem/onnxmem/ir"
+	"github.com/onnxmem/onnxmem/schedule"
+)
+
+// Family is the YOLOv9 family. Its zero value is ready to use.
+type Family struct{}
+
+// Name returns "yolov9".
+func (Family) Name() string { return "yolov9" }
+
+// Detect reports whether g is a YOLOv9 export: some node of it lies in a
+// top-level layer "model.i" of model.model.
+func (Family) Detect(g *ir.Graph) bool {
+	for i := range g.Nodes {
+		n := &g.Nodes[i]
+		if layerIn(n.Name) >= 0 {
+			return true
+		}
+		for _, s := range n.Scopes {
+			if layerIn(s) >= 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// Prepare assigns the top-level layers of g from its names and restores
+// what the exporter flattened (Normalize). It returns g itself when there is
+// nothing to restore.
+func (Family) Prepare(g *ir.Graph) (*ir.Graph, error) {
+	g.AssignLayers(LayerOf)
+	return Normalize(g)
+}
+
+// LayerOf returns the top-level layer that a node, value or weight name of a
+// YOLOv9 export names (see layerIn), or -1: the function that Prepare hands
+// ir.Graph.AssignLayers.
+func LayerOf(s string) int { return layerIn(s) }
+
+// layerIn returns i for the first "model.i" in s that starts s or follows one of
+// "/' :[" and is followed by the end of s or one of "./':,]", or -1.
+//
+// TorchScript exports name nodes "/model.3/cv1/conv/Conv" and weights
+// "model.3.cv1.conv.weight"; dynamo exports write
+// ": models.yolo.DetectionModel/model.38: models.yolo.DualDDetect/cat_61"
+// or "['', 'model.7', 'model.7.bn']" in the nodes' metadata.
+func layerIn(s string) int {
+	const prefix = "model."
+	for at := 0; at+len(prefix) < len(s); at++ {
+		if s[at:at+len(prefix)] != prefix || (at > 0 && !isSep(s[at-1])) {
+			continue
+		}
+		i, l := at+len(prefix), 0
+		for i < len(s) && s[i] >= '0' && s[i] <= '9' && l < 1e6 {
+			l = 10*l + int(s[i]-'0')
+			i++
+		}
+		if i > at+len(prefix) && (i == len(s) || isSep(s[i]) || s[i] == '.') {
+			return l
+		}
+	}
+	return -1
+}
+
+// isSep reports whether c may delimit a "model.i" path element.
+func isSep(c byte) bool {
+	switch c {
+	case '/', '\'', ' ', ':', '[', ']', ',', '"':
+		return true
+	}
+	return false
+}
+
+// EvalHead returns the decode of DDetect and DualDDetect.
+func (Family) EvalHead() schedule.Head { return Head{} }
+
+// CheckTrain reports an error unless the outputs are the detection head's
+// maps, which the loss reads.
+func (Family) CheckTrain(outs []schedule.Output) error {
+	if len(Branches(outs)) == 0 {
+		return fmt.Errorf("yolov9: train steps need the detection head's maps as the graph's outputs ([B, 4·%d+classes, H, W] each), and these %d outputs are not: export the training-mode model with its head, or choose the generic family", regMax, len(outs))
+	}
+	return nil
+}
