@@ -132,12 +132,12 @@ type builder struct {
 	siluIn []ir.ValueID // by node: the input of a fused SiLU
 
 	// Forward state.
-	st      []storage
-	vst     []int32 // by value: storage index, or -1
-	contig  []bool  // by value: a contiguous tensor
-	saved   [][]int32
-	phase   Phase
-	node    int32
+	st     []storage
+	vst    []int32 // by value: storage index, or -1
+	contig []bool  // by value: a contiguous tensor
+	saved  [][]int32
+	phase  Phase
+	node   int32
 
 	dt []ir.DType // by value: the type eager PyTorch gives it
 	// cast[v] is the storage of parameter v's autocast copy, or -1; casts
@@ -145,17 +145,17 @@ type builder struct {
 	cast  []int32
 	casts []ir.ValueID
 
-	holds     *Holds          // what the forward's Python code keeps alive
-	last      map[int]int32   // top-level layer → its last node (shape arithmetic aside)
-	hold      []int           // by value: Holds.LayerEnd under the config's checkpoint ranges
-	noSave    bool    // the op runs inside a checkpointed range's forward
-	stopAt    int32   // the node whose packing ends a recomputation, or -1
-	hadSave   []bool  // by node: it would have saved a tensor
-	chunkOf   []int   // by node: its checkpointed range, or -1
-	ck        []chunk // the checkpointed ranges
-	deferred  []int32 // storages only a suppressed save held, freed when the op returns
-	decoded   []int32 // the eval head's decoded outputs, alive to the end of the step
-	lossSaved []Buf   // what the training loss keeps for its backward
+	holds     *Holds        // what the forward's Python code keeps alive
+	last      map[int]int32 // top-level layer → its last node (shape arithmetic aside)
+	hold      []int         // by value: Holds.LayerEnd under the config's checkpoint ranges
+	noSave    bool          // the op runs inside a checkpointed range's forward
+	stopAt    int32         // the node whose packing ends a recomputation, or -1
+	hadSave   []bool        // by node: it would have saved a tensor
+	chunkOf   []int         // by node: its checkpointed range, or -1
+	ck        []chunk       // the checkpointed ranges
+	deferred  []int32       // storages only a suppressed save held, freed when the op returns
+	decoded   []int32       // the eval head's decoded outputs, alive to the end of the step
+	lossSaved []Buf         // what the training loss keeps for its backward
 
 	// Backward state.
 	slot       []int32 // by value: index into grads, or -1

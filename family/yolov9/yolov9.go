@@ -64,7 +64,7 @@ func LayerOf(s string) int { return layerIn(s) }
 // TorchScript exports name nodes "/model.3/cv1/conv/Conv" and weights
 // "model.3.cv1.conv.weight"; dynamo exports write
 // ": models.yolo.DetectionModel/model.38: models.yolo.DualDDetect/cat_61"
-// or "['', 'model.7', 'model.7.bn']" in the nodes' metadata.
+// or "[”, 'model.7', 'model.7.bn']" in the nodes' metadata.
 func layerIn(s string) int {
 	const prefix = "model."
 	for at := 0; at+len(prefix) < len(s); at++ {
