@@ -9,7 +9,7 @@
 // arithmetic, … node produces a small integer tensor whose inputs are known, its
 // contents are computed too, so that the Reshape, Expand, Resize, Slice and
 // Range nodes that read them get concrete sizes. A small worked example, from the
-// head of a YOLO export at Binding{Batch: 2, Height: 512, Width: 512}:
+// head of a detection export at Binding{Batch: 2, Height: 512, Width: 512}:
 //
 //	images                 [2 3 512 512]        bound from the binding
 //	x = Conv(images, W)    [2 144 64 64]        W is [144 3 …], strides 8

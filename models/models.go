@@ -90,6 +90,10 @@ type Options struct {
 // DefaultClasses is the class count of the released models (COCO).
 const DefaultClasses = 80
 
+// Default is the built-in model that onnxmem simulates when it is given
+// none: yolov9-c, the model most people train with train_dual.py.
+const Default = "yolov9-c"
+
 // Names returns the names of the models Build knows, smallest first within
 // each family.
 func Names() []string {

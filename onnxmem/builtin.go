@@ -7,11 +7,11 @@ import (
 )
 
 // DefaultModel is the built-in model the command line uses when it is given
-// none: yolov9-c, the model most people train with train_dual.py.
-const DefaultModel = "yolov9-c"
+// none (models.Default).
+const DefaultModel = models.Default
 
 // Builtin returns one of the built-in models, by a name of models.Names
-// ("yolov9-c"), with the released head of 80 classes. It needs no file: the
+// (DefaultModel, say), with the released head of 80 classes. It needs no file: the
 // graph is built in Go and is the same, node for node, as the training-mode
 // export of the official code (see package models), so it gives the same
 // Results as loading that export.

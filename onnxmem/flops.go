@@ -57,7 +57,7 @@ func (c Cost) Overhead() float64 {
 //
 // These are the estimates of the usual FLOP counters: a Sigmoid's exp costs
 // more cycles than an add but counts one. In a CNN the convolutions make
-// nearly all of the count (99.5% on yolov9-c). An op on tensor data outside the list is an error.
+// nearly all of the count (99.5% on the default model). An op on tensor data outside the list is an error.
 func (m *Model) Cost(sc Scenario) (Cost, error) {
 	if err := sc.Supported(); err != nil {
 		return Cost{}, err

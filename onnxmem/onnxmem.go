@@ -32,8 +32,8 @@ type Model struct {
 	// Name is the file's base name without ".onnx", or the built-in name.
 	Name string
 	// Family is the name of the model family detected from the graph
-	// (package family): "yolov9", or "generic" for a graph no other family
-	// claims. Scenario.Family overrides it.
+	// (package family; Families lists them), the generic family for a graph
+	// that no other family claims. Scenario.Family overrides it.
 	Family string
 	// Graph is the graph as the detected family prepared it: top-level
 	// layers assigned, the exporter's flattening undone.
@@ -124,8 +124,8 @@ type Range struct{ From, To int }
 type Optimizer string
 
 // The optimizers. Each keeps its state in buffers the size of the
-// parameters: SGD with momentum one, Adam two, AdamW with amsgrad (as
-// YOLOv9's smart_optimizer makes it) three, Lion one; None takes no step.
+// parameters: SGD with momentum one, Adam two, AdamW with amsgrad three,
+// Lion one; None takes no step.
 const (
 	SGD   Optimizer = "SGD"
 	Adam  Optimizer = "Adam"
@@ -143,7 +143,7 @@ type Scenario struct {
 	// Batch is the batch size; Height and Width the input image's size.
 	Batch, Height, Width int64
 	// AMP runs the forward under torch.autocast('cuda', torch.float16), as
-	// YOLOv9's train_dual.py does by default.
+	// most training scripts do by default.
 	AMP bool
 	// Half runs the model in half precision (model.half() and a half input).
 	// It excludes AMP.
@@ -159,12 +159,12 @@ type Scenario struct {
 	Checkpoint []Range
 	// Eval simulates the family's validation step instead of a model step:
 	// the forward of a half copy of the model under torch.no_grad(), with
-	// the eval-mode head (YOLOv9's decode), at batch Batch (YOLOv9's
-	// train_dual.py validates at twice the training batch). AMP, Half and
-	// checkpointing do not apply.
+	// the family's eval-mode head (a detection head's decode), at batch
+	// Batch (validation often runs at twice the training batch). AMP, Half
+	// and checkpointing do not apply.
 	Eval bool
 	// Train simulates a full step of the family's training script instead of
-	// a model step (YOLOv9: train_dual.py): the batch's upload, the forward
+	// a model step (the family's recipe): the batch's upload, the forward
 	// (under autocast with AMP), the family's loss with Boxes ground-truth
 	// boxes in every image, the backward, GradScaler, gradient clipping, the
 	// Optimizer's step (default SGD), zero_grad and, with EMA, the EMA
@@ -416,7 +416,7 @@ func layers(g *ir.Graph) int {
 // biases, batch normalization's scale and bias), without the running
 // statistics, auxiliary branch included. PyTorch's sum(p.numel() for p in
 // model.parameters()) also counts frozen weights, which the training graph
-// shows as constants (YOLOv9's DFL convolution has 16 per head).
+// shows as constants (a detection head's fixed bin weights, say).
 func (m *Model) Parameters() (int64, error) {
 	p, err := m.Program(Scenario{Batch: 1, Height: 64, Width: 64})
 	if err != nil {

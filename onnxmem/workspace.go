@@ -53,7 +53,7 @@ var (
 
 // lookupWorkspace returns the measured workspace of a call, if the table has
 // its shape. The table's convolutions have square kernels and strides,
-// padding k/2 and dilation 1, as YOLOv9's do; a call whose output size says
+// padding k/2 and dilation 1, as the built-in models' do; a call whose output size says
 // otherwise is not looked up.
 func lookupWorkspace(c schedule.ConvCall) (int64, bool) {
 	workspaceOnce.Do(func() {
@@ -121,7 +121,7 @@ func parseWorkspaces(gz []byte) (map[convKey][3]int64, error) {
 
 // cuDNNWorkspaceRule approximates the workspace of a call that the measured
 // table does not hold, with the algorithms that cuDNN 9.19's heuristics pick
-// most often on an H200 for YOLOv9-like convolutions
+// most often on an H200 for the built-in models' convolutions
 // (calibration/conv_workspace.py and conv_sweep.py). IN, OUT and W are the
 // input, output and weight bytes in the compute type:
 //

@@ -2,8 +2,8 @@
 // for one training step: every allocation and every free, in order, for the
 // forward, the loss and the backward.
 //
-// Worked example. Take the YOLOv9 block Conv → BatchNormalization → Sigmoid →
-// Mul (SiLU) on an fp32 input x of 8×64×80×80 (13 MiB) with 128 output
+// Worked example. Take the block Conv → BatchNormalization → Sigmoid → Mul
+// (SiLU) on an fp32 input x of 8×64×80×80 (13 MiB) with 128 output
 // channels. Eager PyTorch runs three kernels and autograd records three nodes:
 //
 //	forward                         saved for backward
@@ -23,10 +23,10 @@
 // saves), torch/csrc/autograd/engine.cpp (nodes run in reverse creation order;
 // a node's incoming gradients are freed before its saved tensors are
 // released), torch/csrc/autograd/input_buffer.cpp (how gradients of a tensor
-// used twice are summed, in place when one of them is not shared) and YOLOv9's
-// models/yolo.py (_forward_once keeps a layer's output until the next layer has
-// run, or to the end of the forward when a later layer reads it). Each rule was
-// checked on an H200 with the scripts in calibration/.
+// used twice are summed, in place when one of them is not shared). What the
+// model's own Python code keeps alive (a layer loop's variables, module
+// arguments, lists) comes from the model's family through a Holder (holds.go).
+// Each rule was checked on an H200 with the scripts in calibration/.
 //
 // The package knows nothing of allocator rounding: sizes here are the bytes
 // requested. Package allocator turns them into what the CUDA caching allocator
