@@ -519,3 +519,14 @@ func (c *inferer) transpose() {
 	}
 	c.set(0, c.dtype(0), d)
 }
+
+// ShapeOps lists the default-domain ONNX ops that Infer has shape rules for,
+// sorted.
+func ShapeOps() []string {
+	out := make([]string, 0, len(opKinds))
+	for op := range opKinds {
+		out = append(out, op)
+	}
+	slices.Sort(out)
+	return out
+}

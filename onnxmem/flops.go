@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/onnxmem/onnxmem/ir"
+	"github.com/onnxmem/onnxmem/schedule"
 )
 
 // Cost is the arithmetic of one training step, in FLOPs: a multiply-add
@@ -42,22 +43,12 @@ func (c Cost) Overhead() float64 {
 //
 // Only ops on tensor data count: the graph's image input and what is computed
 // from it. Shape arithmetic (Shape, Gather, Concat of sizes, …), which eager
-// PyTorch does on Python ints, costs nothing. The FLOPs of one op, from its
-// inferred shapes:
-//
-//	Conv                     2·N·Cout·OH·OW·(Cin/groups)·KH·KW, + N·Cout·OH·OW with a bias
-//	BatchNormalization       4 per output element in training mode (batch statistics:
-//	                         sum and sum of squares; then scale and shift), 2 otherwise
-//	MaxPool, AveragePool     KH·KW per output element
-//	ReduceSum                1 per input element
-//	Softmax, LogSoftmax      5 per element (max, subtract, exp, sum, divide)
-//	Resize                   0 in nearest mode (a copy), 1 per output element otherwise
-//	Concat, Split, Slice, Reshape, Cast and other views and copies: 0
-//	element-wise ops         1 per output element (Sigmoid, Mul, Add, Relu, …)
-//
-// These are the estimates of the usual FLOP counters: a Sigmoid's exp costs
-// more cycles than an add but counts one. In a CNN the convolutions make
-// nearly all of the count (99.5% on the default model). An op on tensor data outside the list is an error.
+// PyTorch does on Python ints, costs nothing. The FLOPs of one op come from
+// its rule in the op table (schedule.FLOPs lists them): a convolution's
+// multiply-adds, a few per element for batch norms and softmaxes, one per
+// element for element-wise ops, none for views and copies. In a CNN the
+// convolutions make nearly all of the count (99.5% on the default model). An
+// op on tensor data outside the table is an error.
 func (m *Model) Cost(sc Scenario) (Cost, error) {
 	if err := sc.Supported(); err != nil {
 		return Cost{}, err
@@ -90,7 +81,7 @@ func (m *Model) Cost(sc Scenario) (Cost, error) {
 		if !readsData(n, data) {
 			continue
 		}
-		f, err := nodeFLOPs(n, s)
+		f, err := schedule.FLOPs(n, s)
 		if err != nil {
 			return Cost{}, fmt.Errorf("onnxmem: %s: %w", m.Name, err)
 		}
@@ -189,66 +180,4 @@ func isParamValue(g *ir.Graph, v ir.ValueID) bool {
 
 func isFloatType(d ir.DType) bool {
 	return d == ir.Float32 || d == ir.Float16 || d == ir.BFloat16 || d == ir.Float64
-}
-
-// freeOps cost nothing: views, copies and shape queries. The ops here and in
-// the two tables below are those ir.Graph.Infer has rules for.
-var freeOps = map[string]bool{
-	"Concat": true, "Split": true, "Slice": true, "Reshape": true, "Squeeze": true,
-	"Unsqueeze": true, "Transpose": true, "Identity": true, "Shape": true, "Gather": true,
-	"Expand": true, "Cast": true, "ConstantOfShape": true, "Range": true,
-}
-
-// elementwiseOps cost one FLOP per output element.
-var elementwiseOps = map[string]bool{
-	"Add": true, "Sub": true, "Mul": true, "Div": true, "Pow": true, "Sigmoid": true,
-	"Relu": true, "LeakyRelu": true, "Tanh": true, "HardSigmoid": true, "HardSwish": true,
-	"Mish": true, "Neg": true, "Exp": true, "Log": true, "Sqrt": true, "Abs": true,
-	"Erf": true, "Clip": true,
-}
-
-// nodeFLOPs is the forward FLOPs of one op on tensor data.
-func nodeFLOPs(n *ir.Node, s *ir.Shapes) (int64, error) {
-	out := s.Elems(n.Outputs[0])
-	in := func(k int) ir.ValueID { return n.Inputs[k] }
-	switch {
-	case freeOps[n.OpType]:
-		return 0, nil
-	case elementwiseOps[n.OpType]:
-		return out, nil
-	}
-	switch n.OpType {
-	case "Conv":
-		w := s.Dims[in(1)] // [Cout, Cin/groups, KH, KW]
-		macs := out
-		for _, d := range w[1:] {
-			macs *= d
-		}
-		f := 2 * macs
-		if len(n.Inputs) > 2 && in(2) != ir.NoValue {
-			f += out
-		}
-		return f, nil
-	case "BatchNormalization":
-		if n.IntAttr("training_mode", 0) == 1 || len(n.Outputs) > 1 {
-			return 4 * out, nil
-		}
-		return 2 * out, nil
-	case "MaxPool", "AveragePool":
-		k := out
-		for _, d := range n.IntsAttr("kernel_shape") {
-			k *= d
-		}
-		return k, nil
-	case "ReduceSum":
-		return s.Elems(in(0)), nil
-	case "Softmax", "LogSoftmax":
-		return 5 * out, nil
-	case "Resize":
-		if a, ok := n.Attr("mode"); ok && a.Str != "nearest" {
-			return out, nil
-		}
-		return 0, nil
-	}
-	return 0, fmt.Errorf("node %s: no FLOP count for op %s on tensor data", n.Name, n.OpType)
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/onnxmem/onnxmem/internal/onnxbuild"
 	"github.com/onnxmem/onnxmem/ir"
+	"github.com/onnxmem/onnxmem/schedule"
 )
 
 // flopsNet builds a five-layer graph whose FLOPs at 2×3×16×16 are counted by
@@ -135,8 +136,8 @@ func TestCostErrors(t *testing.T) {
 	// An op on data without a FLOP rule. Infer knows every op Cost does, so
 	// this only happens when ir learns a new op first.
 	s := &ir.Shapes{Dims: [][]int64{{2, 3}}}
-	n := &ir.Node{Name: "/model.0/Gelu", OpType: "Gelu", Inputs: []ir.ValueID{0}, Outputs: []ir.ValueID{0}}
-	if _, err := nodeFLOPs(n, s); err == nil || !strings.Contains(err.Error(), "no FLOP count for op Gelu") {
+	n := &ir.Node{Name: "/m.0/Gelu", OpType: "Gelu", Inputs: []ir.ValueID{0}, Outputs: []ir.ValueID{0}}
+	if _, err := schedule.FLOPs(n, s); err == nil || !strings.Contains(err.Error(), "no FLOP rule for op Gelu") {
 		t.Errorf("Gelu: error %v", err)
 	}
 }

@@ -2,6 +2,7 @@ package schedule
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/onnxmem/onnxmem/ir"
 )
@@ -30,13 +31,177 @@ const (
 	opView                        // slice, split, reshape, unsqueeze, …: no new storage
 )
 
-// viewOps are the ONNX ops that eager PyTorch runs as views of their input.
-// Reshape is a view when its input is contiguous, which is the case for every
-// activation onnxmem sees; Transpose is a view whose consumers see a
-// non-contiguous tensor.
-var viewOps = map[string]bool{
-	"Slice": true, "Split": true, "Identity": true, "Reshape": true, "Unsqueeze": true,
-	"Squeeze": true, "Flatten": true, "Transpose": true,
+// castClass is how torch.autocast treats an op (aten/src/ATen/autocast_mode.cpp
+// lists the ops of each class).
+type castClass uint8
+
+const (
+	// castNone: the op runs in its inputs' type, the widest of them (type
+	// promotion), autocast or not.
+	castNone castClass = iota
+	// castLower: autocast casts its float inputs to float16 and it returns
+	// float16 (conv2d; the weight casts are cached until autocast exits).
+	castLower
+	// castFP32: autocast runs it in float32 and it returns float32 (softmax,
+	// sum, upsample_nearest2d).
+	castFP32
+)
+
+// opRule is everything onnxmem knows of one ONNX op beyond its shape rule,
+// which is ir's (ir.HasShapeRule): the eager op it runs as, whose forward
+// (run.go) and backward (backward.go) rules say what it allocates, what
+// autograd saves and what its backward allocates; its autocast class; and
+// its FLOPs. saves documents what autograd keeps for the backward, from
+// tools/autograd/derivatives.yaml; the rules implement it.
+type opRule struct {
+	kind     opKind
+	autocast castClass
+	flops    func(n *ir.Node, s *ir.Shapes) int64
+	saves    string
+}
+
+// opOnlyShapes marks ops that onnxmem simulates only as shape arithmetic:
+// on tensor data they are an error.
+const opOnlyShapes = opMeta
+
+// opRules is the one table of ONNX ops: adding an op is an entry here (with
+// a new opKind and its forward and backward rules when no existing kind
+// fits), a shape rule in ir, and their tests. Ops whose kind is
+// opOnlyShapes have FLOPs and shapes but no memory rule on tensor data yet.
+var opRules = map[string]opRule{
+	"Conv":               {kind: opConv, autocast: castLower, flops: convFLOPs, saves: "input, weight (convolution_backward)"},
+	"BatchNormalization": {kind: opBatchNorm, flops: batchNormFLOPs, saves: "input, weight, save_mean, save_invstd in training; input, weight on running statistics"},
+	"Sigmoid":            {kind: opSigmoid, flops: elementwise, saves: "result"},
+	"Mul":                {kind: opMul, flops: elementwise, saves: "each operand whose partner needs a gradient"},
+	"Div":                {kind: opDiv, flops: elementwise, saves: "other, and result when other needs a gradient"},
+	"Add":                {kind: opAdd, flops: elementwise, saves: "nothing"},
+	"Sub":                {kind: opSub, flops: elementwise, saves: "nothing"},
+	"Concat":             {kind: opConcat, flops: free, saves: "nothing (the pieces' sizes)"},
+	"MaxPool":            {kind: opMaxPool, flops: poolFLOPs, saves: "input, indices (int64)"},
+	"AveragePool":        {kind: opAvgPool, flops: poolFLOPs, saves: "input"},
+	"Resize":             {kind: opResize, autocast: castFP32, flops: resizeFLOPs, saves: "nothing (nearest)"},
+	"ReduceSum":          {kind: opReduceSum, autocast: castFP32, flops: reduceFLOPs, saves: "nothing (the input's sizes)"},
+	"Softmax":            {kind: opSoftmax, autocast: castFP32, flops: softmaxFLOPs, saves: "result"},
+	"Slice":              {kind: opView, flops: free, saves: "nothing: a view"},
+	"Split":              {kind: opView, flops: free, saves: "nothing: views"},
+	"Identity":           {kind: opView, flops: free, saves: "nothing: the same tensor"},
+	"Reshape":            {kind: opView, flops: free, saves: "nothing: a view of a contiguous tensor"},
+	"Unsqueeze":          {kind: opView, flops: free, saves: "nothing: a view"},
+	"Squeeze":            {kind: opView, flops: free, saves: "nothing: a view"},
+	"Transpose":          {kind: opView, flops: free, saves: "nothing: a strided view"},
+	"Shape":              {kind: opOnlyShapes, flops: free},
+	"Constant":           {kind: opOnlyShapes, flops: free},
+	"ConstantOfShape":    {kind: opOnlyShapes, flops: free},
+	"Gather":             {kind: opOnlyShapes, flops: free},
+	"Expand":             {kind: opOnlyShapes, flops: free},
+	"Cast":               {kind: opOnlyShapes, flops: free},
+	"Range":              {kind: opOnlyShapes, flops: free},
+	"Pow":                {kind: opOnlyShapes, flops: elementwise},
+	"Relu":               {kind: opOnlyShapes, flops: elementwise},
+	"LeakyRelu":          {kind: opOnlyShapes, flops: elementwise},
+	"Tanh":               {kind: opOnlyShapes, flops: elementwise},
+	"HardSigmoid":        {kind: opOnlyShapes, flops: elementwise},
+	"HardSwish":          {kind: opOnlyShapes, flops: elementwise},
+	"Mish":               {kind: opOnlyShapes, flops: elementwise},
+	"Neg":                {kind: opOnlyShapes, flops: elementwise},
+	"Exp":                {kind: opOnlyShapes, flops: elementwise},
+	"Log":                {kind: opOnlyShapes, flops: elementwise},
+	"Sqrt":               {kind: opOnlyShapes, flops: elementwise},
+	"Abs":                {kind: opOnlyShapes, flops: elementwise},
+	"Erf":                {kind: opOnlyShapes, flops: elementwise},
+	"Clip":               {kind: opOnlyShapes, flops: elementwise},
+	"LogSoftmax":         {kind: opOnlyShapes, flops: softmaxFLOPs},
+}
+
+// FLOPs returns the forward FLOPs of node n at shapes s (a multiply-add
+// counts 2), from its op's rule:
+//
+//	Conv                     2 · N·Cout·Hout·Wout · Cin/groups·KH·KW, plus one add per output for a bias
+//	BatchNormalization       4 per element in training, 2 on running statistics
+//	MaxPool, AveragePool     one per window element per output
+//	ReduceSum                one per input element
+//	Softmax, LogSoftmax      5 per element (max, subtract, exp, sum, divide)
+//	Resize                   0 in nearest mode (a copy), 1 per output element otherwise
+//	Concat, Split, Slice, Reshape, Cast and other views and copies: 0
+//	element-wise ops         1 per output element (Sigmoid, Mul, Add, Relu, …)
+//
+// These are the estimates of the usual FLOP counters: a Sigmoid's exp costs
+// more cycles than an add but counts one. An op outside the table is an
+// error.
+func FLOPs(n *ir.Node, s *ir.Shapes) (int64, error) {
+	r, ok := ruleOf(n)
+	if !ok {
+		return 0, fmt.Errorf("schedule: node %s: no FLOP rule for op %s", n.Name, n.OpType)
+	}
+	return r.flops(n, s), nil
+}
+
+// ruleOf returns the rule of node n's op, if the table has one.
+func ruleOf(n *ir.Node) (opRule, bool) {
+	if n.Domain != "" && n.Domain != "ai.onnx" {
+		return opRule{}, false
+	}
+	r, ok := opRules[n.OpType]
+	return r, ok
+}
+
+// Ops lists the ONNX ops of the table, sorted.
+func Ops() []string {
+	out := make([]string, 0, len(opRules))
+	for op := range opRules {
+		out = append(out, op)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func free(*ir.Node, *ir.Shapes) int64 { return 0 }
+
+func elementwise(n *ir.Node, s *ir.Shapes) int64 { return s.Elems(n.Outputs[0]) }
+
+func convFLOPs(n *ir.Node, s *ir.Shapes) int64 {
+	out := s.Elems(n.Outputs[0])
+	macs := out
+	for _, d := range s.Dims[n.Inputs[1]][1:] { // [Cout, Cin/groups, KH, KW]
+		macs *= d
+	}
+	f := 2 * macs
+	if len(n.Inputs) > 2 && n.Inputs[2] != ir.NoValue {
+		f += out
+	}
+	return f
+}
+
+func batchNormFLOPs(n *ir.Node, s *ir.Shapes) int64 {
+	if isTrainingBN(n) {
+		return 4 * s.Elems(n.Outputs[0])
+	}
+	return 2 * s.Elems(n.Outputs[0])
+}
+
+func poolFLOPs(n *ir.Node, s *ir.Shapes) int64 {
+	k := s.Elems(n.Outputs[0])
+	for _, d := range n.IntsAttr("kernel_shape") {
+		k *= d
+	}
+	return k
+}
+
+func reduceFLOPs(n *ir.Node, s *ir.Shapes) int64 { return s.Elems(n.Inputs[0]) }
+
+func softmaxFLOPs(n *ir.Node, s *ir.Shapes) int64 { return 5 * s.Elems(n.Outputs[0]) }
+
+func resizeFLOPs(n *ir.Node, s *ir.Shapes) int64 {
+	if a, ok := n.Attr("mode"); ok && a.Str != "nearest" {
+		return s.Elems(n.Outputs[0])
+	}
+	return 0
+}
+
+// isTrainingBN reports whether a BatchNormalization runs in training mode,
+// on the batch's statistics.
+func isTrainingBN(n *ir.Node) bool {
+	return n.IntAttr("training_mode", 0) == 1 || len(n.Outputs) > 1
 }
 
 // classify decides the eager op of every node. data[v] reports whether value v
@@ -94,44 +259,19 @@ func isFloat(d ir.DType) bool {
 	return d == ir.Float32 || d == ir.Float16 || d == ir.BFloat16 || d == ir.Float64
 }
 
-// opOf maps one data-carrying node to its eager op.
+// opOf maps one data-carrying node to its eager op, from the table.
 func (b *builder) opOf(n *ir.Node) (opKind, error) {
-	switch n.OpType {
-	case "Conv":
-		return opConv, nil
-	case "BatchNormalization":
-		if n.IntAttr("training_mode", 0) == 1 || len(n.Outputs) > 1 {
-			return opBatchNorm, nil
-		}
+	r, ok := ruleOf(n)
+	if !ok || r.kind == opOnlyShapes {
+		return 0, fmt.Errorf("schedule: node %s: unsupported op %s on activations: onnxmem has no autograd memory rule for it; export the training graph unfused (opset 17), or open an issue naming %s so its saved tensors can be added", n.Name, n.OpType, n.OpType)
+	}
+	switch {
+	case r.kind == opBatchNorm && !isTrainingBN(n):
 		return opBatchNormEval, nil
-	case "Sigmoid":
-		return opSigmoid, nil
-	case "Mul":
-		return opMul, nil
-	case "Div":
-		return opDiv, nil
-	case "Add":
-		return opAdd, nil
-	case "Sub":
-		return opSub, nil
-	case "Concat":
-		return opConcat, nil
-	case "MaxPool":
-		return opMaxPool, nil
-	case "AveragePool":
-		return opAvgPool, nil
-	case "Resize":
+	case r.kind == opResize:
 		if a, ok := n.Attr("mode"); ok && a.Str != "nearest" {
 			return 0, fmt.Errorf("schedule: node %s: Resize mode %q is not supported: only nearest upsampling has a memory rule; open an issue with the graph to add %s", n.Name, a.Str, a.Str)
 		}
-		return opResize, nil
-	case "ReduceSum":
-		return opReduceSum, nil
-	case "Softmax":
-		return opSoftmax, nil
 	}
-	if viewOps[n.OpType] {
-		return opView, nil
-	}
-	return 0, fmt.Errorf("schedule: node %s: unsupported op %s on activations: onnxmem has no autograd memory rule for it; export the training graph unfused (opset 17), or open an issue naming %s so its saved tensors can be added", n.Name, n.OpType, n.OpType)
+	return r.kind, nil
 }

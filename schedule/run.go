@@ -11,6 +11,10 @@ func (b *builder) run(n *ir.Node, k opKind) {
 	s := b.s
 	i := n.ID
 	reads := b.readsOf(i)
+	// Under autocast the op's class says its compute type.
+	rule, _ := ruleOf(n)
+	lower := b.autocast() && rule.autocast == castLower
+	fp32 := b.autocast() && rule.autocast == castFP32
 	for _, v := range reads {
 		if b.rg[v] {
 			b.markRG(n)
@@ -60,7 +64,7 @@ func (b *builder) run(n *ir.Node, k opKind) {
 	case opConv:
 		x := n.Inputs[0]
 		c, xcast := int32(-1), int32(-1)
-		if b.autocast() {
+		if lower {
 			// Autocast casts the bias, then the weight (both cached until
 			// autocast exits), then an input of another type (a fresh
 			// contiguous copy, which conv saves in place of the input).
@@ -112,7 +116,7 @@ func (b *builder) run(n *ir.Node, k opKind) {
 		}
 		newOut(0, Activation)
 	case opSigmoid, opSoftmax:
-		if k == opSoftmax && b.autocast() {
+		if fp32 {
 			b.dt[out(0)] = ir.Float32 // autocast runs softmax in float32
 		}
 		newOut(0, Activation)
@@ -136,7 +140,7 @@ func (b *builder) run(n *ir.Node, k opKind) {
 			save(out(0))
 		}
 	case opReduceSum:
-		if b.autocast() {
+		if fp32 {
 			b.dt[out(0)] = ir.Float32 // sum accumulates and returns float32 under autocast
 		}
 		newOut(0, Activation)
@@ -160,7 +164,7 @@ func (b *builder) run(n *ir.Node, k opKind) {
 		freeCopy(c)
 	case opResize:
 		x := n.Inputs[0]
-		if b.autocast() && b.dt[x] != ir.Float32 {
+		if fp32 && b.dt[x] != ir.Float32 {
 			// Autocast runs upsampling in float32: a float32 copy of the
 			// input, then a float32 output.
 			c := b.scratch(s.Elems(x)*4, Cast)

@@ -1,0 +1,76 @@
+package schedule
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/onnxmem/onnxmem/ir"
+)
+
+// TestOpTable checks that the op table and ir's shape rules cover the same
+// ops, so that every op onnxmem can infer has a FLOP count and either a
+// memory rule or a clear error, and that every op with a memory rule says
+// what autograd saves.
+func TestOpTable(t *testing.T) {
+	if got, want := Ops(), ir.ShapeOps(); !slices.Equal(got, want) {
+		for _, op := range want {
+			if _, ok := opRules[op]; !ok {
+				t.Errorf("ir infers %s, which the op table lacks", op)
+			}
+		}
+		for _, op := range got {
+			if !slices.Contains(want, op) {
+				t.Errorf("the op table has %s, which ir cannot infer", op)
+			}
+		}
+	}
+	for _, op := range Ops() {
+		r := opRules[op]
+		if r.flops == nil {
+			t.Errorf("%s: no FLOP rule", op)
+		}
+		if r.kind != opOnlyShapes && r.saves == "" {
+			t.Errorf("%s: a memory rule that does not say what autograd saves", op)
+		}
+		if r.autocast != castNone && r.kind == opOnlyShapes {
+			t.Errorf("%s: an autocast class without a memory rule", op)
+		}
+	}
+}
+
+// TestOpFLOPs checks the FLOP rules on one node each.
+func TestOpFLOPs(t *testing.T) {
+	// Values: 0 x [2 4 8 8], 1 w [6 2 3 3], 2 bias [6], 3 y [2 6 8 8].
+	s := &ir.Shapes{Dims: [][]int64{{2, 4, 8, 8}, {6, 2, 3, 3}, {6}, {2, 6, 8, 8}}}
+	node := func(op string, in []ir.ValueID, out ir.ValueID, attrs ...ir.Attr) *ir.Node {
+		return &ir.Node{Name: "/n/" + op, OpType: op, Inputs: in, Outputs: []ir.ValueID{out}, Attrs: attrs}
+	}
+	const outs = 2 * 6 * 8 * 8
+	for _, tc := range []struct {
+		n    *ir.Node
+		want int64
+	}{
+		{node("Conv", []ir.ValueID{0, 1}, 3), 2 * outs * 2 * 3 * 3},
+		{node("Conv", []ir.ValueID{0, 1, 2}, 3), 2*outs*2*3*3 + outs},
+		{&ir.Node{OpType: "BatchNormalization", Inputs: []ir.ValueID{3}, Outputs: []ir.ValueID{3, 2, 2}}, 4 * outs},
+		{node("BatchNormalization", []ir.ValueID{3}, 3), 2 * outs},
+		{node("MaxPool", []ir.ValueID{0}, 3, ir.Attr{Name: "kernel_shape", Kind: ir.AttrInts, Ints: []int64{2, 2}}), 4 * outs},
+		{node("ReduceSum", []ir.ValueID{0}, 2), 2 * 4 * 8 * 8},
+		{node("Softmax", []ir.ValueID{3}, 3), 5 * outs},
+		{node("Resize", []ir.ValueID{0}, 3), 0},
+		{node("Resize", []ir.ValueID{0}, 3, ir.Attr{Name: "mode", Kind: ir.AttrString, Str: "linear"}), outs},
+		{node("Relu", []ir.ValueID{3}, 3), outs},
+		{node("Concat", []ir.ValueID{0, 0}, 3), 0},
+	} {
+		got, err := FLOPs(tc.n, s)
+		if err != nil || got != tc.want {
+			t.Errorf("%s %v: %d FLOPs, %v; want %d", tc.n.OpType, tc.n.Inputs, got, err, tc.want)
+		}
+	}
+	if _, err := FLOPs(&ir.Node{Name: "g", OpType: "Gelu"}, s); err == nil {
+		t.Error("Gelu: no error")
+	}
+	if _, err := FLOPs(&ir.Node{Name: "c", OpType: "Conv", Domain: "com.microsoft"}, s); err == nil {
+		t.Error("a Conv of another domain: no error")
+	}
+}
