@@ -40,8 +40,14 @@ type Model struct {
 	Graph *ir.Graph
 
 	raw   *ir.Graph // as ir.Load returned it
+	cache *preparedSet
+}
+
+// preparedSet holds the model as each family it was simulated as prepared
+// it: at most one entry per family, shared by the Models that As returns.
+type preparedSet struct {
 	mu    sync.Mutex
-	preps []*prepared // one per family the model has been simulated as
+	preps []*prepared
 }
 
 // prepared is the model as one family sees it.
@@ -77,7 +83,7 @@ func LoadBytes(name string, data []byte) (*Model, error) {
 	if err != nil {
 		return nil, fmt.Errorf("onnxmem: %s: %w", name, err)
 	}
-	m := &Model{Name: name, raw: g}
+	m := &Model{Name: name, raw: g, cache: &preparedSet{}}
 	p, err := m.prepare(family.Detect(g).Name())
 	if err != nil {
 		return nil, err
@@ -93,9 +99,13 @@ func Families() []string { return family.Names() }
 // prepare returns the model as the named family prepares it, from the
 // model's cache when it can.
 func (m *Model) prepare(name string) (*prepared, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for _, p := range m.preps {
+	c := m.cache
+	if c == nil || m.raw == nil {
+		return nil, fmt.Errorf("onnxmem: model %q was not made by Load, LoadBytes, Builtin or As: it has no loaded graph to prepare", m.Name)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, p := range c.preps {
 		if p.fam.Name() == name {
 			return p, nil
 		}
@@ -113,7 +123,7 @@ func (m *Model) prepare(name string) (*prepared, error) {
 		return nil, fmt.Errorf("onnxmem: %s: %w", m.Name, err)
 	}
 	p := &prepared{fam: fam, graph: pg}
-	m.preps = append(m.preps, p)
+	c.preps = append(c.preps, p)
 	return p, nil
 }
 
@@ -446,4 +456,14 @@ func ranges(rs []schedule.Range) []Range {
 		out[i] = Range(r)
 	}
 	return out
+}
+
+// As returns the model as the named family prepares it: its Family and
+// Graph are that family's. It shares the loaded graph and its caches with m.
+func (m *Model) As(family string) (*Model, error) {
+	p, err := m.prepare(family)
+	if err != nil {
+		return nil, err
+	}
+	return &Model{Name: m.Name, Family: p.fam.Name(), Graph: p.graph, raw: m.raw, cache: m.cache}, nil
 }

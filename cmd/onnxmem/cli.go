@@ -22,6 +22,7 @@ type flagSet struct {
 	syntax  string // "onnxmem sweep [flags] MODEL.onnx"
 	about   string // one sentence
 	example string // one command line
+	family  *string
 }
 
 func newFlagSet(name, syntax, about, example string) *flagSet {
@@ -110,11 +111,25 @@ func (f *flagSet) parseAndLoad(args []string, stdout, stderr io.Writer) (m *onnx
 	if !ok {
 		return nil, code, false
 	}
-	m, err := load(path)
+	m, err := f.load(path)
 	if err != nil {
 		return nil, fail(stderr, err), false
 	}
 	return m, 0, true
+}
+
+// familyFlag adds -family, the model family to simulate the model as.
+func (f *flagSet) familyFlag() {
+	f.family = f.String("family", "", "simulate the model as this model `family`: "+strings.Join(onnxmem.Families(), " or ")+"\n(default: the family detected from the graph's names)")
+}
+
+// load loads a model as load does, as the family of -family when given.
+func (f *flagSet) load(path string) (*onnxmem.Model, error) {
+	m, err := load(path)
+	if err != nil || f.family == nil || *f.family == "" {
+		return m, err
+	}
+	return m.As(*f.family)
 }
 
 // exit is a command's exit code for its final error: 0 for nil, else 1

@@ -27,6 +27,11 @@
 // is within that (onnxmem.Device.Fits); report and maxbatch -device use this
 // criterion.
 //
+// Every command that reads a model detects its model family from the graph's
+// names (a YOLOv9 export names its nodes "/model.i/..."; any other graph is
+// simulated by the generic family, with the sum of its outputs as the loss)
+// and takes -family NAME to choose another.
+//
 // Usage:
 //
 //	onnxmem [COMMAND [flags] [MODEL.onnx]]
@@ -130,7 +135,9 @@
 // The interface for accuracy checks. Reads JSON Lines on stdin, one scenario
 // an object, with the fields of the ground truth's calibration.jsonl: model
 // (a path relative to -root), kind, batch, img (the square side), amp,
-// segments and, for train steps, boxes_per_img, optimizer and ema. For each
+// segments and, for train steps, boxes_per_img, optimizer and ema; and
+// optionally family, the model family to simulate the model as (yolov9 or
+// generic; by default the family detected from the graph). For each
 // line it writes one line to stdout, at once: the same object with a field
 // "predicted" added,
 //
@@ -138,7 +145,7 @@
 //
 // in bytes, or with a field "error" (a message starting "onnxmem: ") when the
 // scenario cannot be simulated: a scenario that onnxmem.Scenario.Supported
-// refuses (a negative segments; a train_step while no loss model is set), a
+// refuses (a negative segments, an unknown family or optimizer), a
 // model file that cannot be loaded, a missing or mistyped field. model_step
 // lines with amp true or segments above 1 are predicted; eval_step lines
 // ignore amp and segments, since validation always runs a half copy without

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"encoding/json"
 	"io"
 
@@ -81,7 +80,7 @@ func newResultJSON(r *onnxmem.Result, detail bool) resultJSON {
 		Events: r.Events, OOM: r.OOM,
 	}
 	if sc := r.Scenario; sc.Train {
-		j.Train = &trainJSON{Boxes: sc.Boxes, Optimizer: string(cmp.Or(sc.Optimizer, onnxmem.SGD)), EMA: sc.EMA}
+		j.Train = &trainJSON{Boxes: sc.Boxes, Optimizer: string(sc.Defaults().Optimizer), EMA: sc.EMA}
 	}
 	if detail {
 		for _, t := range r.AtPeak {

@@ -18,6 +18,7 @@ func cmdKnobs(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	budget := f.budgetFlag()
 	train := f.trainFlags()
 	asJSON := f.jsonFlag()
+	f.familyFlag()
 	m, code, ok := f.parseAndLoad(args, stdout, stderr)
 	if !ok {
 		return code

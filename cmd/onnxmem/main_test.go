@@ -359,3 +359,24 @@ func TestFlagsAfterModel(t *testing.T) {
 		t.Errorf("after --: exit code %d, stderr %q; want 1 and %q", code, stderr, want)
 	}
 }
+
+// TestFamilyFlag checks -family: another family simulates the model, and an
+// unknown one is an error that names the families.
+func TestFamilyFlag(t *testing.T) {
+	code, yolo, stderr := runCmd(t, "", "sweep", "-json", "-batches", "8", "-img", "640", "-segments", "4", "yolov9-t")
+	if code != 0 || stderr != "" {
+		t.Fatalf("sweep: exit code %d, stderr %q", code, stderr)
+	}
+	code, gen, stderr := runCmd(t, "", "sweep", "-json", "-batches", "8", "-img", "640", "-segments", "4", "-family", "generic", "yolov9-t")
+	if code != 0 || stderr != "" {
+		t.Fatalf("sweep -family generic: exit code %d, stderr %q", code, stderr)
+	}
+	if gen == yolo {
+		t.Error("-family generic gives the same sweep as the detected yolov9 family")
+	}
+	code, stdout, stderr := runCmd(t, "", "sweep", "-family", "yolov5", "yolov9-t")
+	want := "onnxmem: yolov9-t: family: unknown family \"yolov5\": want one of yolov9, generic\n"
+	if code != 1 || stdout != "" || stderr != want {
+		t.Errorf("-family yolov5: exit code %d, stdout %q, stderr %q; want 1, none, %q", code, stdout, stderr, want)
+	}
+}

@@ -30,6 +30,7 @@ func cmdMaxBatch(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	limit := f.positive("limit", 1024, "largest batch `size` to consider")
 	forBatch := f.Int64("for-batch", 0, "find the fewest checkpoint segments with which batch `N` fits, instead of the largest batch")
 	asJSON := f.jsonFlag()
+	f.familyFlag()
 	path, code, ok := f.parseModel(args, false, stdout, stderr)
 	if !ok {
 		return code
@@ -54,7 +55,7 @@ func cmdMaxBatch(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	case f.isSet("for-batch") && f.isSet("limit"):
 		return f.usageError(stderr, "-limit bounds the search for the largest batch: it does not apply with -for-batch")
 	}
-	m, err := load(path)
+	m, err := f.load(path)
 	if err != nil {
 		return fail(stderr, err)
 	}

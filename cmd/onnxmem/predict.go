@@ -99,6 +99,7 @@ func (p *predictor) simulate(obj map[string]json.RawMessage) (*onnxmem.Result, e
 		field(obj, "model", &model, true),
 		field(obj, "batch", &sc.Batch, true),
 		field(obj, "img", &img, true),
+		field(obj, "family", &sc.Family, false),
 	}
 	switch kind {
 	case "model_step":
@@ -109,7 +110,7 @@ func (p *predictor) simulate(obj map[string]json.RawMessage) (*onnxmem.Result, e
 		sc.Eval = true
 	case "train_step":
 		var opt string
-		sc.Train, sc.Optimizer = true, onnxmem.SGD
+		sc.Train = true
 		fields = append(fields,
 			field(obj, "amp", &sc.AMP, false),
 			field(obj, "segments", &sc.Segments, false),

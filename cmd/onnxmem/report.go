@@ -47,6 +47,7 @@ func cmdReport(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	batch := f.positive("batch", 16, "batch `size` whose AMP peak is explained in detail")
 	train := f.trainFlags()
 	asJSON, verbose := f.jsonFlag(), f.verboseFlag()
+	f.familyFlag()
 	path, code, ok := f.parseModel(args, true, stdout, stderr)
 	if !ok {
 		return code
@@ -63,7 +64,7 @@ func cmdReport(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	if isDefault {
 		path = onnxmem.DefaultModel
 	}
-	m, err := load(path)
+	m, err := f.load(path)
 	if err != nil {
 		return fail(stderr, err)
 	}

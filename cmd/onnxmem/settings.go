@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"fmt"
 	"runtime"
 	"strconv"
@@ -60,7 +59,7 @@ func (s setting) step() string {
 	}
 	opt, ema := "no optimizer step", "no EMA"
 	if s.Optimizer != onnxmem.None {
-		opt = string(cmp.Or(s.Optimizer, onnxmem.SGD)) + " step"
+		opt = string(s.scenario(1, 1).Defaults().Optimizer) + " step"
 	}
 	if s.EMA {
 		ema = "EMA update"

@@ -15,6 +15,7 @@ func cmdSweep(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		"onnxmem sweep -batches 1,8,32 -svg peak.svg yolov9-s")
 	img, batches, set := f.imgFlag(), f.batchesFlag(), f.settingFlags()
 	asJSON, svg, verbose := f.jsonFlag(), f.svgFlag("the plot of peak against batch size"), f.verboseFlag()
+	f.familyFlag()
 	m, code, ok := f.parseAndLoad(args, stdout, stderr)
 	if !ok {
 		return code

@@ -16,6 +16,7 @@ func cmdTimeline(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	batch := f.positive("batch", 8, "batch `size`")
 	img, set := f.imgFlag(), f.settingFlags()
 	asJSON, svg := f.jsonFlag(), f.svgFlag("the plot of memory over the step")
+	f.familyFlag()
 	m, code, ok := f.parseAndLoad(args, stdout, stderr)
 	if !ok {
 		return code

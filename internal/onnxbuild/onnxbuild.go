@@ -157,6 +157,13 @@ func (b *Builder) Layer(i int) Scope {
 	return Scope{b: b, path: p, param: p}
 }
 
+// Module returns the scope of a top-level module of the given name, as a
+// torchvision network names its children: Module("layer1").Index(0) is the
+// scope "layer1/layer1.0", with weights "layer1.0.…".
+func (b *Builder) Module(name string) Scope {
+	return Scope{b: b, path: name, param: name}
+}
+
 // Sub returns the scope of a child module. The name may hold dots, as the
 // exporter names the member of a ModuleList that is indexed rather than
 // called: Sub("cv2.0") of "model.22" is the scope "model.22/cv2.0", whose
