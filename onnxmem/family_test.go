@@ -69,8 +69,14 @@ func TestFamilies(t *testing.T) {
 		want string
 	}{
 		{func() error { _, err := m.As("yolov5"); return err }, `onnxmem: yolov9-t: family: unknown family "yolov5": want one of yolov9, generic`},
-		{func() error { _, err := m.Simulate(onnxmem.Scenario{Batch: 1, Height: 64, Width: 64, Family: "yolov5"}); return err }, `unknown family "yolov5"`},
-		{func() error { _, err := (&onnxmem.Model{Name: "x"}).Simulate(onnxmem.Scenario{Batch: 1, Height: 64, Width: 64}); return err }, "was not made by Load"},
+		{func() error {
+			_, err := m.Simulate(onnxmem.Scenario{Batch: 1, Height: 64, Width: 64, Family: "yolov5"})
+			return err
+		}, `unknown family "yolov5"`},
+		{func() error {
+			_, err := (&onnxmem.Model{Name: "x"}).Simulate(onnxmem.Scenario{Batch: 1, Height: 64, Width: 64})
+			return err
+		}, "was not made by Load"},
 	} {
 		if err := tc.run(); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("error %v, want one containing %q", err, tc.want)

@@ -269,22 +269,37 @@ func TestScaling(t *testing.T) {
 	}
 }
 
-// TestPeaks checks Peaks against the recording tape.
+// TestPeaks checks Peaks against what must be alive at the peaks, counted
+// from the shapes alone: in the forward, the assigner's one_hot of the topk
+// candidates, [B, M, topk, A] int64, with the saved DFL softmaxes
+// [B, A, 4, 16] of both branches; in the backward, both branches' gradients
+// [B, C, A] in the maps' type.
 func TestPeaks(t *testing.T) {
-	in := input(4, 20, true)
-	f, b := NewYOLOv9().Peaks(in)
-	r := newTape(t)
-	saved := NewYOLOv9().Forward(r, in)
-	if r.peak != f {
-		t.Errorf("Peaks says %d in the forward, the tape %d", f, r.peak)
-	}
-	r.peak = r.cur
-	NewYOLOv9().Backward(r, in, saved)
-	if r.peak != b {
-		t.Errorf("Peaks says %d in the backward, the tape %d", b, r.peak)
-	}
-	if PeakBytes(in) != max(f, b) {
-		t.Errorf("PeakBytes is %d, want %d", PeakBytes(in), max(f, b))
+	const B, M, A, C = 4, 20, 8400, 144
+	for _, amp := range []bool{false, true} {
+		in := input(B, M, amp)
+		f, b := NewYOLOv9().Peaks(in)
+		es := int64(4)
+		if amp {
+			es = 2
+		}
+		oneHot := int64(B * M * 10 * A * 8)
+		softmax := 2 * int64(B*A*4*16) * 4 // float32 under autocast too
+		if f < oneHot+softmax {
+			t.Errorf("amp %v: forward peak %d, below the one_hot and the softmaxes, %d", amp, f, oneHot+softmax)
+		}
+		if grads := 2 * int64(B*C*A) * es; b < grads {
+			t.Errorf("amp %v: backward peak %d, below the two gradients, %d", amp, b, grads)
+		}
+		if PeakBytes(in) != max(f, b) {
+			t.Errorf("amp %v: PeakBytes is %d, want %d", amp, PeakBytes(in), max(f, b))
+		}
+		// The recording tape sees the same forward peak.
+		r := newTape(t)
+		NewYOLOv9().Forward(r, in)
+		if r.peak != f {
+			t.Errorf("amp %v: Peaks says %d in the forward, the tape %d", amp, f, r.peak)
+		}
 	}
 }
 
