@@ -104,12 +104,6 @@ type ConvCall struct {
 	ElemSize                       int64
 }
 
-// storage is one buffer while the program is built, with its holders.
-type storage struct {
-	buf  int32
-	refs int32
-}
-
 // gradT is a gradient tensor: a storage and whether the tensor is all of it
 // and contiguous (a narrow of a concat's gradient is neither).
 type gradT struct {
@@ -120,24 +114,18 @@ type gradT struct {
 }
 
 type builder struct {
+	*emitter
 	g   *ir.Graph
 	s   *ir.Shapes
 	cfg Config
-	p   *Program
 
-	data   []bool       // by value: holds device data
-	param  []bool       // by value: a float initializer owned by the model
-	rg     []bool       // by value: requires grad
-	kind   []opKind     // by node
-	siluIn []ir.ValueID // by node: the input of a fused SiLU
+	*Flow        // the graph's dataflow, which the family's holds read
+	rg    []bool // by value: requires grad
 
 	// Forward state.
-	st     []storage
 	vst    []int32 // by value: storage index, or -1
 	contig []bool  // by value: a contiguous tensor
 	saved  [][]int32
-	phase  Phase
-	node   int32
 
 	dt []ir.DType // by value: the type eager PyTorch gives it
 	// cast[v] is the storage of parameter v's autocast copy, or -1; casts
@@ -176,7 +164,7 @@ func Build(g *ir.Graph, s *ir.Shapes, cfg Config) (*Program, error) {
 	if cfg.Holder == nil {
 		cfg.Holder = LayerLoopOnly
 	}
-	b := &builder{g: g, s: s, cfg: cfg, p: &Program{Graph: g, Shapes: s}}
+	b := &builder{emitter: &emitter{p: &Program{Graph: g, Shapes: s}}, Flow: &Flow{graph: g, shapes: s}, g: g, s: s, cfg: cfg}
 	nv, nn := len(g.Values), len(g.Nodes)
 	b.data = make([]bool, nv)
 	b.param = make([]bool, nv)
@@ -245,26 +233,6 @@ func Build(g *ir.Graph, s *ir.Shapes, cfg Config) (*Program, error) {
 	return b.p, nil
 }
 
-// markParams marks the float initializers that data ops read: the model's
-// parameters and buffers.
-func (b *builder) markParams() {
-	for i := range b.g.Values {
-		v := &b.g.Values[i]
-		if v.Kind == ir.Initializer && isFloat(v.DType) && v.Data == nil && v.Floats == nil {
-			b.param[i] = true
-		} else if v.Kind == ir.Initializer && isFloat(v.DType) && len(v.Dims) > 0 {
-			// Small float initializers with data are still weights when they
-			// feed a Conv or BatchNormalization.
-			for _, c := range v.Consumers {
-				switch b.g.Nodes[c].OpType {
-				case "Conv", "BatchNormalization":
-					b.param[i] = true
-				}
-			}
-		}
-	}
-}
-
 // autocast reports whether the forward runs under autocast.
 func (b *builder) autocast() bool {
 	return b.cfg.Precision == AMP
@@ -278,15 +246,6 @@ func (b *builder) low() ir.DType {
 // bytes is the size of value v in the type eager PyTorch gives it.
 func (b *builder) bytes(v ir.ValueID) int64 {
 	return b.s.Elems(v) * b.dt[v].Size()
-}
-
-func (b *builder) newBuf(bytes int64, k Kind, v ir.ValueID) int32 {
-	b.p.Buffers = append(b.p.Buffers, Buffer{Bytes: bytes, Kind: k, Value: v, Node: b.node})
-	return int32(len(b.p.Buffers) - 1)
-}
-
-func (b *builder) emit(buf int32, free bool) {
-	b.p.Events = append(b.p.Events, Event{Buf: buf, Free: free, Phase: b.phase, Node: b.node})
 }
 
 // resident lists the parameters and buffers in the order the model moves them
@@ -346,45 +305,6 @@ func (b *builder) resident() error {
 	b.vst[x] = 0
 	b.contig[x] = true
 	return nil
-}
-
-func (b *builder) dataInputs(n *ir.Node) int {
-	k := 0
-	for _, v := range n.Inputs {
-		if v != ir.NoValue && b.data[v] {
-			k++
-		}
-	}
-	return k
-}
-
-// ref and unref count holders of a storage; the last unref frees it.
-func (b *builder) ref(st int32) { b.st[st].refs++ }
-
-func (b *builder) unref(st int32) {
-	b.st[st].refs--
-	if b.st[st].refs < 0 {
-		panic("schedule: storage released twice")
-	}
-	if b.st[st].refs == 0 {
-		b.emit(b.st[st].buf, true)
-	}
-}
-
-// alloc creates a storage for value v (or a scratch buffer when v is NoValue)
-// with one holder.
-func (b *builder) alloc(bytes int64, k Kind, v ir.ValueID) int32 {
-	buf := b.newBuf(bytes, k, v)
-	b.emit(buf, false)
-	b.st = append(b.st, storage{buf: buf, refs: 1})
-	return int32(len(b.st) - 1)
-}
-
-// scratch allocates and frees nothing yet: it returns a buffer to free later.
-func (b *builder) scratch(bytes int64, k Kind) int32 {
-	buf := b.newBuf(bytes, k, ir.NoValue)
-	b.emit(buf, false)
-	return buf
 }
 
 func (b *builder) workspace(c ConvCall) {

@@ -76,7 +76,7 @@ func (b *builder) forward() error {
 // the answer's sizes, and finds each top-level layer's last node.
 func (b *builder) setHolds() error {
 	g := b.g
-	h := b.cfg.Holder.Holds(&Flow{b})
+	h := b.cfg.Holder.Holds(b.Flow)
 	if h == nil || len(h.LayerEnd) != len(g.Values) || len(h.LastUse) != len(g.Values) || len(h.Until) != len(g.Nodes) {
 		return fmt.Errorf("schedule: graph %q: the forward's holds do not cover its %d values and %d nodes", g.Name, len(g.Values), len(g.Nodes))
 	}
@@ -201,26 +201,4 @@ func (b *builder) dropHolds(f *fwd, held []ir.ValueID, due func(int) bool) []ir.
 		b.maybeRelease(f, v)
 	}
 	return kept
-}
-
-// readsOf lists the distinct data values that node i reads, in input order.
-func (b *builder) readsOf(i int32) []ir.ValueID {
-	n := &b.g.Nodes[i]
-	if b.kind[i] == opSiLU {
-		return []ir.ValueID{b.siluIn[i]}
-	}
-	var out []ir.ValueID
-	for _, v := range n.Inputs {
-		if v == ir.NoValue || !b.data[v] {
-			continue
-		}
-		dup := false
-		for _, u := range out {
-			dup = dup || u == v
-		}
-		if !dup {
-			out = append(out, v)
-		}
-	}
-	return out
 }

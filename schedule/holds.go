@@ -63,44 +63,19 @@ type Holder interface {
 	Holds(f *Flow) *Holds
 }
 
-// Flow is the dataflow that Build sees in a graph: which values hold device
-// data and which nodes run as eager ops, and what each one reads.
-type Flow struct{ b *builder }
-
-// Graph returns the graph.
-func (f *Flow) Graph() *ir.Graph { return f.b.g }
-
-// Data reports whether value v holds device data: an activation or the
-// input, not a parameter nor shape arithmetic.
-func (f *Flow) Data(v ir.ValueID) bool { return v != ir.NoValue && f.b.data[v] }
-
-// Meta reports whether node i is shape arithmetic, which eager PyTorch runs
-// on Python integers.
-func (f *Flow) Meta(i int32) bool { return f.b.kind[i] == opMeta }
-
-// Runs reports whether node i runs as an eager op of its own: it is neither
-// shape arithmetic nor absorbed into a neighbour (the Sigmoid of a SiLU).
-func (f *Flow) Runs(i int32) bool { k := f.b.kind[i]; return k != opMeta && k != opSkip }
-
-// Reads lists the distinct data values that node i reads, in input order.
-func (f *Flow) Reads(i int32) []ir.ValueID { return f.b.readsOf(i) }
-
-// DataInputs counts the data values among node i's inputs, repeats included.
-func (f *Flow) DataInputs(i int32) int { return f.b.dataInputs(&f.b.g.Nodes[i]) }
-
 // LayerLoop sets h.LayerEnd and h.LastUse for a forward that runs the
 // top-level layers in order, x = layer(x): a layer's output is a data value
 // that another layer reads. The loop keeps it in x until the next layer has
 // run, and in its list of saved outputs to the end of the forward when a
 // later layer reads it.
 func (f *Flow) LayerLoop(h *Holds) {
-	g := f.b.g
+	g := f.graph
 	h.LayerEnd, h.LastUse = make([]int, len(g.Values)), make([]int, len(g.Values))
 	for i := range h.LayerEnd {
 		h.LayerEnd[i], h.LastUse[i] = HoldNone, -1
 	}
 	for v := range g.Values {
-		if !f.b.data[v] || g.Values[v].Producer < 0 {
+		if !f.data[v] || g.Values[v].Producer < 0 {
 			continue
 		}
 		l := g.Nodes[g.Values[v].Producer].Layer
@@ -133,7 +108,7 @@ func ScopeOf(name string) string {
 // LastInScope returns, for every module path that a running node's name
 // lies in ("/b.3/", "/b.3/cv1/", …), the last such node.
 func (f *Flow) LastInScope() map[string]int32 {
-	g := f.b.g
+	g := f.graph
 	last := make(map[string]int32)
 	for i := range g.Nodes {
 		if !f.Runs(int32(i)) {
@@ -154,7 +129,7 @@ func (f *Flow) LastInScope() map[string]int32 {
 // value is that module's argument, and lives until the module's last op.
 // last is LastInScope's map.
 func (f *Flow) ArgumentHolds(last map[string]int32) [][]Hold {
-	g := f.b.g
+	g := f.graph
 	out := make([][]Hold, len(g.Nodes))
 	for i := range g.Nodes {
 		if !f.Runs(int32(i)) {

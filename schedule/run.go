@@ -264,19 +264,3 @@ func (b *builder) own(i int32, st int32) {
 	}
 	b.saved[i] = append(b.saved[i], st)
 }
-
-// copyIf allocates a contiguous copy of the given size when cond holds, and
-// returns its buffer, or -1.
-func (b *builder) copyIf(cond bool, bytes int64) int32 {
-	if !cond {
-		return -1
-	}
-	return b.scratch(bytes, Copy)
-}
-
-// freeScratch frees a buffer from scratch or copyIf, if there is one.
-func (b *builder) freeScratch(buf int32) {
-	if buf >= 0 {
-		b.emit(buf, true)
-	}
-}

@@ -232,23 +232,41 @@ func (b *builder) seedFromLoss() error {
 // optimizerStep emits what follows the backward: GradScaler's unscale and
 // clip_grad_norm_, the optimizer's step, zero_grad and the EMA update.
 func (b *builder) optimizerStep() {
-	t := b.cfg.Train
 	b.node = -1
-	var params []ir.ValueID
+	o := &optimizer{emitter: b.emitter, g: b.g, s: b.s, t: b.cfg.Train, amp: b.autocast(), grads: b.paramGrads, state: b.param}
 	for i := range b.g.Values {
 		if v := ir.ValueID(i); b.trainable(v) && b.paramGrads[v] >= 0 {
-			params = append(params, v)
+			o.params = append(o.params, v)
 		}
 	}
+	o.step()
+}
+
+// optimizer is the part of a training step after the backward.
+type optimizer struct {
+	*emitter
+	g      *ir.Graph
+	s      *ir.Shapes
+	t      *Train
+	amp    bool         // the step ran under autocast
+	params []ir.ValueID // the trainable parameters that got a .grad, in parameter order
+	grads  []int32      // by value: the .grad buffer, or -1
+	state  []bool       // by value: a parameter or buffer of the model, which EMA averages
+}
+
+// step emits GradScaler's unscale, clip_grad_norm_, the optimizer's step
+// group by group, zero_grad and the EMA update.
+func (o *optimizer) step() {
+	t, params := o.t, o.params
 	// GradScaler.unscale_ (with AMP): the inverse scale, computed in double
 	// and cast to float, and the found_inf flag; the non-finite check and
 	// the unscaling work in place. scaler.update drops them after the step.
 	var scaler []int32
-	if b.autocast() && t.GradScaler {
-		inv64 := b.alloc(8, Scalar, ir.NoValue)
-		inv := b.alloc(4, Scalar, ir.NoValue)
-		b.unref(inv64)
-		scaler = append(scaler, inv, b.alloc(4, Scalar, ir.NoValue))
+	if o.amp && t.GradScaler {
+		inv64 := o.alloc(8, Scalar, ir.NoValue)
+		inv := o.alloc(4, Scalar, ir.NoValue)
+		o.unref(inv64)
+		scaler = append(scaler, inv, o.alloc(4, Scalar, ir.NoValue))
 	}
 	// clip_grad_norm_: torch._foreach_norm makes a 0-dim float32 norm per
 	// gradient, torch.stack gathers them, and the norms go when the
@@ -256,25 +274,25 @@ func (b *builder) optimizerStep() {
 	if t.ClipGradNorm {
 		var norms []int32
 		for range params {
-			norms = append(norms, b.alloc(4, Scalar, ir.NoValue))
+			norms = append(norms, o.alloc(4, Scalar, ir.NoValue))
 		}
-		stack := b.alloc(4*int64(len(params)), Scalar, ir.NoValue)
-		total := b.alloc(4, Scalar, ir.NoValue)
-		b.unref(stack)
+		stack := o.alloc(4*int64(len(params)), Scalar, ir.NoValue)
+		total := o.alloc(4, Scalar, ir.NoValue)
+		o.unref(stack)
 		for _, st := range norms {
-			b.unref(st)
+			o.unref(st)
 		}
-		b.unref(total)
+		o.unref(total)
 	}
 	// The step, group by group in param_groups order.
 	groups := []ParamGroup{{Params: params}}
 	if t.Groups != nil {
-		groups = t.Groups(b.g, params)
+		groups = t.Groups(o.g, params)
 	}
 	for _, g := range groups {
 		var temps []int32
 		for _, v := range g.Params {
-			if b.paramGrads[v] < 0 {
+			if o.grads[v] < 0 {
 				continue
 			}
 			switch t.Optimizer {
@@ -282,41 +300,41 @@ func (b *builder) optimizerStep() {
 				// torch._foreach_add(grads, params, alpha=weight_decay)
 				// allocates the decayed gradients of a group with decay.
 				if g.Decay {
-					temps = append(temps, b.alloc(b.s.Bytes(v), Grad, v))
+					temps = append(temps, o.alloc(o.s.Bytes(v), Grad, v))
 				}
 			case Adam, AdamW:
 				// torch._foreach_sqrt of the second moments.
-				temps = append(temps, b.alloc(b.s.Bytes(v), Grad, v))
+				temps = append(temps, o.alloc(o.s.Bytes(v), Grad, v))
 			case Lion:
 				// update = exp_avg * beta1 + grad * (1 - beta1), then
 				// torch.sign(update): one parameter at a time.
-				a := b.alloc(b.s.Bytes(v), Grad, v)
-				c := b.alloc(b.s.Bytes(v), Grad, v)
-				u := b.alloc(b.s.Bytes(v), Grad, v)
-				b.unref(a)
-				b.unref(c)
-				sgn := b.alloc(b.s.Bytes(v), Grad, v)
-				b.unref(sgn)
-				b.unref(u)
+				a := o.alloc(o.s.Bytes(v), Grad, v)
+				c := o.alloc(o.s.Bytes(v), Grad, v)
+				u := o.alloc(o.s.Bytes(v), Grad, v)
+				o.unref(a)
+				o.unref(c)
+				sgn := o.alloc(o.s.Bytes(v), Grad, v)
+				o.unref(sgn)
+				o.unref(u)
 			}
 		}
 		for _, st := range temps {
-			b.unref(st)
+			o.unref(st)
 		}
 	}
 	for _, st := range scaler {
-		b.unref(st)
+		o.unref(st)
 	}
 	// zero_grad(set_to_none=True).
 	for _, v := range params {
-		b.emit(b.paramGrads[v], true)
+		o.emit(o.grads[v], true)
 	}
 	// ema.update: v += (1 - d) * msd[k] for every float tensor of the state
 	// dict, one temporary at a time.
 	if t.EMA {
-		for i := range b.g.Values {
-			if v := ir.ValueID(i); b.param[v] {
-				b.unref(b.alloc(b.s.Bytes(v), Activation, ir.NoValue))
+		for v, ok := range o.state {
+			if ok {
+				o.unref(o.alloc(o.s.Bytes(ir.ValueID(v)), Activation, ir.NoValue))
 			}
 		}
 	}

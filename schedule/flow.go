@@ -1,0 +1,160 @@
+package schedule
+
+import (
+	"fmt"
+
+	"github.com/onnxmem/onnxmem/ir"
+)
+
+// Flow is the dataflow that Build sees in a graph: which values hold device
+// data and which nodes run as eager ops, and what each one reads. It depends
+// on the graph and its element types alone, not on the sizes.
+type Flow struct {
+	graph  *ir.Graph
+	shapes *ir.Shapes
+	data   []bool       // by value: holds device data
+	param  []bool       // by value: a float initializer owned by the model
+	kind   []opKind     // by node
+	siluIn []ir.ValueID // by node: the input of a fused SiLU
+}
+
+// Graph returns the graph.
+func (f *Flow) Graph() *ir.Graph { return f.graph }
+
+// Data reports whether value v holds device data: an activation or the
+// input, not a parameter nor shape arithmetic.
+func (f *Flow) Data(v ir.ValueID) bool { return v != ir.NoValue && f.data[v] }
+
+// Meta reports whether node i is shape arithmetic, which eager PyTorch runs
+// on Python integers.
+func (f *Flow) Meta(i int32) bool { return f.kind[i] == opMeta }
+
+// Runs reports whether node i runs as an eager op of its own: it is neither
+// shape arithmetic nor absorbed into a neighbour (the Sigmoid of a SiLU).
+func (f *Flow) Runs(i int32) bool { k := f.kind[i]; return k != opMeta && k != opSkip }
+
+// Reads lists the distinct data values that node i reads, in input order.
+func (f *Flow) Reads(i int32) []ir.ValueID { return f.readsOf(i) }
+
+// DataInputs counts the data values among node i's inputs, repeats included.
+func (f *Flow) DataInputs(i int32) int { return f.dataInputs(&f.graph.Nodes[i]) }
+
+// markParams marks the float initializers that data ops read: the model's
+// parameters and buffers.
+func (f *Flow) markParams() {
+	for i := range f.graph.Values {
+		v := &f.graph.Values[i]
+		if v.Kind == ir.Initializer && isFloat(v.DType) && v.Data == nil && v.Floats == nil {
+			f.param[i] = true
+		} else if v.Kind == ir.Initializer && isFloat(v.DType) && len(v.Dims) > 0 {
+			// Small float initializers with data are still weights when they
+			// feed a Conv or BatchNormalization.
+			for _, c := range v.Consumers {
+				switch f.graph.Nodes[c].OpType {
+				case "Conv", "BatchNormalization":
+					f.param[i] = true
+				}
+			}
+		}
+	}
+}
+
+func (f *Flow) dataInputs(n *ir.Node) int {
+	k := 0
+	for _, v := range n.Inputs {
+		if v != ir.NoValue && f.data[v] {
+			k++
+		}
+	}
+	return k
+}
+
+// readsOf lists the distinct data values that node i reads, in input order.
+func (f *Flow) readsOf(i int32) []ir.ValueID {
+	n := &f.graph.Nodes[i]
+	if f.kind[i] == opSiLU {
+		return []ir.ValueID{f.siluIn[i]}
+	}
+	var out []ir.ValueID
+	for _, v := range n.Inputs {
+		if v == ir.NoValue || !f.data[v] {
+			continue
+		}
+		dup := false
+		for _, u := range out {
+			dup = dup || u == v
+		}
+		if !dup {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// classify decides the eager op of every node. data[v] reports whether value v
+// holds device data (an activation or the input batch); param[v] whether it is
+// a float initializer that the model owns.
+func (f *Flow) classify() error {
+	g := f.graph
+	for i := range g.Nodes {
+		n := &g.Nodes[i]
+		hasData := false
+		for _, v := range n.Inputs {
+			if v != ir.NoValue && f.data[v] {
+				hasData = true
+			}
+		}
+		if !hasData || n.OpType == "Shape" || n.OpType == "Constant" || n.OpType == "ConstantOfShape" {
+			f.kind[i] = opMeta
+			continue
+		}
+		for _, v := range n.Outputs {
+			if f.shapes.DTypes[v].Size() > 0 && isFloat(f.shapes.DTypes[v]) {
+				f.data[v] = true
+			}
+		}
+		k, err := f.opOf(n)
+		if err != nil {
+			return err
+		}
+		f.kind[i] = k
+	}
+	// A Sigmoid whose only reader is a Mul of its own input is SiLU: eager
+	// PyTorch runs one kernel and never stores the sigmoid.
+	for i := range g.Nodes {
+		n := &g.Nodes[i]
+		if n.OpType != "Sigmoid" || f.kind[i] == opMeta {
+			continue
+		}
+		s := n.Outputs[0]
+		cons := g.Values[s].Consumers
+		if len(cons) != 1 || g.Nodes[cons[0]].OpType != "Mul" {
+			continue
+		}
+		m := &g.Nodes[cons[0]]
+		x := n.Inputs[0]
+		if (m.Inputs[0] == x && m.Inputs[1] == s) || (m.Inputs[1] == x && m.Inputs[0] == s) {
+			f.kind[i] = opSkip
+			f.kind[cons[0]] = opSiLU
+			f.siluIn[cons[0]] = x
+		}
+	}
+	return nil
+}
+
+// opOf maps one data-carrying node to its eager op, from the table.
+func (f *Flow) opOf(n *ir.Node) (opKind, error) {
+	r, ok := ruleOf(n)
+	if !ok || r.kind == opOnlyShapes {
+		return 0, fmt.Errorf("schedule: node %s: unsupported op %s on activations: onnxmem has no autograd memory rule for it; export the training graph unfused (opset 17), or open an issue naming %s so its saved tensors can be added", n.Name, n.OpType, n.OpType)
+	}
+	switch {
+	case r.kind == opBatchNorm && !isTrainingBN(n):
+		return opBatchNormEval, nil
+	case r.kind == opResize:
+		if a, ok := n.Attr("mode"); ok && a.Str != "nearest" {
+			return 0, fmt.Errorf("schedule: node %s: Resize mode %q is not supported: only nearest upsampling has a memory rule; open an issue with the graph to add %s", n.Name, a.Str, a.Str)
+		}
+	}
+	return r.kind, nil
+}
