@@ -74,17 +74,16 @@ func ExampleModel_MaxBatch() {
 }
 
 // Follow the allocator's counters through the step, event by event.
-func ExampleTimeline() {
+func ExampleModel_Timeline() {
 	m, err := onnxmem.Load(tiny)
 	if err != nil {
 		log.Fatal(err)
 	}
 	sc := onnxmem.Scenario{Batch: 8, Height: 320, Width: 320}
-	p, err := m.Program(sc)
+	r, samples, err := m.Timeline(sc)
 	if err != nil {
 		log.Fatal(err)
 	}
-	r, samples := onnxmem.Timeline(p, sc)
 	fmt.Println("events:", len(samples))
 	peak := samples[r.PeakEvent]
 	fmt.Println("peak at event", peak.Event, "in the", peak.Phase, "with", mib(peak.Allocated), "allocated")
@@ -93,10 +92,14 @@ func ExampleTimeline() {
 		top = max(top, s.Allocated)
 	}
 	fmt.Println("largest sample is the peak:", top == r.Peak)
+	// The liveness analysis says what the buffers alive there hold; the rest
+	// is what cached blocks hold beyond their requests.
+	fmt.Println("live at the peak:", mib(peak.Live), "in blocks of", mib(peak.Allocated))
 	// Output:
 	// events: 224
 	// peak at event 79 in the backward with 186.51 MiB allocated
 	// largest sample is the peak: true
+	// live at the peak: 186.51 MiB in blocks of 186.51 MiB
 }
 
 // Answer the question of a train_dual.py user with no file at all: how much

@@ -14,7 +14,8 @@ import (
 // run one warm-up step, then free the warm-up's .grad buffers, allocate the
 // input and measure the next step.
 func Run(p *schedule.Program, sc Scenario) *Result {
-	return run(p, sc, nil)
+	r, _ := run(p, sc, nil)
+	return r
 }
 
 // Sample is the allocator's state after one event of the measured step.
@@ -24,20 +25,36 @@ type Sample struct {
 	Phase string
 	// Allocated, Requested and Reserved are the counters after the event.
 	Allocated, Requested, Reserved int64
+	// Live is the bytes of the buffers alive after the event, each its
+	// request rounded to the allocator's 512-byte blocks, from the liveness
+	// analysis of the step. Allocated less Live is what blocks that the
+	// allocator did not split hold beyond their requests.
+	Live int64
 }
 
-// Timeline runs a step like Run and also returns the allocator's counters
-// after every event of the measured step, for plots of memory over time.
-func Timeline(p *schedule.Program, sc Scenario) (*Result, []Sample) {
+// Timeline simulates a scenario like Simulate and also returns the
+// allocator's counters and the live bytes after every event of the measured
+// step, for plots of memory over time.
+func (m *Model) Timeline(sc Scenario) (*Result, []Sample, error) {
+	p, err := m.Program(sc)
+	if err != nil {
+		return nil, nil, err
+	}
 	samples := make([]Sample, 0, len(p.Events))
-	r := run(p, sc, func(i int, st allocator.Stats) {
+	r, an := run(p, sc, func(i int, st allocator.Stats) {
 		samples = append(samples, Sample{Event: i, Phase: p.Events[i].Phase.String(),
 			Allocated: st.Allocated, Requested: st.Requested, Reserved: st.Reserved})
 	})
-	return r, samples
+	for i := range samples {
+		samples[i].Live = an.LiveBytes(samples[i].Event)
+	}
+	return r, samples, nil
 }
 
-func run(p *schedule.Program, sc Scenario, observe func(int, allocator.Stats)) *Result {
+// run replays p as Run says, calling observe after each event of the
+// measured step, and returns the Result with the liveness analysis of the
+// step.
+func run(p *schedule.Program, sc Scenario, observe func(int, allocator.Stats)) (*Result, *liveness.Analysis) {
 	a := allocator.New()
 	a.Capacity = sc.Capacity
 	ids := make([]allocator.ID, len(p.Buffers))
@@ -111,6 +128,7 @@ func run(p *schedule.Program, sc Scenario, observe func(int, allocator.Stats)) *
 	}
 	st := a.Stats()
 	r.Peak, r.PeakRequested, r.PeakReserved, r.OOM = st.PeakAllocated, st.PeakRequested, st.PeakReserved, oom
+	an := analyze(p)
 	if peakAt >= 0 {
 		e := p.Events[peakAt]
 		r.PeakEvent = peakAt
@@ -119,16 +137,16 @@ func run(p *schedule.Program, sc Scenario, observe func(int, allocator.Stats)) *
 			n := &p.Graph.Nodes[e.Node]
 			r.PeakNode, r.PeakLayer = n.Name, n.Layer
 		}
-		r.AtPeak, r.PeakByKind = atPeak(p, peakAt)
+		r.AtPeak, r.PeakByKind = atPeak(p, an, peakAt)
 	}
-	return r
+	return r, an
 }
 
-// atPeak lists the buffers alive after event at of the step: the MaxAtPeak
-// largest, largest first, then in buffer order; and the live bytes of every
-// kind. It reads them from the liveness analysis of the step, whose buffers
-// live before the first event are the resident ones and the input.
-func atPeak(p *schedule.Program, at int) ([]Tensor, []KindBytes) {
+// analyze returns the liveness of the measured step: its events over the
+// program's buffers, with the resident buffers and the input live before
+// the first event, each buffer its request rounded to the allocator's
+// blocks.
+func analyze(p *schedule.Program) *liveness.Analysis {
 	ev := make([]liveness.Event, len(p.Events))
 	for i, e := range p.Events {
 		ev[i] = liveness.Event{Buf: e.Buf, Free: e.Free}
@@ -142,6 +160,13 @@ func atPeak(p *schedule.Program, at int) ([]Tensor, []KindBytes) {
 	if err != nil {
 		panic(fmt.Sprintf("onnxmem: schedule built a broken program: %v", err))
 	}
+	return an
+}
+
+// atPeak lists the buffers alive after event at of the step: the MaxAtPeak
+// largest, largest first, then in buffer order; and the live bytes of every
+// kind. It reads them from the liveness analysis of the step.
+func atPeak(p *schedule.Program, an *liveness.Analysis, at int) ([]Tensor, []KindBytes) {
 	live := an.LiveAt(at)
 	var kinds []KindBytes
 	for _, b := range live {

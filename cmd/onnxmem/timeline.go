@@ -26,11 +26,10 @@ func cmdTimeline(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		return f.usageError(stderr, "%v", err)
 	}
 	sc := st.scenario(*batch, *img)
-	p, err := m.Program(sc)
+	r, samples, err := m.Timeline(sc)
 	if err != nil {
 		return fail(stderr, err)
 	}
-	r, samples := onnxmem.Timeline(p, sc)
 	spans := phaseSpans(samples)
 	if err := writeSVG(*svg, timelinePlot(m.Name, r, samples, spans)); err != nil {
 		return fail(stderr, err)
@@ -83,6 +82,7 @@ type sampleJSON struct {
 	Allocated int64  `json:"allocated"`
 	Requested int64  `json:"requested"`
 	Reserved  int64  `json:"reserved"`
+	Live      int64  `json:"live"`
 }
 
 func printTimeline(w io.Writer, name string, r *onnxmem.Result, spans []span) error {
