@@ -2,10 +2,13 @@
 // graph: the peak that torch.cuda.max_memory_allocated reports for one
 // training step, where it falls, and which tensors make it.
 //
-// The pipeline is: ONNX bytes → ir.Graph (Load) → shapes at a batch and image
-// size (ir.Graph.Infer) → the step's program of allocations and frees
-// (schedule.Build) → the CUDA caching allocator's counters over that program
-// (package allocator) → a Result.
+// The pipeline is: ONNX bytes → ir.Graph (Load) → the graph as its model
+// family prepares it (package family: top-level layers, export artefacts
+// undone) → shapes at a batch and image size (ir.Graph.Infer) → the step's
+// program of allocations and frees (schedule.Build, with the family's holds,
+// eval head and training recipe) → its liveness (package liveness) and the
+// CUDA caching allocator's counters over the same events (package
+// allocator) → a Result. docs/architecture.md draws it.
 //
 // A Result is what the measurement harness of a "model step" reads: the
 // parameters and the input batch are resident, one warm-up step has run (so
