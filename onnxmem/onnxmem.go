@@ -140,11 +140,11 @@ type Optimizer string
 // parameters: SGD with momentum one, Adam two, AdamW with amsgrad three,
 // Lion one; None takes no step.
 const (
-	SGD   Optimizer = "SGD"
-	Adam  Optimizer = "Adam"
-	AdamW Optimizer = "AdamW"
-	Lion  Optimizer = "Lion"
-	None  Optimizer = "none"
+	SGD   = Optimizer(schedule.SGD)
+	Adam  = Optimizer(schedule.Adam)
+	AdamW = Optimizer(schedule.AdamW)
+	Lion  = Optimizer(schedule.Lion)
+	None  = Optimizer(schedule.None)
 )
 
 // Optimizers lists the optimizers a Scenario may name.

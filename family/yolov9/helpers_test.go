@@ -12,11 +12,7 @@ import (
 
 // The tests of this package run graphs as onnxmem does for the family: layers
 // and normalization from Prepare, the family's holds, and its eval head.
-
-func load(t *testing.T, b *onnxbuild.Builder) *ir.Graph {
-	t.Helper()
-	return schedtest.Load(t, b, yolov9.Family{}.Prepare)
-}
+var kit = schedtest.Kit{Prepare: yolov9.Family{}.Prepare, Holder: yolov9.Family{}}
 
 // loadFile loads an export and prepares it.
 func loadFile(t *testing.T, path string) *ir.Graph {
@@ -31,25 +27,15 @@ func loadFile(t *testing.T, path string) *ir.Graph {
 	return g
 }
 
-func program(t *testing.T, g *ir.Graph, batch int64, cfg schedule.Config) *schedule.Program {
-	t.Helper()
-	return programAt(t, g, ir.Binding{Batch: batch, Height: 16, Width: 16}, cfg)
-}
-
-func programAt(t *testing.T, g *ir.Graph, b ir.Binding, cfg schedule.Config) *schedule.Program {
-	t.Helper()
-	if cfg.Holder == nil {
-		cfg.Holder = yolov9.Family{}
-	}
-	return schedtest.ProgramAt(t, g, b, cfg)
-}
-
 // fakeWorkspace gives each cuDNN pass a workspace of a size that names it.
 func fakeWorkspace(c schedule.ConvCall) int64 {
 	return map[string]int64{"fwd": 1001, "bwd-data": 1002, "bwd-filter": 1003}[c.Which]
 }
 
 var (
+	load          = kit.Load
+	program       = kit.Program
+	programAt     = kit.ProgramAt
 	atNode        = schedtest.AtNode
 	describe      = schedtest.Describe
 	events        = schedtest.Events
@@ -60,8 +46,9 @@ var (
 // loadRaw loads a built model and assigns its layers, without normalizing.
 func loadRaw(t *testing.T, b *onnxbuild.Builder) *ir.Graph {
 	t.Helper()
-	return schedtest.Load(t, b, func(g *ir.Graph) (*ir.Graph, error) {
+	raw := schedtest.Kit{Prepare: func(g *ir.Graph) (*ir.Graph, error) {
 		g.AssignLayers(yolov9.LayerOf)
 		return g, nil
-	})
+	}}
+	return raw.Load(t, b)
 }

@@ -1,7 +1,7 @@
 // Package schedtest holds the helpers that the tests of package schedule
 // and of the model families share: building a program from an onnxbuild
 // graph, describing its events, and checking the invariants of every
-// Program.
+// program.
 package schedtest
 
 import (
@@ -14,9 +14,16 @@ import (
 	"github.com/onnxmem/onnxmem/schedule"
 )
 
-// Load serializes a built model, decodes it and prepares it with prepare (a
-// model family's Prepare).
-func Load(t *testing.T, b *onnxbuild.Builder, prepare func(*ir.Graph) (*ir.Graph, error)) *ir.Graph {
+// Kit builds programs as one model family prepares and runs them.
+type Kit struct {
+	// Prepare is the family's Prepare.
+	Prepare func(*ir.Graph) (*ir.Graph, error)
+	// Holder is the family's Holder, used when a Config has none.
+	Holder schedule.Holder
+}
+
+// Load serializes a built model, decodes it and prepares it.
+func (k Kit) Load(t *testing.T, b *onnxbuild.Builder) *ir.Graph {
 	t.Helper()
 	data, err := b.Bytes()
 	if err != nil {
@@ -26,22 +33,25 @@ func Load(t *testing.T, b *onnxbuild.Builder, prepare func(*ir.Graph) (*ir.Graph
 	if err != nil {
 		t.Fatal(err)
 	}
-	if g, err = prepare(g); err != nil {
+	if g, err = k.Prepare(g); err != nil {
 		t.Fatal(err)
 	}
 	return g
 }
 
-// Program infers g at batch×C×16×16 and builds its step; see programAt.
-func Program(t *testing.T, g *ir.Graph, batch int64, cfg schedule.Config) *schedule.Program {
+// Program infers g at batch×C×16×16 and builds its step; see ProgramAt.
+func (k Kit) Program(t *testing.T, g *ir.Graph, batch int64, cfg schedule.Config) *schedule.Program {
 	t.Helper()
-	return ProgramAt(t, g, ir.Binding{Batch: batch, Height: 16, Width: 16}, cfg)
+	return k.ProgramAt(t, g, ir.Binding{Batch: batch, Height: 16, Width: 16}, cfg)
 }
 
-// ProgramAt infers g at a binding, builds its step and checks the step's
-// invariants (checkBalanced).
-func ProgramAt(t *testing.T, g *ir.Graph, b ir.Binding, cfg schedule.Config) *schedule.Program {
+// ProgramAt infers g at a binding, builds its step (with the kit's Holder
+// unless cfg has one) and checks the step's invariants (CheckBalanced).
+func (k Kit) ProgramAt(t *testing.T, g *ir.Graph, b ir.Binding, cfg schedule.Config) *schedule.Program {
 	t.Helper()
+	if cfg.Holder == nil {
+		cfg.Holder = k.Holder
+	}
 	s, err := g.Infer(b)
 	if err != nil {
 		t.Fatal(err)
