@@ -1,0 +1,68 @@
+package generic
+
+import (
+	"testing"
+
+	"github.com/onnxmem/onnxmem/internal/onnxbuild"
+	"github.com/onnxmem/onnxmem/ir"
+)
+
+func TestModuleKey(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"/layer1/layer1.0/conv1/Conv", "layer1.0"},
+		{"/layer1/0/conv1/Conv", "layer1.0"},
+		{"/features/features.4/block/block.2/avgpool/GlobalAveragePool", "features.4"},
+		{"layer1.0.conv1.weight", "layer1.0"},
+		{"features.12.0.weight", "features.12"},
+		{"/conv1/Conv", "conv1"},
+		{"/fc/Gemm", "fc"},
+		{"fc.bias", "fc"},
+		{"/encoder/layers/encoder_layer_3/mlp/Gelu", "encoder"},
+		{"/Flatten", ""},
+		{"images", ""},
+		{"onnx::Conv_12", ""},
+		{"['', 'layer1.0']", ""},
+		{"/", ""},
+		{"", ""},
+	} {
+		if got := moduleKey(tc.in); got != tc.want {
+			t.Errorf("moduleKey(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+// TestResNet18Layers checks the layers of torchvision's resnet18 export:
+// conv1, bn1, relu, maxpool, the eight blocks of layer1 to layer4, avgpool
+// and fc, in order, with the root's Flatten in avgpool's layer.
+func TestResNet18Layers(t *testing.T) {
+	g, err := ir.LoadFile(onnxbuild.Shared(t, "torchvision/resnet18-train.onnx"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g, err = (Family{}).Prepare(g); err != nil {
+		t.Fatal(err)
+	}
+	first := map[int]string{}
+	n := 0
+	for _, node := range g.Nodes {
+		if node.Layer < 0 {
+			if node.OpType != "Constant" {
+				t.Errorf("node %s (%s) has no layer", node.Name, node.OpType)
+			}
+			continue
+		}
+		if _, ok := first[node.Layer]; !ok {
+			first[node.Layer] = node.Name
+		}
+		n = max(n, node.Layer+1)
+		if node.Name == "/Flatten" && first[node.Layer] != "/avgpool/GlobalAveragePool" {
+			t.Errorf("/Flatten is in layer %d, which starts at %s", node.Layer, first[node.Layer])
+		}
+	}
+	if n != 14 {
+		t.Errorf("%d layers, want 14: conv1, bn1, relu, maxpool, 8 blocks, avgpool, fc", n)
+	}
+	if first[4] != "/layer1/layer1.0/conv1/Conv" || first[13] != "/fc/Gemm" {
+		t.Errorf("layer 4 starts at %s and layer 13 at %s", first[4], first[13])
+	}
+}
