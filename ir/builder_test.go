@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/advancedclimatesystems/gonnx/onnx"
+	"github.com/onnxmem/onnxmem/internal/onnx"
 	"github.com/onnxmem/onnxmem/internal/onnxbuild"
 	"google.golang.org/protobuf/proto"
 )

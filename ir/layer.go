@@ -3,8 +3,7 @@
 // TorchScript exports name nodes after the module path: "/backbone/3/conv/Conv"
 // is in the module backbone.3. Dynamo exports name nodes "node_Conv_3931" and
 // put the module path in the node's metadata_props instead ("namespace" and
-// "pkg.torch.onnx.name_scopes", holding "backbone.3"); the ONNX binding
-// predates that field, so Load reads it from the node's unknown fields into
+// "pkg.torch.onnx.name_scopes", holding "backbone.3"), which Load keeps in
 // Node.Scopes. The sources, in order: the node name, those scopes, the node's
 // output names (TorchScript's deduplicated-weight Identity nodes write
 // "backbone.3.conv.bias"), the names of initializers the node reads
@@ -15,12 +14,7 @@
 
 package ir
 
-import (
-	"google.golang.org/protobuf/encoding/protowire"
-)
-
-// nodeMetadataField is NodeProto.metadata_props (onnx.proto, ONNX 1.16+).
-const nodeMetadataField = 9
+import "github.com/onnxmem/onnxmem/internal/onnx"
 
 // AssignLayers sets the Layer of every node, in node order, from the names
 // exporters leave behind (see the file comment). layerIn finds the layer in
@@ -67,54 +61,13 @@ func nodeLayer(g *Graph, n *Node, layerIn func(string) int) int {
 }
 
 // metadataScopes returns the module paths in a node's metadata_props
-// entries ("namespace" and "pkg.torch.onnx.name_scopes"), in file order,
-// given the node's unknown-field bytes.
-func metadataScopes(b []byte) []string {
+// entries ("namespace" and "pkg.torch.onnx.name_scopes"), in file order.
+func metadataScopes(pn *onnx.NodeProto) []string {
 	var out []string
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return out
-		}
-		b = b[n:]
-		if num != nodeMetadataField || typ != protowire.BytesType {
-			if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
-				return out
-			}
-			b = b[n:]
-			continue
-		}
-		entry, n := protowire.ConsumeBytes(b)
-		if n < 0 {
-			return out
-		}
-		b = b[n:]
-		key, value := stringPair(entry)
-		if key == "namespace" || key == "pkg.torch.onnx.name_scopes" {
-			out = append(out, value)
+	for _, e := range pn.GetMetadataProps() {
+		if k := e.GetKey(); k == "namespace" || k == "pkg.torch.onnx.name_scopes" {
+			out = append(out, e.GetValue())
 		}
 	}
 	return out
-}
-
-// stringPair decodes a StringStringEntryProto (key = 1, value = 2).
-func stringPair(b []byte) (key, value string) {
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 || typ != protowire.BytesType {
-			return key, value
-		}
-		s, m := protowire.ConsumeBytes(b[n:])
-		if m < 0 {
-			return key, value
-		}
-		b = b[n+m:]
-		switch num {
-		case 1:
-			key = string(s)
-		case 2:
-			value = string(s)
-		}
-	}
-	return key, value
 }

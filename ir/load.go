@@ -17,7 +17,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/advancedclimatesystems/gonnx/onnx"
+	"github.com/onnxmem/onnxmem/internal/onnx"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -280,7 +280,7 @@ func (l *loader) nodes(pnodes []*onnx.NodeProto, order []int) error {
 			}
 		}
 		n.Layer = -1
-		n.Scopes = metadataScopes(pnodes[fi].ProtoReflect().GetUnknown())
+		n.Scopes = metadataScopes(pnodes[fi])
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/onnxmem/onnxmem/internal/onnx"
 	"github.com/onnxmem/onnxmem/internal/onnxbuild"
 )
 
@@ -243,14 +244,9 @@ func TestLoadFileError(t *testing.T) {
 // reads them after the node name.
 func TestMetadataScopes(t *testing.T) {
 	m := newModel(18).input("x", Float32, 1).node("Relu", "node_Relu_1", "x", "y")
-	// metadata_props (field 9) is unknown to the binding: append it raw.
-	var field []byte
 	for _, kv := range [][2]string{{"namespace", ": nets.Net/blocks.4: nets.Down/relu"}, {"other", "x"}, {"pkg.torch.onnx.name_scopes", "['', 'blocks.4']"}} {
-		entry := append([]byte{0x0a, byte(len(kv[0]))}, kv[0]...)
-		entry = append(append(entry, 0x12, byte(len(kv[1]))), kv[1]...)
-		field = append(append(field, 9<<3|2, byte(len(entry))), entry...)
+		m.g.Node[0].MetadataProps = append(m.g.Node[0].MetadataProps, &onnx.StringStringEntryProto{Key: kv[0], Value: kv[1]})
 	}
-	m.g.Node[0].ProtoReflect().SetUnknown(field)
 	g := m.load(t)
 	n := &g.Nodes[0]
 	if want := []string{": nets.Net/blocks.4: nets.Down/relu", "['', 'blocks.4']"}; !slices.Equal(n.Scopes, want) {

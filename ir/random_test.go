@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/advancedclimatesystems/gonnx/onnx"
+	"github.com/onnxmem/onnxmem/internal/onnx"
 	"github.com/onnxmem/onnxmem/internal/onnxbuild"
 )
 

@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/advancedclimatesystems/gonnx/onnx"
+	"github.com/onnxmem/onnxmem/internal/onnx"
 )
 
 // tensor returns a TensorProto's dtype and dims and, for a tensor of at most

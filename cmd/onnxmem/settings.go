@@ -105,11 +105,13 @@ func parallel(n int, fn func(i int) error) error {
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	for range min(n, runtime.GOMAXPROCS(0)) {
-		wg.Go(func() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
 			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
 				errs[i] = fn(i)
 			}
-		})
+		}()
 	}
 	wg.Wait()
 	for _, err := range errs {

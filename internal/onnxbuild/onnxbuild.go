@@ -37,7 +37,7 @@ import (
 	"math"
 	"strings"
 
-	"github.com/advancedclimatesystems/gonnx/onnx"
+	"github.com/onnxmem/onnxmem/internal/onnx"
 	"google.golang.org/protobuf/proto"
 )
 

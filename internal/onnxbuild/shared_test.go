@@ -28,7 +28,11 @@ func TestShared(t *testing.T) {
 	run := func(rel string) (path, ended string) {
 		r := &recorder{TB: t}
 		var wg sync.WaitGroup
-		wg.Go(func() { path = Shared(r, rel) })
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			path = Shared(r, rel)
+		}()
 		wg.Wait()
 		return path, r.ended
 	}

@@ -11,7 +11,7 @@ import (
 	"math"
 	"slices"
 
-	"github.com/advancedclimatesystems/gonnx/onnx"
+	"github.com/onnxmem/onnxmem/internal/onnx"
 )
 
 // Scalar adds a Constant holding a 0-d int64 tensor and returns its output,
