@@ -270,6 +270,45 @@ func (a *Analysis) LiveAt(at int) []int32 {
 	return out
 }
 
+// Largest returns the n largest buffers live just after event at, in the
+// order of LiveAt (largest first, then by ID): LiveAt(at)[:n], or all of it
+// when fewer are live. It keeps only n candidates while it scans the
+// intervals, so it costs little more than the scan when n is small.
+func (a *Analysis) Largest(at, n int) []int32 {
+	at = a.clamp(at)
+	if n <= 0 {
+		return nil
+	}
+	sizes := a.sizes
+	// before reports whether buffer x comes before buffer y in LiveAt.
+	before := func(x, y int32) bool {
+		return sizes[x] > sizes[y] || (sizes[x] == sizes[y] && x < y)
+	}
+	var out []int32
+	for b, r := range a.Intervals {
+		if !r.Contains(at) {
+			continue
+		}
+		id := int32(b)
+		if len(out) == n && !before(id, out[n-1]) {
+			continue
+		}
+		// Insert id in order; IDs rise, so an equal size goes after.
+		i := len(out)
+		if len(out) < n {
+			out = append(out, id)
+		} else {
+			i = n - 1
+		}
+		for i > 0 && before(id, out[i-1]) {
+			out[i] = out[i-1]
+			i--
+		}
+		out[i] = id
+	}
+	return out
+}
+
 // LiveBytes returns the live bytes just after event at: Base for at == -1,
 // and Curve[at] otherwise. An at below -1 reads as -1 and one past the last
 // event as the last event.

@@ -373,6 +373,12 @@ func agree(t *testing.T, what string, a *Analysis, w *truth, nbuf int) {
 		if got := a.LiveAt(at); !slices.Equal(got, set) {
 			t.Fatalf("%s: LiveAt(%d) = %v, oracle %v", what, at, got, set)
 		}
+		for _, k := range []int{0, 1, 3, 20} {
+			want := set[:min(k, len(set))]
+			if got := a.Largest(at, k); !slices.Equal(got, want) && !(len(got) == 0 && len(want) == 0) {
+				t.Fatalf("%s: Largest(%d, %d) = %v, oracle %v", what, at, k, got, want)
+			}
+		}
 		if got := a.LiveBytes(at); got != w.bytes[at+1] {
 			t.Fatalf("%s: LiveBytes(%d) = %d, oracle %d", what, at, got, w.bytes[at+1])
 		}

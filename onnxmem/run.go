@@ -167,9 +167,11 @@ func analyze(p *schedule.Program) *liveness.Analysis {
 // largest, largest first, then in buffer order; and the live bytes of every
 // kind. It reads them from the liveness analysis of the step.
 func atPeak(p *schedule.Program, an *liveness.Analysis, at int) ([]Tensor, []KindBytes) {
-	live := an.LiveAt(at)
 	var kinds []KindBytes
-	for _, b := range live {
+	for b, iv := range an.Intervals {
+		if !iv.Contains(at) {
+			continue
+		}
 		k := p.Buffers[b].Kind.String()
 		i := 0
 		for i < len(kinds) && kinds[i].Kind != k {
@@ -178,13 +180,11 @@ func atPeak(p *schedule.Program, an *liveness.Analysis, at int) ([]Tensor, []Kin
 		if i == len(kinds) {
 			kinds = append(kinds, KindBytes{Kind: k})
 		}
-		kinds[i].Bytes += an.Size(b)
+		kinds[i].Bytes += an.Size(int32(b))
 		kinds[i].Count++
 	}
 	sort.SliceStable(kinds, func(i, j int) bool { return kinds[i].Bytes > kinds[j].Bytes })
-	if len(live) > MaxAtPeak {
-		live = live[:MaxAtPeak]
-	}
+	live := an.Largest(at, MaxAtPeak)
 	out := make([]Tensor, 0, len(live))
 	for _, b := range live {
 		buf := p.Buffers[b]

@@ -161,7 +161,8 @@ func (b *builder) back(n *ir.Node, k opKind, outs []ir.ValueID) {
 	if b.data[outs[0]] && b.slot[outs[0]] >= 0 {
 		gy = b.grads[b.slot[outs[0]]]
 	}
-	var give []delivery
+	give := b.give[:0]
+	defer func() { b.give = give[:0] }()
 	// post runs after the node has released its inputs: the ToCopyBackward
 	// nodes of autocast's casts, which the engine runs next.
 	var post []func()

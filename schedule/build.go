@@ -146,7 +146,8 @@ type builder struct {
 	lossSaved []Buf         // what the training loss keeps for its backward
 
 	// Backward state.
-	slot       []int32 // by value: index into grads, or -1
+	give       []delivery // back's gradients to hand on, reused node after node
+	slot       []int32    // by value: index into grads, or -1
 	grads      []gradT
 	paramGrads []int32 // by value: .grad buffer, or -1
 	unrun      []int32 // nodes the backward never reached
@@ -171,6 +172,12 @@ func Build(g *ir.Graph, s *ir.Shapes, cfg Config) (*Program, error) {
 	b.rg = make([]bool, nv)
 	b.kind = make([]opKind, nn)
 	b.siluIn = make([]ir.ValueID, nn)
+	b.class = make([]castClass, nn)
+	// A step has about 5 events and 4 buffers a node; sizing the slices
+	// once saves their growth.
+	b.p.Events = make([]Event, 0, 8*nn+64)
+	b.p.Buffers = make([]Buffer, 0, 6*nn+64)
+	b.st = make([]storage, 0, 6*nn+64)
 	b.vst = make([]int32, nv)
 	b.contig = make([]bool, nv)
 	b.slot = make([]int32, nv)

@@ -15,7 +15,12 @@ type Flow struct {
 	data   []bool       // by value: holds device data
 	param  []bool       // by value: a float initializer owned by the model
 	kind   []opKind     // by node
+	class  []castClass  // by node: its op's autocast class
 	siluIn []ir.ValueID // by node: the input of a fused SiLU
+	// reads caches readsOf by node (nil: not known yet); the lists share
+	// arena's backing array.
+	reads [][]ir.ValueID
+	arena []ir.ValueID
 }
 
 // Graph returns the graph.
@@ -71,17 +76,34 @@ func (f *Flow) dataInputs(n *ir.Node) int {
 
 // readsOf lists the distinct data values that node i reads, in input order.
 func (f *Flow) readsOf(i int32) []ir.ValueID {
+	if f.reads == nil {
+		f.reads = make([][]ir.ValueID, len(f.graph.Nodes))
+		f.arena = make([]ir.ValueID, 0, 2*len(f.graph.Nodes)+8)
+	}
+	if r := f.reads[i]; r != nil {
+		return r
+	}
+	start := len(f.arena)
+	f.arena = f.computeReads(i, f.arena)
+	r := f.arena[start:len(f.arena):len(f.arena)]
+	f.reads[i] = r
+	return r
+}
+
+// computeReads lists the distinct data values node i reads, appending to
+// out.
+func (f *Flow) computeReads(i int32, out []ir.ValueID) []ir.ValueID {
 	n := &f.graph.Nodes[i]
 	if f.kind[i] == opSiLU {
-		return []ir.ValueID{f.siluIn[i]}
+		return append(out, f.siluIn[i])
 	}
-	var out []ir.ValueID
+	start := len(out)
 	for _, v := range n.Inputs {
 		if v == ir.NoValue || !f.data[v] {
 			continue
 		}
 		dup := false
-		for _, u := range out {
+		for _, u := range out[start:] {
 			dup = dup || u == v
 		}
 		if !dup {
@@ -89,6 +111,18 @@ func (f *Flow) readsOf(i int32) []ir.ValueID {
 		}
 	}
 	return out
+}
+
+// noData marks value v as holding no device data, and forgets what its
+// readers read.
+func (f *Flow) noData(v ir.ValueID) {
+	f.data[v] = false
+	if f.reads == nil {
+		return
+	}
+	for _, c := range f.graph.Values[v].Consumers {
+		f.reads[c] = nil
+	}
 }
 
 // classify decides the eager op of every node. data[v] reports whether value v
@@ -118,6 +152,8 @@ func (f *Flow) classify() error {
 			return err
 		}
 		f.kind[i] = k
+		r, _ := ruleOf(n)
+		f.class[i] = r.autocast
 	}
 	// A Sigmoid whose only reader is a Mul of its own input is SiLU: eager
 	// PyTorch runs one kernel and never stores the sigmoid.

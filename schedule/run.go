@@ -12,9 +12,8 @@ func (b *builder) run(n *ir.Node, k opKind) {
 	i := n.ID
 	reads := b.readsOf(i)
 	// Under autocast the op's class says its compute type.
-	rule, _ := ruleOf(n)
-	lower := b.autocast() && rule.autocast == castLower
-	fp32 := b.autocast() && rule.autocast == castFP32
+	lower := b.autocast() && b.class[i] == castLower
+	fp32 := b.autocast() && b.class[i] == castFP32
 	for _, v := range reads {
 		if b.rg[v] {
 			b.markRG(n)
@@ -188,7 +187,7 @@ func (b *builder) run(n *ir.Node, k opKind) {
 	// no new memory.
 	for _, v := range n.Outputs {
 		if b.vst[v] < 0 {
-			b.data[v] = false
+			b.noData(v)
 		}
 	}
 }
