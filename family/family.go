@@ -51,7 +51,7 @@ type Family interface {
 }
 
 // all are the families, in the order Detect tries them: the generic family,
-// which takes any graph, last.
+// which takes any graph of supported ops, last.
 var all = []Family{yolov9.Family{}, generic.Family{}}
 
 // Detect returns the first family that claims g.

@@ -50,6 +50,16 @@ func resnetLike() *onnxbuild.Builder {
 	return b
 }
 
+// wrapped is a model whose nn.Sequential is an attribute named model of a
+// wrapper: "/model/model.0/conv/Conv" is no YOLOv9 layer.
+func wrapped() *onnxbuild.Builder {
+	b := onnxbuild.New("wrapped")
+	seq := b.Module("model")
+	x := seq.Sub("model.0").Conv(b.Input("images", 3), 8, 3, 2)
+	b.Output(seq.Sub("model.1").Conv(x, 8, 3, 1))
+	return b
+}
+
 // TestDetect checks which family claims which graph.
 func TestDetect(t *testing.T) {
 	yolo, err := models.Build("gelan-t", models.Options{})
@@ -64,6 +74,7 @@ func TestDetect(t *testing.T) {
 		{"tiny", build(t, onnxbuild.Tiny()), "yolov9"},
 		{"gelan-t", loadBytes(t, yolo), "yolov9"},
 		{"resnet-like", build(t, resnetLike()), "generic"},
+		{"wrapped", build(t, wrapped()), "generic"},
 	} {
 		if got := family.Detect(tc.g).Name(); got != tc.want {
 			t.Errorf("%s: family %s, want %s", tc.name, got, tc.want)

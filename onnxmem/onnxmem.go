@@ -292,6 +292,8 @@ func (sc Scenario) Supported() error {
 		return fmt.Errorf("onnxmem: batch %d: must be at least 1", sc.Batch)
 	case sc.Height < 1 || sc.Width < 1:
 		return fmt.Errorf("onnxmem: image %dx%d: both sides must be at least 1", sc.Height, sc.Width)
+	case sc.Family != "" && !slices.Contains(Families(), sc.Family):
+		return fmt.Errorf("onnxmem: unknown family %q: want one of %s", sc.Family, strings.Join(Families(), ", "))
 	case sc.Optimizer != "" && !slices.Contains(Optimizers(), sc.Optimizer):
 		return fmt.Errorf("onnxmem: unknown optimizer %q: want SGD, Adam, AdamW, Lion or none", sc.Optimizer)
 	}

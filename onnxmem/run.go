@@ -12,7 +12,8 @@ import (
 // Run replays a step's program through the simulated caching allocator the
 // way the measurement harness runs it: load the parameters, empty the cache,
 // run one warm-up step, then free the warm-up's .grad buffers, allocate the
-// input and measure the next step.
+// input and measure the next step. p must be a program that schedule.Build
+// made: Run panics on one whose events are not balanced, a broken invariant.
 func Run(p *schedule.Program, sc Scenario) *Result {
 	r, _ := run(p, sc, nil)
 	return r

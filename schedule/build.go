@@ -155,7 +155,8 @@ type builder struct {
 }
 
 // Build returns the program of one training step of g at shapes s: the
-// forward in train mode, the loss (the sum of every graph output's sum) and
+// forward in train mode, the loss (cfg.Train's, or the sum of every graph
+// output's sum) and
 // the backward. It fails, with an error starting "schedule: ", on an op that
 // has no memory rule.
 func Build(g *ir.Graph, s *ir.Shapes, cfg Config) (*Program, error) {

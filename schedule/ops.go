@@ -48,7 +48,7 @@ const (
 )
 
 // opRule is everything onnxmem knows of one ONNX op beyond its shape rule,
-// which is ir's (ir.HasShapeRule): the eager op it runs as, whose forward
+// which is ir's (ir.ShapeOps lists them): the eager op it runs as, whose forward
 // (run.go) and backward (backward.go) rules say what it allocates, what
 // autograd saves and what its backward allocates; its autocast class; and
 // its FLOPs. saves documents what autograd keeps for the backward, from

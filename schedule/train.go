@@ -3,6 +3,7 @@ package schedule
 import (
 	"fmt"
 	"iter"
+	"slices"
 
 	"github.com/onnxmem/onnxmem/ir"
 )
@@ -207,8 +208,8 @@ func (b *builder) lossInput() LossInput {
 }
 
 // seedFromLoss runs the loss's backward and hands each output a strided
-// view of its gradient's buffer, which goes after the last of the run of
-// outputs that share it.
+// view of its gradient's buffer, which goes after the last output that
+// shares it.
 func (b *builder) seedFromLoss() error {
 	t := b.cfg.Train
 	grads := t.Loss.Backward(tape{b}, b.lossInput(), b.lossSaved)
@@ -222,7 +223,9 @@ func (b *builder) seedFromLoss() error {
 			b.ref(st)
 			b.accumulate(v, gradT{st: st, bytes: b.bytes(v)})
 		}
-		if i+1 == len(outs) || grads[i+1] != grads[i] {
+		// The loss's own reference goes after the last output that shares
+		// the buffer.
+		if !slices.Contains(grads[i+1:], grads[i]) {
 			b.unref(st)
 		}
 	}

@@ -210,10 +210,10 @@ func (f *flagSet) settingFlags() func() (setting, error) {
 // parsing, adds them to the setting read by settingFlags, failing when
 // -boxes, -optimizer or -ema come without -train or -train with -half.
 func (f *flagSet) trainFlags() func(setting) (setting, error) {
-	train := f.Bool("train", false, "simulate a full training step of train_dual.py: batch upload, forward, YOLOv9's loss,\nbackward, gradient clipping, optimizer step and EMA update (needs onnxmem's loss model)")
+	train := f.Bool("train", false, "simulate a full training step of the model family's script (YOLOv9: train_dual.py: batch upload,\nforward, its loss, backward, gradient clipping, optimizer step and EMA update)")
 	boxes := f.Int64("boxes", 16, "`N` ground-truth boxes in each image of a -train step (0 or more)")
 	opt := optimizerValue(onnxmem.SGD)
-	f.Var(&opt, "optimizer", "`NAME` of the optimizer of a -train step: SGD, Adam, AdamW (amsgrad, as YOLOv9 creates it), Lion or none")
+	f.Var(&opt, "optimizer", "`NAME` of the optimizer of a -train step: SGD, Adam, AdamW (with amsgrad), Lion or none")
 	ema := f.Bool("ema", true, "update an EMA copy of the model after the optimizer step of a -train step (-ema=false: none)")
 	return func(st setting) (setting, error) {
 		if !*train {

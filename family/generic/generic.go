@@ -26,7 +26,7 @@ type Family struct{}
 // Name returns "generic".
 func (Family) Name() string { return "generic" }
 
-// Detect reports true: the generic family takes any graph.
+// Detect reports true: the generic family takes any graph of supported ops.
 func (Family) Detect(*ir.Graph) bool { return true }
 
 // Prepare assigns the top-level layers of g from its module paths, in the

@@ -78,7 +78,7 @@ func groupOf(g *ir.Graph, v ir.ValueID) int {
 type trainLoss struct{ l *loss.YOLOv9 }
 
 // input describes the head's maps for the loss. It panics when the outputs
-// are not a detection head's maps: Family.Check rules such graphs out.
+// are not a detection head's maps: Family.CheckTrain rules such graphs out.
 func (t trainLoss) input(in schedule.LossInput) (loss.Input, [][]int) {
 	br := Branches(in.Outputs)
 	if len(br) == 0 {

@@ -17,6 +17,7 @@ package yolov9
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/onnxmem/onnxmem/ir"
 	"github.com/onnxmem/onnxmem/schedule"
@@ -28,12 +29,13 @@ type Family struct{}
 // Name returns "yolov9".
 func (Family) Name() string { return "yolov9" }
 
-// Detect reports whether g is a YOLOv9 export: some node of it lies in a
-// top-level layer "model.i" of model.model.
+// Detect reports whether g is a YOLOv9 export: some node's name starts
+// with a top-level layer "/model.i/" of model.model, or a dynamo node's
+// scope names one. A wrapper's "/model/model.0/…" is not one.
 func (Family) Detect(g *ir.Graph) bool {
 	for i := range g.Nodes {
 		n := &g.Nodes[i]
-		if layerIn(n.Name) >= 0 {
+		if strings.HasPrefix(n.Name, "/model.") && layerIn(n.Name) >= 0 {
 			return true
 		}
 		for _, s := range n.Scopes {
