@@ -186,3 +186,37 @@ func TestEngineKnowsNoFamily(t *testing.T) {
 		}
 	}
 }
+
+// TestGenericOnDynamo checks that the generic family reads a dynamo
+// export's module scopes: no generic layer spans two of model.model's
+// layers.
+func TestGenericOnDynamo(t *testing.T) {
+	path := onnxbuild.Shared(t, "yolov9/yolov9-c-infer-dynamo.onnx")
+	gen, _ := family.ByName("generic")
+	yolo, _ := family.ByName("yolov9")
+	load := func(f family.Family) *ir.Graph {
+		g, err := ir.LoadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g, err = f.Prepare(g); err != nil {
+			t.Fatal(err)
+		}
+		return g
+	}
+	a, b := load(gen), load(yolo)
+	of := map[int]int{}
+	for i := range a.Nodes {
+		ga, yb := a.Nodes[i].Layer, b.Nodes[i].Layer
+		if ga < 0 || yb < 0 {
+			continue
+		}
+		if l, ok := of[ga]; ok && l != yb {
+			t.Fatalf("generic layer %d holds nodes of YOLOv9 layers %d and %d (node %s)", ga, l, yb, a.Nodes[i].Name)
+		}
+		of[ga] = yb
+	}
+	if len(of) < 30 {
+		t.Errorf("%d generic layers, want about the 39 of model.model", len(of))
+	}
+}

@@ -54,6 +54,9 @@ func (Family) Prepare(g *ir.Graph) (*ir.Graph, error) {
 // "/fc/Gemm" and "fc.bias" give "fc", and "/Flatten", "images" and
 // "onnx::Conv_12" give "".
 func moduleKey(s string) string {
+	if k, ok := scopeKey(s); ok {
+		return k
+	}
 	if strings.Contains(s, "::") || strings.ContainsAny(s, " :[]'\"") {
 		return ""
 	}
@@ -79,6 +82,40 @@ func moduleKey(s string) string {
 		}
 	}
 	return top
+}
+
+// scopeKey returns the top-level module of a dynamo export's module scope,
+// the metadata that Node.Scopes keeps, and whether s is one:
+// "['', 'layer1.0', 'layer1.0.conv1']" and
+// ": torchvision.models.resnet.ResNet/layer1.0: torchvision.models.resnet.BasicBlock/conv1"
+// both give "layer1.0".
+func scopeKey(s string) (string, bool) {
+	var path string
+	switch {
+	case strings.HasPrefix(s, "["):
+		for _, e := range strings.Split(strings.Trim(s, "[]"), ",") {
+			if e = strings.Trim(strings.TrimSpace(e), "'\""); e != "" {
+				path = e
+				break
+			}
+		}
+	case strings.HasPrefix(s, ": "):
+		parts := strings.Split(s, ": ")
+		if len(parts) < 3 {
+			return "", true // the root module itself
+		}
+		path = parts[1][strings.LastIndexByte(parts[1], '/')+1:]
+	default:
+		return "", false
+	}
+	if path == "" {
+		return "", true
+	}
+	parts := strings.Split(path, ".")
+	if len(parts) > 1 && isIndex(parts[1]) {
+		return parts[0] + "." + parts[1], true
+	}
+	return parts[0], true
 }
 
 // isIndex reports whether s is a decimal index.
