@@ -86,7 +86,7 @@ func moduleKey(s string) string {
 
 // scopeKey returns the top-level module of a dynamo export's module scope,
 // the metadata that Node.Scopes keeps, and whether s is one:
-// "['', 'layer1.0', 'layer1.0.conv1']" and
+// "[”, 'layer1.0', 'layer1.0.conv1']" and
 // ": torchvision.models.resnet.ResNet/layer1.0: torchvision.models.resnet.BasicBlock/conv1"
 // both give "layer1.0".
 func scopeKey(s string) (string, bool) {
