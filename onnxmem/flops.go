@@ -53,7 +53,7 @@ func (m *Model) Cost(sc Scenario) (Cost, error) {
 	if err := sc.Supported(); err != nil {
 		return Cost{}, err
 	}
-	p, err := m.prepare(cmpOr(sc.Family, m.Family))
+	p, err := m.forScenario(sc)
 	if err != nil {
 		return Cost{}, err
 	}

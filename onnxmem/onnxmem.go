@@ -18,6 +18,7 @@
 package onnxmem
 
 import (
+	"cmp"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -306,7 +307,7 @@ func (m *Model) Program(sc Scenario) (*schedule.Program, error) {
 	if err := sc.Supported(); err != nil {
 		return nil, err
 	}
-	p, err := m.prepare(cmpOr(sc.Family, m.Family))
+	p, err := m.forScenario(sc)
 	if err != nil {
 		return nil, err
 	}
@@ -348,12 +349,10 @@ func (m *Model) Program(sc Scenario) (*schedule.Program, error) {
 	return prog, nil
 }
 
-// cmpOr returns a unless it is empty, else b.
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
+// forScenario returns the model as the scenario's family prepares it: its
+// Family field, else the detected one.
+func (m *Model) forScenario(sc Scenario) (*prepared, error) {
+	return m.prepare(cmp.Or(sc.Family, m.Family))
 }
 
 // Simulate predicts one scenario.

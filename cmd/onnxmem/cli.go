@@ -240,7 +240,7 @@ func (f *flagSet) trainFlags() func(setting) (setting, error) {
 type optimizerValue onnxmem.Optimizer
 
 // optimizers are the optimizers -optimizer accepts.
-var optimizers = []onnxmem.Optimizer{onnxmem.SGD, onnxmem.Adam, onnxmem.AdamW, onnxmem.Lion, onnxmem.None}
+var optimizers = onnxmem.Optimizers()
 
 func (o *optimizerValue) String() string { return string(*o) }
 
