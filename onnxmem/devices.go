@@ -2,6 +2,8 @@ package onnxmem
 
 import (
 	"fmt"
+	"math"
+	"strconv"
 	"strings"
 )
 
@@ -25,8 +27,9 @@ type Device struct {
 	Sources string
 }
 
-// Usable is the memory left for PyTorch's caching allocator: the total less
-// the CUDA context.
+// Usable is the memory left for PyTorch's caching allocator, its limit on
+// the card: the total less the CUDA context. A step fits the card when it
+// runs under this limit (Device.Scenario, Result.Fits).
 func (d Device) Usable() int64 { return d.Total - d.Context }
 
 const (
@@ -79,36 +82,122 @@ func LookupDevice(name string) (Device, error) {
 		}
 		names = append(names, d.Name)
 	}
-	return Device{}, fmt.Errorf("onnxmem: unknown device %q: want one of %s", name, strings.Join(names, ", "))
+	return Device{}, fmt.Errorf("onnxmem: unknown device %q: want one of %s, or a size such as 24GB or 23.5GiB", name, strings.Join(names, ", "))
 }
 
-// Fits reports whether a step fits on a device: the segments it reserves at
-// its peak, plus the CUDA context, within the card's memory. A step whose
-// reserved memory crosses that line runs out of memory when cudaMalloc fails
-// (after the allocator has released its cache and retried).
-func (d Device) Fits(r *Result) bool {
-	return r.PeakReserved <= d.Usable()
+// NewDevice returns a card of total bytes, as torch.cuda.mem_get_info or
+// get_device_properties reports its total, with a CUDA context of context
+// bytes (contextAssumed when 0). Its cuBLAS workspace is
+// DefaultCuBLASWorkspace, the larger of PyTorch's two defaults.
+func NewDevice(total, context int64) (Device, error) {
+	if context == 0 {
+		context = contextAssumed
+	}
+	if total <= 0 || context < 0 || context >= total {
+		return Device{}, fmt.Errorf("onnxmem: a device of %d bytes with a CUDA context of %d: the total must be positive and larger than the context", total, context)
+	}
+	name := FormatBytes(total)
+	return Device{Name: name, Long: "a card of " + name, Total: total, Context: context, CuBLASWorkspace: DefaultCuBLASWorkspace,
+		Sources: "total: given; context: " + map[bool]string{true: "assumption", false: "given"}[context == contextAssumed] +
+			"; cuBLAS workspace: the Hopper default (assumption)"}, nil
+}
+
+// ParseDevice returns the device that s names: a listed device (Devices,
+// LookupDevice), or a size with its unit, decimal (24GB, 24000MB) or binary
+// (23.5GiB, 24064MiB), optionally followed by the CUDA context as
+// "+ctx=SIZE" (24GB+ctx=600MiB). The size is what PyTorch reports as the
+// card's total memory.
+func ParseDevice(s string) (Device, error) {
+	if d, err := LookupDevice(s); err == nil {
+		return d, nil
+	}
+	size, ctx, hasCtx := strings.Cut(s, "+")
+	total, err := ParseBytes(size)
+	if err != nil {
+		_, lerr := LookupDevice(s)
+		return Device{}, lerr
+	}
+	var context int64
+	if hasCtx {
+		v, ok := strings.CutPrefix(ctx, "ctx=")
+		if !ok {
+			return Device{}, fmt.Errorf("onnxmem: device %q: after + want ctx=SIZE, the CUDA context, such as +ctx=600MiB", s)
+		}
+		if context, err = ParseBytes(v); err != nil {
+			return Device{}, fmt.Errorf("onnxmem: device %q: the CUDA context: %w", s, err)
+		}
+		if context == 0 {
+			context = -1 // an explicit zero context
+		}
+	}
+	d, err := NewDevice(total, max(context, 0))
+	if err != nil {
+		return Device{}, err
+	}
+	if context < 0 {
+		d.Context = 0
+	}
+	d.Name = s
+	if hasCtx {
+		d.Sources = strings.Replace(d.Sources, "context: assumption", "context: given", 1)
+	}
+	return d, nil
+}
+
+// byteUnits are the units ParseBytes takes, longest first.
+var byteUnits = []struct {
+	name string
+	size float64
+}{
+	{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40},
+	{"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12},
+	{"B", 1},
+}
+
+// ParseBytes reads a size with its unit: B, KB, MB, GB, TB (powers of
+// 1000) or KiB, MiB, GiB, TiB (powers of 1024), case ignored, decimals
+// allowed: "24GB", "23.5GiB", "600MiB". The size must be below 1 EiB.
+func ParseBytes(s string) (int64, error) {
+	t := strings.TrimSpace(s)
+	for _, u := range byteUnits {
+		if len(t) > len(u.name) && strings.EqualFold(t[len(t)-len(u.name):], u.name) {
+			x, err := strconv.ParseFloat(strings.TrimSpace(t[:len(t)-len(u.name)]), 64)
+			if err != nil || x < 0 || math.IsInf(x, 0) || math.IsNaN(x) || x*u.size >= 1<<60 {
+				break
+			}
+			return int64(math.Round(x * u.size)), nil
+		}
+	}
+	return 0, fmt.Errorf("onnxmem: size %q: want a number and a unit, such as 24GB, 23.5GiB or 600MiB", s)
+}
+
+// FormatBytes writes a size in the largest binary unit that keeps it at
+// least 1, with up to two decimals: "23.50GiB", "600MiB", "512B".
+func FormatBytes(n int64) string {
+	for _, u := range []struct {
+		name string
+		size int64
+	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if n >= u.size {
+			v := strconv.FormatFloat(float64(n)/float64(u.size), 'f', 2, 64)
+			v = strings.TrimSuffix(strings.TrimRight(v, "0"), ".")
+			return v + u.name
+		}
+	}
+	return strconv.FormatInt(n, 10) + "B"
+}
+
+// Scenario returns sc as it runs on the device: under the device's limit
+// (Capacity is Usable) and with its cuBLAS workspace.
+func (d Device) Scenario(sc Scenario) Scenario {
+	sc.Capacity = d.Usable()
+	sc.CuBLASWorkspace = d.CuBLASWorkspace
+	return sc
 }
 
 // MaxBatchOn returns the largest batch size, at most limit, whose step fits
-// on the device (Device.Fits), with its Result; 0 and nil when not even batch
-// 1 fits. The scenario's cuBLAS workspace becomes the device's.
+// on the device: MaxBatch under its usable memory, with its cuBLAS
+// workspace; 0 and nil when not even batch 1 fits.
 func (m *Model) MaxBatchOn(d Device, sc Scenario, limit int64) (int64, *Result, error) {
-	sc.CuBLASWorkspace = d.CuBLASWorkspace
-	lo, hi := int64(0), limit
-	var best *Result
-	for lo < hi {
-		mid := lo + (hi-lo+1)/2
-		sc.Batch = mid
-		r, err := m.Simulate(sc)
-		if err != nil {
-			return 0, nil, err
-		}
-		if d.Fits(r) {
-			lo, best = mid, r
-		} else {
-			hi = mid - 1
-		}
-	}
-	return lo, best, nil
+	return m.MaxBatch(d.Scenario(sc), d.Usable(), limit)
 }

@@ -37,8 +37,9 @@ func TestDevices(t *testing.T) {
 	}
 }
 
-// TestMaxBatchOn checks the search against single simulations: the batch it
-// finds fits, the next one does not, and a larger card never takes fewer.
+// TestMaxBatchOn checks the search against single simulations under the
+// card's limit: the batch it finds fits, the next one runs out of memory,
+// and a larger card never takes fewer.
 func TestMaxBatchOn(t *testing.T) {
 	m, err := onnxmem.Load(onnxbuild.Shared(t, filepath.Join("yolov9", "yolov9-s-train.onnx")))
 	if err != nil {
@@ -52,15 +53,15 @@ func TestMaxBatchOn(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if n < 1 || r == nil || !d.Fits(r) {
+		if n < 1 || r == nil || !r.Fits() || r.Scenario.Capacity != d.Usable() {
 			t.Fatalf("%s: max batch %d", name, n)
 		}
-		sc.Batch, sc.CuBLASWorkspace = n+1, d.CuBLASWorkspace
-		next, err := m.Simulate(sc)
+		sc.Batch = n + 1
+		next, err := m.Simulate(d.Scenario(sc))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if d.Fits(next) {
+		if next.Fits() || !next.OOM {
 			t.Errorf("%s: batch %d fits too", name, n+1)
 		}
 		if n < prev {
@@ -70,3 +71,40 @@ func TestMaxBatchOn(t *testing.T) {
 		t.Logf("%s: yolov9-s AMP model step, largest batch %d (%.2f GiB reserved of %.2f usable)", name, n, float64(r.PeakReserved)/(1<<30), float64(d.Usable())/(1<<30))
 	}
 }
+
+func TestParseDevice(t *testing.T) {
+	for _, tc := range []struct {
+		in             string
+		total, context int64
+	}{
+		{"24GB", 24e9, contextAssumedForTest},
+		{"23.5GiB", 23.5 * (1 << 30), contextAssumedForTest},
+		{"24gb+ctx=600MiB", 24e9, 600 << 20},
+		{"80GB+ctx=0B", 80e9, 0},
+		{"16384MiB", 16 << 30, contextAssumedForTest},
+	} {
+		d, err := onnxmem.ParseDevice(tc.in)
+		if err != nil {
+			t.Errorf("ParseDevice(%q): %v", tc.in, err)
+			continue
+		}
+		if d.Total != tc.total || d.Context != tc.context || d.Usable() != tc.total-tc.context || d.Name != tc.in {
+			t.Errorf("ParseDevice(%q) = total %d context %d name %q, want %d and %d", tc.in, d.Total, d.Context, d.Name, tc.total, tc.context)
+		}
+	}
+	if d, err := onnxmem.ParseDevice("RTX4090"); err != nil || d.Name != "rtx4090" {
+		t.Errorf("ParseDevice(RTX4090) = %v, %v", d.Name, err)
+	}
+	for _, bad := range []string{"", "24", "GB", "-1GB", "24XB", "24GB+600MiB", "24GB+ctx=", "1GB+ctx=2GB", "gtx480", "1e30GB"} {
+		if _, err := onnxmem.ParseDevice(bad); err == nil || !strings.HasPrefix(err.Error(), "onnxmem: ") {
+			t.Errorf("ParseDevice(%q): %v, want an onnxmem error", bad, err)
+		}
+	}
+	if got := onnxmem.FormatBytes(23.5 * (1 << 30)); got != "23.5GiB" {
+		t.Errorf("FormatBytes = %q", got)
+	}
+}
+
+// contextAssumedForTest is the CUDA context NewDevice assumes: the one the
+// listed devices carry.
+var contextAssumedForTest = onnxmem.Devices[0].Context

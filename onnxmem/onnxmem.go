@@ -191,8 +191,13 @@ type Scenario struct {
 	// in the process, resident in train and eval steps; 0 means
 	// DefaultCuBLASWorkspace.
 	CuBLASWorkspace int64
-	// Capacity, when positive, is the device memory in bytes: a step that needs
-	// more reports OOM.
+	// Capacity, when positive, is the caching allocator's limit in bytes,
+	// what torch.cuda.set_per_process_memory_fraction(f) sets (f ×
+	// total_memory) and, on a card, its memory less the CUDA context
+	// (Device.Usable). The allocator never reserves segments beyond it: a
+	// request that would cross it first releases the cached segments that
+	// hold no live block and retries, as PyTorch does, and only then does
+	// the step run out of memory (Result.OOM). 0 means no limit.
 	Capacity int64
 	// Family, when not empty, names the model family to simulate the graph
 	// as (see Families), in place of the one detected.
@@ -266,7 +271,10 @@ type Result struct {
 	// largest first. Sizes are the rounded requests.
 	AtPeak     []Tensor
 	PeakByKind []KindBytes
-	// OOM is set when Capacity was given and a segment could not be reserved.
+	// OOM is set when Capacity was given and a segment could not be reserved
+	// even after the allocator released its cache: PyTorch raises
+	// torch.OutOfMemoryError there. The step's figures then stop at that
+	// request.
 	OOM bool
 	// Events is the number of allocation events in the step.
 	Events int
@@ -382,18 +390,57 @@ func (m *Model) Sweep(sc Scenario, batches []int64, progress func(done, total in
 	return out, nil
 }
 
-// MaxBatch returns the largest batch size, at most limit, whose step peak
-// fits in budget bytes, with its Result; 0 and a nil Result when not even
-// batch 1 fits. The peak grows with the batch size, so a binary search
-// finds it in about log2(limit) simulations.
-func (m *Model) MaxBatch(sc Scenario, budget, limit int64) (int64, *Result, error) {
+// Fits reports whether the step ran to its end within its scenario's
+// Capacity: without running out of memory, the allocator's release of its
+// cache and retry included. This is the one meaning of "fits" in onnxmem.
+// A step simulated without a Capacity has no limit and fits.
+func (r *Result) Fits() bool { return !r.OOM }
+
+// Fit simulates sc without a limit, for its full figures, and reports
+// whether it fits under capacity, the caching allocator's limit in bytes.
+// It does when its reserved memory never exceeds capacity (the run under
+// the limit is then the same run); it does not when the bytes it requests
+// at once exceed capacity (no layout holds them); in between, the step is
+// simulated under the limit, where releasing the cache may let it fit.
+func (m *Model) Fit(sc Scenario, capacity int64) (*Result, bool, error) {
+	sc.Capacity = 0
+	r, err := m.Simulate(sc)
+	if err != nil {
+		return nil, false, err
+	}
+	switch {
+	case capacity <= 0 || r.PeakReserved <= capacity:
+		return r, true, nil
+	case r.PeakRequested > capacity:
+		return r, false, nil
+	}
+	sc.Capacity = capacity
+	capped, err := m.Simulate(sc)
+	if err != nil {
+		return nil, false, err
+	}
+	return r, capped.Fits(), nil
+}
+
+// MaxBatch returns the largest batch size, at most limit, whose step fits
+// (Result.Fits) under capacity, the caching allocator's limit in bytes (see
+// Scenario.Capacity), with its Result; 0 and a nil Result when not even
+// batch 1 fits. Each batch is simulated under the limit, so a step whose
+// cache would grow past it but that fits after releasing the cache counts
+// as fitting, as it runs in PyTorch. The memory grows with the batch size,
+// so a binary search finds the answer in about log2(limit) simulations.
+func (m *Model) MaxBatch(sc Scenario, capacity, limit int64) (int64, *Result, error) {
+	if capacity <= 0 {
+		return 0, nil, fmt.Errorf("onnxmem: max batch under a limit of %d bytes: the limit must be positive", capacity)
+	}
+	sc.Capacity = capacity
 	fits := func(b int64) (*Result, bool, error) {
 		sc.Batch = b
 		r, err := m.Simulate(sc)
 		if err != nil {
 			return nil, false, err
 		}
-		return r, r.Peak <= budget, nil
+		return r, r.Fits(), nil
 	}
 	lo, hi := int64(0), limit
 	var best *Result

@@ -180,11 +180,23 @@ func (f *flagSet) jsonFlag() *bool {
 	return f.Bool("json", false, "write JSON to stdout instead of a table (sizes in bytes)")
 }
 
-// budgetFlag adds -budget, a memory budget in GiB, 80 by default.
-func (f *flagSet) budgetFlag() *gibValue {
+// limitFlags adds -budget and -device, the limit a step must fit under;
+// the returned function reads them after parsing: a device, or the budget
+// (80 GiB by default).
+func (f *flagSet) limitFlags() func() (fitCriterion, error) {
 	b := gibValue(80)
-	f.Var(&b, "budget", "memory budget in `GiB` (may have decimals)")
-	return &b
+	f.Var(&b, "budget", "the caching allocator's limit in `GiB` (may have decimals), as set_per_process_memory_fraction sets it")
+	device := f.deviceFlag()
+	return func() (fitCriterion, error) {
+		d, err := device()
+		switch {
+		case err != nil:
+			return fitCriterion{}, err
+		case d != nil && f.isSet("budget"):
+			return fitCriterion{}, errors.New("-device and -budget exclude each other: a device's limit is its usable memory")
+		}
+		return fitCriterion{device: d, budget: b.bytes()}, nil
+	}
 }
 
 // settingFlags adds -amp, -half and -segments, the step's setting; the
@@ -258,12 +270,12 @@ func (o *optimizerValue) Set(v string) error {
 // reads it after parsing: nil when it was not given, an error when the name
 // is unknown.
 func (f *flagSet) deviceFlag() func() (*onnxmem.Device, error) {
-	name := f.String("device", "", "`NAME` of the device profile whose usable memory must hold the memory the step reserves (see onnxmem devices)")
+	name := f.String("device", "", "the card: a device profile's `NAME` (see onnxmem devices) or its total memory such as 24GB or 23.5GiB, optionally +ctx=600MiB for its CUDA context; its total less the context is the allocator's limit")
 	return func() (*onnxmem.Device, error) {
 		if !f.isSet("device") {
 			return nil, nil
 		}
-		d, err := onnxmem.LookupDevice(*name)
+		d, err := onnxmem.ParseDevice(*name)
 		if err != nil {
 			return nil, errors.New(strings.TrimPrefix(err.Error(), "onnxmem: "))
 		}

@@ -10,12 +10,12 @@ import (
 
 func cmdKnobs(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	f := newFlagSet("knobs",
-		"onnxmem knobs [-batch N] [-img N] [-budget GiB] [-train [-boxes N] [-optimizer NAME] [-ema]] [-json] MODEL.onnx",
-		"Knobs shows what each memory knob buys at one batch size: the model step (or\nwith -train the full train_dual.py step) in fp32, AMP and half precision (not\nfor -train), each without checkpointing and with 2 and 4\ncheckpoint segments. For each it gives the peak, the saving against fp32\nwithout checkpointing, whether the peak fits -budget GiB, the extra FLOPs of\nrecomputing the checkpointed layers, and where the peak falls. FLOPs are\ncounted from the graph: a multiply-add is 2, the backward twice the forward.",
+		"onnxmem knobs [-batch N] [-img N] [-budget GiB | -device NAME] [-train [-boxes N] [-optimizer NAME] [-ema]] [-json] MODEL.onnx",
+		"Knobs shows what each memory knob buys at one batch size: the model step (or\nwith -train the full train_dual.py step) in fp32, AMP and half precision (not\nfor -train), each without checkpointing and with 2 and 4\ncheckpoint segments. For each it gives the peak, the saving against fp32\nwithout checkpointing, whether the step fits -budget GiB or the card of -device (it runs to its\nend under that limit of the caching allocator), the extra FLOPs of\nrecomputing the checkpointed layers, and where the peak falls. FLOPs are\ncounted from the graph: a multiply-add is 2, the backward twice the forward.",
 		"onnxmem knobs -batch 32 -budget 40 yolov9-c")
 	batch := f.positive("batch", 64, "batch `size`")
 	img := f.imgFlag()
-	budget := f.budgetFlag()
+	limits := f.limitFlags()
 	train := f.trainFlags()
 	asJSON := f.jsonFlag()
 	f.familyFlag()
@@ -32,11 +32,15 @@ func cmdKnobs(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 			settings = append(settings, t)
 		}
 	}
-	ks, err := knobs(m, settings, *batch, *img)
+	c, err := limits()
+	if err != nil {
+		return f.usageError(stderr, "%v", err)
+	}
+	ks, err := knobs(m, settings, *batch, *img, c)
 	if err != nil {
 		return fail(stderr, err)
 	}
-	t := knobTable{Model: m.Name, Batch: *batch, Img: *img, Budget: budget.bytes(), BudgetText: budget.String(), Knobs: ks}
+	t := knobTable{Model: m.Name, Batch: *batch, Img: *img, Limit: c, Knobs: ks}
 	if *asJSON {
 		err = writeJSON(stdout, t.json())
 	} else {
@@ -49,21 +53,23 @@ func cmdKnobs(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 type knob struct {
 	Setting setting
 	Result  *onnxmem.Result
-	Cost    onnxmem.Cost
+	// Fits says whether the step runs to its end under the limit.
+	Fits bool
+	Cost onnxmem.Cost
 }
 
 // knobs simulates and counts each setting at a batch size, in the order
-// given.
-func knobs(m *onnxmem.Model, settings []setting, batch, img int64) ([]knob, error) {
+// given, and says whether each fits under the limit.
+func knobs(m *onnxmem.Model, settings []setting, batch, img int64, lim fitCriterion) ([]knob, error) {
 	out := make([]knob, len(settings))
 	err := parallel(len(settings), func(i int) error {
 		sc := settings[i].scenario(batch, img)
-		r, err := m.Simulate(sc)
+		r, fits, err := lim.fit(m, sc)
 		if err != nil {
 			return err
 		}
 		c, err := m.Cost(sc)
-		out[i] = knob{Setting: settings[i], Result: r, Cost: c}
+		out[i] = knob{Setting: settings[i], Result: r, Fits: fits, Cost: c}
 		return err
 	})
 	return out, err
@@ -74,8 +80,7 @@ func knobs(m *onnxmem.Model, settings []setting, batch, img int64) ([]knob, erro
 type knobTable struct {
 	Model      string
 	Batch, Img int64
-	Budget     int64
-	BudgetText string // the budget as given, in GiB
+	Limit      fitCriterion
 	Knobs      []knob
 }
 
@@ -97,7 +102,7 @@ func (t *knobTable) print(w io.Writer) error {
 	fmt.Fprintf(w, "arithmetic: %s forward and %s backward a step, in every precision\n\n",
 		flops(base.Cost.Forward), flops(base.Cost.Backward))
 	tw := newTable(w)
-	fmt.Fprintf(tw, "precision\tsegments\tpeak GiB\tsaving\tsaving GiB\tfits %s GiB\trecompute\t  peak at\n", t.BudgetText)
+	fmt.Fprintf(tw, "precision\tsegments\tpeak GiB\treserved GiB\tsaving\tsaving GiB\tfits\trecompute\t  peak at\n")
 	for i, k := range t.Knobs {
 		save, saveGiB, recompute := "-", "-", "-"
 		if i > 0 {
@@ -107,22 +112,24 @@ func (t *knobTable) print(w io.Writer) error {
 		if k.Cost.Recompute > 0 {
 			recompute = "+" + percent(k.Cost.Overhead())
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t  %s\n", k.Setting.precision(), k.Setting.Segments,
-			gib(k.Result.Peak), save, saveGiB, yesNo(k.Result.Peak <= t.Budget), recompute, where(k.Result))
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t  %s\n", k.Setting.precision(), k.Setting.Segments,
+			gib(k.Result.Peak), gib(k.Result.PeakReserved), save, saveGiB, yesNo(k.Fits), recompute, where(k.Result))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	_, err := fmt.Fprint(w, `
+	_, err := fmt.Fprintf(w, `
 saving     against fp32 without checkpointing (the first row)
-fits       the peak allocated against the budget; the CUDA context and the
-           allocator's fragmentation are not subtracted yet
+reserved   the caching allocator's segments at the peak, without a limit
+fits       the step runs to its end under %s, the caching allocator's limit,
+           without running out of memory (the allocator releases its cache
+           and retries before it gives up)
 recompute  the FLOPs of the checkpointed layers' forward, which the backward
            runs again, against the step's forward and backward; an upper bound:
            PyTorch stops the rerun after the last op that saves a tensor
 amp        torch.autocast float16, train_dual.py's default; half: model.half()
 segments   N: checkpoint_sequential with N segments, the first N-1 checkpointed
-`)
+`, t.Limit.limitText())
 	return err
 }
 
@@ -144,7 +151,10 @@ type knobsJSON struct {
 	Batch  int64  `json:"batch"`
 	Height int64  `json:"height"`
 	Width  int64  `json:"width"`
-	Budget int64  `json:"budget"`
+	// Budget is the allocator's limit, without a device; with one,
+	// Device's usable memory is.
+	Budget int64       `json:"budget,omitempty"`
+	Device *deviceJSON `json:"device,omitempty"`
 	// Rows are in the table's order; the first is the reference.
 	Rows []knobJSON `json:"rows"`
 }
@@ -154,6 +164,8 @@ type knobJSON struct {
 	Precision string `json:"precision"`
 	Segments  int    `json:"segments"`
 	Peak      int64  `json:"peak"`
+	// PeakReserved is the reserved peak without a limit.
+	PeakReserved int64 `json:"peak_reserved"`
 	// Saving is the bytes less than the reference's peak (negative when
 	// more), SavingFraction the same as a fraction of that peak.
 	Saving         int64   `json:"saving"`
@@ -170,13 +182,14 @@ type knobJSON struct {
 }
 
 func (t *knobTable) json() knobsJSON {
-	js := knobsJSON{Model: t.Model, Batch: t.Batch, Height: t.Img, Width: t.Img, Budget: t.Budget}
+	js := knobsJSON{Model: t.Model, Batch: t.Batch, Height: t.Img, Width: t.Img}
+	t.Limit.setJSON(&js.Budget, &js.Device)
 	for _, k := range t.Knobs {
 		d, frac := t.saving(k)
 		r, c := k.Result, k.Cost
 		js.Rows = append(js.Rows, knobJSON{
 			Precision: k.Setting.precision(), Segments: k.Setting.Segments, Peak: r.Peak,
-			Saving: d, SavingFraction: frac, Fits: r.Peak <= t.Budget,
+			PeakReserved: r.PeakReserved, Saving: d, SavingFraction: frac, Fits: k.Fits,
 			ForwardFLOPs: c.Forward, BackwardFLOPs: c.Backward, RecomputeFLOPs: c.Recompute,
 			RecomputeOverhead: c.Overhead(),
 			PeakPhase:         r.PeakPhase, PeakLayer: r.PeakLayer, PeakNode: r.PeakNode,

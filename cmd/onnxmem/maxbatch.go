@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -16,17 +17,18 @@ func cmdMaxBatch(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 			"                        [-train [-boxes N] [-optimizer NAME] [-ema=false]] [-json] MODEL.onnx",
 		"Maxbatch finds the largest batch size, up to -limit, whose step fits: the model\n"+
 			"step (fp32 unless -amp or -half, checkpointed with -segments) or with -train a\n"+
-			"full training step of train_dual.py. With -device the memory the step reserves\n"+
-			"at its peak must be within the card's usable memory (its total less the CUDA\n"+
-			"context: see onnxmem devices); with -budget (80 GiB without either) its peak\n"+
-			"allocated must be within the budget, which leaves no room for the CUDA context\n"+
-			"or the allocator's fragmentation.\n\n"+
+			"full training step of train_dual.py. A step fits when it runs to its end under\n"+
+			"the caching allocator's limit without running out of memory, as PyTorch runs\n"+
+			"it: a request that would cross the limit first releases the cached segments\n"+
+			"and retries. The limit is the card's usable memory with -device (its total\n"+
+			"less the CUDA context: see onnxmem devices), or -budget GiB (80 without either),\n"+
+			"what torch.cuda.set_per_process_memory_fraction sets.\n\n"+
 			"With -for-batch N it answers another question: the fewest checkpoint segments\n"+
 			"with which batch N fits. It tries 0, 2, 3, 4, 6, 8, 12, 16, … segments and the\n"+
 			"number of top-level layers, the other settings as given.",
 		"onnxmem maxbatch -device a100-40 -amp yolov9-c")
 	img, set, train := f.imgFlag(), f.settingFlags(), f.trainFlags()
-	budget, device := f.budgetFlag(), f.deviceFlag()
+	limits := f.limitFlags()
 	limit := f.positive("limit", 1024, "largest batch `size` to consider")
 	forBatch := f.Int64("for-batch", 0, "find the fewest checkpoint segments with which batch `N` fits, instead of the largest batch")
 	asJSON := f.jsonFlag()
@@ -42,12 +44,10 @@ func cmdMaxBatch(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	if err != nil {
 		return f.usageError(stderr, "%v", err)
 	}
-	d, err := device()
+	c, err := limits()
 	switch {
 	case err != nil:
 		return f.usageError(stderr, "%v", err)
-	case d != nil && f.isSet("budget"):
-		return f.usageError(stderr, "-device and -budget exclude each other: a device's budget is its usable memory")
 	case f.isSet("for-batch") && *forBatch < 1:
 		return f.usageError(stderr, "-for-batch must be at least 1")
 	case f.isSet("for-batch") && f.isSet("segments"):
@@ -59,17 +59,12 @@ func cmdMaxBatch(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(stderr, err)
 	}
-	c := fitCriterion{device: d, budget: budget.bytes()}
 	if *forBatch > 0 {
 		return forBatchCmd(m, c, st, *forBatch, *img, *asJSON, stdout, stderr)
 	}
 	var n int64
 	var r *onnxmem.Result
-	if d != nil {
-		n, r, err = m.MaxBatchOn(*d, st.scenario(1, *img), *limit)
-	} else {
-		n, r, err = m.MaxBatch(st.scenario(1, *img), c.budget, *limit)
-	}
+	n, r, err = m.MaxBatch(c.scenario(st.scenario(1, *img)), c.limit(), *limit)
 	if err != nil {
 		return fail(stderr, err)
 	}
@@ -104,28 +99,23 @@ func cmdMaxBatch(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 func forBatchCmd(m *onnxmem.Model, c fitCriterion, st setting, batch, img int64, asJSON bool, stdout, stderr io.Writer) int {
 	ks := segmentCandidates(m.Layers())
 	rs := make([]*onnxmem.Result, len(ks))
+	fits := make([]bool, len(ks))
 	err := parallel(len(ks), func(i int) error {
 		s := st
 		s.Segments = ks[i]
 		var err error
-		rs[i], err = m.Simulate(c.scenario(s.scenario(batch, img)))
+		rs[i], fits[i], err = c.fit(m, s.scenario(batch, img))
 		return err
 	})
 	if err != nil {
 		return fail(stderr, err)
 	}
-	first := -1 // the first that fits
-	for i, r := range rs {
-		if c.fits(r) {
-			first = i
-			break
-		}
-	}
+	first := slices.Index(fits, true) // the first that fits
 	if asJSON {
 		js := forBatchJSON{Model: m.Name, Batch: batch}
 		c.setJSON(&js.Budget, &js.Device)
 		for i, r := range rs {
-			js.Tried = append(js.Tried, triedJSON{Segments: ks[i], Peak: r.Peak, PeakReserved: r.PeakReserved, Fits: c.fits(r)})
+			js.Tried = append(js.Tried, triedJSON{Segments: ks[i], Peak: r.Peak, PeakReserved: r.PeakReserved, Fits: fits[i]})
 			if i == first {
 				rj := newResultJSON(r, false)
 				js.Segments, js.Result = &ks[i], &rj
@@ -138,7 +128,7 @@ func forBatchCmd(m *onnxmem.Model, c fitCriterion, st setting, batch, img int64,
 	if first < 0 {
 		least := 0 // the closest to fitting
 		for i, r := range rs {
-			if c.measure(r) < c.measure(rs[least]) {
+			if r.PeakReserved < rs[least].PeakReserved {
 				least = i
 			}
 		}
@@ -146,7 +136,7 @@ func forBatchCmd(m *onnxmem.Model, c fitCriterion, st setting, batch, img int64,
 		for i, k := range ks {
 			tried[i] = strconv.Itoa(k)
 		}
-		_, err = fmt.Fprintf(stdout, "batch %d fits in %s with none of %s checkpoint segments; the closest, %s, %s\n",
+		_, err = fmt.Fprintf(stdout, "batch %d does not fit in %s with any of %s checkpoint segments; the closest, %s, %s\n",
 			batch, c.limitText(), strings.Join(tried, ", "), segmentsText(ks[least]), c.needs(rs[least]))
 		return exit(stderr, err)
 	}
@@ -183,61 +173,56 @@ func segmentsText(k int) string {
 	return "without checkpointing"
 }
 
-// fitCriterion says whether a step fits: on a device, the memory it
-// reserves at its peak within the device's usable memory (Device.Fits);
-// otherwise its peak allocated within the budget.
+// fitCriterion is the limit a step must fit under: a device's usable
+// memory, or a budget given in GiB. Either is the caching allocator's
+// limit, as torch.cuda.set_per_process_memory_fraction sets it; a step fits
+// when it runs under it without running out of memory (Result.Fits).
 type fitCriterion struct {
 	device *onnxmem.Device
 	budget int64 // bytes, without a device
 }
 
-func (c fitCriterion) fits(r *onnxmem.Result) bool {
+// limit is the allocator's limit in bytes.
+func (c fitCriterion) limit() int64 {
 	if c.device != nil {
-		return c.device.Fits(r)
+		return c.device.Usable()
 	}
-	return r.Peak <= c.budget
+	return c.budget
 }
 
-// measure is the figure that must stay within the limit: reserved on a
-// device, allocated against a budget.
-func (c fitCriterion) measure(r *onnxmem.Result) int64 {
-	if c.device != nil {
-		return r.PeakReserved
-	}
-	return r.Peak
-}
-
-// scenario is a scenario as run on the device: with its cuBLAS workspace.
+// scenario is a scenario as run under the limit: on a device, with its
+// cuBLAS workspace too.
 func (c fitCriterion) scenario(sc onnxmem.Scenario) onnxmem.Scenario {
 	if c.device != nil {
-		sc.CuBLASWorkspace = c.device.CuBLASWorkspace
+		return c.device.Scenario(sc)
 	}
+	sc.Capacity = c.budget
 	return sc
 }
 
-// limitText is the memory a step must fit in: "23.15 GiB usable" or
-// "24.00 GiB".
+// fit simulates sc without a limit, for its figures, and says whether it
+// fits under the limit (onnxmem.Model.Fit).
+func (c fitCriterion) fit(m *onnxmem.Model, sc onnxmem.Scenario) (*onnxmem.Result, bool, error) {
+	return m.Fit(c.scenario(sc), c.limit())
+}
+
+// limitText is the limit a step must fit under: "23.15 GiB usable on
+// rtx4090" or "24.00 GiB".
 func (c fitCriterion) limitText() string {
 	if c.device != nil {
-		return gib(c.device.Usable()) + " GiB usable"
+		return gib(c.device.Usable()) + " GiB usable on " + c.device.Name
 	}
 	return gib(c.budget) + " GiB"
 }
 
 // uses says what a step that fits uses of the limit.
 func (c fitCriterion) uses(r *onnxmem.Result) string {
-	if c.device != nil {
-		return fmt.Sprintf("reserves %s GiB of %s, peak %s GiB allocated", gib(r.PeakReserved), c.limitText(), gib(r.Peak))
-	}
-	return fmt.Sprintf("peak %s GiB of %s", gib(r.Peak), c.limitText())
+	return fmt.Sprintf("reserves %s GiB of %s, peak %s GiB allocated", gib(r.PeakReserved), c.limitText(), gib(r.Peak))
 }
 
-// needs says what a step that does not fit needs.
+// needs says what a step that does not fit needs without a limit.
 func (c fitCriterion) needs(r *onnxmem.Result) string {
-	if c.device != nil {
-		return fmt.Sprintf("reserves %s GiB", gib(r.PeakReserved))
-	}
-	return fmt.Sprintf("peaks at %s GiB", gib(r.Peak))
+	return fmt.Sprintf("would reserve %s GiB (peak %s GiB allocated) without a limit", gib(r.PeakReserved), gib(r.Peak))
 }
 
 // printHeader writes the step's title and, on a device, its memory.

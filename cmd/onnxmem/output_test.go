@@ -99,7 +99,12 @@ func TestJSON(t *testing.T) {
 	for _, r := range kn.Rows {
 		rows = append(rows, fmt.Sprintf("%s %d", r.Precision, r.Segments))
 		base := kn.Rows[0].Peak
-		if r.Saving != base-r.Peak || r.SavingFraction != float64(base-r.Peak)/float64(base) || r.Fits != (r.Peak <= kn.Budget) {
+		// A step whose reserved memory stays within the limit runs the
+		// same under it; one that would reserve more may fit after the
+		// allocator releases its cache, but not with a peak allocated
+		// beyond the limit's double.
+		if r.Saving != base-r.Peak || r.SavingFraction != float64(base-r.Peak)/float64(base) ||
+			(r.PeakReserved <= kn.Budget && !r.Fits) || (r.Peak > 2*kn.Budget && r.Fits) {
 			t.Errorf("knobs -json: %s %d: inconsistent saving or fits: %+v", r.Precision, r.Segments, r)
 		}
 		if (r.RecomputeFLOPs > 0) != (r.Segments > 1) || r.ForwardFLOPs != kn.Rows[0].ForwardFLOPs ||
@@ -330,11 +335,13 @@ func mustLoad(t *testing.T, path string) *onnxmem.Model {
 }
 
 func TestSearchLimit(t *testing.T) {
-	// The cut follows the peak reserved, not the peak allocated.
+	// The cut follows the peak requested, which no layout under the limit
+	// can hold, not the reserved one, which releasing the cache may bring
+	// under it.
 	rs := []*onnxmem.Result{
-		{Scenario: onnxmem.Scenario{Batch: 1}, Peak: 1, PeakReserved: 10},
-		{Scenario: onnxmem.Scenario{Batch: 8}, Peak: 8, PeakReserved: 80},
-		{Scenario: onnxmem.Scenario{Batch: 64}, Peak: 64, PeakReserved: 640},
+		{Scenario: onnxmem.Scenario{Batch: 1}, PeakRequested: 10, Peak: 11, PeakReserved: 20},
+		{Scenario: onnxmem.Scenario{Batch: 8}, PeakRequested: 80, Peak: 88, PeakReserved: 160},
+		{Scenario: onnxmem.Scenario{Batch: 64}, PeakRequested: 640, Peak: 704, PeakReserved: 1280},
 	}
 	const context = 100
 	for _, tc := range []struct{ usable, want int64 }{{5, 0}, {10, 7}, {79, 7}, {80, 63}, {640, maxBatchLimit}} {
@@ -345,8 +352,8 @@ func TestSearchLimit(t *testing.T) {
 	}
 	// A train or eval step simulated with another cuBLAS workspace than the
 	// device's does not cut the search; one with the device's does.
-	train := []*onnxmem.Result{{Scenario: onnxmem.Scenario{Batch: 8, Train: true}, PeakReserved: 80}}
-	eval := []*onnxmem.Result{{Scenario: onnxmem.Scenario{Batch: 8, Eval: true, CuBLASWorkspace: 8 << 20}, PeakReserved: 80}}
+	train := []*onnxmem.Result{{Scenario: onnxmem.Scenario{Batch: 8, Train: true}, PeakRequested: 80}}
+	eval := []*onnxmem.Result{{Scenario: onnxmem.Scenario{Batch: 8, Eval: true, CuBLASWorkspace: 8 << 20}, PeakRequested: 80}}
 	small := onnxmem.Device{Total: 50 + context, Context: context, CuBLASWorkspace: 8 << 20}
 	if got := searchLimit(train, small); got != maxBatchLimit {
 		t.Errorf("train step with the default workspace: limit %d, want %d", got, maxBatchLimit)

@@ -143,9 +143,10 @@ func (rep *report) simulate(m *onnxmem.Model, img int64, batches []int64, batch 
 
 // searchLimit is the limit of the search for the largest batch that fits
 // the device: maxBatchLimit, or less when a batch size already simulated
-// does not fit (its peak reserved exceeds the usable memory). The reserved
-// memory grows with the batch size, so the answer is the one a search up to
-// maxBatchLimit finds, in fewer simulations.
+// cannot fit (the bytes it requests at its peak exceed the usable memory,
+// so no layout of the allocator holds them). The memory grows with the
+// batch size, so the answer is the one a search up to maxBatchLimit finds,
+// in fewer simulations.
 //
 // A result cuts the search only when it is the step MaxBatchOn simulates:
 // that one runs with the device's cuBLAS workspace. Model steps, the
@@ -159,7 +160,7 @@ func searchLimit(rs []*onnxmem.Result, d onnxmem.Device) int64 {
 		if (sc.Train || sc.Eval) && ws != d.CuBLASWorkspace {
 			continue
 		}
-		if !d.Fits(r) {
+		if r.PeakRequested > d.Usable() {
 			limit = min(limit, sc.Batch-1)
 		}
 	}
@@ -215,9 +216,10 @@ func (rep *report) print(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "fits: the memory reserved at the peak, fragmentation included, within the card's\n"+
-		"usable memory, batch sizes up to %d. Usable is the total less the CUDA context,\n"+
-		"%s: see onnxmem devices.\n\n", maxBatchLimit, contextNote(rep.Devices))
+	fmt.Fprintf(w, "fits: the step runs to its end with the caching allocator limited to the card's\n"+
+		"usable memory, as PyTorch runs it (it releases its cache and retries before it\n"+
+		"runs out of memory), batch sizes up to %d. Usable is the total less the CUDA\n"+
+		"context, %s: see onnxmem devices.\n\n", maxBatchLimit, contextNote(rep.Devices))
 
 	fmt.Fprintf(w, "where the peak is at batch %d, %s (train_dual.py's default):\n", d.Scenario.Batch, rep.DetailSetting)
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
