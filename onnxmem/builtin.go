@@ -15,8 +15,12 @@ const DefaultModel = models.Default
 // graph is built in Go and is the same, node for node, as the training-mode
 // export of the official code (see package models), so it gives the same
 // Results as loading that export.
-func Builtin(name string) (*Model, error) {
-	data, err := models.Build(name, models.Options{})
+func Builtin(name string) (*Model, error) { return BuiltinOptions(name, models.Options{}) }
+
+// BuiltinOptions returns a built-in model built with options: another
+// number of classes, say (models.Options).
+func BuiltinOptions(name string, opt models.Options) (*Model, error) {
+	data, err := models.Build(name, opt)
 	if err != nil {
 		return nil, fmt.Errorf("onnxmem: %w", err)
 	}

@@ -8,14 +8,17 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"slices"
+	"strings"
 
+	"github.com/onnxmem/onnxmem/models"
 	"github.com/onnxmem/onnxmem/onnxmem"
 )
 
 func cmdPredict(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	f := newFlagSet("predict",
 		"onnxmem predict [-root DIR] < SCENARIOS.jsonl",
-		"Predict reads scenarios as JSON Lines on stdin and writes one line for each\n(blank lines are skipped): the same object with \"predicted\" added, or with\n\"error\" when the scenario cannot be simulated. Model paths are relative to\n-root; a model that names no file there but a built-in model (onnxmem models)\nis that model.",
+		"Predict reads scenarios as JSON Lines on stdin and writes one line for each\n(blank lines are skipped): the same object with \"predicted\" added, or with\n\"error\" when the scenario cannot be simulated. Model paths are relative to\n-root; a model that names no file there but a built-in model (onnxmem models)\nis that model, and \"model\": null means the built-in model of \"cfg\".\n\nKinds: model_step, train_step and eval_step (the ground truth's fields: batch,\nimg or img_h and img_w, amp, half, segments, nc, boxes_per_img, optimizer, ema,\n...), and max_batch with \"step\" and \"capacity_bytes\", the caching\nallocator's limit (int(f × total_memory) for set_per_process_memory_fraction(f)),\nwhich answers {\"max_batch\", and the step's figures at it}. A field that a kind\ndoes not take, or a value that is not simulated yet (bf16 autocast, allocator\noptions, train.py's loss, ...), is an error that names it: never ignored.",
 		"onnxmem predict -root ../shared < ../shared/groundtruth/calibration.jsonl")
 	root := f.String("root", ".", "`dir`ectory the scenarios' model paths are relative to")
 	pos, code, ok := f.parse(args, stdout, stderr)
@@ -78,74 +81,249 @@ func (p *predictor) predict(line []byte, n int) map[string]json.RawMessage {
 	}
 	delete(obj, "predicted")
 	delete(obj, "error")
-	r, err := p.simulate(obj)
+	pr, err := p.simulate(obj)
 	if err != nil {
 		obj["error"] = marshal(errText(err))
 	} else {
-		obj["predicted"] = marshal(newPredicted(r))
+		obj["predicted"] = marshal(pr.json())
 	}
 	return obj
 }
 
+// Fields that every kind of line may carry. "measured" holds what a
+// measurement found and "cfg" names the configuration; neither changes the
+// prediction. "deterministic" (deterministic algorithms, cudnn.deterministic
+// and CUBLAS_WORKSPACE_CONFIG=:4096:8, which is the Hopper default that
+// onnxmem assumes) changed no peak measured on the H200.
+var commonFields = []string{"kind", "cfg", "model", "measured", "family", "deterministic", "alloc_conf"}
+
+// stepFields are the fields of each kind of step beyond commonFields; a
+// max_batch line takes those of its "step" but "batch", plus its own.
+var stepFields = map[string][]string{
+	"model_step": {"batch", "img", "img_h", "img_w", "amp", "amp_dtype", "half", "segments", "nc"},
+	"eval_step":  {"batch", "img", "img_h", "img_w", "amp", "amp_dtype", "half", "segments", "nc"},
+	"train_step": {"batch", "img", "img_h", "img_w", "amp", "amp_dtype", "segments", "nc", "boxes_per_img", "optimizer", "ema", "trainer", "prev_pred_alive"},
+}
+
+// maxBatchFields are a max_batch line's own fields: the step it searches
+// and the allocator's limit.
+var maxBatchFields = []string{"step", "capacity_bytes", "fraction"}
+
+// prediction is what a line's simulation gives: a Result, and for a
+// max_batch line the batch found.
+type prediction struct {
+	r        *onnxmem.Result
+	maxBatch *int64
+}
+
+func (p prediction) json() any {
+	if p.maxBatch == nil {
+		return newPredicted(p.r)
+	}
+	js := maxBatchPredicted{MaxBatch: *p.maxBatch}
+	if p.r != nil {
+		pr := newPredicted(p.r)
+		js.predicted = &pr
+	}
+	return js
+}
+
+// maxBatchPredicted is a max_batch line's answer: the batch and the step's
+// figures at it (absent when not even batch 1 fits).
+type maxBatchPredicted struct {
+	MaxBatch int64 `json:"max_batch"`
+	*predicted
+}
+
 // simulate predicts the scenario a line describes.
-func (p *predictor) simulate(obj map[string]json.RawMessage) (*onnxmem.Result, error) {
-	var kind, model string
-	var sc onnxmem.Scenario
-	var img int64
+func (p *predictor) simulate(obj map[string]json.RawMessage) (prediction, error) {
+	var kind string
 	if err := field(obj, "kind", &kind, true); err != nil {
-		return nil, err
+		return prediction{}, err
 	}
-	fields := []error{
-		field(obj, "model", &model, true),
-		field(obj, "batch", &sc.Batch, true),
-		field(obj, "img", &img, true),
-		field(obj, "family", &sc.Family, false),
-	}
+	step, allowed := kind, []string(nil)
 	switch kind {
-	case "model_step":
-		fields = append(fields, field(obj, "amp", &sc.AMP, false), field(obj, "segments", &sc.Segments, false))
-	case "eval_step":
-		// Validation always runs a half copy without gradients, whatever
-		// the training's amp and segments.
-		sc.Eval = true
-	case "train_step":
-		var opt string
-		sc.Train = true
+	case "model_step", "eval_step", "train_step":
+		allowed = stepFields[kind]
+	case "max_batch":
+		if err := field(obj, "step", &step, true); err != nil {
+			return prediction{}, err
+		}
+		if _, ok := stepFields[step]; !ok {
+			return prediction{}, fmt.Errorf("onnxmem: max_batch: unknown step %q (want model_step, train_step or eval_step)", step)
+		}
+		allowed = append(slices.DeleteFunc(slices.Clone(stepFields[step]), func(f string) bool { return f == "batch" }), maxBatchFields...)
+	case "train_run":
+		return prediction{}, fmt.Errorf("onnxmem: kind train_run (a whole run of train_dual.py) is not simulated yet: predict its steps as train_step and eval_step lines")
+	default:
+		return prediction{}, fmt.Errorf("onnxmem: unknown kind %q (want model_step, train_step, eval_step or max_batch)", kind)
+	}
+	for _, name := range sortedKeys(obj) {
+		if !slices.Contains(commonFields, name) && !slices.Contains(allowed, name) {
+			return prediction{}, fmt.Errorf("onnxmem: %s line: unknown field %q (a %s line takes %s)", kind, name, kind,
+				strings.Join(append(slices.Clone(commonFields[1:]), allowed...), ", "))
+		}
+	}
+	sc, err := stepScenario(obj, step, kind == "max_batch")
+	if err != nil {
+		return prediction{}, err
+	}
+	m, err := p.model(obj)
+	if err != nil {
+		return prediction{}, err
+	}
+	if kind != "max_batch" {
+		r, err := m.Simulate(sc)
+		return prediction{r: r}, err
+	}
+	var capacity int64
+	if err := field(obj, "capacity_bytes", &capacity, true); err != nil {
+		return prediction{}, err
+	}
+	if capacity <= 0 {
+		return prediction{}, fmt.Errorf("onnxmem: max_batch: capacity_bytes %d: want the allocator's limit in bytes, int(fraction × total_memory)", capacity)
+	}
+	n, r, err := m.MaxBatch(sc, capacity, maxBatchSearch)
+	return prediction{r: r, maxBatch: &n}, err
+}
+
+// maxBatchSearch bounds predict's search for a max batch.
+const maxBatchSearch = 1 << 16
+
+// stepScenario reads the scenario of a step line: of a max_batch line's
+// step when search is set, without a batch.
+func stepScenario(obj map[string]json.RawMessage, step string, search bool) (onnxmem.Scenario, error) {
+	var sc onnxmem.Scenario
+	var img, h, w int64
+	var ampDType, opt, trainer, allocConf string
+	var half, prevPred bool
+	nc := int64(0)
+	fields := []error{
+		field(obj, "img", &img, false),
+		field(obj, "img_h", &h, false),
+		field(obj, "img_w", &w, false),
+		field(obj, "family", &sc.Family, false),
+		field(obj, "amp", &sc.AMP, false),
+		field(obj, "amp_dtype", &ampDType, false),
+		field(obj, "half", &half, false),
+		field(obj, "segments", &sc.Segments, false),
+		field(obj, "nc", &nc, false),
+		field(obj, "alloc_conf", &allocConf, false),
+		field(obj, "deterministic", new(bool), false),
+	}
+	if !search {
+		fields = append(fields, field(obj, "batch", &sc.Batch, true))
+	} else {
+		sc.Batch = 1
+	}
+	if step == "train_step" {
 		fields = append(fields,
-			field(obj, "amp", &sc.AMP, false),
-			field(obj, "segments", &sc.Segments, false),
 			field(obj, "boxes_per_img", &sc.Boxes, true),
 			field(obj, "optimizer", &opt, false),
-			field(obj, "ema", &sc.EMA, false))
-		if opt != "" {
-			sc.Optimizer = onnxmem.Optimizer(opt)
-		}
-	default:
-		return nil, fmt.Errorf("onnxmem: unknown kind %q (want model_step, train_step or eval_step)", kind)
+			field(obj, "ema", &sc.EMA, false),
+			field(obj, "trainer", &trainer, false),
+			field(obj, "prev_pred_alive", &prevPred, false))
 	}
 	for _, e := range fields {
 		if e != nil {
-			return nil, e
+			return sc, e
 		}
 	}
-	sc.Height, sc.Width = img, img
-	if err := sc.Supported(); err != nil {
+	switch {
+	case (h == 0) != (w == 0):
+		return sc, fmt.Errorf("onnxmem: img_h %d and img_w %d: give both sides of a non-square image, or neither", h, w)
+	case img == 0 && h == 0:
+		return sc, fmt.Errorf("onnxmem: missing field \"img\" (or \"img_h\" and \"img_w\")")
+	case h == 0:
+		h, w = img, img
+	case img != 0 && img != max(h, w):
+		return sc, fmt.Errorf("onnxmem: img %d with img_h %d and img_w %d: img is the larger side", img, h, w)
+	}
+	sc.Height, sc.Width = h, w
+	switch ampDType {
+	case "", "float16", "torch.float16", "fp16":
+	default:
+		return sc, fmt.Errorf("onnxmem: amp_dtype %q: only float16 autocast is simulated yet", ampDType)
+	}
+	if allocConf != "" && allocConf != "expandable_segments:False" {
+		return sc, fmt.Errorf("onnxmem: alloc_conf %q: only PyTorch's default caching allocator is simulated yet (no PYTORCH_CUDA_ALLOC_CONF options)", allocConf)
+	}
+	if nc != 0 {
+		if _, hasModel := obj["model"]; hasModel && string(obj["model"]) != "null" {
+			return sc, fmt.Errorf("onnxmem: nc %d with a model file: the export fixes its classes; give \"model\": null to build the built-in cfg with nc classes", nc)
+		}
+	}
+	switch step {
+	case "eval_step":
+		// Validation runs the EMA copy halved (val_dual.run(half=amp)),
+		// without gradients, whatever the training's amp and segments.
+		if _, ok := obj["half"]; ok && !half {
+			return sc, fmt.Errorf("onnxmem: eval_step with half false: only the half-precision validation (val_dual.run(half=True), train_dual.py with amp) is simulated yet")
+		}
+		sc.Eval, sc.AMP, sc.Segments = true, false, 0
+	case "train_step":
+		sc.Train = true
+		if opt != "" {
+			sc.Optimizer = onnxmem.Optimizer(opt)
+		}
+		if trainer != "" && trainer != "train_dual" {
+			return sc, fmt.Errorf("onnxmem: trainer %q: only train_dual.py's step is simulated yet", trainer)
+		}
+		if prevPred {
+			return sc, fmt.Errorf("onnxmem: prev_pred_alive: the previous iteration's pred alive in the forward is not simulated yet")
+		}
+	default:
+		sc.Half = half
+	}
+	return sc, sc.Supported()
+}
+
+// model returns the line's model: its file under the root, or with
+// "model" null or a built-in name that no file has, the built-in model of
+// "cfg" (with "nc" classes).
+func (p *predictor) model(obj map[string]json.RawMessage) (*onnxmem.Model, error) {
+	var model, cfg string
+	var nc int64
+	if err := field(obj, "model", &model, false); err != nil {
 		return nil, err
 	}
-	if !filepath.IsAbs(model) {
+	if err := field(obj, "cfg", &cfg, false); err != nil {
+		return nil, err
+	}
+	if err := field(obj, "nc", &nc, false); err != nil {
+		return nil, err
+	}
+	key := model
+	if model == "" {
+		if cfg == "" {
+			return nil, fmt.Errorf("onnxmem: missing field \"model\" (or, for a built-in model, \"model\": null and its \"cfg\")")
+		}
+		model, key = cfg, fmt.Sprintf("%s nc=%d", cfg, nc)
+	} else if !filepath.IsAbs(model) {
 		if path := filepath.Join(p.root, model); !builtin(model) || fileExists(path) {
-			model = path
+			model, key = path, path
 		}
 	}
-	l, ok := p.models[model]
+	l, ok := p.models[key]
 	if !ok {
-		l.m, l.err = load(model)
-		p.models[model] = l
+		if nc != 0 {
+			l.m, l.err = onnxmem.BuiltinOptions(model, models.Options{Classes: int(nc)})
+		} else {
+			l.m, l.err = load(model)
+		}
+		p.models[key] = l
 	}
-	if l.err != nil {
-		return nil, l.err
+	return l.m, l.err
+}
+
+// sortedKeys returns a line's field names in order.
+func sortedKeys(obj map[string]json.RawMessage) []string {
+	keys := make([]string, 0, len(obj))
+	for k := range obj {
+		keys = append(keys, k)
 	}
-	return l.m.Simulate(sc)
+	slices.Sort(keys)
+	return keys
 }
 
 // field decodes obj[name] into v. A missing or null field leaves v alone and

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/onnxmem/onnxmem/models"
 	"github.com/onnxmem/onnxmem/onnxmem"
 )
 
@@ -52,7 +53,7 @@ func TestPredict(t *testing.T) {
 	}
 
 	in := strings.Join([]string{
-		// fp32, no checkpointing, an unknown field whose text must pass through.
+		// An unknown field is an error; its text passes through.
 		`{"model": "yolov9/yolov9-s-train.onnx", "kind": "model_step", "batch": 2, "img": 640, "amp": false, "segments": 0,` +
 			` "extra": {"n": 1.50e3, "s": "<a&b>", "l": [1, 2.0]}, "measured": {"peak": 123}}`,
 		``,
@@ -79,7 +80,7 @@ func TestPredict(t *testing.T) {
 	want := []map[string]string{{
 		"model": `"yolov9/yolov9-s-train.onnx"`, "kind": `"model_step"`, "batch": "2", "img": "640", "amp": "false", "segments": "0",
 		"extra": `{"n":1.50e3,"s":"<a&b>","l":[1,2.0]}`, "measured": `{"peak":123}`,
-		"predicted": pred,
+		"error": s(`onnxmem: model_step line: unknown field "extra" (a model_step line takes cfg, model, measured, family, deterministic, alloc_conf, batch, img, img_h, img_w, amp, amp_dtype, half, segments, nc)`),
 	}, withOutcome(map[string]string{
 		"model": `"yolov9/yolov9-s-train.onnx"`, "kind": `"train_step"`, "batch": "2", "img": "640", "amp": "false", "segments": "0",
 		"boxes_per_img": "16", "optimizer": `"SGD"`, "ema": "true",
@@ -94,13 +95,13 @@ func TestPredict(t *testing.T) {
 		"error": s(loadErr.Error()),
 	}, {
 		"model": `"yolov9/yolov9-s-train.onnx"`, "kind": `"model_step"`, "batch": "2",
-		"error": s(`onnxmem: missing field "img"`),
+		"error": s(`onnxmem: missing field "img" (or "img_h" and "img_w")`),
 	}, {
 		"model": `"yolov9/yolov9-s-train.onnx"`, "kind": `"model_step"`, "batch": "2.5", "img": "640",
 		"error": s(`onnxmem: field "batch": 2.5 is not an integer`),
 	}, {
 		"kind":  `"bogus"`,
-		"error": s(`onnxmem: unknown kind "bogus" (want model_step, train_step or eval_step)`),
+		"error": s(`onnxmem: unknown kind "bogus" (want model_step, train_step, eval_step or max_batch)`),
 	}, {
 		"model": `"yolov9/yolov9-s-train.onnx"`, "kind": `"model_step"`, "batch": "2", "img": "640",
 		"predicted": pred,
@@ -129,7 +130,8 @@ func TestPredict(t *testing.T) {
 		t.Errorf("predict output differs (-want +got):\n%s", d)
 	}
 	// Keys are written sorted, values compacted, nothing HTML-escaped.
-	if !strings.HasPrefix(lines[0], `{"amp":false,"batch":2,"extra":{"n":1.50e3,"s":"<a&b>","l":[1,2.0]},"img":640,"kind":"model_step","measured":`) {
+	if !strings.HasPrefix(lines[0], `{"amp":false,"batch":2,"error":"onnxmem: model_step line: unknown field \"extra\"`) ||
+		!strings.Contains(lines[0], `,"extra":{"n":1.50e3,"s":"<a&b>","l":[1,2.0]},"img":640,"kind":"model_step","measured":`) {
 		t.Errorf("first line not in sorted key order with verbatim values:\n%s", lines[0])
 	}
 }
@@ -177,5 +179,87 @@ func TestPredictCalibration(t *testing.T) {
 	}
 	if nPredicted == 0 {
 		t.Error("no line predicted")
+	}
+}
+
+// TestPredictFields checks the fields beyond the basic ones: each is
+// honoured (the line's answer is that of the scenario it names) or refused
+// with an error that names it.
+func TestPredictFields(t *testing.T) {
+	s, err := onnxmem.Builtin("yolov9-s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc20, err := onnxmem.BuiltinOptions("yolov9-s", models.Options{Classes: 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sim := func(m *onnxmem.Model, sc onnxmem.Scenario) string {
+		r, err := m.Simulate(sc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(marshal(newPredicted(r)))
+	}
+	mb := func(m *onnxmem.Model, sc onnxmem.Scenario, capacity int64) string {
+		n, r, err := m.MaxBatch(sc, capacity, maxBatchSearch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(marshal(prediction{r: r, maxBatch: &n}.json()))
+	}
+	base := onnxmem.Scenario{Batch: 2, Height: 384, Width: 640}
+	half, amp, eval := base, base, base
+	half.Half, amp.AMP = true, true
+	eval.Eval = true
+	const capacity = 4 << 30
+	for _, tc := range []struct {
+		line string
+		want string // the predicted object, or the error's start
+	}{
+		{`{"kind":"model_step","model":"yolov9-s","batch":2,"img_h":384,"img_w":640}`, sim(s, base)},
+		{`{"kind":"model_step","model":"yolov9-s","batch":2,"img":640,"img_h":384,"img_w":640,"deterministic":true}`, sim(s, base)},
+		{`{"kind":"model_step","model":"yolov9-s","batch":2,"img":640,"img_h":384,"img_w":640,"half":true}`, sim(s, half)},
+		{`{"kind":"model_step","model":"yolov9-s","batch":2,"img_h":384,"img_w":640,"amp":true,"amp_dtype":"float16"}`, sim(s, amp)},
+		{`{"kind":"eval_step","model":"yolov9-s","batch":2,"img_h":384,"img_w":640,"amp":false,"half":true,"segments":0}`, sim(s, eval)},
+		{`{"kind":"model_step","model":null,"cfg":"yolov9-s","nc":20,"batch":2,"img_h":384,"img_w":640}`, sim(nc20, base)},
+		{`{"kind":"max_batch","step":"model_step","cfg":"yolov9-s","model":null,"img":640,"amp":true,"segments":0,"capacity_bytes":4294967296}`,
+			mb(s, onnxmem.Scenario{Height: 640, Width: 640, AMP: true}, capacity)},
+		{`{"kind":"model_step","model":"yolov9-s","batch":2,"img":640,"img_h":384,"img_w":600}`, `onnxmem: img 640 with img_h 384 and img_w 600`},
+		{`{"kind":"model_step","model":"yolov9-s","batch":2,"img_h":384}`, `onnxmem: img_h 384 and img_w 0`},
+		{`{"kind":"model_step","model":"yolov9-s","batch":2,"img":640,"amp":true,"amp_dtype":"bfloat16"}`, `onnxmem: amp_dtype "bfloat16"`},
+		{`{"kind":"model_step","model":"yolov9-s","batch":2,"img":640,"alloc_conf":"expandable_segments:True"}`, `onnxmem: alloc_conf "expandable_segments:True"`},
+		{`{"kind":"model_step","model":"yolov9/yolov9-s-train.onnx","batch":2,"img":640,"nc":20}`, `onnxmem: nc 20 with a model file`},
+		{`{"kind":"train_step","model":"yolov9-s","batch":2,"img":640,"boxes_per_img":4,"trainer":"train"}`, `onnxmem: trainer "train"`},
+		{`{"kind":"train_step","model":"yolov9-s","batch":2,"img":640,"boxes_per_img":4,"prev_pred_alive":true}`, `onnxmem: prev_pred_alive`},
+		{`{"kind":"train_step","model":"yolov9-s","batch":2,"img":640,"boxes_per_img":[3,4]}`, `onnxmem: field "boxes_per_img"`},
+		{`{"kind":"model_step","model":"yolov9-s","batch":2,"img":640,"boxes_per_img":4}`, `onnxmem: model_step line: unknown field "boxes_per_img"`},
+		{`{"kind":"eval_step","model":"yolov9-s","batch":2,"img":640,"half":false}`, `onnxmem: eval_step with half false`},
+		{`{"kind":"max_batch","step":"model_step","model":"yolov9-s","img":640,"batch":4,"capacity_bytes":1}`, `onnxmem: max_batch line: unknown field "batch"`},
+		{`{"kind":"max_batch","step":"train","model":"yolov9-s","img":640,"capacity_bytes":1}`, `onnxmem: max_batch: unknown step "train"`},
+		{`{"kind":"max_batch","step":"model_step","model":"yolov9-s","img":640}`, `onnxmem: missing field "capacity_bytes"`},
+		{`{"kind":"train_run","model":"yolov9-s","batch":2,"img":640,"events":[]}`, `onnxmem: kind train_run`},
+		{`{"kind":"model_step","batch":2,"img":640}`, `onnxmem: missing field "model"`},
+	} {
+		code, stdout, stderr := runCmd(t, tc.line, "predict", "-root", shared)
+		if code != 0 || stderr != "" {
+			t.Fatalf("%s: exit code %d, stderr %q", tc.line, code, stderr)
+		}
+		var obj struct {
+			Predicted json.RawMessage
+			Error     string
+		}
+		if err := json.Unmarshal([]byte(stdout), &obj); err != nil {
+			t.Fatalf("%s: %v", tc.line, err)
+		}
+		if strings.HasPrefix(tc.want, "onnxmem: ") {
+			if !strings.HasPrefix(obj.Error, tc.want) || obj.Predicted != nil {
+				t.Errorf("%s: error %q, predicted %s; want an error starting %q", tc.line, obj.Error, obj.Predicted, tc.want)
+			}
+			continue
+		}
+		if obj.Error != "" || string(obj.Predicted) != tc.want {
+			t.Errorf("%s:\n got %s %s\nwant %s", tc.line, obj.Predicted, obj.Error, tc.want)
+		}
 	}
 }
