@@ -273,6 +273,11 @@ func TestExportModel(t *testing.T) {
 	if want, _ := models.Build("gelan-t", models.Options{}); code != 0 || stderr != "" || stdout != string(want) {
 		t.Errorf("-o -: exit code %d, stderr %q, %d bytes; want 0, none and %d bytes", code, stderr, len(stdout), len(want))
 	}
+	// -nc is -classes by YOLO's name.
+	code, stdout, stderr = runCmd(t, "", "export-model", "-nc", "20", "-o", "-", "gelan-t")
+	if want, _ := models.Build("gelan-t", models.Options{Classes: 20}); code != 0 || stderr != "" || stdout != string(want) {
+		t.Errorf("-nc 20: exit code %d, stderr %q, %d bytes; want 0, none and %d bytes", code, stderr, len(stdout), len(want))
+	}
 	// yolov9-t at width 2 is yolov9-s but for its name.
 	code, stdout, stderr = runCmd(t, "", "export-model", "-width", "2", "-o", "-", "yolov9-t")
 	wide, err := onnxmem.LoadBytes("wide", []byte(stdout))

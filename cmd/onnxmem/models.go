@@ -69,11 +69,13 @@ func cmdModels(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 
 func cmdExportModel(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	f := newFlagSet("export-model",
-		"onnxmem export-model [-o FILE.onnx] [-classes N] [-width F] [-depth F] [-weights] NAME",
+		"onnxmem export-model [-o FILE.onnx] [-classes N | -nc N] [-width F] [-depth F] [-weights] NAME",
 		"Export-model writes a built-in model (onnxmem models lists them) as an ONNX\nfile: the graph of its training-mode export, opset 17, input images of dims\n[batch, 3, height, width]. -classes, -width and -depth make what-if variants\n(yolov9-t at -width 2 is yolov9-s); every command reads the file. Weights\nhave dims and no data unless -weights gives them zeros (4 bytes a\nparameter). Without -o the file is NAME.onnx.",
 		"onnxmem export-model -classes 20 -width 0.75 -o yolov9-c-voc.onnx yolov9-c")
 	out := f.String("o", "", "output `file`; NAME.onnx when empty, - for stdout")
 	classes := f.positive("classes", models.DefaultClasses, "`number` of classes the head predicts")
+	// -nc is YOLO's name for it (Model(cfg, nc=nc)).
+	f.Var((*positiveInt)(classes), "nc", "the same as -classes, by YOLO's name")
 	width := f.Float64("width", 1, "multiplier of every channel count, each rounded up to a multiple of 8")
 	depth := f.Float64("depth", 1, "multiplier of the RepNCSP blocks in each RepNCSPELAN4, rounded, at least 1")
 	weights := f.Bool("weights", false, "give the weights zeros as data")
