@@ -11,7 +11,7 @@ import (
 func cmdDevices(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	f := newFlagSet("devices",
 		"onnxmem devices [-json]",
-		"Devices lists the device profiles that maxbatch -device and report use: each\ncard's total memory as PyTorch reports it, the CUDA context assumed on it, the\nmemory left usable for PyTorch's caching allocator (total less context) and\nPyTorch's default cuBLAS workspace on it, then where each figure comes from.\nA step fits a card when the memory it reserves at its peak is within the usable\nmemory.",
+		"Devices lists the device profiles that maxbatch -device and report use: each\ncard's total memory as PyTorch reports it, the CUDA context assumed on it, the\nmemory left usable for PyTorch's caching allocator (total less context) and\nPyTorch's default cuBLAS workspace on it, then where each figure comes from.\nA step fits a card when it runs to its end with the caching allocator limited\nto the usable memory, as PyTorch runs it (it releases its cache and retries\nbefore it runs out of memory). -device also takes a size: 24GB, 23.5GiB,\noptionally +ctx=600MiB.",
 		"onnxmem devices -json")
 	asJSON := f.jsonFlag()
 	if code, ok := f.parseNoArgs(args, stdout, stderr); !ok {
@@ -45,8 +45,8 @@ func printDevices(w io.Writer, ds []onnxmem.Device) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprint(w, "\nusable: total less the CUDA context, for PyTorch's caching allocator; a step fits\n"+
-		"when the memory it reserves at its peak is within it. cuBLAS: PyTorch's default\n"+
+	fmt.Fprint(w, "\nusable: total less the CUDA context, the limit of PyTorch's caching allocator; a\n"+
+		"step fits when it runs to its end under it. cuBLAS: PyTorch's default\n"+
 		"workspace, resident in train and eval steps.\n\nsources:\n")
 	for _, d := range ds {
 		fmt.Fprintf(w, "  %-*s  %s\n", width, d.Name, d.Sources)

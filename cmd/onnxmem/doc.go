@@ -20,12 +20,30 @@
 // train_step lines, with YOLOv9's task-aligned loss modelled op by op
 // (package family/yolov9/loss).
 //
+// "Fits" has one meaning in every command (report, knobs and maxbatch) and
+// in the library (onnxmem.Result.Fits, onnxmem.Model.Fit,
+// onnxmem.Model.MaxBatch): a step fits when it runs to its end under the
+// caching allocator's limit without running out of memory, as PyTorch runs
+// it. A request that would push the reserved memory past the limit first
+// makes the allocator release its cached segments that hold no live block
+// and retry; only when that fails does the step raise
+// torch.OutOfMemoryError. A step can therefore fit although, run without a
+// limit, it would reserve more than the limit. The limit
+// (onnxmem.Scenario.Capacity) is what
+// torch.cuda.set_per_process_memory_fraction(f) sets, f × total_memory:
+// -budget GiB (80 when neither flag is given), or with -device the card's
+// usable memory.
+//
 // Device profiles (onnxmem devices) give common cards' memory as PyTorch
 // reports it, less the CUDA context (an assumption of 512 MiB): the memory
-// usable by PyTorch's caching allocator. A step fits a card when the memory
-// it reserves at its peak (the allocator's segments, fragmentation included)
-// is within that (onnxmem.Device.Fits); report and maxbatch -device use this
-// criterion.
+// usable by PyTorch's caching allocator (onnxmem.Device.Usable), its limit on
+// the card. -device takes a profile's name, case ignored, or a card's total
+// memory as PyTorch reports it, a number and a unit, decimal (24GB, 24000MB)
+// or binary (23.5GiB, 24000MiB), optionally followed by +ctx=SIZE, its CUDA
+// context (24GB+ctx=600MiB); without it the context is assumed to be 512 MiB
+// (onnxmem.ParseDevice). A step on a device also keeps the device's cuBLAS
+// workspace (onnxmem.Device.Scenario); a card given by its size has
+// PyTorch's Hopper default, 32 MiB.
 //
 // Every command that reads a model detects its model family from the graph's
 // names (a YOLOv9 export names its nodes "/model.i/..."; any other graph is
@@ -64,20 +82,23 @@
 //   - peak GiB: the peak of each setting at each batch size;
 //   - largest batch that fits: for each setting, the largest batch size, up
 //     to 1024, that fits the device profiles rtx4090, a100-40 and a100-80
-//     ("1024+" when the search stops at the limit): the memory reserved at
-//     the peak within the card's usable memory, its total less the CUDA
-//     context, assumed to be 512 MiB (see devices). The table gives each
-//     card's usable GiB;
+//     ("1024+" when the search stops at the limit): the step runs to its end
+//     with the caching allocator limited to the card's usable memory, its
+//     total less the CUDA context, assumed to be 512 MiB (see devices),
+//     releasing its cache and retrying before it runs out of memory. The
+//     table gives each card's usable GiB;
 //   - where the peak is at -batch with AMP and no checkpointing,
 //     train_dual.py's default: phase, event, node and layer; the 10 largest
 //     tensors alive at the peak; and the live bytes by kind of buffer.
 //
-// The searches use onnxmem.Model.MaxBatchOn. Each one's limit is one below
-// the smallest batch size of -batches whose peak reserved exceeds the card's
-// usable memory (1024 when none does): the reserved memory grows with the
-// batch size, and a model step keeps no cuBLAS workspace resident, so the
-// device's workspace does not change it; that gives the answer of a search up
-// to 1024 in fewer simulations. The simulations run on all CPUs; on yolov9-c
+// The searches use onnxmem.Model.MaxBatchOn, which simulates each batch
+// size under the card's limit. Each one's limit is one below the smallest
+// batch size of -batches whose peak requested exceeds the card's usable
+// memory (1024 when none does), since no layout of the allocator holds the
+// bytes such a step requests at its peak: the memory grows with the batch
+// size, and a model step keeps no cuBLAS workspace resident, so the device's
+// workspace does not change it; that gives the answer of a search up to 1024
+// in fewer simulations. The simulations run on all CPUs; on yolov9-c
 // with the default batch sizes the report takes about half a second on two
 // cores.
 //
@@ -174,31 +195,39 @@
 // Finds the largest batch size, at most -limit, whose step fits, by binary
 // search; 0 when not even batch 1 fits. The step is the model step (fp32
 // unless -amp or -half, checkpointed with -segments), or with -train a full
-// training step of train_dual.py. What fits means depends on the flags:
+// training step of train_dual.py. It fits when it runs to its end under the
+// caching allocator's limit without running out of memory, the allocator's
+// release of its cache and retry included (onnxmem.Model.MaxBatch, which
+// simulates each batch size under the limit). The limit is:
 //
-//   - -device NAME: the memory the step reserves at its peak is within the
-//     device profile's usable memory (onnxmem.Device.Fits, through
-//     onnxmem.Model.MaxBatchOn), and the step keeps the device's default
-//     cuBLAS workspace. The output names the device with its total, CUDA
-//     context and usable GiB, and gives the step's reserved and allocated
-//     peaks.
-//   - -budget GiB (80 when neither is given): the peak allocated is within
-//     the budget (onnxmem.Model.MaxBatch). This leaves no room for the CUDA
-//     context or the allocator's fragmentation.
+//   - -device NAME: the card's usable memory, its total less the CUDA
+//     context, and the step keeps the device's cuBLAS workspace
+//     (onnxmem.Model.MaxBatchOn). The output names the device with its
+//     total, CUDA context and usable GiB.
+//   - -budget GiB (80 when neither is given): the budget, as
+//     torch.cuda.set_per_process_memory_fraction sets it.
 //
-// -device and -budget exclude each other.
+// -device and -budget exclude each other. The answer gives the step's
+// reserved and allocated peaks: "max batch 22: reserves 23.09 GiB of 23.15
+// GiB usable on rtx4090, peak 22.71 GiB allocated (loss)". When not even
+// batch 1 fits, it says so: "max batch 0: not even batch 1 fits in …".
 //
 // With -for-batch N maxbatch answers another question: the fewest checkpoint
 // segments with which batch N fits. It tries 0 (no checkpointing), 2, 3, 4,
 // 6, 8, 12, 16, 24, … (powers of two and one and a half times them) up to the
 // number of top-level layers, and that number itself, with the other
 // settings as given, and prints the first that fits with its reserved and
-// allocated peaks; when none does, it says so and gives the closest. -segments
-// and -limit do not apply with it.
+// allocated peaks; when none does, it says so ("batch 128 does not fit in
+// 23.15 GiB usable on rtx4090 with any of 0, 2, …") and gives the closest,
+// the count whose step would reserve the least without a limit, with its
+// reserved and allocated peaks. -segments and -limit do not apply with it.
 //
 //	-img N          input image size in pixels, square (default 640)
-//	-budget GiB     memory budget in GiB, decimals allowed (default 80)
-//	-device NAME    device profile (see devices), case ignored
+//	-budget GiB     the caching allocator's limit in GiB, decimals allowed,
+//	                as set_per_process_memory_fraction sets it (default 80)
+//	-device NAME    the card: a device profile's name (see devices), case
+//	                ignored, or its total memory such as 24GB or 23.5GiB,
+//	                optionally +ctx=600MiB for its CUDA context
 //	-limit N        largest batch size to consider (default 1024)
 //	-for-batch N    the fewest segments with which batch N fits, N at least 1
 //	-amp, -half     autocast to float16, or model.half(); they exclude each
@@ -237,7 +266,8 @@
 //
 // # knobs
 //
-//	onnxmem knobs [-batch N] [-img N] [-budget GiB] [-train [-boxes N] [-optimizer NAME] [-ema]] [-json] MODEL.onnx
+//	onnxmem knobs [-batch N] [-img N] [-budget GiB | -device NAME]
+//	              [-train [-boxes N] [-optimizer NAME] [-ema]] [-json] MODEL.onnx
 //
 // What each knob buys at one batch size: the step in fp32, amp and half,
 // each with 0, 2 and 4 checkpoint segments, in that order (fp32 first, the
@@ -245,17 +275,24 @@
 // maxbatch) the step is train_dual.py's full step, in fp32 and amp only.
 // One row each:
 //
-//	precision   fp32, amp or half
-//	segments    0 (no checkpointing), 2 or 4
-//	peak GiB    the predicted peak allocated
-//	saving      the bytes less than fp32 without checkpointing, in % and GiB
-//	fits        whether the peak fits the budget (nominal: the CUDA context
-//	            and fragmentation are not subtracted yet)
-//	recompute   the extra FLOPs of recomputing the checkpointed layers in the
-//	            backward, relative to the step's forward and backward FLOPs
-//	            (onnxmem.Cost.Overhead); "-" without checkpointing
-//	peak at     where the peak falls: phase (forward, backward, recompute, …)
-//	            and top-level layer
+//	precision     fp32, amp or half
+//	segments      0 (no checkpointing), 2 or 4
+//	peak GiB      the predicted peak allocated
+//	reserved GiB  the caching allocator's segments at the peak, simulated
+//	              without a limit
+//	saving        the bytes less than fp32 without checkpointing, in % and
+//	              GiB
+//	fits          whether the step fits: it runs to its end under the
+//	              caching allocator's limit, -budget GiB or the usable
+//	              memory of the card of -device, without running out of
+//	              memory (the allocator releases its cache and retries
+//	              first), so a step whose reserved GiB exceeds the limit may
+//	              still fit (onnxmem.Model.Fit)
+//	recompute     the extra FLOPs of recomputing the checkpointed layers in
+//	              the backward, relative to the step's forward and backward
+//	              FLOPs (onnxmem.Cost.Overhead); "-" without checkpointing
+//	peak at       where the peak falls: phase (forward, backward,
+//	              recompute, …) and top-level layer
 //
 // A line above the table gives the step's forward and backward FLOPs, which
 // the precision does not change. FLOPs are counted from the graph
@@ -264,14 +301,20 @@
 // checkpointed ranges, an upper bound by the few trailing ops that PyTorch's
 // early stop skips).
 //
-//	-batch N     batch size (default 64)
-//	-img N       input image size in pixels, square (default 640)
-//	-budget GiB  memory budget in GiB, decimals allowed (default 80)
-//	-json        write {"model", "batch", "height", "width", "budget", "rows"}
-//	             instead; each row has precision, segments, peak, saving
-//	             (bytes), saving_fraction, fits, forward_flops,
-//	             backward_flops, recompute_flops, recompute_overhead (a
-//	             fraction), peak_phase, peak_layer and peak_node
+//	-batch N      batch size (default 64)
+//	-img N        input image size in pixels, square (default 640)
+//	-budget GiB   the caching allocator's limit in GiB, decimals allowed, as
+//	              set_per_process_memory_fraction sets it (default 80)
+//	-device NAME  the card, as for maxbatch: a device profile's name or its
+//	              total memory such as 24GB, optionally +ctx=600MiB; its
+//	              usable memory is the limit, and the steps keep its cuBLAS
+//	              workspace. -device and -budget exclude each other.
+//	-json         write {"model", "batch", "height", "width", "budget" or
+//	              "device", "rows"} instead; each row has precision,
+//	              segments, peak, peak_reserved, saving (bytes),
+//	              saving_fraction, fits, forward_flops, backward_flops,
+//	              recompute_flops, recompute_overhead (a fraction),
+//	              peak_phase, peak_layer and peak_node
 //
 // # models
 //

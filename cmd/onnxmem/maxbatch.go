@@ -80,7 +80,7 @@ func cmdMaxBatch(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	c.printHeader(stdout, m.Name, st.scenario(1, *img))
 	if r == nil {
 		// Say how far off batch 1 is.
-		if r, err = m.Simulate(c.scenario(st.scenario(1, *img))); err != nil {
+		if r, _, err = c.fit(m, st.scenario(1, *img)); err != nil {
 			return fail(stderr, err)
 		}
 		_, err = fmt.Fprintf(stdout, "max batch 0: not even batch 1 fits in %s; it %s\n", c.limitText(), c.needs(r))
@@ -247,8 +247,9 @@ func (c fitCriterion) setJSON(budget *int64, device **deviceJSON) {
 
 type maxBatchJSON struct {
 	Model string `json:"model"`
-	// Budget is the budget the peak allocated must fit, without -device;
-	// with it, Device's usable memory must hold the peak reserved.
+	// Budget is the caching allocator's limit without -device; with it,
+	// Device's usable memory is. A step fits when it runs to its end under
+	// the limit.
 	Budget   int64       `json:"budget,omitempty"`
 	Device   *deviceJSON `json:"device,omitempty"`
 	Limit    int64       `json:"limit"`
