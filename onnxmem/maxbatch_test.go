@@ -1,0 +1,99 @@
+package onnxmem_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/onnxmem/onnxmem/onnxmem"
+)
+
+// maxBatchRun is one max batch that calibration/max_batch.py found on the
+// H200: the largest batch of a model step that ran without
+// torch.OutOfMemoryError in a fresh process whose caching allocator was
+// capped by set_per_process_memory_fraction, confirmed by two passing runs
+// at it and two failing ones at the next batch.
+type maxBatchRun struct {
+	Step     string `json:"step"`
+	Cfg      string `json:"cfg"`
+	Img      int64  `json:"img"`
+	AMP      bool   `json:"amp"`
+	Segments int    `json:"segments"`
+	Capacity int64  `json:"capacity_bytes"`
+	Measured struct {
+		MaxBatch     int64 `json:"max_batch"`
+		FailsAt      int64 `json:"fails_at"`
+		Peak         int64 `json:"peak"`
+		PeakReserved int64 `json:"peak_reserved"`
+	} `json:"measured"`
+}
+
+// TestMaxBatchMeasured predicts each measured max batch with MaxBatch under
+// the same limit, on the built-in models the script ran, and wants the same
+// batch: the allocator's release of its cache and retry included, a step
+// fits under the limit exactly when the real one does. The log also shows
+// what comparing an unlimited run's reserved peak with the limit gives:
+// fewer, in most of them, since the real allocator frees its cache and
+// retries before it gives up.
+func TestMaxBatchMeasured(t *testing.T) {
+	b, err := os.ReadFile("../calibration/results/max_batch.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f struct {
+		Scenarios []maxBatchRun `json:"scenarios"`
+	}
+	if err := json.Unmarshal(b, &f); err != nil {
+		t.Fatalf("max_batch.json: %v", err)
+	}
+	if len(f.Scenarios) == 0 {
+		t.Fatal("max_batch.json: no scenarios")
+	}
+	var table strings.Builder
+	fmt.Fprintf(&table, "%-9s %4s %2s %9s  %9s %9s %9s  %12s %12s\n", "cfg", "prec", "k", "limit GiB", "measured", "predicted", "uncapped", "reserved GiB", "predicted")
+	models := map[string]*onnxmem.Model{}
+	for _, s := range f.Scenarios {
+		if s.Step != "model_step" {
+			t.Fatalf("max_batch.json: step %q: only model steps were measured", s.Step)
+		}
+		m := models[s.Cfg]
+		if m == nil {
+			if m, err = onnxmem.Builtin(s.Cfg); err != nil {
+				t.Fatal(err)
+			}
+			models[s.Cfg] = m
+		}
+		sc := onnxmem.Scenario{Height: s.Img, Width: s.Img, AMP: s.AMP, Segments: s.Segments}
+		n, r, err := m.MaxBatch(sc, s.Capacity, 1024)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// uncapped is what comparing the reserved peak of a run without a
+		// limit with the limit gives: the largest batch whose uncapped
+		// reserved peak is within it.
+		uncapped := n
+		for ; uncapped > 0; uncapped-- {
+			sc.Batch = uncapped
+			u, err := m.Simulate(sc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if u.PeakReserved <= s.Capacity {
+				break
+			}
+		}
+		prec := map[bool]string{false: "fp32", true: "amp"}[s.AMP]
+		var res float64
+		if r != nil {
+			res = float64(r.PeakReserved) / (1 << 30)
+		}
+		fmt.Fprintf(&table, "%-9s %4s %2d %9.2f  %9d %9d %9d  %12.2f %12.2f\n", s.Cfg, prec, s.Segments, float64(s.Capacity)/(1<<30),
+			s.Measured.MaxBatch, n, uncapped, float64(s.Measured.PeakReserved)/(1<<30), res)
+		if n != s.Measured.MaxBatch {
+			t.Errorf("%s %s segments %d under %d bytes: max batch %d, measured %d (fails at %d)", s.Cfg, prec, s.Segments, s.Capacity, n, s.Measured.MaxBatch, s.Measured.FailsAt)
+		}
+	}
+	t.Log("\n" + table.String())
+}
