@@ -62,6 +62,9 @@ type prepared struct {
 	// alone, and a sweep builds the same graph's program many times.
 	once  sync.Once
 	holds *schedule.Holds
+	// classes caches programs by shape class, to derive those of other
+	// batch sizes (classes.go).
+	classes classCache
 }
 
 // Holds implements schedule.Holder with the family's answer, computed once.
@@ -312,19 +315,42 @@ func (sc Scenario) Supported() error {
 // Program builds the step's program for a scenario without running the
 // allocator over it.
 func (m *Model) Program(sc Scenario) (*schedule.Program, error) {
-	if err := sc.Supported(); err != nil {
+	p, sc, err := m.programPrep(sc)
+	if err != nil {
 		return nil, err
+	}
+	prog, _, err := m.build(p, sc, CuDNNWorkspace)
+	return prog, err
+}
+
+// programPrep checks a scenario and returns the model as its family
+// prepares it, with the scenario's defaults filled in.
+func (m *Model) programPrep(sc Scenario) (*prepared, Scenario, error) {
+	if err := sc.Supported(); err != nil {
+		return nil, sc, err
 	}
 	p, err := m.forScenario(sc)
 	if err != nil {
-		return nil, err
+		return nil, sc, err
 	}
-	sc = sc.Defaults()
+	return p, sc.Defaults(), nil
+}
+
+// build infers the shapes of sc and builds its program, asking workspace
+// for the cuDNN workspace of each convolution call; it also returns the
+// calls, in the order the program makes them.
+func (m *Model) build(p *prepared, sc Scenario, workspace func(schedule.ConvCall) int64) (*schedule.Program, []convCall, error) {
 	s, err := p.graph.Infer(ir.Binding{Batch: sc.Batch, Height: sc.Height, Width: sc.Width})
 	if err != nil {
-		return nil, fmt.Errorf("onnxmem: %s: %w", m.Name, err)
+		return nil, nil, fmt.Errorf("onnxmem: %s: %w", m.Name, err)
 	}
-	cfg := schedule.Config{Workspace: CuDNNWorkspace, CuBLASWorkspace: sc.CuBLASWorkspace, Holder: p}
+	var calls []convCall
+	cfg := schedule.Config{CuBLASWorkspace: sc.CuBLASWorkspace, Holder: p,
+		Workspace: func(c schedule.ConvCall) int64 {
+			ws := workspace(c)
+			calls = append(calls, convCall{c, ws})
+			return ws
+		}}
 	for _, r := range sc.Checkpoint {
 		cfg.Checkpoint = append(cfg.Checkpoint, schedule.Range(r))
 	}
@@ -346,15 +372,15 @@ func (m *Model) Program(sc Scenario) (*schedule.Program, error) {
 			outs[i] = schedule.Output{Dims: s.Dims[v], DType: s.DTypes[v]}
 		}
 		if err := p.fam.CheckTrain(outs); err != nil {
-			return nil, fmt.Errorf("onnxmem: %s: %w", m.Name, err)
+			return nil, nil, fmt.Errorf("onnxmem: %s: %w", m.Name, err)
 		}
 		cfg.Train = p.fam.Recipe(schedule.Optimizer(sc.Optimizer), sc.EMA, sc.Boxes)
 	}
 	prog, err := schedule.Build(p.graph, s, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("onnxmem: %s: %w", m.Name, err)
+		return nil, nil, fmt.Errorf("onnxmem: %s: %w", m.Name, err)
 	}
-	return prog, nil
+	return prog, calls, nil
 }
 
 // forScenario returns the model as the scenario's family prepares it: its
@@ -365,7 +391,7 @@ func (m *Model) forScenario(sc Scenario) (*prepared, error) {
 
 // Simulate predicts one scenario.
 func (m *Model) Simulate(sc Scenario) (*Result, error) {
-	p, err := m.Program(sc)
+	p, err := m.program(sc)
 	if err != nil {
 		return nil, err
 	}

@@ -37,7 +37,7 @@ type Sample struct {
 // allocator's counters and the live bytes after every event of the measured
 // step, for plots of memory over time.
 func (m *Model) Timeline(sc Scenario) (*Result, []Sample, error) {
-	p, err := m.Program(sc)
+	p, err := m.program(sc)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -1,0 +1,366 @@
+package onnxmem
+
+import (
+	"fmt"
+	"math/bits"
+	"slices"
+	"sync"
+
+	"github.com/onnxmem/onnxmem/schedule"
+)
+
+// Programs by shape class. A sweep or a max-batch search simulates one
+// scenario at many batch sizes; shape inference and the schedule then make
+// the same program every time but for the sizes of its buffers, which grow
+// linearly with the batch, and for the cuDNN workspaces, which do not (the
+// heuristics pick an algorithm per shape). So the programs a model has
+// built are kept by class: the scenario without its batch size. After three
+// builds of one class at different batch sizes, if the three have the same
+// events, buffers and convolution calls, and every buffer's bytes (and every
+// call's batch dim) lie on one line k·B + c through all three points, that
+// line makes the program at any other batch: the buffers' bytes from it, the
+// workspaces from CuDNNWorkspace at the new batch. A call whose workspace is
+// empty allocates nothing, so the program has no events for it, and which
+// calls have one changes with the batch; so the builds behind a template
+// give every call a workspace of at least a byte, and a program is that
+// superset with the events of the empty workspaces taken out (trim).
+//
+// Worked example. An AMP model step is built at batch 2, 3 and 4. Its stem
+// conv's output, 16 channels of 320×320 in float16, holds 6,553,600 bytes at
+// batch 2, 9,830,400 at 3 and 13,107,200 at 4: k = 3,276,800, c = 0, and the
+// three points agree, so at batch 48 the buffer holds 157,286,400 bytes. The
+// input is the same; a batch-norm's statistics (C floats) have k = 0. The
+// stem conv's forward workspace is looked up again for N = 48.
+//
+// TestClassPrograms checks the derived programs against built ones for the
+// built-in models, batch by batch.
+
+// maxClasses bounds the classes a prepared model keeps; the least recently
+// used goes first.
+const maxClasses = 16
+
+// convCall is one convolution call of a build and the workspace it got.
+type convCall struct {
+	call schedule.ConvCall
+	ws   int64
+}
+
+// classCache holds the classes of one prepared model.
+type classCache struct {
+	mu      sync.Mutex
+	classes []*class // least recently used first
+}
+
+// class is what the cache knows of one shape class: up to three builds,
+// then the template made from them, or that its programs do not scale.
+type class struct {
+	key    string
+	points []classPoint
+	tmpl   *template
+	misses int  // fits that failed
+	fixed  bool // maxMisses fits failed: always build
+}
+
+// maxMisses is how many three-build windows may fail to fit a line before
+// a class is always built.
+const maxMisses = 3
+
+// classPoint is one build of a class, with a workspace event for every
+// convolution call: calls hold the real workspaces, wsBuf the buffer of
+// each call's.
+type classPoint struct {
+	batch int64
+	prog  *schedule.Program
+	calls []convCall
+	wsBuf []int32
+}
+
+// template derives a class's program at any batch.
+type template struct {
+	prog  *schedule.Program // a build; derived programs share its events
+	k, c  []int64           // by buffer: bytes = k·B + c
+	calls []convCall        // the build's calls
+	nk    []int64           // by call: N = nk·B + nc
+	nc    []int64
+	wsBuf []int32 // by call: its workspace buffer
+}
+
+// classKey names a scenario's class: everything but the batch size and the
+// allocator's limit, which no program depends on.
+func classKey(sc Scenario) string {
+	sc.Batch, sc.Capacity = 0, 0
+	return fmt.Sprintf("%+v", sc)
+}
+
+// program returns the step's program for a scenario: derived from its
+// class's template when there is one, else built (and kept towards one).
+// The program it returns may share its events with other programs and has
+// no Shapes; it is for the allocator's replay only.
+func (m *Model) program(sc Scenario) (*schedule.Program, error) {
+	p, sc, err := m.programPrep(sc)
+	if err != nil {
+		return nil, err
+	}
+	// At batch 1 a slice along the channels is contiguous, so some kernels
+	// copy nothing that they copy at batch 2 and more: batch 1 is a class
+	// of its own, always built.
+	key := classKey(sc)
+	if t := p.classes.template(key); t != nil && sc.Batch > 1 {
+		if prog := t.at(sc.Batch); prog != nil {
+			return prog, nil
+		}
+	}
+	// Every call gets a workspace event, empty or not (see above).
+	prog, calls, err := m.build(p, sc, func(c schedule.ConvCall) int64 { return max(CuDNNWorkspace(c), 1) })
+	if err != nil {
+		return nil, err
+	}
+	for i := range calls {
+		calls[i].ws = CuDNNWorkspace(calls[i].call)
+	}
+	wsBuf, ok := workspaceBuffers(prog, calls)
+	if !ok {
+		panic("onnxmem: a convolution's workspace buffer is missing from its program")
+	}
+	if sc.Batch > 1 {
+		p.classes.add(key, classPoint{batch: sc.Batch, prog: prog, calls: calls, wsBuf: wsBuf})
+	}
+	return trim(prog, calls, wsBuf), nil
+}
+
+// find returns the class of a key, made most recently used, or nil. The
+// caller holds c.mu.
+func (c *classCache) find(key string) *class {
+	for i, cl := range c.classes {
+		if cl.key == key {
+			c.classes = append(append(c.classes[:i:i], c.classes[i+1:]...), cl)
+			return cl
+		}
+	}
+	return nil
+}
+
+// template returns the template of a class, or nil.
+func (c *classCache) template(key string) *template {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cl := c.find(key); cl != nil {
+		return cl.tmpl
+	}
+	return nil
+}
+
+// add keeps a build of a class; the third distinct batch makes the
+// template, or marks the class as one that does not scale.
+func (c *classCache) add(key string, pt classPoint) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cl := c.find(key)
+	if cl == nil {
+		cl = &class{key: key}
+		if len(c.classes) == maxClasses {
+			c.classes = c.classes[1:]
+		}
+		c.classes = append(c.classes, cl)
+	}
+	if cl.tmpl != nil || cl.fixed || slices.ContainsFunc(cl.points, func(q classPoint) bool { return q.batch == pt.batch }) {
+		return
+	}
+	cl.points = append(cl.points, pt)
+	if len(cl.points) < 3 {
+		return
+	}
+	if cl.tmpl = fit(cl.points); cl.tmpl != nil {
+		cl.points = nil
+		return
+	}
+	// Slide the window: the oldest build goes.
+	cl.misses++
+	cl.points = slices.Delete(cl.points, 0, 1)
+	if cl.fixed = cl.misses == maxMisses; cl.fixed {
+		cl.points = nil
+	}
+}
+
+// fit makes the template of three builds, or returns nil when they differ
+// in anything but sizes or when a size is not linear in the batch.
+func fit(pts []classPoint) *template {
+	a, b, z := pts[0], pts[1], pts[2]
+	if !sameStructure(a, b) || !sameStructure(a, z) || !slices.Equal(a.wsBuf, b.wsBuf) || !slices.Equal(a.wsBuf, z.wsBuf) {
+		return nil
+	}
+	t := &template{prog: a.prog, calls: a.calls}
+	for i, cc := range a.calls {
+		nk, nc, ok := line(a.batch, cc.call.N, b.batch, b.calls[i].call.N, z.batch, z.calls[i].call.N)
+		if !ok {
+			return nil
+		}
+		t.nk, t.nc = append(t.nk, nk), append(t.nc, nc)
+	}
+	t.wsBuf = a.wsBuf
+	ws := make([]bool, len(a.prog.Buffers))
+	for _, b := range a.wsBuf {
+		ws[b] = true
+	}
+	t.k, t.c = make([]int64, len(a.prog.Buffers)), make([]int64, len(a.prog.Buffers))
+	for i := range a.prog.Buffers {
+		if ws[i] {
+			continue
+		}
+		k, c, ok := line(a.batch, a.prog.Buffers[i].Bytes, b.batch, b.prog.Buffers[i].Bytes, z.batch, z.prog.Buffers[i].Bytes)
+		if !ok {
+			return nil
+		}
+		t.k[i], t.c[i] = k, c
+	}
+	return t
+}
+
+// line returns k and c with y = k·x + c through the three points, if there
+// are such integers.
+func line(x0, y0, x1, y1, x2, y2 int64) (k, c int64, ok bool) {
+	if (y1-y0)%(x1-x0) != 0 {
+		return 0, 0, false
+	}
+	k = (y1 - y0) / (x1 - x0)
+	c = y0 - k*x0
+	return k, c, k*x2+c == y2
+}
+
+// sameStructure reports whether two builds of a class have the same events,
+// buffers and convolution calls but for sizes and batch dims.
+func sameStructure(a, b classPoint) bool {
+	p, q := a.prog, b.prog
+	if p.Input != q.Input || p.ForwardEnd != q.ForwardEnd || p.BackwardStart != q.BackwardStart ||
+		p.BackwardEnd != q.BackwardEnd || p.StepEnd != q.StepEnd || len(p.Buffers) != len(q.Buffers) ||
+		!slices.Equal(p.Events, q.Events) || !slices.Equal(p.Resident, q.Resident) ||
+		!slices.Equal(p.ParamGrads, q.ParamGrads) || !slices.Equal(p.LayerEnds, q.LayerEnds) || len(a.calls) != len(b.calls) {
+		return false
+	}
+	for i := range p.Buffers {
+		x, y := p.Buffers[i], q.Buffers[i]
+		if x.Kind != y.Kind || x.Value != y.Value || x.Node != y.Node {
+			return false
+		}
+	}
+	for i := range a.calls {
+		x, y := a.calls[i], b.calls[i]
+		x.call.N, y.call.N = 0, 0
+		if x.call != y.call {
+			return false
+		}
+	}
+	return true
+}
+
+// at returns the class's program at batch n, or nil when a size overflows.
+func (t *template) at(n int64) *schedule.Program {
+	p := *t.prog
+	p.Buffers = slices.Clone(t.prog.Buffers)
+	for i := range p.Buffers {
+		v, ok := affine(t.k[i], n, t.c[i])
+		if !ok {
+			return nil
+		}
+		p.Buffers[i].Bytes = v
+	}
+	calls := slices.Clone(t.calls)
+	for i := range calls {
+		var ok bool
+		if calls[i].call.N, ok = affine(t.nk[i], n, t.nc[i]); !ok {
+			return nil
+		}
+		calls[i].ws = CuDNNWorkspace(calls[i].call)
+	}
+	return trim(&p, calls, t.wsBuf)
+}
+
+// workspaceBuffers returns the workspace buffer of each call of a build
+// that gave every call one: the k-th call made the k-th workspace buffer
+// that is not resident (the resident one is cuBLAS's).
+func workspaceBuffers(p *schedule.Program, calls []convCall) ([]int32, bool) {
+	resident := make([]bool, len(p.Buffers))
+	for _, r := range p.Resident {
+		resident[r] = true
+	}
+	out := make([]int32, 0, len(calls))
+	next := 0
+	for range calls {
+		for next < len(p.Buffers) && (p.Buffers[next].Kind != schedule.Workspace || resident[next]) {
+			next++
+		}
+		if next == len(p.Buffers) {
+			return nil, false
+		}
+		out = append(out, int32(next))
+		next++
+	}
+	return out, true
+}
+
+// trim returns the program of a build that gave every call a workspace,
+// with each call's real workspace: the empty ones' buffers and events taken
+// out, the other buffers and the event indices renumbered, as a build that
+// allocated nothing for them made it. p's sizes are those of its batch.
+func trim(p *schedule.Program, calls []convCall, wsBuf []int32) *schedule.Program {
+	drop := make([]bool, len(p.Buffers))
+	for i, cc := range calls {
+		if cc.ws > 0 {
+			p.Buffers[wsBuf[i]].Bytes = cc.ws
+		} else {
+			drop[wsBuf[i]] = true
+		}
+	}
+	q := *p
+	q.Shapes = nil
+	idx := make([]int32, len(p.Buffers))
+	q.Buffers = make([]schedule.Buffer, 0, len(p.Buffers))
+	for i, b := range p.Buffers {
+		idx[i] = -1
+		if !drop[i] {
+			idx[i] = int32(len(q.Buffers))
+			q.Buffers = append(q.Buffers, b)
+		}
+	}
+	// kept[i] is the number of events kept before event i.
+	kept := make([]int, len(p.Events)+1)
+	q.Events = make([]schedule.Event, 0, len(p.Events))
+	for i, e := range p.Events {
+		kept[i] = len(q.Events)
+		if !drop[e.Buf] {
+			e.Buf = idx[e.Buf]
+			q.Events = append(q.Events, e)
+		}
+	}
+	kept[len(p.Events)] = len(q.Events)
+	renumber := func(bufs []int32) []int32 {
+		out := make([]int32, len(bufs))
+		for i, b := range bufs {
+			out[i] = idx[b]
+		}
+		return out
+	}
+	q.Resident, q.ParamGrads = renumber(p.Resident), renumber(p.ParamGrads)
+	if p.Input >= 0 {
+		q.Input = idx[p.Input]
+	}
+	q.ForwardEnd, q.BackwardStart, q.BackwardEnd, q.StepEnd = kept[p.ForwardEnd], kept[p.BackwardStart], kept[p.BackwardEnd], kept[p.StepEnd]
+	q.LayerEnds = slices.Clone(p.LayerEnds)
+	for i := range q.LayerEnds {
+		q.LayerEnds[i].Event = kept[q.LayerEnds[i].Event]
+	}
+	return &q
+}
+
+// affine returns k·n + c, or false when it overflows or is negative.
+func affine(k, n, c int64) (int64, bool) {
+	if k < 0 || n < 0 || c < -(1<<62) || c > 1<<62 {
+		return 0, false
+	}
+	hi, lo := bits.Mul64(uint64(k), uint64(n))
+	if hi != 0 || lo > 1<<62 {
+		return 0, false
+	}
+	v := int64(lo) + c
+	return v, v >= 0
+}

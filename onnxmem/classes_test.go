@@ -1,0 +1,70 @@
+package onnxmem
+
+import (
+	"slices"
+	"testing"
+)
+
+// TestClassPrograms is the oracle of the class cache: for built-in models
+// and settings of every kind, the program derived for a batch size from its
+// class's template has the buffers, events and results of the program built
+// at that batch, for every batch from 1 to 70 and some larger ones.
+func TestClassPrograms(t *testing.T) {
+	batches := []int64{3, 1, 2} // the three builds that make the template
+	for b := int64(4); b <= 70; b++ {
+		batches = append(batches, b)
+	}
+	batches = append(batches, 96, 127, 128, 250)
+	scenarios := []Scenario{
+		{Height: 640, Width: 640},
+		{Height: 640, Width: 640, AMP: true, Segments: 2},
+		{Height: 384, Width: 640, Half: true},
+		{Height: 640, Width: 640, Eval: true},
+		{Height: 640, Width: 640, AMP: true, Train: true, Boxes: 16, EMA: true},
+		{Height: 512, Width: 512, Train: true, Boxes: 3, Optimizer: AdamW, Segments: 4},
+	}
+	models := []string{"yolov9-s", "gelan-t"}
+	if testing.Short() {
+		models, batches = models[:1], batches[:20]
+	}
+	for _, name := range models {
+		built, err := Builtin(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		derived, err := Builtin(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, sc := range scenarios {
+			nDerived := 0
+			for _, b := range batches {
+				sc.Batch = b
+				want, err := built.Program(sc)
+				if err != nil {
+					t.Fatal(err)
+				}
+				p, _, _ := derived.programPrep(sc)
+				fromTemplate := p.classes.template(classKey(sc.Defaults())) != nil
+				got, err := derived.program(sc)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if fromTemplate && b > 1 {
+					nDerived++
+				}
+				if !slices.Equal(got.Buffers, want.Buffers) || !slices.Equal(got.Events, want.Events) {
+					t.Fatalf("%s %+v: the derived program differs from the built one", name, sc)
+				}
+				if r, w := Run(got, sc), Run(want, sc); r.Peak != w.Peak || r.PeakReserved != w.PeakReserved || r.PeakRequested != w.PeakRequested {
+					t.Fatalf("%s %+v: derived peak %d/%d, built %d/%d", name, sc, r.Peak, r.PeakReserved, w.Peak, w.PeakReserved)
+				}
+			}
+			// The template must serve most batches: a class whose
+			// workspaces change pattern often would be rebuilt each time.
+			if nDerived < (len(batches)-3)/2 {
+				t.Errorf("%s %+v: %d of %d batches derived", name, sc, nDerived, len(batches)-3)
+			}
+		}
+	}
+}
