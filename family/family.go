@@ -46,8 +46,9 @@ type Family interface {
 	// without an EMA copy, with boxes ground-truth objects per image.
 	Recipe(opt schedule.Optimizer, ema bool, boxes int64) *schedule.Train
 	// CheckTrain reports why the recipe cannot train a graph with these
-	// outputs, or nil.
-	CheckTrain(outs []schedule.Output) error
+	// outputs with the named training script (trainer; "" is the family's
+	// default for the graph), or nil.
+	CheckTrain(outs []schedule.Output, trainer string) error
 }
 
 // all are the families, in the order Detect tries them: the generic family,

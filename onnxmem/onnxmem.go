@@ -190,6 +190,10 @@ type Scenario struct {
 	Boxes     int64
 	Optimizer Optimizer
 	EMA       bool
+	// Trainer names the family's training script ("" is the family's
+	// default for the graph); the family's CheckTrain lists the names it
+	// knows.
+	Trainer string `json:",omitempty"`
 	// CuBLASWorkspace is the cuBLAS workspace left allocated by earlier work
 	// in the process, resident in train and eval steps; 0 means
 	// DefaultCuBLASWorkspace.
@@ -294,6 +298,8 @@ func (sc Scenario) Supported() error {
 		return fmt.Errorf("onnxmem: a scenario is a train step or an eval step, not both")
 	case sc.Train && sc.Half:
 		return fmt.Errorf("onnxmem: train steps train float32 parameters, with or without amp: half does not apply")
+	case sc.Trainer != "" && !sc.Train:
+		return fmt.Errorf("onnxmem: trainer %q: a trainer names a train step's script, and this is not a train step", sc.Trainer)
 	case sc.Train && sc.Boxes < 0:
 		return fmt.Errorf("onnxmem: boxes %d: must be 0 or more", sc.Boxes)
 	case sc.Eval && (sc.AMP || sc.Half || sc.Segments > 1 || len(sc.Checkpoint) > 0):
@@ -371,7 +377,7 @@ func (m *Model) build(p *prepared, sc Scenario, workspace func(schedule.ConvCall
 		for i, v := range p.graph.Outputs {
 			outs[i] = schedule.Output{Dims: s.Dims[v], DType: s.DTypes[v]}
 		}
-		if err := p.fam.CheckTrain(outs); err != nil {
+		if err := p.fam.CheckTrain(outs, sc.Trainer); err != nil {
 			return nil, nil, fmt.Errorf("onnxmem: %s: %w", m.Name, err)
 		}
 		cfg.Train = p.fam.Recipe(schedule.Optimizer(sc.Optimizer), sc.EMA, sc.Boxes)

@@ -266,9 +266,7 @@ func stepScenario(obj map[string]json.RawMessage, step string, search bool) (onn
 		if opt != "" {
 			sc.Optimizer = onnxmem.Optimizer(opt)
 		}
-		if trainer != "" && trainer != "train_dual" {
-			return sc, fmt.Errorf("onnxmem: trainer %q: only train_dual.py's step is simulated yet", trainer)
-		}
+		sc.Trainer = trainer
 		if prevPred {
 			return sc, fmt.Errorf("onnxmem: prev_pred_alive: the previous iteration's pred alive in the forward is not simulated yet")
 		}

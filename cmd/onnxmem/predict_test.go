@@ -194,6 +194,10 @@ func TestPredictFields(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	gelanT, err := onnxmem.Builtin("gelan-t")
+	if err != nil {
+		t.Fatal(err)
+	}
 	sim := func(m *onnxmem.Model, sc onnxmem.Scenario) string {
 		r, err := m.Simulate(sc)
 		if err != nil {
@@ -230,7 +234,10 @@ func TestPredictFields(t *testing.T) {
 		{`{"kind":"model_step","model":"yolov9-s","batch":2,"img":640,"amp":true,"amp_dtype":"bfloat16"}`, `onnxmem: amp_dtype "bfloat16"`},
 		{`{"kind":"model_step","model":"yolov9-s","batch":2,"img":640,"alloc_conf":"expandable_segments:True"}`, `onnxmem: alloc_conf "expandable_segments:True"`},
 		{`{"kind":"model_step","model":"yolov9/yolov9-s-train.onnx","batch":2,"img":640,"nc":20}`, `onnxmem: nc 20 with a model file`},
-		{`{"kind":"train_step","model":"yolov9-s","batch":2,"img":640,"boxes_per_img":4,"trainer":"train"}`, `onnxmem: trainer "train"`},
+		{`{"kind":"train_step","model":"yolov9-s","batch":2,"img":640,"boxes_per_img":4,"trainer":"train"}`, `onnxmem: yolov9-s: yolov9: trainer train: train.py trains a single head`},
+		{`{"kind":"train_step","model":"gelan-t","batch":2,"img":640,"boxes_per_img":4,"trainer":"train_dual"}`, `onnxmem: gelan-t: yolov9: trainer train_dual: train_dual.py trains a dual head`},
+		{`{"kind":"train_step","model":"gelan-t","batch":2,"img":640,"boxes_per_img":4,"trainer":"train"}`, sim(gelanT, onnxmem.Scenario{Batch: 2, Height: 640, Width: 640, Train: true, Boxes: 4})},
+		{`{"kind":"train_step","model":"yolov9-s","batch":2,"img":640,"boxes_per_img":4,"trainer":"train_dual","optimizer":"AdamW","ema":true}`, sim(s, onnxmem.Scenario{Batch: 2, Height: 640, Width: 640, Train: true, Boxes: 4, Optimizer: onnxmem.AdamW, EMA: true})},
 		{`{"kind":"train_step","model":"yolov9-s","batch":2,"img":640,"boxes_per_img":4,"prev_pred_alive":true}`, `onnxmem: prev_pred_alive`},
 		{`{"kind":"train_step","model":"yolov9-s","batch":2,"img":640,"boxes_per_img":[3,4]}`, `onnxmem: field "boxes_per_img"`},
 		{`{"kind":"model_step","model":"yolov9-s","batch":2,"img":640,"boxes_per_img":4}`, `onnxmem: model_step line: unknown field "boxes_per_img"`},

@@ -14,6 +14,7 @@
 package generic
 
 import (
+	"fmt"
 	"strings"
 
 	"github.com/onnxmem/onnxmem/ir"
@@ -151,5 +152,11 @@ func (Family) Recipe(opt schedule.Optimizer, ema bool, boxes int64) *schedule.Tr
 // EvalHead returns nil: the eval forward returns the graph's outputs.
 func (Family) EvalHead() schedule.Head { return nil }
 
-// CheckTrain returns nil: the sum of the outputs trains any graph.
-func (Family) CheckTrain([]schedule.Output) error { return nil }
+// CheckTrain returns nil for the default trainer: the sum of the outputs
+// trains any graph. The family knows no training script by name.
+func (Family) CheckTrain(_ []schedule.Output, trainer string) error {
+	if trainer != "" {
+		return fmt.Errorf("generic: trainer %q: the generic family's step is the sum of the outputs, with no training script to name", trainer)
+	}
+	return nil
+}

@@ -99,9 +99,22 @@ func (Family) EvalHead() schedule.Head { return Head{} }
 
 // CheckTrain reports an error unless the outputs are the detection head's
 // maps, which the loss reads.
-func (Family) CheckTrain(outs []schedule.Output) error {
-	if len(Branches(outs)) == 0 {
+//
+// The trainer names the script: train_dual.py trains the dual-head YOLOv9
+// models with the dual loss (utils/loss_tal_dual.py), train.py the
+// single-head GELAN models with utils/loss_tal.py, which is the dual loss's
+// computation on one branch; "" takes the one that fits the head.
+func (Family) CheckTrain(outs []schedule.Output, trainer string) error {
+	br := Branches(outs)
+	switch {
+	case len(br) == 0:
 		return fmt.Errorf("yolov9: train steps need the detection head's maps as the graph's outputs ([B, 4·%d+classes, H, W] each), and these %d outputs are not: export the training-mode model with its head, or choose the generic family", regMax, len(outs))
+	case trainer == "train_dual" && len(br) != 2:
+		return fmt.Errorf("yolov9: trainer train_dual: train_dual.py trains a dual head (YOLOv9), and this graph's head has %d branch: use trainer train (train.py)", len(br))
+	case trainer == "train" && len(br) != 1:
+		return fmt.Errorf("yolov9: trainer train: train.py trains a single head (GELAN), and this graph's head has %d branches: use trainer train_dual (train_dual.py)", len(br))
+	case trainer != "" && trainer != "train" && trainer != "train_dual":
+		return fmt.Errorf("yolov9: unknown trainer %q: want train_dual (train_dual.py) or train (train.py)", trainer)
 	}
 	return nil
 }
