@@ -234,7 +234,8 @@ func sameStructure(a, b classPoint) bool {
 	if p.Input != q.Input || p.ForwardEnd != q.ForwardEnd || p.BackwardStart != q.BackwardStart ||
 		p.BackwardEnd != q.BackwardEnd || p.StepEnd != q.StepEnd || len(p.Buffers) != len(q.Buffers) ||
 		!slices.Equal(p.Events, q.Events) || !slices.Equal(p.Resident, q.Resident) ||
-		!slices.Equal(p.ParamGrads, q.ParamGrads) || !slices.Equal(p.LayerEnds, q.LayerEnds) || len(a.calls) != len(b.calls) {
+		!slices.Equal(p.ParamGrads, q.ParamGrads) || !slices.Equal(p.LayerEnds, q.LayerEnds) || len(a.calls) != len(b.calls) ||
+		!slices.Equal(p.Carried, q.Carried) || !slices.Equal(p.CarriedFrom, q.CarriedFrom) {
 		return false
 	}
 	for i := range p.Buffers {
@@ -341,6 +342,7 @@ func trim(p *schedule.Program, calls []convCall, wsBuf []int32) *schedule.Progra
 		return out
 	}
 	q.Resident, q.ParamGrads = renumber(p.Resident), renumber(p.ParamGrads)
+	q.Carried, q.CarriedFrom = renumber(p.Carried), renumber(p.CarriedFrom)
 	if p.Input >= 0 {
 		q.Input = idx[p.Input]
 	}

@@ -22,6 +22,7 @@ func TestClassPrograms(t *testing.T) {
 		{Height: 640, Width: 640, Eval: true},
 		{Height: 640, Width: 640, AMP: true, Train: true, Boxes: 16, EMA: true},
 		{Height: 512, Width: 512, Train: true, Boxes: 3, Optimizer: AdamW, Segments: 4},
+		{Height: 640, Width: 640, AMP: true, Train: true, Boxes: 7, EMA: true, PrevPredAlive: true},
 	}
 	models := []string{"yolov9-s", "gelan-t"}
 	if testing.Short() {
@@ -53,7 +54,8 @@ func TestClassPrograms(t *testing.T) {
 				if fromTemplate && b > 1 {
 					nDerived++
 				}
-				if !slices.Equal(got.Buffers, want.Buffers) || !slices.Equal(got.Events, want.Events) {
+				if !slices.Equal(got.Buffers, want.Buffers) || !slices.Equal(got.Events, want.Events) ||
+					!slices.Equal(got.Carried, want.Carried) || !slices.Equal(got.CarriedFrom, want.CarriedFrom) || !slices.Equal(got.Resident, want.Resident) {
 					t.Fatalf("%s %+v: the derived program differs from the built one", name, sc)
 				}
 				if r, w := Run(got, sc), Run(want, sc); r.Peak != w.Peak || r.PeakReserved != w.PeakReserved || r.PeakRequested != w.PeakRequested {

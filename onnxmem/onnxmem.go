@@ -194,6 +194,12 @@ type Scenario struct {
 	// default for the graph); the family's CheckTrain lists the names it
 	// knows.
 	Trainer string `json:",omitempty"`
+	// PrevPredAlive keeps the previous iteration's outputs (pred) alive
+	// until this step's forward returns, as a training loop that rebinds
+	// them does (pred = model(imgs) drops the old pred only once the new
+	// one is made); without it the step starts with them gone, as a
+	// harness that deletes them does.
+	PrevPredAlive bool `json:",omitempty"`
 	// CuBLASWorkspace is the cuBLAS workspace left allocated by earlier work
 	// in the process, resident in train and eval steps; 0 means
 	// DefaultCuBLASWorkspace.
@@ -298,6 +304,8 @@ func (sc Scenario) Supported() error {
 		return fmt.Errorf("onnxmem: a scenario is a train step or an eval step, not both")
 	case sc.Train && sc.Half:
 		return fmt.Errorf("onnxmem: train steps train float32 parameters, with or without amp: half does not apply")
+	case sc.PrevPredAlive && !sc.Train:
+		return fmt.Errorf("onnxmem: prev_pred_alive: the previous iteration's outputs belong to a training loop, and this is not a train step")
 	case sc.Trainer != "" && !sc.Train:
 		return fmt.Errorf("onnxmem: trainer %q: a trainer names a train step's script, and this is not a train step", sc.Trainer)
 	case sc.Train && sc.Boxes < 0:
@@ -381,6 +389,7 @@ func (m *Model) build(p *prepared, sc Scenario, workspace func(schedule.ConvCall
 			return nil, nil, fmt.Errorf("onnxmem: %s: %w", m.Name, err)
 		}
 		cfg.Train = p.fam.Recipe(schedule.Optimizer(sc.Optimizer), sc.EMA, sc.Boxes)
+		cfg.Train.PrevPredAlive = sc.PrevPredAlive
 	}
 	prog, err := schedule.Build(p.graph, s, cfg)
 	if err != nil {

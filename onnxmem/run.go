@@ -80,6 +80,11 @@ func run(p *schedule.Program, sc Scenario, observe func(int, allocator.Stats)) (
 		malloc(buf)
 	}
 	a.EmptyCache()
+	// The outputs of the step before the warm-up, alive until its forward
+	// returns.
+	for _, buf := range p.Carried {
+		malloc(buf)
+	}
 	replay := func(from, to int) {
 		for _, e := range p.Events[from:to] {
 			if e.Free {
@@ -94,7 +99,10 @@ func run(p *schedule.Program, sc Scenario, observe func(int, allocator.Stats)) (
 		malloc(p.Input)
 	}
 	replay(0, len(p.Events))
-	// Measured step.
+	// Measured step. The warm-up's outputs are the ones it carries.
+	for i, buf := range p.Carried {
+		ids[buf] = ids[p.CarriedFrom[i]]
+	}
 	for _, buf := range p.ParamGrads {
 		free(buf)
 	}
@@ -156,6 +164,7 @@ func analyze(p *schedule.Program) *liveness.Analysis {
 	if p.Input >= 0 {
 		initial = append(initial, p.Input)
 	}
+	initial = append(initial, p.Carried...)
 	size := func(b int32) int64 { return allocator.RoundSize(p.Buffers[b].Bytes) }
 	an, err := liveness.Analyze(ev, len(p.Buffers), initial, size)
 	if err != nil {

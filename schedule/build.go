@@ -2,6 +2,7 @@ package schedule
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/onnxmem/onnxmem/ir"
 )
@@ -210,6 +211,9 @@ func Build(g *ir.Graph, s *ir.Shapes, cfg Config) (*Program, error) {
 	if err := b.forward(); err != nil {
 		return nil, err
 	}
+	if cfg.Train != nil && cfg.Train.PrevPredAlive {
+		b.carry()
+	}
 	training := cfg.Train != nil && cfg.Train.Loss != nil
 	if training {
 		// The loss runs inside the forward's autocast region.
@@ -239,6 +243,24 @@ func Build(g *ir.Graph, s *ir.Shapes, cfg Config) (*Program, error) {
 		b.p.ParamGrads = nil // zero_grad freed them inside the step
 	}
 	return b.p, nil
+}
+
+// carry frees the previous step's outputs, now that the forward has made
+// this step's: one buffer for each distinct storage of the outputs, the
+// size of this step's.
+func (b *builder) carry() {
+	b.node = -1
+	for j, o := range b.g.Outputs {
+		st := b.vst[o]
+		if st < 0 || slices.ContainsFunc(b.g.Outputs[:j], func(p ir.ValueID) bool { return b.vst[p] == st }) {
+			continue
+		}
+		buf := b.st[st].buf
+		c := b.newBuf(b.p.Buffers[buf].Bytes, Activation, o)
+		b.p.Carried = append(b.p.Carried, c)
+		b.p.CarriedFrom = append(b.p.CarriedFrom, buf)
+		b.emit(c, true)
+	}
 }
 
 // autocast reports whether the forward runs under autocast.

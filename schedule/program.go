@@ -135,6 +135,11 @@ type Program struct {
 	// ParamGrads are the .grad buffers that outlive the step, in parameter
 	// order: zero_grad(set_to_none=True) frees them in this order.
 	ParamGrads []int32
+	// Carried are the previous step's outputs, alive before the step
+	// starts and freed by its events after the forward (Train's
+	// PrevPredAlive); CarriedFrom[i] is the buffer of this step's outputs
+	// that becomes Carried[i] in the next step: it is never freed here.
+	Carried, CarriedFrom []int32
 }
 
 // LayerEnd marks the end of one top-level layer's forward.

@@ -93,6 +93,12 @@ type Train struct {
 	// order, given the trainable parameters in parameter order; nil means
 	// one group of them all, without weight decay.
 	Groups func(g *ir.Graph, params []ir.ValueID) []ParamGroup
+	// PrevPredAlive keeps the previous step's outputs referenced until
+	// this step's forward returns, as a loop that rebinds them does
+	// (pred = model(imgs) drops the old pred only once the new one is
+	// made): the step starts with Program.Carried alive, frees them after
+	// the forward, and leaves its own outputs alive at its end.
+	PrevPredAlive bool
 }
 
 // ParamGroup is one of the optimizer's parameter groups.

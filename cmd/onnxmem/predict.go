@@ -267,9 +267,7 @@ func stepScenario(obj map[string]json.RawMessage, step string, search bool) (onn
 			sc.Optimizer = onnxmem.Optimizer(opt)
 		}
 		sc.Trainer = trainer
-		if prevPred {
-			return sc, fmt.Errorf("onnxmem: prev_pred_alive: the previous iteration's pred alive in the forward is not simulated yet")
-		}
+		sc.PrevPredAlive = prevPred
 	default:
 		sc.Half = half
 	}
