@@ -188,6 +188,10 @@ type Scenario struct {
 	// update. The optimizer's state exists before the step.
 	Train     bool
 	Boxes     int64
+	// BoxCounts, when not nil, are the ground-truth boxes of each image of
+	// the batch (Batch of them), as a real batch has them; Boxes must then
+	// be 0 or their largest, which is what the loss pads every image to.
+	BoxCounts []int64 `json:",omitempty"`
 	Optimizer Optimizer
 	EMA       bool
 	// Trainer names the family's training script ("" is the family's
@@ -308,6 +312,14 @@ func (sc Scenario) Supported() error {
 		return fmt.Errorf("onnxmem: prev_pred_alive: the previous iteration's outputs belong to a training loop, and this is not a train step")
 	case sc.Trainer != "" && !sc.Train:
 		return fmt.Errorf("onnxmem: trainer %q: a trainer names a train step's script, and this is not a train step", sc.Trainer)
+	case sc.BoxCounts != nil && !sc.Train:
+		return fmt.Errorf("onnxmem: box counts: the boxes of each image belong to a train step, and this is not one")
+	case sc.BoxCounts != nil && int64(len(sc.BoxCounts)) != sc.Batch:
+		return fmt.Errorf("onnxmem: %d box counts for a batch of %d: give one count for each image", len(sc.BoxCounts), sc.Batch)
+	case sc.BoxCounts != nil && slices.Min(sc.BoxCounts) < 0:
+		return fmt.Errorf("onnxmem: box count %d: counts must be 0 or more", slices.Min(sc.BoxCounts))
+	case sc.BoxCounts != nil && sc.Boxes != 0 && sc.Boxes != slices.Max(sc.BoxCounts):
+		return fmt.Errorf("onnxmem: boxes %d with box counts whose largest is %d: give one or the other", sc.Boxes, slices.Max(sc.BoxCounts))
 	case sc.Train && sc.Boxes < 0:
 		return fmt.Errorf("onnxmem: boxes %d: must be 0 or more", sc.Boxes)
 	case sc.Eval && (sc.AMP || sc.Half || sc.Segments > 1 || len(sc.Checkpoint) > 0):
@@ -390,6 +402,10 @@ func (m *Model) build(p *prepared, sc Scenario, workspace func(schedule.ConvCall
 		}
 		cfg.Train = p.fam.Recipe(schedule.Optimizer(sc.Optimizer), sc.EMA, sc.Boxes)
 		cfg.Train.PrevPredAlive = sc.PrevPredAlive
+		if sc.BoxCounts != nil {
+			cfg.Train.BoxCounts = sc.BoxCounts
+			cfg.Train.Boxes = slices.Max(sc.BoxCounts)
+		}
 	}
 	prog, err := schedule.Build(p.graph, s, cfg)
 	if err != nil {

@@ -39,6 +39,9 @@ type LossInput struct {
 	// Boxes is the number of ground-truth objects in every image, for
 	// losses whose tensors grow with the targets.
 	Boxes int64
+	// BoxCounts, when not nil, are the objects of each image, one a batch
+	// element; Boxes is then their largest.
+	BoxCounts []int64
 }
 
 // Buf names a buffer of a Tape.

@@ -72,6 +72,9 @@ type Train struct {
 	Loss Loss
 	// Boxes is the number of ground-truth boxes in each image.
 	Boxes int64
+	// BoxCounts, when not nil, are the boxes of each image of the batch,
+	// and Boxes is their largest.
+	BoxCounts []int64
 	// Optimizer is the optimizer; its state exists before the step.
 	Optimizer Optimizer
 	// EMA keeps an exponential moving average copy of the model, updated
@@ -210,7 +213,7 @@ func (b *builder) lossInput() LossInput {
 	if d := b.s.Dims[b.g.Inputs[0]]; len(d) > 0 {
 		batch = d[0]
 	}
-	return LossInput{Batch: batch, Outputs: b.outputs(), AMP: b.autocast(), Boxes: b.cfg.Train.Boxes}
+	return LossInput{Batch: batch, Outputs: b.outputs(), AMP: b.autocast(), Boxes: b.cfg.Train.Boxes, BoxCounts: b.cfg.Train.BoxCounts}
 }
 
 // seedFromLoss runs the loss's backward and hands each output a strided

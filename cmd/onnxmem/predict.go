@@ -18,7 +18,7 @@ import (
 func cmdPredict(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	f := newFlagSet("predict",
 		"onnxmem predict [-root DIR] < SCENARIOS.jsonl",
-		"Predict reads scenarios as JSON Lines on stdin and writes one line for each\n(blank lines are skipped): the same object with \"predicted\" added, or with\n\"error\" when the scenario cannot be simulated. Model paths are relative to\n-root; a model that names no file there but a built-in model (onnxmem models)\nis that model, and \"model\": null means the built-in model of \"cfg\".\n\nKinds: model_step, train_step and eval_step (the ground truth's fields: batch,\nimg or img_h and img_w, amp, half, segments, nc, boxes_per_img, optimizer, ema,\n...), and max_batch with \"step\" and \"capacity_bytes\", the caching\nallocator's limit (int(f × total_memory) for set_per_process_memory_fraction(f)),\nwhich answers {\"max_batch\", and the step's figures at it}. A field that a kind\ndoes not take, or a value that is not simulated yet (bf16 autocast, allocator\noptions, train.py's loss, ...), is an error that names it: never ignored.",
+		"Predict reads scenarios as JSON Lines on stdin and writes one line for each\n(blank lines are skipped): the same object with \"predicted\" added, or with\n\"error\" when the scenario cannot be simulated. Model paths are relative to\n-root; a model that names no file there but a built-in model (onnxmem models)\nis that model, and \"model\": null means the built-in model of \"cfg\".\n\nKinds: model_step, train_step and eval_step (the ground truth's fields: batch,\nimg or img_h and img_w, amp, half, segments, nc, boxes_per_img (a number or each\nimage's count), optimizer, ema, trainer, prev_pred_alive,\n...), and max_batch with \"step\" and \"capacity_bytes\", the caching\nallocator's limit (int(f × total_memory) for set_per_process_memory_fraction(f)),\nwhich answers {\"max_batch\", and the step's figures at it}. A field that a kind\ndoes not take, or a value that is not simulated yet (bf16 autocast, allocator\noptions, a whole run, ...), is an error that names it: never ignored.",
 		"onnxmem predict -root ../shared < ../shared/groundtruth/calibration.jsonl")
 	root := f.String("root", ".", "`dir`ectory the scenarios' model paths are relative to")
 	pos, code, ok := f.parse(args, stdout, stderr)
@@ -218,7 +218,7 @@ func stepScenario(obj map[string]json.RawMessage, step string, search bool) (onn
 	}
 	if step == "train_step" {
 		fields = append(fields,
-			field(obj, "boxes_per_img", &sc.Boxes, true),
+			boxesField(obj, &sc, search),
 			field(obj, "optimizer", &opt, false),
 			field(obj, "ema", &sc.EMA, false),
 			field(obj, "trainer", &trainer, false),
@@ -272,6 +272,25 @@ func stepScenario(obj map[string]json.RawMessage, step string, search bool) (onn
 		sc.Half = half
 	}
 	return sc, sc.Supported()
+}
+
+// boxesField reads boxes_per_img: a number of boxes in every image, or (not
+// in a max_batch search, whose batch varies) a list of each image's count.
+func boxesField(obj map[string]json.RawMessage, sc *onnxmem.Scenario, search bool) error {
+	raw, ok := obj["boxes_per_img"]
+	if !ok || string(raw) == "null" {
+		return fmt.Errorf("onnxmem: missing field \"boxes_per_img\"")
+	}
+	if json.Unmarshal(raw, &sc.Boxes) == nil {
+		return nil
+	}
+	if json.Unmarshal(raw, &sc.BoxCounts) != nil || sc.BoxCounts == nil {
+		return fmt.Errorf("onnxmem: field \"boxes_per_img\": %s is neither an integer nor a list of integers", raw)
+	}
+	if search {
+		return fmt.Errorf("onnxmem: max_batch: boxes_per_img is a list of %d counts, and a search changes the batch: give one count for every image", len(sc.BoxCounts))
+	}
+	return nil
 }
 
 // model returns the line's model: its file under the root, or with

@@ -84,7 +84,7 @@ func (t trainLoss) input(in schedule.LossInput) (loss.Input, [][]int) {
 	if len(br) == 0 {
 		panic(fmt.Sprintf("yolov9: the loss needs the detection head's maps, and the graph's %d outputs are not", len(in.Outputs)))
 	}
-	li := loss.Input{Batch: in.Batch, AMP: in.AMP, Boxes: in.Boxes}
+	li := loss.Input{Batch: in.Batch, AMP: in.AMP, Boxes: in.Boxes, Counts: in.BoxCounts}
 	for _, b := range br {
 		var maps [][3]int64
 		for _, j := range b {

@@ -43,6 +43,12 @@ type Input struct {
 	AMP bool
 	// Boxes is the number of ground-truth boxes in every image.
 	Boxes int64
+	// Counts, when not nil, are the boxes of each image (Batch of them),
+	// and Boxes is ignored: preprocess pads every image's targets to the
+	// largest count, so the assigner's [B, M, A] tensors have M =
+	// max(Counts), while the targets copy holds sum(Counts) rows and an
+	// image keeps min(A, count·topk) foreground anchors.
+	Counts []int64
 }
 
 // Forward records ComputeLoss.__call__ (with the targets.to(device) copy
@@ -297,6 +303,7 @@ func (p *prog) run(t schedule.Tape, evs []event, bufs map[tensor]schedule.Buf) {
 // shape is what build derives from an Input.
 type shape struct {
 	B, M, K, reg int64
+	total        int64 // the boxes of the batch: the targets' rows
 	dt           dtype // the maps' type
 	amp          bool  // autocast is on
 	lowp         bool  // autocast casts the maps' type to float32 for its fp32 ops
@@ -316,7 +323,19 @@ func (l *YOLOv9) shape(in Input) shape {
 	if in.Batch < 1 || len(in.Maps) == 0 || in.Boxes < 0 {
 		panic(fmt.Sprintf("loss: batch %d, %d branches and %d boxes per image: want a positive batch, a branch and no negative box count", in.Batch, len(in.Maps), in.Boxes))
 	}
-	s := shape{B: in.Batch, M: in.Boxes, K: l.TopK, reg: l.RegMax, amp: in.AMP}
+	s := shape{B: in.Batch, M: in.Boxes, K: l.TopK, reg: l.RegMax, amp: in.AMP, total: in.Batch * in.Boxes}
+	if in.Counts != nil {
+		if int64(len(in.Counts)) != in.Batch {
+			panic(fmt.Sprintf("loss: %d box counts for a batch of %d", len(in.Counts), in.Batch))
+		}
+		s.M, s.total = 0, 0
+		for _, c := range in.Counts {
+			if c < 0 {
+				panic(fmt.Sprintf("loss: a box count of %d", c))
+			}
+			s.M, s.total = max(s.M, c), s.total+c
+		}
+	}
 	switch in.DType {
 	case ir.Float32:
 		s.dt = f32
@@ -341,7 +360,12 @@ func (l *YOLOv9) shape(in Input) shape {
 		if b.nc < 1 || b.A < 1 {
 			panic(fmt.Sprintf("loss: maps of %d channels and %d anchors leave %d classes after %d box channels", b.C, b.A, b.nc, 4*s.reg))
 		}
-		if s.M > 0 {
+		switch {
+		case in.Counts != nil:
+			for _, c := range in.Counts {
+				b.F += l.ForegroundAnchors(1, c, b.A)
+			}
+		case s.M > 0:
 			b.F = l.ForegroundAnchors(s.B, s.M, b.A)
 		}
 		s.br = append(s.br, b)
@@ -360,7 +384,7 @@ func (l *YOLOv9) build(in Input) *prog {
 
 	// train_dual.py: compute_loss(pred, targets.to(device)); the copy lives
 	// until the call returns. targets is [image, class, x, y, w, h].
-	tgt := p.alloc("targets.to(device)", f32, B*M, 6)
+	tgt := p.alloc("targets.to(device)", f32, s.total, 6)
 
 	// torch.cat([xi.view(B, no, -1) for xi in feats], 2).split((4·reg, nc), 1),
 	// then .permute(0, 2, 1).contiguous() of the scores and of the

@@ -350,3 +350,31 @@ func ExampleYOLOv9_Peaks() {
 	// amp true  boxes  16: forward 2.083 GB, backward 1.626 GB
 	// amp true  boxes 128: forward 8.032 GB, backward 1.626 GB
 }
+
+// TestCounts checks per-image box counts: equal counts are the same loss as
+// Boxes; mixed counts pad the assigner to the largest, so they need more
+// than every image at the smallest count and less than every image at the
+// largest, and a batch's targets and foreground grow with each count.
+func TestCounts(t *testing.T) {
+	l := NewYOLOv9()
+	for _, amp := range []bool{false, true} {
+		same := input(4, 9, amp)
+		same.Counts = []int64{9, 9, 9, 9}
+		if f, b := l.Peaks(same); [2]int64{f, b} != func() [2]int64 { f, b := l.Peaks(input(4, 9, amp)); return [2]int64{f, b} }() {
+			t.Errorf("amp %v: equal counts differ from Boxes 9", amp)
+		}
+		mixed := input(4, 0, amp)
+		mixed.Counts = []int64{0, 3, 30, 7}
+		mf, mb := l.Peaks(mixed)
+		lo, _ := l.Peaks(input(4, 0, amp))
+		hf, hb := l.Peaks(input(4, 30, amp))
+		if !(mf > lo && mf < hf && mb <= hb) {
+			t.Errorf("amp %v: counts 0, 3, 30, 7 peak at %d/%d; want between %d and %d/%d", amp, mf, mb, lo, hf, hb)
+		}
+		more := mixed
+		more.Counts = []int64{0, 3, 30, 8}
+		if f, b := l.Peaks(more); f < mf || b < mb || f+b == mf+mb {
+			t.Errorf("amp %v: one more box (%d/%d) does not grow the loss (%d/%d)", amp, f, b, mf, mb)
+		}
+	}
+}
