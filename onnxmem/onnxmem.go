@@ -23,6 +23,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -186,8 +187,8 @@ type Scenario struct {
 	// boxes in every image, the backward, GradScaler, gradient clipping, the
 	// Optimizer's step (default SGD), zero_grad and, with EMA, the EMA
 	// update. The optimizer's state exists before the step.
-	Train     bool
-	Boxes     int64
+	Train bool
+	Boxes int64
 	// BoxCounts, when not nil, are the ground-truth boxes of each image of
 	// the batch (Batch of them), as a real batch has them; Boxes must then
 	// be 0 or their largest, which is what the loss pads every image to.
@@ -273,6 +274,9 @@ type Result struct {
 	// torch.cuda.max_memory_allocated reports. PeakRequested is the same before
 	// the allocator's rounding, PeakReserved the segments held.
 	Peak, PeakRequested, PeakReserved int64
+	// ReservedAfter is the segments reserved when the step ends, what
+	// torch.cuda.memory_reserved() reads then (GPUMem).
+	ReservedAfter int64
 	// M0 is allocated before the step (parameters and the input); AfterForward
 	// after the forward, ForwardPeak the peak during it, AfterBackward after
 	// the backward and the release of the outputs and the loss.
@@ -445,6 +449,13 @@ func (m *Model) Sweep(sc Scenario, batches []int64, progress func(done, total in
 		}
 	}
 	return out, nil
+}
+
+// GPUMem is ReservedAfter as the detection training loops print it in
+// their GPU_mem column: f'{torch.cuda.memory_reserved() / 1E9:.3g}G',
+// decimal gigabytes with three significant digits ("23.1G").
+func (r *Result) GPUMem() string {
+	return strconv.FormatFloat(float64(r.ReservedAfter)/1e9, 'g', 3, 64) + "G"
 }
 
 // Fits reports whether the step ran to its end within its scenario's

@@ -137,6 +137,7 @@ func run(p *schedule.Program, sc Scenario, observe func(int, allocator.Stats)) (
 	}
 	st := a.Stats()
 	r.Peak, r.PeakRequested, r.PeakReserved, r.OOM = st.PeakAllocated, st.PeakRequested, st.PeakReserved, oom
+	r.ReservedAfter = st.Reserved
 	an := analyze(p)
 	if peakAt >= 0 {
 		e := p.Events[peakAt]

@@ -13,15 +13,19 @@ type predicted struct {
 	Peak         int64 `json:"peak"`
 	PeakReq      int64 `json:"peak_req"`
 	PeakReserved int64 `json:"peak_reserved"`
-	M0           int64 `json:"m0"`
-	AfterFwd     int64 `json:"after_fwd"`
-	FwdPeak      int64 `json:"fwd_peak"`
-	AfterBwd     int64 `json:"after_bwd"`
+	// ReservedAfter is memory_reserved() when the step ends; GPUMem the
+	// same as YOLOv9's loop prints it.
+	ReservedAfter int64  `json:"reserved_after"`
+	GPUMem        string `json:"gpu_mem"`
+	M0            int64  `json:"m0"`
+	AfterFwd      int64  `json:"after_fwd"`
+	FwdPeak       int64  `json:"fwd_peak"`
+	AfterBwd      int64  `json:"after_bwd"`
 }
 
 func newPredicted(r *onnxmem.Result) predicted {
 	return predicted{
-		Peak: r.Peak, PeakReq: r.PeakRequested, PeakReserved: r.PeakReserved,
+		Peak: r.Peak, PeakReq: r.PeakRequested, PeakReserved: r.PeakReserved, ReservedAfter: r.ReservedAfter, GPUMem: r.GPUMem(),
 		M0: r.M0, AfterFwd: r.AfterForward, FwdPeak: r.ForwardPeak, AfterBwd: r.AfterBackward,
 	}
 }

@@ -217,7 +217,7 @@ func (c fitCriterion) limitText() string {
 
 // uses says what a step that fits uses of the limit.
 func (c fitCriterion) uses(r *onnxmem.Result) string {
-	return fmt.Sprintf("reserves %s GiB of %s, peak %s GiB allocated", gib(r.PeakReserved), c.limitText(), gib(r.Peak))
+	return fmt.Sprintf("reserves %s GiB of %s (GPU_mem %s), peak %s GiB allocated", gib(r.PeakReserved), c.limitText(), r.GPUMem(), gib(r.Peak))
 }
 
 // needs says what a step that does not fit needs without a limit.

@@ -227,6 +227,7 @@ func (rep *report) print(w io.Writer) error {
 	fmt.Fprintf(tw, "  node\t%s\n", orDash(d.PeakNode))
 	fmt.Fprintf(tw, "  layer\t%s\n", layer(d.PeakLayer))
 	fmt.Fprintf(tw, "  peak\t%s GiB allocated, %s requested, %s reserved\n", gib(d.Peak), gib(d.PeakRequested), gib(d.PeakReserved))
+	fmt.Fprintf(tw, "  GPU_mem\t%s, memory_reserved()/1e9 after the step, as the training loop prints it\n", d.GPUMem())
 	if err := tw.Flush(); err != nil {
 		return err
 	}
