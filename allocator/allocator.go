@@ -15,6 +15,16 @@
 //	a.Free(id)               // allocated 0, reserved 12 MiB
 //	a.Malloc(23 << 19)       // allocated 12 MiB, requested 11.5 MiB
 //
+// Under PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True the same requests
+// map pages of one segment that grows, and every split is made:
+//
+//	c, _ := allocator.ParseConf("expandable_segments:True")
+//	b := allocator.NewWithConfig(c)
+//	id = b.Malloc(12 << 20) // one 20 MiB page mapped: allocated 12 MiB, reserved 20 MiB
+//	b.Free(id)              // allocated 0, reserved 20 MiB
+//	b.Malloc(23 << 19)      // split: allocated 11.5 MiB, reserved 20 MiB
+//	b.EmptyCache()          // the page is not wholly free: reserved 20 MiB
+//
 // The rules, from c10/cuda/CUDACachingAllocator.cpp (PyTorch 2.x, default
 // settings: no PYTORCH_CUDA_ALLOC_CONF, no expandable segments):
 //   - A request is rounded up to a multiple of 512 bytes, at least 512.
@@ -29,6 +39,78 @@
 //     allocated.
 //   - A freed block merges with free neighbours of its segment.
 //   - EmptyCache releases the segments that are wholly free.
+//   - Out of memory (a segment beyond Capacity): the cache is released and the
+//     segment tried once more.
+//
+// # PYTORCH_CUDA_ALLOC_CONF
+//
+// NewWithConfig takes a Config, which ParseConf reads from the environment
+// variable's syntax as PyTorch 2.11 does (2.11.0+cu130, git
+// 70d99e998b4955e0049d13a98d77ae1b14db1f45: its installed headers
+// c10/core/AllocatorConfig.h and c10/cuda/CUDAAllocatorConfig.h; of the
+// .cpp files, c10/core/AllocatorConfig.cpp, c10/cuda/CUDAAllocatorConfig.cpp
+// and c10/cuda/CUDACachingAllocator.cpp, the public index holds versions
+// near that commit, not it, so every rule below was checked on an H200
+// running it: calibration/allocator_conf.py, TestDeviceConf). The options
+// and their rules, by function of CUDACachingAllocator.cpp:
+//   - max_split_size_mb:N (N ≥ large_segment_size_mb, 20 by default):
+//     get_free_block refuses a best-fit block of at least N MiB to a request
+//     below N MiB, and to a request of at least N MiB a block that is
+//     max_non_split_rounding_mb (default: the large segment size, 20 MiB) or
+//     more larger; should_split never splits for a request of at least N MiB;
+//     out of memory, release_available_cached_blocks runs between the first
+//     and the last attempt (alloc_block; release_available_cached_blocks and
+//     alloc_block; release_cached_blocks and alloc_block): it releases the
+//     smallest free oversize segment that holds max(request, N MiB), or else
+//     the largest free oversize segments, from the largest down, until as
+//     much is released (when it cannot release as much, what it released
+//     stays released and the last attempt follows). Oversize reports
+//     oversize_allocations and oversize_segments.
+//   - expandable_segments:True: one segment per pool, an address space
+//     mapped in pages of 2 MiB (small pool) or the large segment size (large
+//     pool, 20 MiB by default). A miss maps pages at the lowest address where
+//     free and unmapped blocks in a row (starting at an unmapped block or the
+//     free block just before it) hold the request, merging with free
+//     neighbours (find_expandable_block, map_block); every split leaving 512
+//     bytes or more is made, in either pool; best fit walks on from an
+//     expandable block to the next larger one while that one could grow to
+//     less (a free block's size plus the unmapped space after it);
+//     EmptyCache and the out-of-memory path unmap the pages that free blocks
+//     wholly cover (unmap_block), and release a segment left with none
+//     mapped; reserved bytes are the mapped pages. The Capacity check of
+//     alloc_block counts the segment size the request would get without
+//     expandable segments (20 MiB for 5 MiB, 26 MiB for 25 MiB), whatever is
+//     mapped, even when nothing needs to be; release_available_cached_blocks
+//     never releases expandable blocks.
+//   - roundup_power2_divisions:D or [B:D,...,>:D]: round_size rounds a
+//     request up to the next of D steps between two powers of two, for the
+//     interval [2^(20+i), 2^(21+i)) bytes that D is set for (Config.RoundSize).
+//   - garbage_collection_threshold:T, only under a Capacity (PyTorch: under a
+//     memory fraction): before alloc_block, once reserved bytes exceed
+//     T × Capacity, wholly free large-pool segments whose age (get_free_block
+//     calls on the large pool since the block became free) is at least the
+//     mean age are released, round after round, until the excess is
+//     released (garbage_collect_cached_blocks).
+//   - max_non_split_rounding_mb:N and large_segment_size_mb:N (above 10; the
+//     segment for requests between 1 and 10 MiB, and the large-pool page of
+//     expandable segments).
+//   - per_process_memory_fraction:F: the Capacity that Config.CapacityFor
+//     gives; the caller sets it.
+//   - Accepted and ignored, as they change no device-memory accounting:
+//     backend:native, release_lock_on_cudamalloc, pinned_use_cuda_host_register,
+//     pinned_num_register_threads, pinned_use_background_threads,
+//     pinned_reserve_segment_size_mb, graph_capture_record_stream_reuse.
+//     backend:cudaMallocAsync and unknown keys are errors.
+//
+// Not yet checked on the device (calibration/allocator_conf.py --more
+// measures them): large_segment_size_mb's two uses, taken from versions of
+// CUDACachingAllocator.cpp after the option came in; the capacity of
+// per_process_memory_fraction (DeviceCachingAllocator's constructor calls
+// setMemoryFraction with it); max_non_split_rounding_mb above 20 MiB (parsed
+// as checked, but no recorded request met a block between 20 and 40 MiB
+// larger). The address space of an expandable segment is taken as unbounded
+// (PyTorch reserves 1⅛ × the device's memory, which the simulation does not
+// know).
 //
 // Addresses are simulated: each new segment starts past the end of the last, so
 // ties between equal free blocks are broken as if cudaMalloc handed out rising
@@ -75,7 +157,11 @@ type block struct {
 	requested  int64 // the request it serves, while allocated
 	prev, next int32 // neighbours within the segment, or -1
 	small      bool
-	free       bool
+	free       bool // mapped and in its pool
+	// Only with expandable segments: the block belongs to one, and (unmapped)
+	// it is a range of its address space with no pages behind it, which is
+	// in no pool and holds no reserved bytes.
+	expandable, unmapped bool
 }
 
 // pool is the set of free blocks of one kind, ordered by (size, addr).
@@ -154,12 +240,40 @@ type Allocator struct {
 	st           Stats
 	// Capacity, when positive, is the device memory available for segments;
 	// a request that would need more makes TryMalloc report ErrOutOfMemory
-	// after releasing cached segments, as the real allocator does.
+	// after releasing cached segments, as the real allocator does. It is
+	// PyTorch's allowed_memory_maximum: set_per_process_memory_fraction(f)
+	// gives int64(f × total device memory).
 	Capacity int64
+
+	// conf is set when cfg is not the default: TryMalloc, Free and
+	// EmptyCache then take the configured path of conf.go, and the default
+	// path stays as it is.
+	conf bool
+	cfg  Config
+	cs   confState
+	// addrHint, when not 0, is where the next segment created (a cudaMalloc,
+	// or an expandable segment's address space) starts; tests that replay a
+	// device recording set it to the address the device returned.
+	addrHint int64
 }
 
-// New returns an empty allocator.
+// New returns an empty allocator with PyTorch's default settings.
 func New() *Allocator { return &Allocator{} }
+
+// NewWithConfig returns an empty allocator that follows c, as PyTorch does
+// when PYTORCH_CUDA_ALLOC_CONF is set before CUDA starts. New() and
+// NewWithConfig(Config{}) behave the same.
+func NewWithConfig(c Config) *Allocator {
+	a := &Allocator{}
+	if c != (Config{}) {
+		a.conf, a.cfg = true, c
+		a.cs.init(c)
+	}
+	return a
+}
+
+// Config returns the allocator's configuration.
+func (a *Allocator) Config() Config { return a.cfg }
 
 // ErrOutOfMemory is returned by TryMalloc when a segment cannot be reserved
 // within Capacity.
@@ -196,6 +310,9 @@ func (a *Allocator) TryMalloc(n int64) (ID, error) {
 	if n < 0 {
 		panic("allocator: negative request")
 	}
+	if a.conf {
+		return a.tryMallocConf(n)
+	}
 	size := RoundSize(n)
 	small := size <= SmallSize
 	p := a.poolOf(small)
@@ -211,8 +328,7 @@ func (a *Allocator) TryMalloc(n int64) (ID, error) {
 				return -1, &ErrOutOfMemory{Requested: n, Reserved: a.st.Reserved, Capacity: a.Capacity}
 			}
 		}
-		id = a.newBlock(block{addr: a.nextAddr, size: seg, small: small, prev: -1, next: -1})
-		a.nextAddr += seg
+		id = a.newBlock(block{addr: a.segmentAddr(seg), size: seg, small: small, prev: -1, next: -1})
 		a.st.Reserved += seg
 		if a.st.Reserved > a.st.PeakReserved {
 			a.st.PeakReserved = a.st.Reserved
@@ -243,6 +359,17 @@ func (a *Allocator) TryMalloc(n int64) (ID, error) {
 	return ID(len(a.live) - 1), nil
 }
 
+// segmentAddr returns the address of a new segment of size bytes.
+func (a *Allocator) segmentAddr(size int64) int64 {
+	if h := a.addrHint; h != 0 {
+		a.addrHint = 0
+		return h
+	}
+	addr := a.nextAddr
+	a.nextAddr += size
+	return addr
+}
+
 // Size returns the block size that allocation id holds: its rounded request,
 // or more when the block was not split.
 func (a *Allocator) Size(id ID) int64 { return a.blocks[a.live[id]].size }
@@ -258,6 +385,9 @@ func (a *Allocator) Free(id ID) {
 	b := &a.blocks[bi]
 	a.st.Allocated -= b.size
 	a.st.Requested -= b.requested
+	if a.conf && b.size >= a.cs.maxSplit {
+		a.cs.oversizeAllocations--
+	}
 	b.free = true
 	p := a.poolOf(b.small)
 	if pi := b.prev; pi >= 0 && a.blocks[pi].free {
@@ -283,11 +413,18 @@ func (a *Allocator) Free(id ID) {
 		a.spare = append(a.spare, ni)
 	}
 	a.insert(p, bi)
+	if a.conf {
+		a.cs.inserted(bi, b.small)
+	}
 }
 
 // EmptyCache releases every cached segment that holds no live block, as
 // torch.cuda.empty_cache does.
 func (a *Allocator) EmptyCache() {
+	if a.conf {
+		a.releaseCached()
+		return
+	}
 	for _, p := range []*pool{&a.small, &a.large} {
 		kept := p.ids[:0]
 		for _, id := range p.ids {

@@ -2,6 +2,7 @@ package allocator
 
 import (
 	"errors"
+	"strings"
 	"testing"
 )
 
@@ -209,5 +210,287 @@ func TestPanics(t *testing.T) {
 			}()
 			fn(New())
 		})
+	}
+}
+
+// playConf runs ops on an allocator made with c and capacity, and returns it.
+func playConf(t *testing.T, c Config, capacity int64, ops []op) *Allocator {
+	t.Helper()
+	a := NewWithConfig(c)
+	a.Capacity = capacity
+	play(t, a, ops)
+	return a
+}
+
+// TestConfRules checks each rule of the configured path on a worked example:
+// the counters at the end, and the oversize counts.
+func TestConfRules(t *testing.T) {
+	split64 := Config{MaxSplitSize: 64 * mib}
+	expandable := Config{ExpandableSegments: true}
+	for _, c := range []struct {
+		name     string
+		cfg      Config
+		capacity int64
+		ops      []op
+		// The counters at the end.
+		allocated, requested, reserved int64
+		oversize                       [2]int64
+	}{
+		// max_split_size_mb (get_free_block, should_split, alloc_block).
+		{"max_split: a request below max_split_size never takes an oversize block: 5 MiB reserves 20 MiB beside a free 100 MiB",
+			split64, 0, []op{m(100*mib, 100*mib), f(0), m(5*mib, 5*mib)}, 5 * mib, 5 * mib, 120 * mib, [2]int64{0, 1}},
+		{"max_split: an oversize request takes a block less than 20 MiB larger, whole: 90 MiB gets the free 100 MiB",
+			split64, 0, []op{m(100*mib, 0), f(0), m(90*mib, 100*mib)}, 100 * mib, 90 * mib, 100 * mib, [2]int64{1, 1}},
+		{"max_split: an oversize request refuses a block 20 MiB larger: 80 MiB reserves 80 MiB beside a free 100 MiB",
+			split64, 0, []op{m(100*mib, 0), f(0), m(80*mib, 80*mib)}, 80 * mib, 80 * mib, 180 * mib, [2]int64{1, 2}},
+		{"max_non_split_rounding_mb:40: 70 MiB gets the free 100 MiB",
+			Config{MaxSplitSize: 64 * mib, MaxNonSplitRounding: 40 * mib}, 0, []op{m(100*mib, 0), f(0), m(70*mib, 100*mib)}, 100 * mib, 70 * mib, 100 * mib, [2]int64{1, 1}},
+		{"max_split: a request below it still splits a block below it: 30 MiB from a free 50 MiB",
+			split64, 0, []op{m(50*mib, 0), f(0), m(30*mib, 30*mib)}, 30 * mib, 30 * mib, 50 * mib, [2]int64{}},
+		{"max_split: oversize counts follow live blocks and segments: 100 MiB freed, 70 MiB live",
+			split64, 0, []op{m(100*mib, 0), m(70*mib, 0), f(0)}, 70 * mib, 70 * mib, 170 * mib, [2]int64{1, 2}},
+		// release_available_cached_blocks: the smallest free oversize segment
+		// that holds the request goes first, before the whole cache.
+		{"out of memory with max_split: the free 100 MiB segment goes, the free 20 MiB one stays",
+			split64, 150 * mib, []op{m(100*mib, 0), m(5*mib, 0), f(0), f(1), m(70*mib, 70*mib)}, 70 * mib, 70 * mib, 90 * mib, [2]int64{1, 1}},
+		{"the same without max_split: 70 MiB splits the free 100 MiB block, nothing runs out",
+			Config{}, 150 * mib, []op{m(100*mib, 0), m(5*mib, 0), f(0), f(1), m(70*mib, 70*mib)}, 70 * mib, 70 * mib, 120 * mib, [2]int64{}},
+		{"out of memory with max_split: free oversize segments of 80 and 70 MiB go, largest first, for 140 MiB",
+			split64, 300 * mib, []op{m(80*mib, 0), m(70*mib, 0), m(5*mib, 0), f(0), f(1), f(2), m(140*mib, 140*mib)}, 140 * mib, 140 * mib, 160 * mib, [2]int64{1, 1}},
+		// expandable_segments:True.
+		{"expandable: 5 MiB maps one 20 MiB page and splits it; a second 5 MiB takes the free rest",
+			expandable, 0, []op{m(5*mib, 5*mib), m(5*mib, 5*mib)}, 10 * mib, 10 * mib, 20 * mib, [2]int64{}},
+		{"expandable: 25 MiB maps two 20 MiB pages", expandable, 0, []op{m(25*mib, 25*mib)}, 25 * mib, 25 * mib, 40 * mib, [2]int64{}},
+		{"expandable: 600 KiB maps one 2 MiB small-pool page", expandable, 0, []op{m(600*kib, 614400)}, 614400, 614400, 2 * mib, [2]int64{}},
+		{"expandable: a large block is split whenever 512 bytes are left: 19.5 MiB from a 20 MiB page",
+			expandable, 0, []op{m(39*mib/2, 39*mib/2)}, 39 * mib / 2, 39 * mib / 2, 20 * mib, [2]int64{}},
+		{"expandable: growing merges the free tail with the new page: 5 MiB then 30 MiB map 40 MiB",
+			expandable, 0, []op{m(5*mib, 0), m(30*mib, 30*mib)}, 35 * mib, 35 * mib, 40 * mib, [2]int64{}},
+		{"expandable: EmptyCache unmaps only whole free pages",
+			expandable, 0, []op{m(5*mib, 0), m(30*mib, 0), f(0), emptyCache}, 30 * mib, 30 * mib, 40 * mib, [2]int64{}},
+		{"expandable: EmptyCache of a wholly free segment unmaps everything",
+			expandable, 0, []op{m(5*mib, 0), m(30*mib, 0), f(0), f(1), emptyCache}, 0, 0, 0, [2]int64{}},
+		{"expandable: pages are mapped at the lowest address, an unmapped hole first: 25 MiB maps the hole of 20 MiB",
+			expandable, 0, []op{m(30*mib, 0), m(30*mib, 0), f(0), emptyCache, m(25*mib, 25*mib)}, 55 * mib, 55 * mib, 60 * mib, [2]int64{}},
+		{"expandable: the capacity check counts the request's segment size, 26 MiB for 25 MiB, though 20 MiB would be mapped",
+			expandable, 60 * mib, []op{m(30*mib, 0), m(10*mib, 0), m(25*mib, 0)}, 0, 0, 0, [2]int64{}},
+		{"expandable with max_split and a capacity: 5 MiB refuses the free 100 MiB, the check fails, the cache is unmapped, one page mapped",
+			Config{ExpandableSegments: true, MaxSplitSize: 64 * mib}, 110 * mib, []op{m(100*mib, 0), f(0), m(5*mib, 5*mib)}, 5 * mib, 5 * mib, 20 * mib, [2]int64{}},
+		{"expandable with max_split, no capacity: 5 MiB takes the start of the free 100 MiB",
+			Config{ExpandableSegments: true, MaxSplitSize: 64 * mib}, 0, []op{m(100*mib, 0), f(0), m(5*mib, 5*mib)}, 5 * mib, 5 * mib, 100 * mib, [2]int64{}},
+		// roundup_power2_divisions.
+		{"roundup_power2_divisions:4: 5 MiB+1 counts 6 MiB", Config{RoundupPower2Divisions: [16]uint64{4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4}},
+			0, []op{m(5*mib+1, 6*mib)}, 6 * mib, 5*mib + 1, 20 * mib, [2]int64{}},
+		// garbage_collection_threshold.
+		{"garbage_collection_threshold:0.5 under 100 MiB: before 50 MiB is reserved, the older free segment (40 MiB) goes, the 46 MiB one stays",
+			Config{GarbageCollectionThreshold: 0.5}, 100 * mib, []op{m(40*mib, 0), f(0), m(45*mib, 0), f(2), m(50*mib, 50*mib)}, 50 * mib, 50 * mib, 96 * mib, [2]int64{}},
+		{"without it the same requests run out, and the whole cache goes",
+			Config{MaxNonSplitRounding: 30 * mib}, 100 * mib, []op{m(40*mib, 0), f(0), m(45*mib, 0), f(2), m(50*mib, 50*mib)}, 50 * mib, 50 * mib, 50 * mib, [2]int64{}},
+		// large_segment_size_mb.
+		{"large_segment_size_mb:40: 5 MiB reserves 40 MiB", Config{LargeSegmentSize: 40 * mib}, 0, []op{m(5*mib, 5*mib)}, 5 * mib, 5 * mib, 40 * mib, [2]int64{}},
+		{"large_segment_size_mb:40 with expandable segments: 25 MiB maps one 40 MiB page",
+			Config{LargeSegmentSize: 40 * mib, ExpandableSegments: true}, 0, []op{m(25*mib, 25*mib)}, 25 * mib, 25 * mib, 40 * mib, [2]int64{}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ops := c.ops
+			oom := false
+			if c.capacity > 0 && len(ops) > 0 && ops[len(ops)-1].malloc > 0 && c.allocated == 0 {
+				oom, ops = true, ops[:len(ops)-1]
+			}
+			a := playConf(t, c.cfg, c.capacity, ops)
+			if oom {
+				last := c.ops[len(c.ops)-1]
+				if _, err := a.TryMalloc(last.malloc); err == nil {
+					t.Fatalf("TryMalloc(%d) succeeded, want out of memory", last.malloc)
+				}
+				return
+			}
+			st := a.Stats()
+			if st.Allocated != c.allocated || st.Requested != c.requested || st.Reserved != c.reserved {
+				t.Errorf("allocated %d, requested %d, reserved %d; want %d, %d, %d",
+					st.Allocated, st.Requested, st.Reserved, c.allocated, c.requested, c.reserved)
+			}
+			if oa, os := a.Oversize(); oa != c.oversize[0] || os != c.oversize[1] {
+				t.Errorf("oversize allocations %d, segments %d; want %d, %d", oa, os, c.oversize[0], c.oversize[1])
+			}
+		})
+	}
+}
+
+// TestExpandableBestFit checks get_free_block's walk through expandable
+// blocks: a 9 MiB request passes over the 10 MiB free tail of the segment,
+// which could grow without end, for the 30 MiB hole at address 0, which
+// cannot.
+func TestExpandableBestFit(t *testing.T) {
+	a := NewWithConfig(Config{ExpandableSegments: true})
+	x := a.Malloc(30 * mib) // [0, 30), pages [0, 40)
+	a.Malloc(10 * mib)      // [30, 40)
+	a.Malloc(25 * mib)      // [40, 65), pages [40, 80)
+	a.Malloc(5 * mib)       // [65, 70); free tail [70, 80)
+	a.Free(x)
+	base := a.cs.seg[1]
+	y := a.Malloc(9 * mib)
+	if got := a.blocks[a.live[y]].addr - base; got != 0 {
+		t.Errorf("9 MiB placed at offset %d MiB, want 0 (the hole, not the tail at 70 MiB)", got/mib)
+	}
+}
+
+// TestConfRoundSize checks roundup_power2_divisions' rounding
+// (roundup_power2_next_division): steps of (power of 2 below)/divisions, 512
+// bytes while the request is at most 512 × divisions, powers of 2 unchanged.
+func TestConfRoundSize(t *testing.T) {
+	four := Config{RoundupPower2Divisions: [16]uint64{4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4}}
+	list, err := ParseConf("roundup_power2_divisions:[256:1,512:2,1024:4,>:8]")
+	if err != nil {
+		t.Fatal(err)
+	}
+	above, err := ParseConf("roundup_power2_divisions:[>:8]")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		cfg     Config
+		n, want int64
+	}{
+		{four, 1, 512}, {four, 1200, 1536}, {four, 2049, 2560}, {four, 3000, 3072},
+		{four, 600 * kib, 640 * kib}, {four, mib - 1, mib}, {four, mib, mib}, {four, mib + 1, 5 * mib / 4},
+		{four, 5*mib + 1, 6 * mib}, {four, 7 * mib, 7 * mib}, {four, 7*mib + 1, 8 * mib},
+		{list, 200 * mib, 200 * mib}, {list, 300 * mib, 300 * mib}, {list, 600 * mib, 768 * mib},
+		{list, 1<<30 + 1, 5 << 28}, {list, 2<<30 + 1, 9 << 28}, {list, 5 * mib, 5 * mib},
+		// [>:8] sets every interval after index 0: below 2 MiB, 512-byte rounding.
+		{above, 3*mib/2 + 1, 3*mib/2 + 512}, {above, 3*mib + 1, 13 * mib / 4},
+		{Config{}, 1000, 1024},
+	} {
+		if got := c.cfg.RoundSize(c.n); got != c.want {
+			t.Errorf("%q: RoundSize(%d) = %d, want %d", c.cfg, c.n, got, c.want)
+		}
+	}
+}
+
+// TestParseConf checks what ParseConf keeps of each option.
+func TestParseConf(t *testing.T) {
+	four := [16]uint64{4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4}
+	for _, c := range []struct {
+		s    string
+		want Config
+	}{
+		{"", Config{}},
+		{"max_split_size_mb:64", Config{MaxSplitSize: 64 * mib}},
+		{"max_split_size_mb:20", Config{MaxSplitSize: 20 * mib}},
+		{"max_split_size_mb:64MB", Config{MaxSplitSize: 64 * mib}},
+		{"max_split_size_mb: 64 ,", Config{MaxSplitSize: 64 * mib}},
+		{"max_split_size_mb,64", Config{MaxSplitSize: 64 * mib}}, // the separator is not checked
+		{"max_split_size_mb:-1", Config{}},                       // 2^64-1 MiB: unlimited
+		{"max_split_size_mb:64,max_split_size_mb:128", Config{MaxSplitSize: 128 * mib}},
+		{"max_non_split_rounding_mb:40", Config{MaxNonSplitRounding: 40 * mib}},
+		{"max_non_split_rounding_mb:20", Config{}},
+		{"large_segment_size_mb:40", Config{LargeSegmentSize: 40 * mib}},
+		{"max_split_size_mb:40,large_segment_size_mb:40", Config{LargeSegmentSize: 40 * mib, MaxSplitSize: 40 * mib}},
+		{"expandable_segments:True", Config{ExpandableSegments: true}},
+		{"expandable_segments:True,expandable_segments:False", Config{}},
+		{"roundup_power2_divisions:4", Config{RoundupPower2Divisions: four}},
+		{"roundup_power2_divisions:[256:1,512:2,1024:4,>:8]", Config{RoundupPower2Divisions: [16]uint64{1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 4, 8, 8, 8, 8, 8}}},
+		{"roundup_power2_divisions:[>:8]", Config{RoundupPower2Divisions: [16]uint64{0, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8}}},
+		{"roundup_power2_divisions:[65536:2]", Config{RoundupPower2Divisions: [16]uint64{2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2}}},
+		{"roundup_power2_divisions:[]", Config{}},
+		{"garbage_collection_threshold:0.6", Config{GarbageCollectionThreshold: 0.6}},
+		{"garbage_collection_threshold:.5x", Config{GarbageCollectionThreshold: 0.5}},
+		{"per_process_memory_fraction:0.5", Config{PerProcessMemoryFraction: 0.5}},
+		{"per_process_memory_fraction:1", Config{}},
+		{"backend:native,release_lock_on_cudamalloc:True,pinned_use_cuda_host_register:True,pinned_num_register_threads:8," +
+			"pinned_use_background_threads:True,pinned_reserve_segment_size_mb:64,graph_capture_record_stream_reuse:True", Config{}},
+	} {
+		got, err := ParseConf(c.s)
+		if err != nil || got != c.want {
+			t.Errorf("ParseConf(%q) = %+v, %v; want %+v", c.s, got, err, c.want)
+		}
+	}
+	for _, s := range []string{
+		"max_split_size_mb:19", "max_split_size_mb", "max_split_size_mb:", "max_split_size_mb:abc",
+		"large_segment_size_mb:10", "large_segment_size_mb:40,max_split_size_mb:20", "max_split_size_mb:20,large_segment_size_mb:40",
+		"expandable_segments:true", "roundup_power2_divisions:3", "roundup_power2_divisions:[3:4]",
+		"roundup_power2_divisions:[256:1,512:2", "garbage_collection_threshold:1.0", "garbage_collection_threshold:nan",
+		"backend:cudaMallocAsync", "backend:foo", "pinned_num_register_threads:1024", "per_process_memory_fraction:1.5",
+		"per_process_memory_fraction:0", "foo:1", ",max_split_size_mb:64", "Max_split_size_mb:64",
+	} {
+		_, err := ParseConf(s)
+		if err == nil || !strings.HasPrefix(err.Error(), "allocator: ") {
+			t.Errorf("ParseConf(%q): error %v, want one starting with \"allocator: \"", s, err)
+		}
+	}
+}
+
+// TestParseConfDevice checks ParseConf against PyTorch 2.11's parser on the
+// strings calibration/allocator_conf.py gave torch.cuda.memory._set_allocator_settings:
+// ParseConf accepts exactly those PyTorch accepted, but for
+// backend:cudaMallocAsync (refused here: not simulated) and
+// per_process_memory_fraction:0 (refused: no memory at all).
+func TestParseConfDevice(t *testing.T) {
+	rec := loadDeviceRecording(t)
+	for _, p := range rec.Parse {
+		_, err := ParseConf(p[0])
+		ok := p[1] == "ok"
+		if strings.Contains(p[0], "cudaMallocAsync") || p[0] == "per_process_memory_fraction:0" {
+			ok = false
+		}
+		if (err == nil) != ok {
+			t.Errorf("%q: PyTorch %s %s; ParseConf: %v", p[0], p[1], p[2], err)
+		}
+	}
+}
+
+// TestCapacityFor checks per_process_memory_fraction's capacity on an H200.
+func TestCapacityFor(t *testing.T) {
+	const h200 = 150109880320
+	for _, c := range []struct {
+		f    float64
+		want int64
+	}{{0, 0}, {0.00715, 1073285644}, {0.5, h200 / 2}, {1e-20, 1}} {
+		if got := (Config{PerProcessMemoryFraction: c.f}).CapacityFor(h200); got != c.want {
+			t.Errorf("fraction %g: CapacityFor = %d, want %d", c.f, got, c.want)
+		}
+	}
+}
+
+// FuzzParseConf checks that ParseConf never panics, that its errors start
+// with "allocator: ", and that a Config it returns reads back from String.
+func FuzzParseConf(f *testing.F) {
+	for _, s := range []string{"", "max_split_size_mb:64", "expandable_segments:True,max_split_size_mb:128",
+		"roundup_power2_divisions:[256:1,512:2,1024:4,>:8]", "garbage_collection_threshold:0.6",
+		"large_segment_size_mb:40,max_non_split_rounding_mb:60", "per_process_memory_fraction:0.25",
+		"backend:native,pinned_num_register_threads:8", "roundup_power2_divisions:[256]1]", "foo:[1,2]"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		c, err := ParseConf(s)
+		if err != nil {
+			if !strings.HasPrefix(err.Error(), "allocator: ") {
+				t.Fatalf("ParseConf(%q): error %q does not start with \"allocator: \"", s, err)
+			}
+			return
+		}
+		back, err := ParseConf(c.String())
+		if err != nil || back != c {
+			t.Fatalf("ParseConf(%q) = %+v; String %q reads back as %+v, %v", s, c, c.String(), back, err)
+		}
+	})
+}
+
+// TestWorkedExampleExpandable replays the package comment's second example.
+func TestWorkedExampleExpandable(t *testing.T) {
+	c, err := ParseConf("expandable_segments:True")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := NewWithConfig(c)
+	id := b.Malloc(12 << 20)
+	if st := b.Stats(); st.Allocated != 12*mib || st.Reserved != 20*mib {
+		t.Errorf("after 12 MiB: %+v", st)
+	}
+	b.Free(id)
+	b.Malloc(23 << 19)
+	b.EmptyCache()
+	if st := b.Stats(); st.Allocated != 23*mib/2 || st.Reserved != 20*mib {
+		t.Errorf("after 11.5 MiB and EmptyCache: %+v", st)
 	}
 }

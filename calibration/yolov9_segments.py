@@ -479,8 +479,8 @@ def flatten(out):
             yield o
 
 
-def step(model, x, k, amp):
-    with torch.autocast("cuda", torch.float16, enabled=amp):
+def step(model, x, k, amp, dtype=torch.float16):
+    with torch.autocast("cuda", dtype, enabled=amp):
         out = forward_segments(model, x, k) if k > 1 else forward_once(model, x)
     torch.cuda.synchronize()
     after_fwd = torch.cuda.memory_allocated()
@@ -492,10 +492,11 @@ def step(model, x, k, amp):
     return after_fwd, fwd_peak
 
 
-def scenario(model, cfg, batch, img, amp, k, trace):
+def scenario(model, cfg, batch, img, amp, k, trace, dtype=torch.float16):
+    """dtype: autocast's type when amp (float16, or bfloat16 for the "bf16" precision)."""
     torch.cuda.empty_cache()
     x = torch.randn(batch, 3, img, img, device=DEV)
-    step(model, x, k, amp)  # warm-up
+    step(model, x, k, amp, dtype=dtype)  # warm-up
     torch.cuda.synchronize()
     if trace:
         torch.cuda.memory._record_memory_history(enabled="all", context="all", stacks="python", max_entries=2000000)
@@ -503,7 +504,7 @@ def scenario(model, cfg, batch, img, amp, k, trace):
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     m0 = torch.cuda.memory_allocated()
-    after_fwd, fwd_peak = step(model, x, k, amp)
+    after_fwd, fwd_peak = step(model, x, k, amp, dtype=dtype)
     st = torch.cuda.memory_stats()
     res = {"m0": m0, "after_fwd": after_fwd, "fwd_peak": fwd_peak, "peak": st["allocated_bytes.all.peak"],
            "peak_req": st["requested_bytes.all.peak"], "peak_reserved": st["reserved_bytes.all.peak"],
@@ -559,7 +560,10 @@ def main():
     models = {}
     for spec in a.scenarios.split(","):
         cfg, batch, img, prec, k, tr = spec.split(":")
-        batch, img, k, amp = int(batch), int(img), int(k), prec == "amp"
+        if prec not in ("fp32", "amp", "bf16"):
+            raise ValueError("%s: precision %r: want fp32, amp (autocast float16) or bf16 (autocast bfloat16)" % (spec, prec))
+        batch, img, k, amp = int(batch), int(img), int(k), prec != "fp32"
+        dtype = torch.bfloat16 if prec == "bf16" else torch.float16
         if cfg not in models:
             models.clear()
             torch.cuda.empty_cache()
@@ -567,9 +571,11 @@ def main():
             m = Model(TABLES[cfg]).to(DEV).train()
             models[cfg] = m
             print("%s: %d params, %d layers, save %s" % (cfg, sum(p.numel() for p in m.parameters()), len(m.model), m.save))
-        res, ev = scenario(models[cfg], cfg, batch, img, amp, k, tr == "t")
-        g = gt.get((cfg, batch, img, amp, k), {})
+        res, ev = scenario(models[cfg], cfg, batch, img, amp, k, tr == "t", dtype=dtype)
+        g = {} if prec == "bf16" else gt.get((cfg, batch, img, amp, k), {})  # the ground truth's amp is float16
         line = {"cfg": cfg, "batch": batch, "img": img, "amp": amp, "segments": k, "result": res, "groundtruth": g}
+        if prec == "bf16":
+            line["amp_dtype"] = "bfloat16"
         results["scenarios"].append(line)
         print("%s b%d %d %s k%d:" % (cfg, batch, img, prec, k),
               " ".join("%s %.1f (gt %s)" % (f, res[f] / 2**20, "%.1f" % (g[f] / 2**20) if f in g else "-") for f in
