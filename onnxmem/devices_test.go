@@ -108,3 +108,46 @@ func TestParseDevice(t *testing.T) {
 // contextAssumedForTest is the CUDA context NewDevice assumes: the one the
 // listed devices carry.
 var contextAssumedForTest = onnxmem.Devices[0].Context
+
+// TestAllocConf simulates a step with the caching allocator's options: the
+// bytes requested do not depend on them, expandable segments reserve no
+// more than one segment per request does, and a bad option is an error that
+// names it.
+func TestAllocConf(t *testing.T) {
+	m, err := onnxmem.Builtin("yolov9-s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := onnxmem.Scenario{Batch: 16, Height: 640, Width: 640, AMP: true, Train: true, Boxes: 16, EMA: true}
+	base, err := m.Simulate(sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, conf := range []string{"expandable_segments:True", "max_split_size_mb:128", "roundup_power2_divisions:4", "expandable_segments:False"} {
+		sc.AllocConf = conf
+		r, err := m.Simulate(sc)
+		if err != nil {
+			t.Fatalf("%s: %v", conf, err)
+		}
+		if r.PeakRequested != base.PeakRequested || r.Scenario.AllocConf != conf {
+			t.Errorf("%s: requested peak %d, default %d", conf, r.PeakRequested, base.PeakRequested)
+		}
+		switch conf {
+		case "expandable_segments:True":
+			if r.PeakReserved >= base.PeakReserved {
+				t.Errorf("%s: reserved %d, not less than the default's %d", conf, r.PeakReserved, base.PeakReserved)
+			}
+		case "expandable_segments:False":
+			if r.Peak != base.Peak || r.PeakReserved != base.PeakReserved {
+				t.Errorf("%s: differs from the default", conf)
+			}
+		}
+		t.Logf("%-28s peak %d reserved %d", conf, r.Peak, r.PeakReserved)
+	}
+	for _, bad := range []string{"expandable:True", "max_split_size_mb:1", "per_process_memory_fraction:0.5"} {
+		sc.AllocConf = bad
+		if _, err := m.Simulate(sc); err == nil || !strings.HasPrefix(err.Error(), "onnxmem: alloc conf") {
+			t.Errorf("%s: %v, want an alloc conf error", bad, err)
+		}
+	}
+}

@@ -27,6 +27,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/onnxmem/onnxmem/allocator"
 	"github.com/onnxmem/onnxmem/family"
 	"github.com/onnxmem/onnxmem/ir"
 	"github.com/onnxmem/onnxmem/schedule"
@@ -209,6 +210,12 @@ type Scenario struct {
 	// in the process, resident in train and eval steps; 0 means
 	// DefaultCuBLASWorkspace.
 	CuBLASWorkspace int64
+	// AllocConf is the caching allocator's options as PYTORCH_CUDA_ALLOC_CONF
+	// gives them ("expandable_segments:True,max_split_size_mb:128"; see
+	// allocator.ParseConf); "" is PyTorch's default allocator.
+	// per_process_memory_fraction is refused here: give the limit it sets as
+	// Capacity.
+	AllocConf string `json:",omitempty"`
 	// Capacity, when positive, is the caching allocator's limit in bytes,
 	// what torch.cuda.set_per_process_memory_fraction(f) sets (f ×
 	// total_memory) and, on a card, its memory less the CUDA context
@@ -301,6 +308,18 @@ type Result struct {
 	Events int
 }
 
+// allocConfig returns the caching allocator's options of the scenario.
+func (sc Scenario) allocConfig() (allocator.Config, error) {
+	c, err := allocator.ParseConf(sc.AllocConf)
+	if err != nil {
+		return c, fmt.Errorf("onnxmem: alloc conf: %w", err)
+	}
+	if c.PerProcessMemoryFraction > 0 {
+		return c, fmt.Errorf("onnxmem: alloc conf %q: per_process_memory_fraction needs the device's total memory: give the limit it sets, int(f × total_memory), as the capacity instead", sc.AllocConf)
+	}
+	return c, nil
+}
+
 // Supported reports why a scenario cannot be simulated yet, or nil.
 func (sc Scenario) Supported() error {
 	switch {
@@ -339,7 +358,8 @@ func (sc Scenario) Supported() error {
 	case sc.Optimizer != "" && !slices.Contains(Optimizers(), sc.Optimizer):
 		return fmt.Errorf("onnxmem: unknown optimizer %q: want SGD, Adam, AdamW, Lion or none", sc.Optimizer)
 	}
-	return nil
+	_, err := sc.allocConfig()
+	return err
 }
 
 // Program builds the step's program for a scenario without running the

@@ -13,7 +13,8 @@ import (
 // way the measurement harness runs it: load the parameters, empty the cache,
 // run one warm-up step, then free the warm-up's .grad buffers, allocate the
 // input and measure the next step. p must be a program that schedule.Build
-// made: Run panics on one whose events are not balanced, a broken invariant.
+// made: Run panics on one whose events are not balanced, a broken invariant,
+// and on a scenario whose allocator options Supported refuses.
 func Run(p *schedule.Program, sc Scenario) *Result {
 	r, _ := run(p, sc, nil)
 	return r
@@ -56,7 +57,11 @@ func (m *Model) Timeline(sc Scenario) (*Result, []Sample, error) {
 // measured step, and returns the Result with the liveness analysis of the
 // step.
 func run(p *schedule.Program, sc Scenario, observe func(int, allocator.Stats)) (*Result, *liveness.Analysis) {
-	a := allocator.New()
+	conf, err := sc.allocConfig()
+	if err != nil {
+		panic(fmt.Sprintf("onnxmem: Run of a scenario that Supported refuses: %v", err))
+	}
+	a := allocator.NewWithConfig(conf)
 	a.Capacity = sc.Capacity
 	ids := make([]allocator.ID, len(p.Buffers))
 	oom := false
@@ -138,7 +143,7 @@ func run(p *schedule.Program, sc Scenario, observe func(int, allocator.Stats)) (
 	st := a.Stats()
 	r.Peak, r.PeakRequested, r.PeakReserved, r.OOM = st.PeakAllocated, st.PeakRequested, st.PeakReserved, oom
 	r.ReservedAfter = st.Reserved
-	an := analyze(p)
+	an := analyze(p, conf)
 	if peakAt >= 0 {
 		e := p.Events[peakAt]
 		r.PeakEvent = peakAt
@@ -156,7 +161,7 @@ func run(p *schedule.Program, sc Scenario, observe func(int, allocator.Stats)) (
 // program's buffers, with the resident buffers and the input live before
 // the first event, each buffer its request rounded to the allocator's
 // blocks.
-func analyze(p *schedule.Program) *liveness.Analysis {
+func analyze(p *schedule.Program, conf allocator.Config) *liveness.Analysis {
 	ev := make([]liveness.Event, len(p.Events))
 	for i, e := range p.Events {
 		ev[i] = liveness.Event{Buf: e.Buf, Free: e.Free}
@@ -166,7 +171,7 @@ func analyze(p *schedule.Program) *liveness.Analysis {
 		initial = append(initial, p.Input)
 	}
 	initial = append(initial, p.Carried...)
-	size := func(b int32) int64 { return allocator.RoundSize(p.Buffers[b].Bytes) }
+	size := func(b int32) int64 { return conf.RoundSize(p.Buffers[b].Bytes) }
 	an, err := liveness.Analyze(ev, len(p.Buffers), initial, size)
 	if err != nil {
 		panic(fmt.Sprintf("onnxmem: schedule built a broken program: %v", err))

@@ -206,6 +206,7 @@ func (f *flagSet) settingFlags() func() (setting, error) {
 	amp := f.Bool("amp", false, "run the forward under autocast to float16 (train_dual.py's default)")
 	half := f.Bool("half", false, "run the model in half precision (model.half())")
 	seg := f.Int("segments", 0, "checkpoint the layers in `K` segments as checkpoint_sequential does (0: none)")
+	conf := f.allocConfFlag()
 	return func() (setting, error) {
 		switch {
 		case *amp && *half:
@@ -213,7 +214,21 @@ func (f *flagSet) settingFlags() func() (setting, error) {
 		case *seg < 0:
 			return setting{}, errors.New("-segments must be 0 or more")
 		}
-		return setting{AMP: *amp, Half: *half, Segments: *seg}, nil
+		return conf(setting{AMP: *amp, Half: *half, Segments: *seg})
+	}
+}
+
+// allocConfFlag adds -alloc-conf, the caching allocator's options; the
+// returned function, called after parsing, checks them and adds them to a
+// setting.
+func (f *flagSet) allocConfFlag() func(setting) (setting, error) {
+	conf := f.String("alloc-conf", "", "the caching allocator's `options` as PYTORCH_CUDA_ALLOC_CONF takes them, such as\nexpandable_segments:True or max_split_size_mb:128 (default: PyTorch's defaults)")
+	return func(st setting) (setting, error) {
+		st.AllocConf = *conf
+		if err := (onnxmem.Scenario{Batch: 1, Height: 1, Width: 1, AllocConf: *conf}).Supported(); err != nil {
+			return st, errors.New(strings.TrimPrefix(err.Error(), "onnxmem: "))
+		}
+		return st, nil
 	}
 }
 

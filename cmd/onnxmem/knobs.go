@@ -15,7 +15,7 @@ func cmdKnobs(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		"onnxmem knobs -batch 32 -budget 40 yolov9-c")
 	batch := f.positive("batch", 64, "batch `size`")
 	img := f.imgFlag()
-	limits := f.limitFlags()
+	limits, conf := f.limitFlags(), f.allocConfFlag()
 	train := f.trainFlags()
 	asJSON := f.jsonFlag()
 	f.familyFlag()
@@ -25,7 +25,11 @@ func cmdKnobs(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	}
 	var settings []setting
 	for _, st := range settingsOf(precisions, checkpointSegments) {
-		if t, err := train(setting{AMP: st.AMP, Segments: st.Segments}); err != nil {
+		t, err := train(setting{AMP: st.AMP, Segments: st.Segments})
+		if err == nil {
+			t, err = conf(t)
+		}
+		if err != nil {
 			return f.usageError(stderr, "%v", err)
 		} else if !st.Half || !t.Train {
 			t.Half = st.Half

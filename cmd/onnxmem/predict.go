@@ -18,7 +18,7 @@ import (
 func cmdPredict(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	f := newFlagSet("predict",
 		"onnxmem predict [-root DIR] < SCENARIOS.jsonl",
-		"Predict reads scenarios as JSON Lines on stdin and writes one line for each\n(blank lines are skipped): the same object with \"predicted\" added, or with\n\"error\" when the scenario cannot be simulated. Model paths are relative to\n-root; a model that names no file there but a built-in model (onnxmem models)\nis that model, and \"model\": null means the built-in model of \"cfg\".\n\nKinds: model_step, train_step and eval_step (the ground truth's fields: batch,\nimg or img_h and img_w, amp, half, segments, nc, boxes_per_img (a number or each\nimage's count), optimizer, ema, trainer, prev_pred_alive,\n...), and max_batch with \"step\" and \"capacity_bytes\", the caching\nallocator's limit (int(f × total_memory) for set_per_process_memory_fraction(f)),\nwhich answers {\"max_batch\", and the step's figures at it}. A field that a kind\ndoes not take, or a value that is not simulated yet (bf16 autocast, allocator\noptions, a whole run, ...), is an error that names it: never ignored.",
+		"Predict reads scenarios as JSON Lines on stdin and writes one line for each\n(blank lines are skipped): the same object with \"predicted\" added, or with\n\"error\" when the scenario cannot be simulated. Model paths are relative to\n-root; a model that names no file there but a built-in model (onnxmem models)\nis that model, and \"model\": null means the built-in model of \"cfg\".\n\nKinds: model_step, train_step and eval_step (the ground truth's fields: batch,\nimg or img_h and img_w, amp, half, segments, nc, boxes_per_img (a number or each\nimage's count), optimizer, ema, trainer, prev_pred_alive,\n...), and max_batch with \"step\" and \"capacity_bytes\", the caching\nallocator's limit (int(f × total_memory) for set_per_process_memory_fraction(f)),\nwhich answers {\"max_batch\", and the step's figures at it}. A field that a kind\ndoes not take, or a value that is not simulated yet (bf16 autocast, a whole\nrun, ...), is an error that names it: never ignored.",
 		"onnxmem predict -root ../shared < ../shared/groundtruth/calibration.jsonl")
 	root := f.String("root", ".", "`dir`ectory the scenarios' model paths are relative to")
 	pos, code, ok := f.parse(args, stdout, stderr)
@@ -245,9 +245,7 @@ func stepScenario(obj map[string]json.RawMessage, step string, search bool) (onn
 	default:
 		return sc, fmt.Errorf("onnxmem: amp_dtype %q: only float16 autocast is simulated yet", ampDType)
 	}
-	if allocConf != "" && allocConf != "expandable_segments:False" {
-		return sc, fmt.Errorf("onnxmem: alloc_conf %q: only PyTorch's default caching allocator is simulated yet (no PYTORCH_CUDA_ALLOC_CONF options)", allocConf)
-	}
+	sc.AllocConf = allocConf
 	if nc != 0 {
 		if _, hasModel := obj["model"]; hasModel && string(obj["model"]) != "null" {
 			return sc, fmt.Errorf("onnxmem: nc %d with a model file: the export fixes its classes; give \"model\": null to build the built-in cfg with nc classes", nc)

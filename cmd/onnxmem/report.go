@@ -45,7 +45,7 @@ func cmdReport(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		"onnxmem report -train -img 512 yolov9-s")
 	img, batches := f.imgFlag(), f.batchesFlag()
 	batch := f.positive("batch", 16, "batch `size` whose AMP peak is explained in detail")
-	train := f.trainFlags()
+	train, conf := f.trainFlags(), f.allocConfFlag()
 	asJSON, verbose := f.jsonFlag(), f.verboseFlag()
 	f.familyFlag()
 	path, code, ok := f.parseModel(args, true, stdout, stderr)
@@ -54,11 +54,15 @@ func cmdReport(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	}
 	settings := settingsOf(precisions[:2], checkpointSegments) // fp32 and AMP
 	detail, err := train(detailSetting)
+	if err == nil {
+		detail, err = conf(detail)
+	}
 	if err != nil {
 		return f.usageError(stderr, "%v", err)
 	}
 	for i := range settings {
 		settings[i], _ = train(settings[i]) // fails only as it did for detail
+		settings[i], _ = conf(settings[i])
 	}
 	isDefault := path == ""
 	if isDefault {

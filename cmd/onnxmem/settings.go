@@ -21,11 +21,13 @@ type setting struct {
 	Boxes     int64
 	Optimizer onnxmem.Optimizer
 	EMA       bool
+	// AllocConf is the caching allocator's options (-alloc-conf).
+	AllocConf string
 }
 
 // settingOf is the setting of a scenario.
 func settingOf(sc onnxmem.Scenario) setting {
-	st := setting{AMP: sc.AMP, Half: sc.Half, Segments: sc.Segments}
+	st := setting{AMP: sc.AMP, Half: sc.Half, Segments: sc.Segments, AllocConf: sc.AllocConf}
 	if sc.Train {
 		st.Train, st.Boxes, st.Optimizer, st.EMA = true, sc.Boxes, sc.Optimizer, sc.EMA
 	}
@@ -70,7 +72,7 @@ func (s setting) step() string {
 // scenario is the step of the setting at a batch size and square image.
 func (s setting) scenario(batch, img int64) onnxmem.Scenario {
 	sc := scenario(batch, img)
-	sc.AMP, sc.Half, sc.Segments = s.AMP, s.Half, s.Segments
+	sc.AMP, sc.Half, sc.Segments, sc.AllocConf = s.AMP, s.Half, s.Segments, s.AllocConf
 	if s.Train {
 		sc.Train, sc.Boxes, sc.Optimizer, sc.EMA = true, s.Boxes, s.Optimizer, s.EMA
 	}
