@@ -10,7 +10,7 @@ import (
 
 func cmdSweep(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	f := newFlagSet("sweep",
-		"onnxmem sweep [-img N] [-batches LIST] [-amp|-half] [-segments K] [-json] [-svg FILE] [-v] MODEL.onnx",
+		"onnxmem sweep [-img N] [-batches LIST] [-amp|-half] [-segments K] [-alloc-conf OPTS] [-json] [-svg FILE] [-v] MODEL.onnx",
 		"Sweep predicts the model step (fp32 unless -amp or -half, checkpointed with\n-segments) at each batch size and prints a table of peaks (GiB), or JSON\n(bytes) with -json; -svg also writes a plot of the peak against the batch size.",
 		"onnxmem sweep -batches 1,8,32 -svg peak.svg yolov9-s")
 	img, batches, set := f.imgFlag(), f.batchesFlag(), f.settingFlags()
@@ -47,7 +47,11 @@ type sweepJSON struct {
 // stepTitle names the simulated step, above tables and plots.
 func stepTitle(name string, sc onnxmem.Scenario) string {
 	st := settingOf(sc)
-	return fmt.Sprintf("%s: %s %s, image %dx%d", name, st, st.step(), sc.Height, sc.Width)
+	t := fmt.Sprintf("%s: %s %s, image %dx%d", name, st, st.step(), sc.Height, sc.Width)
+	if sc.AllocConf != "" {
+		t += "; allocator " + sc.AllocConf
+	}
+	return t
 }
 
 // newTable returns a tabwriter that right-aligns cells; a line's last cell,

@@ -10,7 +10,7 @@ import (
 
 func cmdTimeline(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	f := newFlagSet("timeline",
-		"onnxmem timeline [-batch N] [-img N] [-amp|-half] [-segments K] [-json] [-svg FILE] MODEL.onnx",
+		"onnxmem timeline [-batch N] [-img N] [-amp|-half] [-segments K] [-alloc-conf OPTS] [-json] [-svg FILE] MODEL.onnx",
 		"Timeline replays the measured model step (fp32 unless -amp or -half,\ncheckpointed with -segments) and summarizes memory over it:\nbefore the step (m0), after the forward, the peak and where it falls, after the\nbackward. -svg plots allocated and reserved memory against the event index with\nthe phases shaded and the peak marked; -json writes the summary and every sample.",
 		"onnxmem timeline -batch 16 -svg step.svg yolov9-s")
 	batch := f.positive("batch", 8, "batch `size`")
