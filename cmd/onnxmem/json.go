@@ -39,6 +39,9 @@ type resultJSON struct {
 	AMP      bool `json:"amp"`
 	Half     bool `json:"half"`
 	Segments int  `json:"segments"`
+	// AllocConf is the caching allocator's options, when not PyTorch's
+	// defaults.
+	AllocConf string `json:"alloc_conf,omitempty"`
 	// Train is the training step's setting; absent for a model step.
 	Train *trainJSON `json:"train,omitempty"`
 	predicted
@@ -78,7 +81,7 @@ type kindJSON struct {
 func newResultJSON(r *onnxmem.Result, detail bool) resultJSON {
 	j := resultJSON{
 		Batch: r.Scenario.Batch, Height: r.Scenario.Height, Width: r.Scenario.Width,
-		AMP: r.Scenario.AMP, Half: r.Scenario.Half, Segments: r.Scenario.Segments,
+		AMP: r.Scenario.AMP, Half: r.Scenario.Half, Segments: r.Scenario.Segments, AllocConf: r.Scenario.AllocConf,
 		predicted: newPredicted(r),
 		PeakPhase: r.PeakPhase, PeakNode: r.PeakNode, PeakLayer: r.PeakLayer, PeakEvent: r.PeakEvent,
 		Events: r.Events, OOM: r.OOM,
