@@ -6,6 +6,12 @@
 // [N, Cin, Cout, H, W, K, stride, groups, element size], sorted.
 //
 //	go run calibration/conv_configs.go -o calibration/results/conv_configs.json
+//
+// With -onnx, the exports named (comma-separated) instead, at batch 1 to
+// 128 (powers of 2) on -img square images: the torchvision classifiers at
+// 224 are
+//
+//	go run calibration/conv_configs.go -onnx ../shared/torchvision/resnet18-train.onnx,../shared/torchvision/mobilenet_v3_large-train.onnx -img 224 -o calibration/results/conv_configs_torchvision.json
 package main
 
 import (
@@ -15,6 +21,7 @@ import (
 	"log"
 	"os"
 	"slices"
+	"strings"
 
 	"github.com/onnxmem/onnxmem/ir"
 	"github.com/onnxmem/onnxmem/models"
@@ -24,9 +31,37 @@ import (
 
 func main() {
 	out := flag.String("o", "calibration/results/conv_configs.json", "output `file`")
+	files := flag.String("onnx", "", "comma-separated ONNX `files` to take the convolutions of, in place of the built-in models")
+	img := flag.Int64("img", 224, "the square image side for -onnx")
 	flag.Parse()
 	seen := map[[9]int64]bool{}
+	if *files != "" {
+		for _, f := range strings.Split(*files, ",") {
+			m, err := onnxmem.Load(f)
+			if err != nil {
+				log.Fatal(err)
+			}
+			for b := int64(1); b <= 128; b *= 2 {
+				s, err := m.Graph.Infer(ir.Binding{Batch: b, Height: *img, Width: *img})
+				if err != nil {
+					log.Fatal(err)
+				}
+				for _, prec := range []schedule.Precision{schedule.FP32, schedule.AMP} {
+					cfg := schedule.Config{Precision: prec, Workspace: func(c schedule.ConvCall) int64 {
+						seen[[9]int64{c.N, c.Cin, c.Cout, c.H, c.W, c.KH, c.StrideH, c.Groups, c.ElemSize}] = true
+						return 0
+					}}
+					if _, err := schedule.Build(m.Graph, s, cfg); err != nil {
+						log.Fatal(err)
+					}
+				}
+			}
+		}
+	}
 	for _, name := range models.Names() {
+		if *files != "" {
+			break
+		}
 		m, err := onnxmem.Builtin(name)
 		if err != nil {
 			log.Fatal(err)

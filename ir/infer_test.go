@@ -83,6 +83,26 @@ func TestOpRules(t *testing.T) {
 			dims: map[string][]int64{"y": {1, 1, 3, 4}},
 		},
 		{
+			name: "classifier head: global average pool, flatten, gemm, dropout",
+			build: func() *model {
+				return newModel(17).input("x", Float32, "batch", 512, 7, 7).
+					init("w", Float32, []int64{1000, 512}).init("b", Float32, []int64{1000}).
+					init("wa", Float32, []int64{512, 10}).
+					constant("ratio", Float32, []int64{}, 0).
+					node("GlobalAveragePool", "gap", "x", "p").
+					node("Flatten", "flat", "p", "f", onnxbuild.IntAttr("axis", 1)).
+					node("Gemm", "fc", "f,w,b", "y", onnxbuild.IntAttr("transB", 1)).
+					node("Gemm", "plain", "f,wa", "z").
+					node("Dropout", "drop", "y,ratio", "d,mask").
+					node("Flatten", "all", "x", "x0", onnxbuild.IntAttr("axis", 0)).
+					node("Flatten", "last", "x", "xl", onnxbuild.IntAttr("axis", -1))
+			},
+			bind: Binding{Batch: 4},
+			dims: map[string][]int64{"p": {4, 512, 1, 1}, "f": {4, 512}, "y": {4, 1000}, "z": {4, 10},
+				"d": {4, 1000}, "mask": {4, 1000}, "x0": {1, 4 * 512 * 49}, "xl": {4 * 512 * 7, 7}},
+			dtype: map[string]DType{"p": Float32, "y": Float32, "mask": Bool},
+		},
+		{
 			name: "batchnorm training outputs",
 			build: func() *model {
 				return image(17).init("s", Float32, []int64{3}).init("bias", Float32, []int64{3}).
@@ -390,6 +410,27 @@ func TestInferErrors(t *testing.T) {
 			name:  "unknown op",
 			build: func() *model { return newModel(17).input("x", Float32, 2).node("FancyOp", "fancy", "x", "y") },
 			want:  []string{`ir: node "fancy": unsupported op FancyOp:`, "opset 17", "open an issue to add shape rules for FancyOp"},
+		},
+		{
+			name: "gemm inner dims",
+			build: func() *model {
+				return newModel(17).input("x", Float32, 2, 8).init("w", Float32, []int64{4, 9}).
+					node("Gemm", "fc", "x,w", "y", onnxbuild.IntAttr("transB", 1))
+			},
+			want: []string{`ir: node "fc" (Gemm)`, "inner dims 8 and 9"},
+		},
+		{
+			name: "gemm bias",
+			build: func() *model {
+				return newModel(17).input("x", Float32, 2, 8).init("w", Float32, []int64{4, 8}).init("b", Float32, []int64{3}).
+					node("Gemm", "fc", "x,w,b", "y", onnxbuild.IntAttr("transB", 1))
+			},
+			want: []string{`ir: node "fc" (Gemm)`, "cannot broadcast"},
+		},
+		{
+			name:  "global pool rank",
+			build: func() *model { return newModel(17).input("x", Float32, 2, 8).node("GlobalAveragePool", "g", "x", "y") },
+			want:  []string{`ir: node "g" (GlobalAveragePool)`, "no spatial axes"},
 		},
 		{
 			name:  "unbound symbolic dim",

@@ -1,6 +1,7 @@
 // The op kinds, the dispatch of shape rules, and the rules of the elementwise
 // and network ops: the same-shape unary ops, broadcasting arithmetic, Cast,
-// Conv, the pools, BatchNormalization, ReduceSum, Resize and Transpose. The
+// Conv, Gemm, Dropout, the pools, BatchNormalization, ReduceSum, Resize and
+// Transpose. The
 // rules of the ops that rearrange tensors or compute shapes are in shapeops.go.
 
 package ir
@@ -25,7 +26,11 @@ const (
 	opConstant
 	opConstantOfShape
 	opConv
-	opPool // MaxPool, AveragePool
+	opDropout
+	opFlatten
+	opGemm
+	opGlobalPool // GlobalAveragePool, GlobalMaxPool
+	opPool       // MaxPool, AveragePool
 	opExpand
 	opGather
 	opRange
@@ -49,6 +54,7 @@ var opKinds = map[string]opKind{
 	"Add": opBinary, "Sub": opBinary, "Mul": opBinary, "Div": opBinary, "Pow": opBinary,
 	"BatchNormalization": opBatchNorm, "Cast": opCast, "Concat": opConcat, "Constant": opConstant,
 	"ConstantOfShape": opConstantOfShape, "Conv": opConv, "MaxPool": opPool, "AveragePool": opPool,
+	"Dropout": opDropout, "Flatten": opFlatten, "Gemm": opGemm, "GlobalAveragePool": opGlobalPool,
 	"Expand": opExpand, "Gather": opGather, "Range": opRange, "ReduceSum": opReduceSum,
 	"Reshape": opReshape, "Resize": opResize, "Shape": opShape, "Slice": opSlice, "Split": opSplit,
 	"Squeeze": opSqueeze, "Transpose": opTranspose, "Unsqueeze": opUnsqueeze,
@@ -91,6 +97,15 @@ func (c *inferer) node(op opKind) error {
 		c.constantOfShape()
 	case opConv:
 		c.conv()
+	case opDropout:
+		c.set(0, c.dtype(0), c.dims(0))
+		c.set(1, Bool, c.dims(0)) // the mask
+	case opFlatten:
+		c.flatten()
+	case opGemm:
+		c.gemm()
+	case opGlobalPool:
+		c.globalPool()
 	case opPool:
 		c.pool()
 	case opExpand:
@@ -138,7 +153,7 @@ func (c *inferer) node(op opKind) error {
 // minInputs is the number of leading inputs that each op kind requires.
 var minInputs = [...]int{
 	opSameShape: 1, opBinary: 2, opBatchNorm: 5, opCast: 1, opConcat: 1,
-	opConstantOfShape: 1, opConv: 2, opPool: 1, opExpand: 2, opGather: 2,
+	opConstantOfShape: 1, opConv: 2, opDropout: 1, opFlatten: 1, opGemm: 2, opGlobalPool: 1, opPool: 1, opExpand: 2, opGather: 2,
 	opRange: 3, opReduceSum: 1, opReshape: 2, opResize: 1, opShape: 1,
 	opSlice: 1, opSplit: 1, opSqueeze: 1, opTranspose: 1, opUnsqueeze: 1,
 }
@@ -319,6 +334,56 @@ func (c *inferer) conv() {
 	d := c.alloc(len(x))
 	d[0], d[1] = x[0], w[0]
 	c.window(d, x, w[2:])
+	c.set(0, c.dtype(0), d)
+}
+
+// gemm is the rule of Gemm: op(A) [M K] · op(B) [K N] (+ C, broadcast to
+// [M N]) → [M N], op transposing when transA or transB is set.
+func (c *inferer) gemm() {
+	a, b := c.dims(0), c.dims(1)
+	if len(a) != 2 || len(b) != 2 {
+		c.fail("inputs of dims %v and %v are not matrices", a, b)
+		return
+	}
+	m, k := a[0], a[1]
+	if c.n.IntAttr("transA", 0) != 0 {
+		m, k = k, m
+	}
+	kb, n := b[0], b[1]
+	if c.n.IntAttr("transB", 0) != 0 {
+		kb, n = n, kb
+	}
+	if k != kb {
+		c.fail("inner dims %d and %d of %v and %v differ", k, kb, a, b)
+		return
+	}
+	d := c.alloc(2)
+	d[0], d[1] = m, n
+	if c.in(2) != NoValue {
+		bd := c.broadcast(d, c.dims(2))
+		if bd == nil {
+			return
+		}
+		if !slices.Equal(bd, d) {
+			c.fail("C of dims %v does not broadcast to [%d %d]", c.dims(2), m, n)
+			return
+		}
+	}
+	c.set(0, c.dtype(0), d)
+}
+
+// globalPool is the rule of GlobalAveragePool: [N C spatial…] → [N C 1…].
+func (c *inferer) globalPool() {
+	x := c.dims(0)
+	if len(x) < 3 {
+		c.fail("input dims %v have no spatial axes", x)
+		return
+	}
+	d := c.alloc(len(x))
+	d[0], d[1] = x[0], x[1]
+	for i := 2; i < len(d); i++ {
+		d[i] = 1
+	}
 	c.set(0, c.dtype(0), d)
 }
 

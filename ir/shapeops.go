@@ -1,6 +1,6 @@
 // The shape rules of the ops that rearrange tensors or compute shapes, and that
 // fold small integer contents: Concat, Constant, ConstantOfShape, Expand,
-// Gather, Range, Reshape, Shape, Slice, Split, Squeeze and Unsqueeze.
+// Flatten, Gather, Range, Reshape, Shape, Slice, Split, Squeeze and Unsqueeze.
 
 package ir
 
@@ -35,10 +35,14 @@ func (c *inferer) concat() {
 	if len(d) != 1 || d[0] > maxSmall || c.err != nil {
 		return
 	}
+	// Unknown contents (joinData's nil) set nothing: setData would take nil
+	// floats for an empty list.
 	if isFloat(dt) {
-		c.setData(0, nil, joinData(c, c.floats))
-	} else {
-		c.setData(0, joinData(c, c.ints), nil)
+		if f := joinData(c, c.floats); f != nil {
+			c.setData(0, nil, f)
+		}
+	} else if d := joinData(c, c.ints); d != nil {
+		c.setData(0, d, nil)
 	}
 }
 
@@ -243,6 +247,31 @@ func (c *inferer) reshape() {
 	if out, _ := elemsOK(d, Undefined); out != in {
 		c.fail("cannot reshape %v (%d elements) to %v (%d elements)", x, in, d, out)
 		return
+	}
+	c.set(0, c.dtype(0), d)
+	c.passData()
+}
+
+// flatten is the rule of Flatten: the dims before axis and from axis on
+// each become one, [d0·…·d(axis-1), d(axis)·…]; the contents pass through.
+func (c *inferer) flatten() {
+	x := c.dims(0)
+	a := c.n.IntAttr("axis", 1)
+	if a < 0 {
+		a += int64(len(x))
+	}
+	if a < 0 || a > int64(len(x)) {
+		c.fail("axis %d is outside dims %v", c.n.IntAttr("axis", 1), x)
+		return
+	}
+	d := c.alloc(2)
+	d[0], d[1] = 1, 1
+	for i, e := range x {
+		if int64(i) < a {
+			d[0] = c.mul(d[0], e)
+		} else {
+			d[1] = c.mul(d[1], e)
+		}
 	}
 	c.set(0, c.dtype(0), d)
 	c.passData()

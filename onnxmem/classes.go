@@ -235,7 +235,8 @@ func sameStructure(a, b classPoint) bool {
 		p.BackwardEnd != q.BackwardEnd || p.StepEnd != q.StepEnd || len(p.Buffers) != len(q.Buffers) ||
 		!slices.Equal(p.Events, q.Events) || !slices.Equal(p.Resident, q.Resident) ||
 		!slices.Equal(p.ParamGrads, q.ParamGrads) || !slices.Equal(p.LayerEnds, q.LayerEnds) || len(a.calls) != len(b.calls) ||
-		!slices.Equal(p.Carried, q.Carried) || !slices.Equal(p.CarriedFrom, q.CarriedFrom) {
+		!slices.Equal(p.Carried, q.Carried) || !slices.Equal(p.CarriedFrom, q.CarriedFrom) ||
+		!slices.Equal(p.Once, q.Once) || !slices.Equal(p.OnceAt, q.OnceAt) {
 		return false
 	}
 	for i := range p.Buffers {
@@ -278,10 +279,13 @@ func (t *template) at(n int64) *schedule.Program {
 
 // workspaceBuffers returns the workspace buffer of each call of a build
 // that gave every call one: the k-th call made the k-th workspace buffer
-// that is not resident (the resident one is cuBLAS's).
+// that is neither resident nor made once (those are cuBLAS's).
 func workspaceBuffers(p *schedule.Program, calls []convCall) ([]int32, bool) {
 	resident := make([]bool, len(p.Buffers))
 	for _, r := range p.Resident {
+		resident[r] = true
+	}
+	for _, r := range p.Once {
 		resident[r] = true
 	}
 	out := make([]int32, 0, len(calls))
@@ -343,6 +347,11 @@ func trim(p *schedule.Program, calls []convCall, wsBuf []int32) *schedule.Progra
 	}
 	q.Resident, q.ParamGrads = renumber(p.Resident), renumber(p.ParamGrads)
 	q.Carried, q.CarriedFrom = renumber(p.Carried), renumber(p.CarriedFrom)
+	q.Once = renumber(p.Once)
+	q.OnceAt = make([]int, len(p.OnceAt))
+	for i, at := range p.OnceAt {
+		q.OnceAt[i] = kept[at]
+	}
 	if p.Input >= 0 {
 		q.Input = idx[p.Input]
 	}

@@ -248,6 +248,11 @@ func (sc Scenario) Defaults() Scenario {
 // to ":4096:2:16:8", 8.125 MiB.
 const DefaultCuBLASWorkspace = 32 << 20
 
+// CuBLASLtWorkspace is PyTorch's cuBLASLt workspace on CUDA,
+// CUBLASLT_WORKSPACE_SIZE's default of 1024 KiB (CublasHandlePool.cpp),
+// which a linear layer's addmm through cuBLASLt allocates once per thread.
+const CuBLASLtWorkspace = 1 << 20
+
 // Tensor is one buffer alive at the peak.
 type Tensor struct {
 	// Name is the graph value's name, or a description for buffers that hold
@@ -395,7 +400,7 @@ func (m *Model) build(p *prepared, sc Scenario, workspace func(schedule.ConvCall
 		return nil, nil, fmt.Errorf("onnxmem: %s: %w", m.Name, err)
 	}
 	var calls []convCall
-	cfg := schedule.Config{CuBLASWorkspace: sc.CuBLASWorkspace, Holder: p,
+	cfg := schedule.Config{CuBLASWorkspace: sc.CuBLASWorkspace, CuBLASLtWorkspace: CuBLASLtWorkspace, Holder: p,
 		Workspace: func(c schedule.ConvCall) int64 {
 			ws := workspace(c)
 			calls = append(calls, convCall{c, ws})

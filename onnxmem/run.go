@@ -11,8 +11,9 @@ import (
 
 // Run replays a step's program through the simulated caching allocator the
 // way the measurement harness runs it: load the parameters, empty the cache,
-// run one warm-up step, then free the warm-up's .grad buffers, allocate the
-// input and measure the next step. p must be a program that schedule.Build
+// run one warm-up step (which makes the cuBLAS workspaces that stay), then
+// free the warm-up's .grad buffers, allocate the input and measure the next
+// step. p must be a program that schedule.Build
 // made: Run panics on one whose events are not balanced, a broken invariant,
 // and on a scenario whose allocator options Supported refuses.
 func Run(p *schedule.Program, sc Scenario) *Result {
@@ -90,20 +91,25 @@ func run(p *schedule.Program, sc Scenario, observe func(int, allocator.Stats)) (
 	for _, buf := range p.Carried {
 		malloc(buf)
 	}
-	replay := func(from, to int) {
-		for _, e := range p.Events[from:to] {
-			if e.Free {
-				free(e.Buf)
-			} else {
-				malloc(e.Buf)
-			}
-		}
-	}
-	// Warm-up step.
+	// Warm-up step: it also makes the workspaces that stay (Program.Once),
+	// each just before its event.
 	if p.Input >= 0 {
 		malloc(p.Input)
 	}
-	replay(0, len(p.Events))
+	once := 0
+	for i, e := range p.Events {
+		for ; once < len(p.Once) && p.OnceAt[once] <= i; once++ {
+			malloc(p.Once[once])
+		}
+		if e.Free {
+			free(e.Buf)
+		} else {
+			malloc(e.Buf)
+		}
+	}
+	for ; once < len(p.Once); once++ {
+		malloc(p.Once[once])
+	}
 	// Measured step. The warm-up's outputs are the ones it carries.
 	for i, buf := range p.Carried {
 		ids[buf] = ids[p.CarriedFrom[i]]
@@ -158,9 +164,9 @@ func run(p *schedule.Program, sc Scenario, observe func(int, allocator.Stats)) (
 }
 
 // analyze returns the liveness of the measured step: its events over the
-// program's buffers, with the resident buffers and the input live before
-// the first event, each buffer its request rounded to the allocator's
-// blocks.
+// program's buffers, with the resident buffers, the input and the warm-up's
+// workspaces live before the first event, each buffer its request rounded
+// to the allocator's blocks.
 func analyze(p *schedule.Program, conf allocator.Config) *liveness.Analysis {
 	ev := make([]liveness.Event, len(p.Events))
 	for i, e := range p.Events {
@@ -171,6 +177,7 @@ func analyze(p *schedule.Program, conf allocator.Config) *liveness.Analysis {
 		initial = append(initial, p.Input)
 	}
 	initial = append(initial, p.Carried...)
+	initial = append(initial, p.Once...)
 	size := func(b int32) int64 { return conf.RoundSize(p.Buffers[b].Bytes) }
 	an, err := liveness.Analyze(ev, len(p.Buffers), initial, size)
 	if err != nil {

@@ -7,11 +7,16 @@ import (
 )
 
 // loss emits loss = sum(o.sum() for o in outputs): each term and each partial
-// sum is a 4-byte tensor.
+// sum is a 4-byte tensor. A graph of one output takes loss = out.sum(), the
+// term itself.
 func (b *builder) loss() {
 	b.phase = LossPhase
 	b.node = -1
 	b.lossSt = -1
+	if len(b.g.Outputs) == 1 {
+		b.lossSt = b.alloc(b.scalarBytes(), Scalar, ir.NoValue)
+		return
+	}
 	for range b.g.Outputs {
 		term := b.alloc(4, Scalar, ir.NoValue)
 		sum := b.alloc(4, Scalar, ir.NoValue)
@@ -21,6 +26,18 @@ func (b *builder) loss() {
 		b.unref(term)
 		b.lossSt = sum
 	}
+}
+
+// scalarBytes is the size of the loss and of its seed gradient: 4 bytes,
+// or, for out.sum() of a graph's only output, that output's element (a
+// float16 sum of a float16 output under autocast).
+func (b *builder) scalarBytes() int64 {
+	if len(b.g.Outputs) == 1 {
+		if sz := b.dt[b.g.Outputs[0]].Size(); sz > 0 {
+			return sz
+		}
+	}
+	return 4
 }
 
 // backward emits loss.backward(): the autograd nodes in reverse creation
@@ -42,7 +59,7 @@ func (b *builder) backward() error {
 		}
 	} else {
 		// d(sum)/d(o) is a one-element tensor expanded to o's shape.
-		ones = b.alloc(4, Scalar, ir.NoValue)
+		ones = b.alloc(b.scalarBytes(), Scalar, ir.NoValue)
 		for _, o := range g.Outputs {
 			if b.rg[o] {
 				b.ref(ones)
@@ -205,6 +222,33 @@ func (b *builder) back(n *ir.Node, k opKind, outs []ir.ValueID) {
 				b.unref(st)
 			})
 		}
+		// A depthwise conv that PyTorch runs with its own kernels
+		// (ConvBackend::CudaDepthwise2d) makes the weight's gradient
+		// before the input's (calibration/torchvision_steps.json).
+		if b.nativeDepthwise(n) {
+			var params []int32
+			for _, w := range n.Inputs[1:] {
+				switch {
+				case w == ir.NoValue || !b.param[w]:
+				case b.autocast():
+					params = append(params, low(w), int32(w))
+				default:
+					b.paramGrad(w)
+				}
+			}
+			if b.rg[x] {
+				if b.autocast() && b.dt[x] != b.low() {
+					toCopy(low(x), x, false)
+				} else {
+					fresh(x)
+				}
+			}
+			for j := 0; j < len(params); j += 2 {
+				toCopy(params[j], ir.ValueID(params[j+1]), true)
+			}
+			freeCopy(xc)
+			break
+		}
 		// The data and the filter pass each take their own contiguous
 		// copy of a strided incoming gradient.
 		if b.rg[x] {
@@ -250,16 +294,51 @@ func (b *builder) back(n *ir.Node, k opKind, outs []ir.ValueID) {
 		freeCopy(c)
 	case opSiLU:
 		fresh(b.siluIn[n.ID])
-	case opSigmoid, opSoftmax:
+	case opSigmoid, opSoftmax, opSavesInput, opGlobalAvgPool:
+		// threshold_backward, hardswish_backward, mean's expand / numel: a
+		// new gradient of the input.
 		fresh(n.Inputs[0])
+	case opDropout:
+		if b.dropoutTrains(n) {
+			fresh(n.Inputs[0])
+		} else {
+			pass(n.Inputs[0], true, true)
+		}
+	case opGemm:
+		post = b.gemmBack(n, gy, fresh, contiguous, post)
 	case opMul, opDiv:
-		for j, v := range n.Inputs[:2] {
-			if v == ir.NoValue || (j == 1 && v == n.Inputs[0]) {
+		ins := n.Inputs[:2]
+		// A broadcast operand's gradient (the squeeze-excitation scale of
+		// scale * x) is first a product of the output's size, which
+		// validate_outputs sums to the operand's shape once the node's
+		// gradients are made; then the product goes. MulBackward0 computes
+		// other's gradient before self's (calibration/torchvision_ops.py,
+		// se_mul), which only a broadcast operand makes visible.
+		broadcast := false
+		for _, v := range ins {
+			broadcast = broadcast || (k == opMul && v != ir.NoValue && b.rg[v] && s.Elems(v) < s.Elems(outs[0]))
+		}
+		if broadcast {
+			ins = []ir.ValueID{n.Inputs[1], n.Inputs[0]}
+		}
+		var tmp []int32
+		var small []ir.ValueID
+		for j, v := range ins {
+			if v == ir.NoValue || (j == 1 && v == ins[0]) {
+				continue
+			}
+			if broadcast && b.rg[v] && s.Elems(v) < s.Elems(outs[0]) {
+				tmp = append(tmp, b.scratch(s.Elems(outs[0])*b.dt[outs[0]].Size(), Grad))
+				small = append(small, v)
 				continue
 			}
 			if b.data[v] {
 				fresh(v)
 			}
+		}
+		for j, v := range small {
+			fresh(v)
+			b.freeScratch(tmp[j])
 		}
 	case opAdd, opSub:
 		for j, v := range n.Inputs[:2] {
@@ -354,6 +433,115 @@ func (b *builder) back(n *ir.Node, k opKind, outs []ir.ValueID) {
 	for _, f := range post {
 		f()
 	}
+}
+
+// nativeDepthwise reports whether conv node n is a depthwise convolution (a
+// group per input channel) that PyTorch runs with its own CUDA kernels
+// rather than cuDNN's: ConvParams::use_cudnn_depthwise sends only float16
+// ones of at least 32 channels, square strides and no dilation to cuDNN,
+// and of those the ones check_cudnn_depthwise_workload_with_filter (cuDNN
+// 8.2 and later) accepts: every stride-1 conv with a square 1×1, 3×3 or 5×5
+// filter on an input at least 7 wide, and at stride 2 at batch 1 a 3×3 or
+// 5×5 filter (or 1×1 on at most 28 wide), at larger batches a 3×3 or 5×5
+// filter on 512 or more channels or on 256 or more at least 28 wide, or a
+// 1×1 one at batch 16 or less on 128 or more channels at most 7 wide.
+func (b *builder) nativeDepthwise(n *ir.Node) bool {
+	x, w := b.s.Dims[n.Inputs[0]], b.s.Dims[n.Inputs[1]]
+	g := n.IntAttr("group", 1)
+	if len(x) != 4 || len(w) != 4 || g <= 1 || g != x[1] || w[0]%x[1] != 0 {
+		return false
+	}
+	cudnn := func() bool {
+		st := n.IntsAttr("strides")
+		stride := int64(1)
+		if len(st) == 2 {
+			if st[0] != st[1] && x[2] != 1 {
+				return false
+			}
+			stride = st[1]
+		}
+		for _, d := range n.IntsAttr("dilations") {
+			if d != 1 {
+				return false
+			}
+		}
+		if b.dt[n.Inputs[0]] != ir.Float16 || x[1] < 32 {
+			return false
+		}
+		if x[2] == 1 && stride == 1 {
+			return true
+		}
+		f := w[3]
+		if w[2] != f || (f != 1 && f != 3 && f != 5) || x[3] < 7 {
+			return false
+		}
+		bs, ch, wd := x[0], x[1], x[3]
+		switch {
+		case stride == 1:
+			return true
+		case stride != 2:
+			return false
+		case bs == 1:
+			return (f == 1 && wd <= 28) || f == 3 || f == 5
+		}
+		return (f == 1 && bs <= 16 && ch >= 128 && wd <= 7) || ((f == 3 || f == 5) && (ch >= 512 || (ch >= 256 && wd >= 28)))
+	}
+	return !cudnn()
+}
+
+// gemmBack emits AddmmBackward0 (MmBackward0 without a bias): mat1's
+// gradient grad·W, then the weight's (grad.t()·mat1, whose transpose is
+// contiguous and becomes W.grad), each an mm that takes its own contiguous
+// copy of a strided incoming gradient (prepare_matrix_for_cublas clones an
+// expanded one) and makes the autograd thread's cuBLAS workspace if it has
+// none; then validate_outputs sums the incoming gradient to the bias's
+// shape. Under autocast these are float16 gradients of the casts, which
+// ToCopyBackward turns into float32 ones after the node: mat1's, the
+// weight's, then the bias's.
+func (b *builder) gemmBack(n *ir.Node, gy gradT, fresh func(ir.ValueID), contiguous func() int32, post []func()) []func() {
+	s := b.s
+	x, w := n.Inputs[0], n.Inputs[1]
+	bias := ir.NoValue
+	if len(n.Inputs) > 2 && n.Inputs[2] != ir.NoValue {
+		bias = n.Inputs[2]
+	}
+	low := func(v ir.ValueID) int32 { return b.alloc(s.Elems(v)*b.low().Size(), Grad, v) }
+	toCopy := func(st int32, v ir.ValueID, param bool) {
+		post = append(post, func() {
+			if param {
+				b.paramGrad(v)
+			} else {
+				b.accumulate(v, b.grad(v))
+			}
+			b.unref(st)
+		})
+	}
+	if b.rg[x] {
+		if b.autocast() && b.dt[x] != b.low() {
+			toCopy(low(x), x, false)
+		} else {
+			fresh(x)
+		}
+		c := contiguous()
+		b.blasWorkspaces(false)
+		b.freeScratch(c)
+	}
+	for _, p := range []ir.ValueID{w, bias} {
+		if p == ir.NoValue || !b.param[p] {
+			continue
+		}
+		if b.autocast() {
+			toCopy(low(p), p, true)
+		} else {
+			b.paramGrad(p)
+		}
+		if p == w {
+			c := contiguous()
+			b.blasWorkspaces(false)
+			b.freeScratch(c)
+		}
+	}
+	return post
 }
 
 // accumulate sums gradient t into v's buffer the way InputBuffer::accumulate

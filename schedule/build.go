@@ -80,9 +80,21 @@ type Config struct {
 	// Holder says what the model's Python forward keeps alive beyond each
 	// op's reads; nil means LayerLoopOnly.
 	Holder Holder
-	// CuBLASWorkspace is the bytes of the cuBLAS workspace that an earlier
-	// matrix product left allocated; the eval step keeps it resident.
+	// CuBLASWorkspace is the bytes of a cuBLAS workspace: one per handle
+	// and stream (aten/src/ATen/cuda/CublasHandlePool.cpp), allocated by the
+	// first matrix product a thread runs and kept until the process ends.
+	// The train and eval steps start with the main thread's resident (an
+	// earlier matrix product of the training loop made it); in a model step
+	// the warm-up makes it, at the first Gemm of the forward, and the
+	// autograd engine's device thread, which has a handle of its own, makes
+	// another at the first Gemm of the backward (Program.Once).
 	CuBLASWorkspace int64
+	// CuBLASLtWorkspace is the bytes of a cuBLASLt workspace (default
+	// CUBLASLT_WORKSPACE_SIZE, 1 MiB), also one per handle and stream: a
+	// linear layer with a bias runs addmm through cuBLASLt (Blas.cpp,
+	// isInputCompliesAddmmCudaLt), which allocates it after the handle's
+	// cuBLAS workspace. 0 allocates none.
+	CuBLASLtWorkspace int64
 	// Checkpoint lists layer ranges run under
 	// torch.utils.checkpoint.checkpoint(use_reentrant=False): their forward
 	// keeps no saved tensors, only their inputs; the backward recomputes a
@@ -145,6 +157,8 @@ type builder struct {
 	deferred  []int32       // storages only a suppressed save held, freed when the op returns
 	decoded   []int32       // the eval head's decoded outputs, alive to the end of the step
 	lossSaved []Buf         // what the training loss keeps for its backward
+	inplace   []bool        // by node: it runs in place on its first data input (Holds.InPlace)
+	blasMade  [4]bool       // the cuBLAS workspaces made: by blasHandle
 
 	// Backward state.
 	give       []delivery // back's gradients to hand on, reused node after node
@@ -311,6 +325,7 @@ func (b *builder) resident() error {
 	if b.cfg.Eval != nil {
 		if b.cfg.CuBLASWorkspace > 0 {
 			b.p.Resident = append(b.p.Resident, b.newBuf(b.cfg.CuBLASWorkspace, Workspace, ir.NoValue))
+			b.blasMade[blasMain] = true
 		}
 		// What the eval head keeps in its module.
 		if h := b.cfg.Eval.Head; h != nil {
@@ -335,6 +350,43 @@ func (b *builder) resident() error {
 	b.vst[x] = 0
 	b.contig[x] = true
 	return nil
+}
+
+// blasHandle names a cuBLAS workspace: the main thread's or the autograd
+// device thread's, cuBLAS's or cuBLASLt's.
+type blasHandle uint8
+
+const (
+	blasMain blasHandle = iota
+	blasMainLt
+	blasAutograd
+	blasAutogradLt
+)
+
+// blasWorkspaces makes the workspaces that a matrix product of the current
+// phase needs and that its thread does not have yet: the handle's cuBLAS
+// workspace, then, through cuBLASLt, its cuBLASLt one. The backward and
+// the recomputations inside it run on the autograd engine's device thread.
+func (b *builder) blasWorkspaces(lt bool) {
+	h := blasMain
+	if b.phase == Backward || b.phase == Recompute {
+		h = blasAutograd
+	}
+	b.once(h, b.cfg.CuBLASWorkspace)
+	if lt {
+		b.once(h+1, b.cfg.CuBLASLtWorkspace)
+	}
+}
+
+// once allocates workspace h, of the given size, the first time it is asked
+// for (Program.Once).
+func (b *builder) once(h blasHandle, size int64) {
+	if b.blasMade[h] || size <= 0 {
+		return
+	}
+	b.blasMade[h] = true
+	b.p.Once = append(b.p.Once, b.newBuf(size, Workspace, ir.NoValue))
+	b.p.OnceAt = append(b.p.OnceAt, len(b.p.Events))
 }
 
 func (b *builder) workspace(c ConvCall) {

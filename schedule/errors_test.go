@@ -34,13 +34,17 @@ func TestBuildErrors(t *testing.T) {
 	y := l1.Node("Resize", []string{linear.Layer(0).Block(linear.Input("x", 3), 8, 3, 1).Name, "", l1.Floats(1, 1, 2, 2)}, 1,
 		onnxbuild.StringAttr("mode", "linear"))
 	linear.Output(onnxbuild.T{Name: y[0], C: 8})
+	gemm2 := onnxbuild.New("gemm2")
+	f := gemm2.Layer(0).Flatten(gemm2.Layer(0).GlobalAvgPool(gemm2.Layer(0).Block(gemm2.Input("x", 3), 8, 3, 1)))
+	gemm2.Output(onnxbuild.T{Name: gemm2.Layer(1).Node("Gemm", []string{f.Name, f.Name}, 1, onnxbuild.IntAttr("transB", 1))[0], C: 2})
 	for _, c := range []struct {
 		name  string
 		b     *onnxbuild.Builder
 		parts []string
 	}{
 		{"LeakyRelu", opOnActivations("LeakyRelu"), []string{"node /model.1/LeakyRelu", "unsupported op LeakyRelu"}},
-		{"Relu", opOnActivations("Relu"), []string{"node /model.1/Relu", "unsupported op Relu"}},
+		{"Tanh", opOnActivations("Tanh"), []string{"node /model.1/Tanh", "unsupported op Tanh"}},
+		{"Gemm of two activations", gemm2, []string{"node /model.1/Gemm", "Gemm of an activation A and a model weight B"}},
 		{"Resize linear", linear, []string{"node /model.1/Resize", `Resize mode "linear"`}},
 	} {
 		err := buildErr(t, c.b)

@@ -26,6 +26,9 @@ type Flow struct {
 // Graph returns the graph.
 func (f *Flow) Graph() *ir.Graph { return f.graph }
 
+// Shapes returns the shapes the program is built at.
+func (f *Flow) Shapes() *ir.Shapes { return f.shapes }
+
 // Data reports whether value v holds device data: an activation or the
 // input, not a parameter nor shape arithmetic.
 func (f *Flow) Data(v ir.ValueID) bool { return v != ir.NoValue && f.data[v] }
@@ -53,10 +56,10 @@ func (f *Flow) markParams() {
 			f.param[i] = true
 		} else if v.Kind == ir.Initializer && isFloat(v.DType) && len(v.Dims) > 0 {
 			// Small float initializers with data are still weights when they
-			// feed a Conv or BatchNormalization.
+			// feed a Conv, BatchNormalization or Gemm.
 			for _, c := range v.Consumers {
 				switch f.graph.Nodes[c].OpType {
-				case "Conv", "BatchNormalization":
+				case "Conv", "BatchNormalization", "Gemm":
 					f.param[i] = true
 				}
 			}
@@ -185,6 +188,8 @@ func (f *Flow) opOf(n *ir.Node) (opKind, error) {
 		return 0, fmt.Errorf("schedule: node %s: unsupported op %s on activations: onnxmem has no autograd memory rule for it; export the training graph unfused (opset 17), or open an issue naming %s so its saved tensors can be added", n.Name, n.OpType, n.OpType)
 	}
 	switch {
+	case r.kind == opGemm && (!f.param[n.Inputs[1]] || (len(n.Inputs) > 2 && n.Inputs[2] != ir.NoValue && !f.param[n.Inputs[2]]) || f.param[n.Inputs[0]]):
+		return 0, fmt.Errorf("schedule: node %s: Gemm of an activation A and a model weight B (a linear layer) has a memory rule, other Gemms do not: open an issue with the graph to add it", n.Name)
 	case r.kind == opBatchNorm && !isTrainingBN(n):
 		return opBatchNormEval, nil
 	case r.kind == opResize:

@@ -2,6 +2,7 @@ package schedule
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/onnxmem/onnxmem/ir"
 )
@@ -87,12 +88,56 @@ func (b *builder) setHolds() error {
 			}
 		}
 	}
+	if err := b.setInPlace(h.InPlace); err != nil {
+		return err
+	}
 	b.holds = h
 	b.last = make(map[int]int32)
 	for i := range g.Nodes {
 		if b.kind[i] != opMeta {
 			b.last[g.Nodes[i].Layer] = int32(i)
 		}
+	}
+	return nil
+}
+
+// setInPlace checks the Holder's in-place ops and keeps them: each must be
+// an op with an in-place form whose first input is an activation of the
+// output's size that no other running op reads and that the caller does not
+// keep.
+func (b *builder) setInPlace(ip []bool) error {
+	g := b.g
+	if ip == nil {
+		b.inplace = nil
+		return nil
+	}
+	if len(ip) != len(g.Nodes) {
+		return fmt.Errorf("schedule: graph %q: the in-place ops do not cover its %d nodes", g.Name, len(g.Nodes))
+	}
+	b.inplace = make([]bool, len(g.Nodes))
+	for i, on := range ip {
+		if !on {
+			continue
+		}
+		n := &g.Nodes[i]
+		switch b.kind[i] {
+		case opSigmoid, opSavesInput, opDropout, opAdd:
+		default:
+			return fmt.Errorf("schedule: node %s: %s has no in-place form onnxmem simulates", n.Name, n.OpType)
+		}
+		x := n.Inputs[0]
+		ok := b.data[x] && g.Values[x].Producer >= 0 && !slices.Contains(g.Outputs, x) &&
+			b.s.Elems(x) == b.s.Elems(n.Outputs[0]) && b.s.DTypes[x] == b.s.DTypes[n.Outputs[0]]
+		for _, c := range g.Values[x].Consumers {
+			ok = ok && (c == int32(i) || !b.Runs(c))
+		}
+		for _, v := range n.Inputs[1:] {
+			ok = ok && v != x
+		}
+		if !ok {
+			return fmt.Errorf("schedule: node %s: cannot run in place on %s: it must be an activation of the output's size and type that no other op reads", n.Name, g.Values[x].Name)
+		}
+		b.inplace[i] = true
 	}
 	return nil
 }

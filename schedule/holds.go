@@ -49,6 +49,14 @@ type Holds struct {
 	// module that has not returned. They end innermost first: in reverse
 	// order of the list.
 	Until [][]Hold
+	// InPlace is, by node, whether the op runs in place on its first data
+	// input: relu_, hardswish_, dropout_, add_ (x += y), as the model's
+	// Python code chooses (nn.ReLU(inplace=True), out += identity) and the
+	// graph does not record. nil means that no op runs in place. Build
+	// accepts it only for ops with an in-place form (Relu, Sigmoid,
+	// HardSwish, HardSigmoid, Dropout, Add), and only where that input is an
+	// activation that no other op reads, of the output's shape.
+	InPlace []bool
 }
 
 // Hold keeps value V alive until node End has run.

@@ -17,7 +17,11 @@ const (
 	opBatchNorm                   // batch_norm in training: saves input, weight, mean, invstd
 	opBatchNormEval               // batch_norm with running statistics: saves input, weight
 	opSiLU                        // Sigmoid·Mul of one tensor: saves its input
-	opSigmoid                     // sigmoid: saves its output
+	opSigmoid                     // sigmoid and relu: save the output
+	opSavesInput                  // hardswish, hardsigmoid: save the input
+	opDropout                     // native_dropout in training: saves a bool mask; dropout_ a float noise
+	opGlobalAvgPool               // adaptive_avg_pool2d to 1×1, which is mean over H, W: saves only sizes
+	opGemm                        // addmm or mm (linear): saves the input and the weight
 	opMul                         // mul: saves each operand whose partner needs a gradient
 	opDiv                         // div: saves the divisor (and the output when the divisor needs a gradient)
 	opAdd                         // add and sub: save nothing
@@ -72,6 +76,13 @@ var opRules = map[string]opRule{
 	"Conv":               {kind: opConv, autocast: castLower, flops: convFLOPs, saves: "input, weight (convolution_backward)"},
 	"BatchNormalization": {kind: opBatchNorm, flops: batchNormFLOPs, saves: "input, weight, save_mean, save_invstd in training; input, weight on running statistics"},
 	"Sigmoid":            {kind: opSigmoid, flops: elementwise, saves: "result"},
+	"Relu":               {kind: opSigmoid, flops: elementwise, saves: "result (relu_ in place: the modified input, the same storage)"},
+	"HardSwish":          {kind: opSavesInput, flops: elementwise, saves: "self (hardswish_ in place: a copy of self made before the op)"},
+	"HardSigmoid":        {kind: opSavesInput, flops: elementwise, saves: "self (hardsigmoid_ in place: a copy of self made before the op)"},
+	"Dropout":            {kind: opDropout, flops: elementwise, saves: "the bool mask (native_dropout); dropout_ in place: the float noise it multiplies by"},
+	"GlobalAveragePool":  {kind: opGlobalAvgPool, flops: reduceFLOPs, saves: "nothing (the input's sizes: mean over H and W)"},
+	"Gemm":               {kind: opGemm, autocast: castLower, flops: gemmFLOPs, saves: "mat1 when the weight needs a gradient, the weight (a transposed view) when mat1 does (addmm)"},
+	"Flatten":            {kind: opView, flops: free, saves: "nothing: a view of a contiguous tensor"},
 	"Mul":                {kind: opMul, flops: elementwise, saves: "each operand whose partner needs a gradient"},
 	"Div":                {kind: opDiv, flops: elementwise, saves: "other, and result when other needs a gradient"},
 	"Add":                {kind: opAdd, flops: elementwise, saves: "nothing"},
@@ -97,11 +108,8 @@ var opRules = map[string]opRule{
 	"Cast":               {kind: opOnlyShapes, flops: free},
 	"Range":              {kind: opOnlyShapes, flops: free},
 	"Pow":                {kind: opOnlyShapes, flops: elementwise},
-	"Relu":               {kind: opOnlyShapes, flops: elementwise},
 	"LeakyRelu":          {kind: opOnlyShapes, flops: elementwise},
 	"Tanh":               {kind: opOnlyShapes, flops: elementwise},
-	"HardSigmoid":        {kind: opOnlyShapes, flops: elementwise},
-	"HardSwish":          {kind: opOnlyShapes, flops: elementwise},
 	"Mish":               {kind: opOnlyShapes, flops: elementwise},
 	"Neg":                {kind: opOnlyShapes, flops: elementwise},
 	"Exp":                {kind: opOnlyShapes, flops: elementwise},
@@ -117,13 +125,14 @@ var opRules = map[string]opRule{
 // counts 2), from its op's rule:
 //
 //	Conv                     2 · N·Cout·Hout·Wout · Cin/groups·KH·KW, plus one add per output for a bias
+//	Gemm                     2 · M·N·K, plus one add per output for C
 //	BatchNormalization       4 per element in training, 2 on running statistics
 //	MaxPool, AveragePool     one per window element per output
-//	ReduceSum                one per input element
+//	ReduceSum, GlobalAveragePool  one per input element
 //	Softmax, LogSoftmax      5 per element (max, subtract, exp, sum, divide)
 //	Resize                   0 in nearest mode (a copy), 1 per output element otherwise
-//	Concat, Split, Slice, Reshape, Cast and other views and copies: 0
-//	element-wise ops         1 per output element (Sigmoid, Mul, Add, Relu, …)
+//	Concat, Split, Slice, Reshape, Flatten, Cast and other views and copies: 0
+//	element-wise ops         1 per output element (Sigmoid, Mul, Add, Relu, Dropout, …)
 //
 // These are the estimates of the usual FLOP counters: a Sigmoid's exp costs
 // more cycles than an add but counts one. An op outside the table is an
@@ -185,6 +194,23 @@ func poolFLOPs(n *ir.Node, s *ir.Shapes) int64 {
 		k *= d
 	}
 	return k
+}
+
+// gemmFLOPs counts Gemm: 2·M·N·K, plus one add per output for C.
+func gemmFLOPs(n *ir.Node, s *ir.Shapes) int64 {
+	out := s.Elems(n.Outputs[0])
+	k := int64(1)
+	if d := s.Dims[n.Inputs[0]]; len(d) == 2 {
+		k = d[1]
+		if n.IntAttr("transA", 0) != 0 {
+			k = d[0]
+		}
+	}
+	f := 2 * out * k
+	if len(n.Inputs) > 2 && n.Inputs[2] != ir.NoValue {
+		f += out
+	}
+	return f
 }
 
 func reduceFLOPs(n *ir.Node, s *ir.Shapes) int64 { return s.Elems(n.Inputs[0]) }

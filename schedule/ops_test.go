@@ -40,8 +40,9 @@ func TestOpTable(t *testing.T) {
 
 // TestOpFLOPs checks the FLOP rules on one node each.
 func TestOpFLOPs(t *testing.T) {
-	// Values: 0 x [2 4 8 8], 1 w [6 2 3 3], 2 bias [6], 3 y [2 6 8 8].
-	s := &ir.Shapes{Dims: [][]int64{{2, 4, 8, 8}, {6, 2, 3, 3}, {6}, {2, 6, 8, 8}}}
+	// Values: 0 x [2 4 8 8], 1 w [6 2 3 3], 2 bias [6], 3 y [2 6 8 8],
+	// 4 a [2 8], 5 fc [10 8], 6 fc bias [10], 7 logits [2 10], 8 pooled [2 4 1 1].
+	s := &ir.Shapes{Dims: [][]int64{{2, 4, 8, 8}, {6, 2, 3, 3}, {6}, {2, 6, 8, 8}, {2, 8}, {10, 8}, {10}, {2, 10}, {2, 4, 1, 1}}}
 	node := func(op string, in []ir.ValueID, out ir.ValueID, attrs ...ir.Attr) *ir.Node {
 		return &ir.Node{Name: "/n/" + op, OpType: op, Inputs: in, Outputs: []ir.ValueID{out}, Attrs: attrs}
 	}
@@ -61,6 +62,11 @@ func TestOpFLOPs(t *testing.T) {
 		{node("Resize", []ir.ValueID{0}, 3, ir.Attr{Name: "mode", Kind: ir.AttrString, Str: "linear"}), outs},
 		{node("Relu", []ir.ValueID{3}, 3), outs},
 		{node("Concat", []ir.ValueID{0, 0}, 3), 0},
+		{node("Gemm", []ir.ValueID{4, 5, 6}, 7), 2*2*10*8 + 2*10},
+		{node("Gemm", []ir.ValueID{4, 5}, 7), 2 * 2 * 10 * 8},
+		{node("GlobalAveragePool", []ir.ValueID{0}, 8), 2 * 4 * 8 * 8},
+		{node("Dropout", []ir.ValueID{7}, 7), 2 * 10},
+		{node("Flatten", []ir.ValueID{8}, 4), 0},
 	} {
 		got, err := FLOPs(tc.n, s)
 		if err != nil || got != tc.want {

@@ -53,9 +53,10 @@ const (
 	ParamGrad              // a parameter's .grad
 	Scalar                 // a loss term
 	Cast                   // an autocast copy of a weight or an input
+	Mask                   // what dropout keeps: native_dropout's bool mask, dropout_'s float noise
 )
 
-var kindNames = [...]string{"param", "input", "activation", "stats", "indices", "copy", "workspace", "grad", "param-grad", "scalar", "cast"}
+var kindNames = [...]string{"param", "input", "activation", "stats", "indices", "copy", "workspace", "grad", "param-grad", "scalar", "cast", "mask"}
 
 // String returns the kind's short name.
 func (k Kind) String() string {
@@ -140,6 +141,15 @@ type Program struct {
 	// PrevPredAlive); CarriedFrom[i] is the buffer of this step's outputs
 	// that becomes Carried[i] in the next step: it is never freed here.
 	Carried, CarriedFrom []int32
+	// Once are the buffers that the step allocates the first time it runs
+	// and that stay allocated for the rest of the process: the cuBLAS and
+	// cuBLASLt workspaces of the handles its matrix products use, one per
+	// (thread, stream), which CublasHandlePool.cpp caches until exit. In the
+	// first step (the harness's warm-up) Once[i] is allocated just before
+	// event OnceAt[i] (len(Events) for after the last); in every later step
+	// it is alive from the start.
+	Once   []int32
+	OnceAt []int
 }
 
 // LayerEnd marks the end of one top-level layer's forward.

@@ -56,6 +56,14 @@ func (b *builder) run(n *ir.Node, k opKind) {
 		b.ref(st)
 		b.saved[i] = append(b.saved[i], st)
 	}
+	// inPlace gives output 0 the storage of input 0, which the op
+	// overwrites (relu_, add_, …): it allocates nothing.
+	ip := b.inplace != nil && b.inplace[i]
+	inPlace := func() {
+		x, v := n.Inputs[0], out(0)
+		b.vst[v], b.dt[v], b.contig[v] = b.vst[x], b.dt[x], b.contig[x]
+		b.ref(b.vst[x])
+	}
 	// copyIn makes the contiguous copy that a kernel takes of a strided input.
 	copyIn := func(v ir.ValueID) int32 { return b.copyIf(!b.contig[v], b.bytes(v)) }
 	freeCopy := b.freeScratch
@@ -115,11 +123,59 @@ func (b *builder) run(n *ir.Node, k opKind) {
 		}
 		newOut(0, Activation)
 	case opSigmoid, opSoftmax:
+		if ip {
+			// relu_ saves its result: the input's storage, overwritten.
+			inPlace()
+			save(out(0))
+			break
+		}
 		if fp32 {
 			b.dt[out(0)] = ir.Float32 // autocast runs softmax in float32
 		}
 		newOut(0, Activation)
 		save(out(0))
+	case opSavesInput:
+		x := n.Inputs[0]
+		if ip {
+			// hardswish_ needs the input it overwrites: autograd keeps a
+			// copy of it, made before the op (no copy without autograd, in
+			// the eval step's no_grad).
+			if b.cfg.Eval == nil {
+				b.own(i, b.alloc(b.bytes(x), Activation, x))
+			}
+			if b.stopAt == i {
+				return
+			}
+			inPlace()
+			break
+		}
+		save(x)
+		if b.stopAt == i {
+			return
+		}
+		newOut(0, Activation)
+	case opDropout:
+		x := n.Inputs[0]
+		if !b.dropoutTrains(n) {
+			b.view(n) // eval mode: the input itself
+			break
+		}
+		if ip {
+			// dropout_: noise = empty_like(x).bernoulli_(1-p).div_(1-p),
+			// then x.mul_(noise), whose backward keeps the noise.
+			b.own(i, b.alloc(b.bytes(x), Mask, ir.NoValue))
+			inPlace()
+			break
+		}
+		// native_dropout (dropout_cuda): its bool mask, which it saves,
+		// then the output.
+		b.own(i, b.alloc(s.Elems(x), Mask, ir.NoValue))
+		newOut(0, Activation)
+	case opGlobalAvgPool:
+		// adaptive_avg_pool2d to 1×1 runs as x.mean((-1, -2), keepdim=True).
+		newOut(0, Activation)
+	case opGemm:
+		b.gemm(n, lower, save)
 	case opMul:
 		a, c := n.Inputs[0], n.Inputs[1]
 		if b.needsGrad(a) {
@@ -144,6 +200,10 @@ func (b *builder) run(n *ir.Node, k opKind) {
 		}
 		newOut(0, Activation)
 	case opAdd, opSub, opConcat:
+		if ip {
+			inPlace() // x += y
+			break
+		}
 		newOut(0, Activation)
 	case opMaxPool:
 		x := n.Inputs[0]
@@ -190,6 +250,89 @@ func (b *builder) run(n *ir.Node, k opKind) {
 			b.noData(v)
 		}
 	}
+}
+
+// gemm emits linear(x, W, b) as eager PyTorch runs it: addmm(b, x, W.t()),
+// or mm without a bias. Under autocast the bias, the weight and a float32
+// x are cast to float16 first (right to left, as GCC evaluates the cast
+// arguments), the weight's and the bias's copies cached. Then the output,
+// and the cuBLAS workspaces the product's thread does not have yet: through
+// cuBLASLt when the bias is a vector of the output's columns and the
+// weight has more than one row and column (gemmLt), plain cuBLAS
+// otherwise (the bias is first copied into the output, which allocates
+// nothing). addmm saves mat1 when the weight needs a gradient and mat2 (a
+// view of the weight or its cast) when mat1 does.
+func (b *builder) gemm(n *ir.Node, lower bool, save func(ir.ValueID)) {
+	i := n.ID
+	x, w, y := n.Inputs[0], n.Inputs[1], n.Outputs[0]
+	bias := ir.NoValue
+	if len(n.Inputs) > 2 && n.Inputs[2] != ir.NoValue {
+		bias = n.Inputs[2]
+	}
+	xcast := int32(-1)
+	if lower {
+		if bias != ir.NoValue {
+			b.castParam(bias)
+		}
+		b.castParam(w)
+		b.dt[y] = b.low()
+		if b.dt[x] != b.low() {
+			xcast = b.alloc(b.s.Elems(x)*b.low().Size(), Cast, x)
+		}
+	}
+	if b.needsGrad(w) {
+		if xcast >= 0 {
+			b.own(i, xcast)
+		} else {
+			save(x)
+		}
+	} else if xcast >= 0 {
+		b.deferred = append(b.deferred, xcast)
+	}
+	if st := b.castOf(w); st >= 0 && b.needsGrad(x) {
+		b.ref(st)
+		b.own(i, st)
+	}
+	if b.stopAt == i {
+		return
+	}
+	b.vst[y] = b.alloc(b.bytes(y), Activation, y)
+	b.contig[y] = true
+	b.blasWorkspaces(gemmLt(n, b.s))
+}
+
+// gemmLt reports whether addmm runs a Gemm through cuBLASLt, as PyTorch
+// 2.11's isInputCompliesAddmmCudaLt decides: beta 1, a bias vector of the
+// output's columns, and mat2 (the weight, K×N) with more than one row and
+// column. mat1's rows do not matter: a batch of one goes through cuBLASLt
+// too.
+func gemmLt(n *ir.Node, s *ir.Shapes) bool {
+	if len(n.Inputs) < 3 || n.Inputs[2] == ir.NoValue {
+		return false
+	}
+	if a, ok := n.Attr("beta"); ok && a.Kind == ir.AttrFloat && a.Float != 1 {
+		return false
+	}
+	a, y, c := s.Dims[n.Inputs[0]], s.Dims[n.Outputs[0]], s.Dims[n.Inputs[2]]
+	if len(a) != 2 || len(y) != 2 || len(c) != 1 || c[0] != y[1] {
+		return false
+	}
+	k := a[1]
+	if n.IntAttr("transA", 0) != 0 {
+		k = a[0]
+	}
+	return k > 1 && y[1] > 1
+}
+
+// dropoutTrains reports whether a Dropout node drops: its training_mode
+// input is true (an absent one means inference), and the step is not the
+// eval step, whose model.eval() makes dropout the identity.
+func (b *builder) dropoutTrains(n *ir.Node) bool {
+	if b.cfg.Eval != nil || len(n.Inputs) < 3 || n.Inputs[2] == ir.NoValue {
+		return false
+	}
+	d := b.s.Data[n.Inputs[2]]
+	return len(d) == 1 && d[0] != 0
 }
 
 // view gives the outputs of a view op the storage of its input.

@@ -84,7 +84,8 @@ func TestBlockStep(t *testing.T) {
 			}
 			p := program(t, g, 2, cfg)
 			diff(t, "forward", events(p, 0, p.ForwardEnd, nil), forward(ws))
-			diff(t, "loss", events(p, p.ForwardEnd, p.BackwardStart, nil), []string{"+scalar 4", "+scalar 4", "-scalar 4"})
+			// One output: loss = out.sum(), a single 4-byte scalar.
+			diff(t, "loss", events(p, p.ForwardEnd, p.BackwardStart, nil), []string{"+scalar 4"})
 			diff(t, "backward", events(p, p.BackwardStart, p.BackwardEnd, nil), backward(ws))
 			diff(t, "cleanup", events(p, p.BackwardEnd, len(p.Events), nil), []string{"-scalar 4", "-activation " + act1, "-input x"})
 		})

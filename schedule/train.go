@@ -121,7 +121,7 @@ func (b *builder) trainable(v ir.ValueID) bool {
 		return false
 	}
 	for n, j := range b.uses(v) {
-		if n.OpType == "Conv" && j >= 1 || n.OpType == "BatchNormalization" && (j == 1 || j == 2) {
+		if (n.OpType == "Conv" || n.OpType == "Gemm") && j >= 1 || n.OpType == "BatchNormalization" && (j == 1 || j == 2) {
 			return true
 		}
 	}
@@ -162,6 +162,7 @@ func (b *builder) trainResident(bnVar map[ir.ValueID]bool) error {
 	}
 	if b.cfg.CuBLASWorkspace > 0 {
 		b.p.Resident = append(b.p.Resident, b.newBuf(b.cfg.CuBLASWorkspace, Workspace, ir.NoValue))
+		b.blasMade[blasMain] = true
 	}
 	for range t.LoopScalars {
 		b.p.Resident = append(b.p.Resident, b.newBuf(4, Scalar, ir.NoValue))

@@ -1,7 +1,8 @@
 // Package generic is the model family of any graph that no other family
 // claims: its top-level layers come from the module paths in node names,
-// its forward keeps what a plain PyTorch forward keeps, and its training
-// loss is the sum of its outputs.
+// its forward keeps what a plain PyTorch forward keeps, its activations run
+// in place where torchvision's modules run them in place (InPlace), and
+// its training loss is the sum of its outputs.
 //
 // Worked example: torchvision's resnet18, exported with torch.onnx, names
 // its nodes "/conv1/Conv", "/bn1/BatchNormalization", "/relu/Relu",
@@ -15,6 +16,7 @@ package generic
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/onnxmem/onnxmem/ir"
@@ -134,11 +136,74 @@ func isIndex(s string) bool {
 
 // Holds returns what a plain forward keeps alive: the layer loop's
 // references (x = layer(x), with the outputs that later layers read kept)
-// and every module's arguments until it returns.
+// and every module's arguments until it returns; and which ops run in
+// place (InPlace).
 func (Family) Holds(f *schedule.Flow) *schedule.Holds {
 	h := &schedule.Holds{Until: f.ArgumentHolds(f.LastInScope())}
 	f.LayerLoop(h)
+	h.InPlace = InPlace(f)
 	return h
+}
+
+// InPlace says, by node, which ops of the forward run in place, which the
+// graph cannot say: torch.onnx exports relu_ and relu alike. The rule is
+// the convention of torchvision's CNN modules, the common source of these
+// graphs:
+//
+//   - an activation (Relu, HardSwish) or a training Dropout runs in place
+//     when its input is the output of a BatchNormalization, a Gemm, an Add
+//     or an op that ran in place, and no other op reads that input:
+//     Conv2dNormActivation and ResNet's blocks build nn.ReLU(inplace=True)
+//     and nn.Hardswish(inplace=True) after their norm layers (and resnet's
+//     relu after out += identity), MobileNetV3's classifier
+//     Linear → Hardswish(inplace=True) → Dropout(inplace=True), VGG's
+//     Linear → ReLU(True);
+//   - an Add runs in place into its first operand (x += y) when that
+//     operand is a BatchNormalization output that no other op reads:
+//     ResNet's out += identity and MobileNetV3's result += input, whose
+//     first operand is the block's last norm. MobileNetV2's x + conv(x),
+//     whose first operand is the block's input, read by its first conv too,
+//     stays out of place;
+//   - everything else is out of place: the squeeze-excitation block's
+//     ReLU and Hardsigmoid (torchvision.ops.SqueezeExcitation builds them
+//     out of place) follow a Conv, and so does every activation the rule
+//     leaves out.
+//
+// A module that differs (a VGG conv's ReLU(inplace=True), a plain Conv →
+// ReLU) is simulated out of place: one more activation-sized output while
+// the op runs, freed with its input right after. No op whose input anything
+// else still reads runs in place, so the rule never changes what autograd
+// saves, only those transients.
+func InPlace(f *schedule.Flow) []bool {
+	g := f.Graph()
+	ip := make([]bool, len(g.Nodes))
+	for i := range g.Nodes {
+		n := &g.Nodes[i]
+		if !f.Runs(int32(i)) || len(n.Inputs) == 0 || !f.Data(n.Inputs[0]) {
+			continue
+		}
+		x := n.Inputs[0]
+		p := g.Values[x].Producer
+		if p < 0 || slices.Contains(g.Outputs, x) || slices.Contains(n.Inputs[1:], x) {
+			continue
+		}
+		sole := true
+		for _, c := range g.Values[x].Consumers {
+			sole = sole && (c == int32(i) || !f.Runs(c))
+		}
+		if !sole {
+			continue
+		}
+		from := g.Nodes[p].OpType
+		switch n.OpType {
+		case "Relu", "HardSwish", "Dropout":
+			ip[i] = from == "BatchNormalization" || from == "Gemm" || from == "Add" || ip[p]
+		case "Add":
+			ip[i] = from == "BatchNormalization" && len(n.Inputs) == 2 && f.Data(n.Inputs[1]) &&
+				slices.Equal(f.Shapes().Dims[x], f.Shapes().Dims[n.Outputs[0]])
+		}
+	}
+	return ip
 }
 
 // Recipe returns a plain training step: the float batch resident before the

@@ -1,10 +1,13 @@
 package generic
 
 import (
+	"maps"
+	"strings"
 	"testing"
 
 	"github.com/onnxmem/onnxmem/internal/onnxbuild"
 	"github.com/onnxmem/onnxmem/ir"
+	"github.com/onnxmem/onnxmem/schedule"
 )
 
 func TestModuleKey(t *testing.T) {
@@ -72,3 +75,56 @@ func TestResNet18Layers(t *testing.T) {
 		t.Errorf("layer 4 starts at %s and layer 13 at %s", first[4], first[13])
 	}
 }
+
+// TestInPlaceTorchvision checks which ops of torchvision's exports the
+// family runs in place: in resnet18 every ReLU (the stem's, each block's
+// two) and each block's out += identity; in mobilenet_v3_large every
+// activation after a norm layer (11 ReLU, 20 Hardswish), the ten residual
+// result += input and the classifier's Hardswish and Dropout, but not the
+// eight squeeze-excitation blocks' ReLU, Hardsigmoid and scale * input.
+func TestInPlaceTorchvision(t *testing.T) {
+	for _, c := range []struct {
+		file        string
+		in, outside map[string]int
+	}{
+		{"resnet18", map[string]int{"Relu": 17, "Add": 8}, map[string]int{}},
+		{"mobilenet_v3_large", map[string]int{"HardSwish": 21, "Relu": 11, "Add": 10, "Dropout": 1},
+			map[string]int{"Relu": 8, "HardSigmoid": 8, "Mul": 8}},
+	} {
+		g, err := ir.LoadFile(onnxbuild.Shared(t, "torchvision/"+c.file+"-train.onnx"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g, err = (Family{}).Prepare(g); err != nil {
+			t.Fatal(err)
+		}
+		s, err := g.Infer(ir.Binding{Batch: 2, Height: 224, Width: 224})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ip []bool
+		if _, err := schedule.Build(g, s, schedule.Config{Holder: holderFunc(func(f *schedule.Flow) *schedule.Holds {
+			h := Family{}.Holds(f)
+			ip = h.InPlace
+			return h
+		})}); err != nil {
+			t.Fatal(err)
+		}
+		in, outside := map[string]int{}, map[string]int{}
+		for i, n := range g.Nodes {
+			switch {
+			case ip[i]:
+				in[n.OpType]++
+			case strings.Contains(n.Name, "/activation/") || strings.Contains(n.Name, "/scale_activation/") || strings.HasSuffix(n.Name, "/block.2/Mul"):
+				outside[n.OpType]++ // mobilenet's squeeze-excitation blocks
+			}
+		}
+		if !maps.Equal(in, c.in) || !maps.Equal(outside, c.outside) {
+			t.Errorf("%s: in place %v, want %v; squeeze-excitation ops out of place %v, want %v", c.file, in, c.in, outside, c.outside)
+		}
+	}
+}
+
+type holderFunc func(*schedule.Flow) *schedule.Holds
+
+func (h holderFunc) Holds(f *schedule.Flow) *schedule.Holds { return h(f) }

@@ -48,6 +48,7 @@ const Opset = 17
 const (
 	float32Type = 1
 	int64Type   = 7
+	boolType    = 9
 )
 
 // T is a tensor of the graph being built: its value name and its channel

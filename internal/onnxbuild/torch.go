@@ -1,7 +1,9 @@
 // Idioms of torch.onnx.export (TorchScript, opset 17) that the YOLOv9
 // training exports contain: chunk with a dynamic channel count, nn.Upsample,
 // constants made outside every module scope, scalar constants, the
-// state_dict order of the weights and declared graph outputs.
+// state_dict order of the weights and declared graph outputs; and the
+// classifier heads of torchvision's training exports: global average
+// pooling, flatten, nn.Linear and training-mode dropout.
 
 package onnxbuild
 
@@ -90,4 +92,27 @@ func (b *Builder) SortWeights(cmp func(a, b string) int) {
 // each an int64 size or a symbolic name.
 func (b *Builder) OutputDims(t T, dims ...any) {
 	b.g.Output = append(b.g.Output, valueInfo(t.Name, dims...))
+}
+
+// Linear adds nn.Linear(x.C, c) as torch.onnx exports it: Gemm(x, weight,
+// bias) with transB=1, weight [c, x.C] and bias [c]. x is [N, x.C].
+func (s Scope) Linear(x T, c int64) T {
+	ins := []string{x.Name, s.b.weight(s.weightName("weight"), c, x.C), s.b.weight(s.weightName("bias"), c)}
+	out := s.Node("Gemm", ins, 1, FloatAttr("alpha", 1), FloatAttr("beta", 1), IntAttr("transB", 1))
+	return T{Name: out[0], C: c}
+}
+
+// GlobalAvgPool adds nn.AdaptiveAvgPool2d(1): GlobalAveragePool.
+func (s Scope) GlobalAvgPool(x T) T { return s.Op("GlobalAveragePool", x) }
+
+// Flatten adds torch.flatten(x, 1).
+func (s Scope) Flatten(x T) T { return s.Op("Flatten", x, IntAttr("axis", 1)) }
+
+// Dropout adds nn.Dropout(p) as a training export writes it: Dropout(x,
+// ratio, training_mode) with both constants, and the mask as a second
+// output.
+func (s Scope) Dropout(x T, p float32) T {
+	ratio := s.ScalarFloat(p)
+	train := s.Node("Constant", nil, 1, TensorAttr("value", &onnx.TensorProto{DataType: boolType, RawData: []byte{1}}))[0]
+	return T{Name: s.Node("Dropout", []string{x.Name, ratio, train}, 2)[0], C: x.C}
 }

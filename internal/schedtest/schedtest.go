@@ -99,7 +99,8 @@ func AtNode(p *schedule.Program, name string) func(schedule.Event) bool {
 // order at the indexes Program records; no buffer is allocated twice, freed
 // before its allocation or freed twice; resident buffers are never touched;
 // the input batch, allocated before the step, is freed by the step's last
-// event; and after the step exactly the parameter gradients are live, each a
+// event; the once buffers (cuBLAS workspaces) are placed in order and never
+// touched either; and after the step exactly the parameter gradients are live, each a
 // ParamGrad allocated in the backward.
 func CheckBalanced(t *testing.T, p *schedule.Program) {
 	t.Helper()
@@ -111,6 +112,15 @@ func CheckBalanced(t *testing.T, p *schedule.Program) {
 	state := make([]int, len(p.Buffers))
 	for _, b := range p.Resident {
 		state[b] = -1
+	}
+	if len(p.Once) != len(p.OnceAt) {
+		t.Fatalf("%d once buffers, %d places", len(p.Once), len(p.OnceAt))
+	}
+	for j, b := range p.Once {
+		state[b] = -1 // allocated by the first step, before event OnceAt[j]
+		if at := p.OnceAt[j]; at < 0 || at > len(p.Events) || (j > 0 && at < p.OnceAt[j-1]) {
+			t.Fatalf("once buffer %d at event %d of %d", b, at, len(p.Events))
+		}
 	}
 	state[p.Input] = live
 	last := schedule.Forward
