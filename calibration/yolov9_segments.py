@@ -11,7 +11,8 @@ DDetect and DualDDetect in training mode), and records every allocation of the m
 
 The step, as the README says:
   - fp32 parameters and buffers on the GPU, x = randn(B, 3, S, S) fp32, gradients None;
-  - the forward in train mode, under torch.autocast('cuda', torch.float16) when amp, through
+  - the forward in train mode, under torch.autocast('cuda', torch.float16) when amp (precision
+    "amp"; "bf16" autocasts to torch.bfloat16 instead, see bf16.py), through
     the layer loop of _forward_once (a layer's output lives in y until the end of the
     forward when model.save lists it);
   - segments K > 1: size = n_layers // K; the first K-1 chunks of size layers each run under
