@@ -1,6 +1,8 @@
 package schedule
 
 import (
+	"math"
+
 	"github.com/onnxmem/onnxmem/ir"
 )
 
@@ -199,6 +201,15 @@ func (b *builder) run(n *ir.Node, k opKind) {
 			b.dt[out(0)] = ir.Float32 // sum accumulates and returns float32 under autocast
 		}
 		newOut(0, Activation)
+		// An input past 32-bit indexing (2^31-1 bytes) makes the CUDA
+		// reduction split into sub-iterators (aten/src/ATen/native/cuda/
+		// Reduce.cuh, gpu_reduce_kernel); a half-precision output cannot
+		// carry the float32 partial sums between them, so the kernel
+		// accumulates into a float32 buffer of the output's elements
+		// while it runs (calibration/half_sum.py: from exactly that size).
+		if x, y := n.Inputs[0], out(0); b.dt[y].Size() == 2 && s.Elems(x)*b.dt[x].Size() > math.MaxInt32 {
+			b.freeScratch(b.scratch(s.Elems(y)*4, Copy))
+		}
 	case opAdd, opSub, opConcat:
 		if ip {
 			inPlace() // x += y

@@ -12,7 +12,8 @@ import (
 //
 //   - _forward_once (models/yolo.py) runs model.model as a layer loop,
 //     x = m(x), and keeps in y the outputs of the layers in model.save, the
-//     ones a later layer reads (schedule.Flow.LayerLoop).
+//     ones a later layer reads (schedule.Flow.LayerLoop), among them every
+//     input of the detection head, which names them by index (headInputs).
 //   - Every module keeps its forward's arguments until it returns
 //     (schedule.Flow.ArgumentHolds).
 //   - ADown's x = avg_pool2d(x, 2, 1, 0, False, True); x1, x2 = x.chunk(2, 1)
@@ -32,6 +33,7 @@ func (Family) Holds(f *schedule.Flow) *schedule.Holds {
 	g := f.Graph()
 	h := &schedule.Holds{Until: make([][]schedule.Hold, len(g.Nodes))}
 	f.LayerLoop(h)
+	headInputs(f, h)
 	last := f.LastInScope()
 	args := f.ArgumentHolds(last)
 	for i := range g.Nodes {
@@ -58,6 +60,32 @@ func (Family) Holds(f *schedule.Flow) *schedule.Holds {
 		}
 	}
 	return h
+}
+
+// headInputs holds the detection head's inputs to the end of the forward:
+// the head (the last layer) names them by index in every YOLOv9 and GELAN
+// configuration ([28, 25, 22, 15, 18, 21], never -1), so parse_model lists
+// each in model.save and _forward_once keeps it in y until the forward
+// returns, through the eval head's decode. LayerLoop alone would free the
+// one of the layer just before the head when the head's last op returns
+// (measured: yolov9-t's eval step, calibration/eval_step.py).
+func headInputs(f *schedule.Flow, h *schedule.Holds) {
+	g := f.Graph()
+	head := -1
+	for i := range g.Nodes {
+		head = max(head, g.Nodes[i].Layer)
+	}
+	for v := range g.Values {
+		p := g.Values[v].Producer
+		if !f.Data(ir.ValueID(v)) || p < 0 || g.Nodes[p].Layer < 0 || g.Nodes[p].Layer == head {
+			continue
+		}
+		for _, c := range g.Values[v].Consumers {
+			if g.Nodes[c].Layer == head && !f.Meta(c) {
+				h.LayerEnd[v] = schedule.HoldToEnd
+			}
+		}
+	}
 }
 
 // listEnd returns, for a concat whose parts a module's list holds (three or
