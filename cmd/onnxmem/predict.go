@@ -241,9 +241,13 @@ func stepScenario(obj map[string]json.RawMessage, step string, search bool) (onn
 	}
 	sc.Height, sc.Width = h, w
 	switch ampDType {
-	case "", "float16", "torch.float16", "fp16":
+	case "float16", "torch.float16", "fp16":
+		sc.AMPDType = "float16"
+	case "bfloat16", "torch.bfloat16", "bf16":
+		sc.AMPDType = "bfloat16"
+	case "":
 	default:
-		return sc, fmt.Errorf("onnxmem: amp_dtype %q: only float16 autocast is simulated yet", ampDType)
+		return sc, fmt.Errorf("onnxmem: amp_dtype %q: want float16 or bfloat16", ampDType)
 	}
 	sc.AllocConf = allocConf
 	if nc != 0 {
@@ -258,7 +262,7 @@ func stepScenario(obj map[string]json.RawMessage, step string, search bool) (onn
 		if _, ok := obj["half"]; ok && !half {
 			return sc, fmt.Errorf("onnxmem: eval_step with half false: only the half-precision validation (val_dual.run(half=True), train_dual.py with amp) is simulated yet")
 		}
-		sc.Eval, sc.AMP, sc.Segments = true, false, 0
+		sc.Eval, sc.AMP, sc.AMPDType, sc.Segments = true, false, "", 0
 	case "train_step":
 		sc.Train = true
 		if opt != "" {

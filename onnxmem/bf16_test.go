@@ -1,0 +1,68 @@
+package onnxmem_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/onnxmem/onnxmem/onnxmem"
+)
+
+// TestBF16Measured predicts the model steps that calibration/bf16.py ran
+// under autocast to bfloat16 and to float16 on the H200 (each in a fresh
+// process). bfloat16 makes float16's tensors, so the requested peak must
+// match to the byte for both types as for float16 alone, and the peak
+// within 1%: the cuDNN workspaces, which differ between the two types and
+// which onnxmem takes from float16's table, move it by less.
+func TestBF16Measured(t *testing.T) {
+	b, err := os.ReadFile("../calibration/results/bf16.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f struct {
+		Scenarios []struct {
+			Cfg      string           `json:"cfg"`
+			Batch    int64            `json:"batch"`
+			Img      int64            `json:"img"`
+			AMPDType string           `json:"amp_dtype"`
+			Segments int              `json:"segments"`
+			Result   map[string]int64 `json:"result"`
+		} `json:"scenarios"`
+	}
+	if err := json.Unmarshal(b, &f); err != nil {
+		t.Fatalf("bf16.json: %v", err)
+	}
+	if len(f.Scenarios) == 0 {
+		t.Fatal("bf16.json: no scenarios")
+	}
+	var table strings.Builder
+	fmt.Fprintf(&table, "%-9s %-8s %2s %5s  %10s %7s  %9s\n", "cfg", "autocast", "k", "batch", "peak MiB", "error", "req error")
+	models := map[string]*onnxmem.Model{}
+	for _, s := range f.Scenarios {
+		m := models[s.Cfg]
+		if m == nil {
+			if m, err = onnxmem.Builtin(s.Cfg); err != nil {
+				t.Fatal(err)
+			}
+			models[s.Cfg] = m
+		}
+		r, err := m.Simulate(onnxmem.Scenario{Batch: s.Batch, Height: s.Img, Width: s.Img, AMP: true, AMPDType: s.AMPDType, Segments: s.Segments})
+		if err != nil {
+			t.Fatal(err)
+		}
+		me := s.Result
+		e := 100 * float64(r.Peak-me["peak"]) / float64(me["peak"])
+		dreq := r.PeakRequested - me["peak_req"]
+		fmt.Fprintf(&table, "%-9s %-8s %2d %5d  %10.1f %+6.2f%%  %+8d B\n", s.Cfg, s.AMPDType, s.Segments, s.Batch, float64(me["peak"])/(1<<20), e, dreq)
+		what := fmt.Sprintf("%s %s segments %d batch %d", s.Cfg, s.AMPDType, s.Segments, s.Batch)
+		if dreq < -512 || dreq > 512 {
+			t.Errorf("%s: requested peak %d, measured %d", what, r.PeakRequested, me["peak_req"])
+		}
+		if e > 1 || e < -1 {
+			t.Errorf("%s: peak %+.2f%%, beyond 1%%", what, e)
+		}
+	}
+	t.Log("\n" + table.String())
+}
