@@ -16,8 +16,10 @@ import (
 //
 // Worked example, yolov9-s at batch 64, 640, half precision: the three maps of
 // a branch are 64×144×(80², 40², 20²), 8400 anchors, so the cat takes
-// 64·144·8400·2 B = 155 MiB; the DFL softmax over 16 bins 69 MiB, freed by
-// the 1×1 conv that follows; dist2bbox a handful of 64×2×8400 tensors; and
+// 64·144·8400·2 B = 155 MiB; the DFL softmax over 16 bins 69 MiB, with a
+// contiguous copy of its transposed input as large while it runs, freed by
+// the 1×1 conv that follows, whose workspace is as large again; dist2bbox
+// a handful of 64×2×8400 tensors; and
 // each output y 64·84·8400·2 B = 90 MiB. The cats live until the head
 // returns (box and cls are views of them), the outputs until the step ends.
 
@@ -65,8 +67,15 @@ func (Head) Decode(tp schedule.Tape, outs []schedule.Output) []schedule.Buf {
 		shapes = append(shapes, sh)
 		t := func(ch int64) int64 { return sh.n * ch * sh.a * sh.es }
 		cat := alloc(t(4*regMax + sh.nc))
+		// DFL: x.view(b, 4, 16, a).transpose(2, 1).softmax(1) softmaxes a
+		// contiguous copy of the transposed view; the 1×1 conv of the 16
+		// bins to their expectation takes a cuDNN workspace of its input
+		// and 16 bytes (measured, calibration/eval_step.py).
+		tr := alloc(t(4 * regMax))
 		soft := alloc(t(4 * regMax)) // softmax over the bins
-		dist := alloc(t(4))          // the DFL conv's expectation
+		tp.Free(tr)
+		dist := alloc(t(4)) // the DFL conv's expectation
+		tp.Free(alloc(t(4*regMax) + 16))
 		tp.Free(soft)
 		// dist2bbox: x1y1 = anchor - lt; x2y2 = anchor + rb;
 		// c_xy = (x1y1 + x2y2) / 2; wh = x2y2 - x1y1; cat((c_xy, wh)).
