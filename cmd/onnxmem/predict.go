@@ -81,7 +81,7 @@ func (p *predictor) predict(line []byte, n int) map[string]json.RawMessage {
 	}
 	delete(obj, "predicted")
 	delete(obj, "error")
-	pr, err := p.simulate(obj)
+	pr, err := p.guarded(obj)
 	if err != nil {
 		obj["error"] = marshal(errText(err))
 	} else {
@@ -133,6 +133,18 @@ func (p prediction) json() any {
 type maxBatchPredicted struct {
 	MaxBatch int64 `json:"max_batch"`
 	*predicted
+}
+
+// guarded is simulate, with a panic (a broken invariant inside onnxmem)
+// turned into the line's error, so that the stream answers every line and
+// goes on.
+func (p *predictor) guarded(obj map[string]json.RawMessage) (pr prediction, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("onnxmem: internal error on this line, please report it with the line: %v", r)
+		}
+	}()
+	return p.simulate(obj)
 }
 
 // simulate predicts the scenario a line describes.
