@@ -112,10 +112,12 @@
 // (PyTorch reserves 1⅛ × the device's memory, which the simulation does not
 // know).
 //
-// Addresses are simulated: each new segment starts past the end of the last, so
-// ties between equal free blocks are broken as if cudaMalloc handed out rising
-// addresses. Real addresses may differ, which can change which of two equal
-// blocks is taken; the counters rarely notice.
+// Addresses are simulated: each new segment lies just below the last, as
+// cudaMalloc's addresses fall on the H200 (the segments that
+// calibration/allocator_conf.py recorded), so ties between equal free blocks
+// go to the newest segment, as they do there. The driver also reuses the
+// ranges of released segments, which the simulation does not; that can
+// change which of two equal blocks is taken after an empty_cache.
 package allocator
 
 import "fmt"
@@ -236,7 +238,8 @@ type Allocator struct {
 	blocks       []block
 	spare        []int32 // indices of merged-away blocks, for reuse
 	live         []int32 // by ID: the block, or -1 once freed
-	nextAddr     int64
+	nextAddr     int64 // the next expandable segment's address range
+	down         int64 // the bytes of cudaMalloc segments made, top down
 	st           Stats
 	// Capacity, when positive, is the device memory available for segments;
 	// a request that would need more makes TryMalloc report ErrOutOfMemory
@@ -328,7 +331,7 @@ func (a *Allocator) TryMalloc(n int64) (ID, error) {
 				return -1, &ErrOutOfMemory{Requested: n, Reserved: a.st.Reserved, Capacity: a.Capacity}
 			}
 		}
-		id = a.newBlock(block{addr: a.segmentAddr(seg), size: seg, small: small, prev: -1, next: -1})
+		id = a.newBlock(block{addr: a.mallocAddr(seg), size: seg, small: small, prev: -1, next: -1})
 		a.st.Reserved += seg
 		if a.st.Reserved > a.st.PeakReserved {
 			a.st.PeakReserved = a.st.Reserved
@@ -368,6 +371,21 @@ func (a *Allocator) segmentAddr(size int64) int64 {
 	addr := a.nextAddr
 	a.nextAddr += size
 	return addr
+}
+
+// mallocTop is the simulated address below which cudaMalloc's segments
+// are placed, top down; expandable segments' address ranges rise from 0.
+const mallocTop = 1 << 50
+
+// mallocAddr returns the address of a new cudaMalloc segment of size
+// bytes: just below the last one.
+func (a *Allocator) mallocAddr(size int64) int64 {
+	if h := a.addrHint; h != 0 {
+		a.addrHint = 0
+		return h
+	}
+	a.down += size
+	return mallocTop - a.down
 }
 
 // Size returns the block size that allocation id holds: its rounded request,

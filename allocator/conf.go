@@ -199,7 +199,7 @@ func (a *Allocator) allocBlock(p *pool, small bool, size, seg int64) (int32, boo
 	if a.cfg.ExpandableSegments {
 		return a.allocExpandable(p, small, size), true
 	}
-	id := a.newBlock(block{addr: a.segmentAddr(seg), size: seg, small: small, prev: -1, next: -1})
+	id := a.newBlock(block{addr: a.mallocAddr(seg), size: seg, small: small, prev: -1, next: -1})
 	a.reserve(seg)
 	if seg >= a.cs.maxSplit {
 		a.cs.oversizeSegments++

@@ -18,7 +18,8 @@ type refAllocator struct {
 	cfg      Config
 	segs     []*refSegment
 	live     []int64 // by ID: the block's address, or -1 once freed
-	nextAddr int64
+	nextAddr int64 // expandable segments' ranges, rising
+	down     int64 // cudaMalloc segments' bytes, top down
 	capacity int64
 	st       Stats
 	// oversize_allocations and oversize_segments.
@@ -246,9 +247,11 @@ func (r *refAllocator) allocBlock(small bool, size, segSize int64) (*refSegment,
 	if r.cfg.ExpandableSegments {
 		return r.allocExpandable(small, size)
 	}
-	seg := &refSegment{small: small, base: r.nextAddr, blocks: []refBlock{{addr: r.nextAddr, size: segSize, state: refFree}}}
+	// cudaMalloc's segments go top down, each below the last.
+	r.down += segSize
+	base := int64(1<<50) - r.down
+	seg := &refSegment{small: small, base: base, blocks: []refBlock{{addr: base, size: segSize, state: refFree}}}
 	r.segs = append(r.segs, seg)
-	r.nextAddr += segSize
 	r.st.Reserved += segSize
 	r.st.PeakReserved = max(r.st.PeakReserved, r.st.Reserved)
 	if segSize >= r.maxSplit() {
