@@ -238,8 +238,8 @@ type Allocator struct {
 	blocks       []block
 	spare        []int32 // indices of merged-away blocks, for reuse
 	live         []int32 // by ID: the block, or -1 once freed
-	nextAddr     int64 // the next expandable segment's address range
-	down         int64 // the bytes of cudaMalloc segments made, top down
+	nextAddr     int64   // the next expandable segment's address range
+	down         int64   // the bytes of cudaMalloc segments made, top down
 	st           Stats
 	// Capacity, when positive, is the device memory available for segments;
 	// a request that would need more makes TryMalloc report ErrOutOfMemory

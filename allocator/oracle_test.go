@@ -18,8 +18,8 @@ type refAllocator struct {
 	cfg      Config
 	segs     []*refSegment
 	live     []int64 // by ID: the block's address, or -1 once freed
-	nextAddr int64 // expandable segments' ranges, rising
-	down     int64 // cudaMalloc segments' bytes, top down
+	nextAddr int64   // expandable segments' ranges, rising
+	down     int64   // cudaMalloc segments' bytes, top down
 	capacity int64
 	st       Stats
 	// oversize_allocations and oversize_segments.
