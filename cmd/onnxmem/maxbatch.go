@@ -140,7 +140,14 @@ func forBatchCmd(m *onnxmem.Model, c fitCriterion, st setting, batch, img int64,
 			batch, c.limitText(), strings.Join(tried, ", "), segmentsText(ks[least]), c.needs(rs[least]))
 		return exit(stderr, err)
 	}
-	r, how := rs[first], "without checkpointing"
+	// What it uses of the limit is the run under the limit.
+	s := st
+	s.Segments = ks[first]
+	r, err := m.Simulate(c.scenario(s.scenario(batch, img)))
+	if err != nil {
+		return fail(stderr, err)
+	}
+	how := "without checkpointing"
 	if ks[first] > 1 {
 		how = fmt.Sprintf("with %d checkpoint segments, the fewest", ks[first])
 	}
