@@ -211,17 +211,8 @@ func (b *builder) back(n *ir.Node, k opKind, outs []ir.ValueID) {
 		// Under autocast the conv computes low-precision gradients of its
 		// cast input and weight; ToCopyBackward then allocates the
 		// float32 ones and frees those.
-		low := func(v ir.ValueID) int32 { return b.alloc(s.Elems(v)*b.low().Size(), Grad, v) }
-		toCopy := func(st int32, v ir.ValueID, param bool) {
-			post = append(post, func() {
-				if param {
-					b.paramGrad(v)
-				} else {
-					b.accumulate(v, b.grad(v))
-				}
-				b.unref(st)
-			})
-		}
+		low := b.lowGrad
+		toCopy := func(st int32, v ir.ValueID, param bool) { post = append(post, b.toCopy(st, v, param)) }
 		// A depthwise conv that PyTorch runs with its own kernels
 		// (ConvBackend::CudaDepthwise2d) makes the weight's gradient
 		// before the input's (calibration/torchvision_steps.json).
@@ -498,24 +489,34 @@ func (b *builder) nativeDepthwise(n *ir.Node) bool {
 // shape. Under autocast these are float16 gradients of the casts, which
 // ToCopyBackward turns into float32 ones after the node: mat1's, the
 // weight's, then the bias's.
+// lowGrad allocates the low-precision gradient of v that an op under
+// autocast computes for its cast input or weight.
+func (b *builder) lowGrad(v ir.ValueID) int32 {
+	return b.alloc(b.s.Elems(v)*b.low().Size(), Grad, v)
+}
+
+// toCopy returns what ToCopyBackward does once the op's node has run: it
+// allocates v's float32 gradient (its .grad for a parameter) from the
+// low-precision one in st, and frees st.
+func (b *builder) toCopy(st int32, v ir.ValueID, param bool) func() {
+	return func() {
+		if param {
+			b.paramGrad(v)
+		} else {
+			b.accumulate(v, b.grad(v))
+		}
+		b.unref(st)
+	}
+}
+
 func (b *builder) gemmBack(n *ir.Node, gy gradT, fresh func(ir.ValueID), contiguous func() int32, post []func()) []func() {
-	s := b.s
 	x, w := n.Inputs[0], n.Inputs[1]
 	bias := ir.NoValue
 	if len(n.Inputs) > 2 && n.Inputs[2] != ir.NoValue {
 		bias = n.Inputs[2]
 	}
-	low := func(v ir.ValueID) int32 { return b.alloc(s.Elems(v)*b.low().Size(), Grad, v) }
-	toCopy := func(st int32, v ir.ValueID, param bool) {
-		post = append(post, func() {
-			if param {
-				b.paramGrad(v)
-			} else {
-				b.accumulate(v, b.grad(v))
-			}
-			b.unref(st)
-		})
-	}
+	low := b.lowGrad
+	toCopy := func(st int32, v ir.ValueID, param bool) { post = append(post, b.toCopy(st, v, param)) }
 	if b.rg[x] {
 		if b.autocast() && b.dt[x] != b.low() {
 			toCopy(low(x), x, false)
