@@ -213,6 +213,7 @@ func (b *builder) back(n *ir.Node, k opKind, outs []ir.ValueID) {
 		// float32 ones and frees those.
 		low := b.lowGrad
 		toCopy := func(st int32, v ir.ValueID, param bool) { post = append(post, b.toCopy(st, v, param)) }
+		inputGrad := func(x ir.ValueID) { post = b.inputGrad(x, fresh, post) }
 		// A depthwise conv that PyTorch runs with its own kernels
 		// (ConvBackend::CudaDepthwise2d) makes the weight's gradient
 		// before the input's (calibration/torchvision_steps.json).
@@ -228,11 +229,7 @@ func (b *builder) back(n *ir.Node, k opKind, outs []ir.ValueID) {
 				}
 			}
 			if b.rg[x] {
-				if b.autocast() && b.dt[x] != b.low() {
-					toCopy(low(x), x, false)
-				} else {
-					fresh(x)
-				}
+				inputGrad(x)
 			}
 			for j := 0; j < len(params); j += 2 {
 				toCopy(params[j], ir.ValueID(params[j+1]), true)
@@ -243,11 +240,7 @@ func (b *builder) back(n *ir.Node, k opKind, outs []ir.ValueID) {
 		// The data and the filter pass each take their own contiguous
 		// copy of a strided incoming gradient.
 		if b.rg[x] {
-			if b.autocast() && b.dt[x] != b.low() {
-				toCopy(low(x), x, false)
-			} else {
-				fresh(x)
-			}
+			inputGrad(x)
 			c := contiguous()
 			b.workspace(b.convCall(n, Backward, "bwd-data"))
 			freeCopy(c)
@@ -495,6 +488,17 @@ func (b *builder) lowGrad(v ir.ValueID) int32 {
 	return b.alloc(b.s.Elems(v)*b.low().Size(), Grad, v)
 }
 
+// inputGrad allocates the gradient of an op's input x: under autocast, of
+// its float16 cast, whose float32 gradient ToCopyBackward makes after the
+// node (added to post); else x's own (fresh).
+func (b *builder) inputGrad(x ir.ValueID, fresh func(ir.ValueID), post []func()) []func() {
+	if b.autocast() && b.dt[x] != b.low() {
+		return append(post, b.toCopy(b.lowGrad(x), x, false))
+	}
+	fresh(x)
+	return post
+}
+
 // toCopy returns what ToCopyBackward does once the op's node has run: it
 // allocates v's float32 gradient (its .grad for a parameter) from the
 // low-precision one in st, and frees st.
@@ -517,12 +521,9 @@ func (b *builder) gemmBack(n *ir.Node, gy gradT, fresh func(ir.ValueID), contigu
 	}
 	low := b.lowGrad
 	toCopy := func(st int32, v ir.ValueID, param bool) { post = append(post, b.toCopy(st, v, param)) }
+	inputGrad := func(x ir.ValueID) { post = b.inputGrad(x, fresh, post) }
 	if b.rg[x] {
-		if b.autocast() && b.dt[x] != b.low() {
-			toCopy(low(x), x, false)
-		} else {
-			fresh(x)
-		}
+		inputGrad(x)
 		c := contiguous()
 		b.blasWorkspaces(false)
 		b.freeScratch(c)
