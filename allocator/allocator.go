@@ -275,6 +275,23 @@ func NewWithConfig(c Config) *Allocator {
 	return a
 }
 
+// Reset empties the allocator and sets its configuration to c, as
+// NewWithConfig(c) makes it, keeping the memory of its tables for the next
+// simulation. Its Capacity is 0 again.
+func (a *Allocator) Reset(c Config) {
+	*a = Allocator{
+		small:  pool{ids: a.small.ids[:0]},
+		large:  pool{ids: a.large.ids[:0]},
+		blocks: a.blocks[:0],
+		spare:  a.spare[:0],
+		live:   a.live[:0],
+	}
+	if c != (Config{}) {
+		a.conf, a.cfg = true, c
+		a.cs.init(c)
+	}
+}
+
 // Config returns the allocator's configuration.
 func (a *Allocator) Config() Config { return a.cfg }
 
@@ -320,10 +337,11 @@ func (a *Allocator) TryMalloc(n int64) (ID, error) {
 	small := size <= SmallSize
 	p := a.poolOf(small)
 	var id int32
-	if i := a.search(p, size, -1); i < len(p.ids) {
-		id = p.ids[i]
-		p.ids = append(p.ids[:i], p.ids[i+1:]...)
+	found := a.search(p, size, -1)
+	if found < len(p.ids) {
+		id = p.ids[found]
 	} else {
+		found = -1
 		seg := SegmentSize(size)
 		if a.Capacity > 0 && a.st.Reserved+seg > a.Capacity {
 			a.EmptyCache()
@@ -345,8 +363,19 @@ func (a *Allocator) TryMalloc(n int64) (ID, error) {
 			a.blocks[b.next].prev = r
 		}
 		b.next = r
-		b.size = size
-		a.insert(p, r)
+		if found >= 0 {
+			// The rest is smaller than the block it comes from, so it
+			// takes the block's place or one before it: one move.
+			j := a.search(p, rest, b.addr+size)
+			b.size = size
+			copy(p.ids[j+1:found+1], p.ids[j:found])
+			p.ids[j] = r
+		} else {
+			b.size = size
+			a.insert(p, r)
+		}
+	} else if found >= 0 {
+		p.ids = append(p.ids[:found], p.ids[found+1:]...)
 	}
 	b.free = false
 	b.requested = n

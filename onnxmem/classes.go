@@ -59,6 +59,12 @@ type class struct {
 	tmpl   *template
 	misses int  // fits that failed
 	fixed  bool // maxMisses fits failed: always build
+	// last is the program last returned for the class, at batch lastBatch:
+	// asked for again, it is returned again. one is the class's program at
+	// batch 1, which no template makes and every max-batch search asks for.
+	last      *schedule.Program
+	lastBatch int64
+	one       *schedule.Program
 }
 
 // maxMisses is how many three-build windows may fail to fit a line before
@@ -105,8 +111,13 @@ func (m *Model) program(sc Scenario) (*schedule.Program, error) {
 	// copy nothing that they copy at batch 2 and more: batch 1 is a class
 	// of its own, always built.
 	key := classKey(sc)
-	if t := p.classes.template(key); t != nil && sc.Batch > 1 {
+	last, t := p.classes.lookup(key, sc.Batch)
+	if last != nil {
+		return last, nil
+	}
+	if t != nil && sc.Batch > 1 {
 		if prog := t.at(sc.Batch); prog != nil {
+			p.classes.remember(key, sc.Batch, prog)
 			return prog, nil
 		}
 	}
@@ -125,7 +136,9 @@ func (m *Model) program(sc Scenario) (*schedule.Program, error) {
 	if sc.Batch > 1 {
 		p.classes.add(key, classPoint{batch: sc.Batch, prog: prog, calls: calls, wsBuf: wsBuf})
 	}
-	return trim(prog, calls, wsBuf), nil
+	out := trim(prog, calls, wsBuf)
+	p.classes.remember(key, sc.Batch, out)
+	return out, nil
 }
 
 // find returns the class of a key, made most recently used, or nil. The
@@ -140,21 +153,38 @@ func (c *classCache) find(key string) *class {
 	return nil
 }
 
-// template returns the template of a class, or nil.
-func (c *classCache) template(key string) *template {
+// lookup returns the program last returned for a class when it was at
+// batch n, and the class's template; either may be nil.
+func (c *classCache) lookup(key string, n int64) (*schedule.Program, *template) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if cl := c.find(key); cl != nil {
-		return cl.tmpl
+		if cl.last != nil && cl.lastBatch == n {
+			return cl.last, cl.tmpl
+		}
+		if n == 1 && cl.one != nil {
+			return cl.one, cl.tmpl
+		}
+		return nil, cl.tmpl
 	}
-	return nil
+	return nil, nil
 }
 
-// add keeps a build of a class; the third distinct batch makes the
-// template, or marks the class as one that does not scale.
-func (c *classCache) add(key string, pt classPoint) {
+// remember keeps prog as the program last returned for a class, at batch n.
+func (c *classCache) remember(key string, n int64, prog *schedule.Program) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	cl := c.findOrAdd(key)
+	cl.last, cl.lastBatch = prog, n
+	if n == 1 {
+		cl.one = prog
+	}
+}
+
+// findOrAdd returns the class of a key, made most recently used, adding it
+// (and dropping the least recently used beyond maxClasses) when it is new.
+// The caller holds c.mu.
+func (c *classCache) findOrAdd(key string) *class {
 	cl := c.find(key)
 	if cl == nil {
 		cl = &class{key: key}
@@ -163,6 +193,15 @@ func (c *classCache) add(key string, pt classPoint) {
 		}
 		c.classes = append(c.classes, cl)
 	}
+	return cl
+}
+
+// add keeps a build of a class; the third distinct batch makes the
+// template, or marks the class as one that does not scale.
+func (c *classCache) add(key string, pt classPoint) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cl := c.findOrAdd(key)
 	if cl.tmpl != nil || cl.fixed || slices.ContainsFunc(cl.points, func(q classPoint) bool { return q.batch == pt.batch }) {
 		return
 	}

@@ -46,10 +46,14 @@ func TestClassPrograms(t *testing.T) {
 					t.Fatal(err)
 				}
 				p, _, _ := derived.programPrep(sc)
-				fromTemplate := p.classes.template(classKey(sc.Defaults())) != nil
+				_, tmpl := p.classes.lookup(classKey(sc.Defaults()), sc.Batch)
+				fromTemplate := tmpl != nil
 				got, err := derived.program(sc)
 				if err != nil {
 					t.Fatal(err)
+				}
+				if again, _ := derived.program(sc); again != got {
+					t.Fatalf("%s %+v: asked for twice, the program was made twice", name, sc)
 				}
 				if fromTemplate && b > 1 {
 					nDerived++

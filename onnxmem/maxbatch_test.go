@@ -3,6 +3,7 @@ package onnxmem_test
 import (
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"strings"
 	"testing"
@@ -96,4 +97,56 @@ func TestMaxBatchMeasured(t *testing.T) {
 		}
 	}
 	t.Log("\n" + table.String())
+}
+
+// TestMaxBatchBoundary checks MaxBatch on seeded random limits against its
+// definition: the batch it returns fits and the next one does not (or it is
+// the limit, or 0 when batch 1 does not fit), and its Result is the step's
+// at that batch.
+func TestMaxBatchBoundary(t *testing.T) {
+	m, err := onnxmem.Builtin("yolov9-t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(7, 11))
+	fits := func(sc onnxmem.Scenario, b int64) (*onnxmem.Result, bool) {
+		sc.Batch = b
+		r, err := m.Simulate(sc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r, r.Fits()
+	}
+	for i := 0; i < 12; i++ {
+		sc := onnxmem.Scenario{Height: 320, Width: 320, AMP: rng.IntN(2) == 1, Segments: 2 * rng.IntN(2),
+			Train: rng.IntN(2) == 1, Boxes: 8, EMA: true}
+		capacity := int64(200<<20) + rng.Int64N(8<<30)
+		limit := 1 + rng.Int64N(300)
+		n, r, err := m.MaxBatch(sc, capacity, limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc.Capacity = capacity
+		switch {
+		case n == 0:
+			if _, ok := fits(sc, 1); ok || r != nil {
+				t.Errorf("%+v: max batch 0 but batch 1 fits (or a Result came back)", sc)
+			}
+		case n > limit:
+			t.Errorf("%+v: max batch %d above the limit %d", sc, n, limit)
+		default:
+			at, ok := fits(sc, n)
+			if !ok {
+				t.Errorf("%+v: max batch %d does not fit", sc, n)
+			}
+			if r == nil || r.Peak != at.Peak || r.PeakReserved != at.PeakReserved || r.Scenario.Batch != n {
+				t.Errorf("%+v: the Result is not the step's at batch %d", sc, n)
+			}
+			if n < limit {
+				if _, ok := fits(sc, n+1); ok {
+					t.Errorf("%+v: max batch %d, but %d fits too", sc, n, n+1)
+				}
+			}
+		}
+	}
 }

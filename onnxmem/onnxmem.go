@@ -532,33 +532,78 @@ func (m *Model) Fit(sc Scenario, capacity int64) (*Result, bool, error) {
 // Scenario.Capacity), with its Result; 0 and a nil Result when not even
 // batch 1 fits. Each batch is simulated under the limit, so a step whose
 // cache would grow past it but that fits after releasing the cache counts
-// as fitting, as it runs in PyTorch. The memory grows with the batch size,
-// so a binary search finds the answer in about log2(limit) simulations.
+// as fitting, as it runs in PyTorch.
+//
+// The memory grows with the batch size, almost on a line, so the search
+// guesses and then gallops (interpolation search with exponential
+// bracketing, as in Bentley and Yao 1976): batch 1 and 2 give the line of
+// the allocated peak; the batch where it meets the limit, scaled by the
+// allocated share of the reserved peak at batch 2, is tried; from there
+// steps of 1, 2, 4, ... away from it bracket the answer, which bisection
+// finishes. A step whose fitting is monotone in the batch gets the answer a
+// binary search gives, in about 2 + 2·log2(the guess's error) simulations
+// instead of log2(limit).
 func (m *Model) MaxBatch(sc Scenario, capacity, limit int64) (int64, *Result, error) {
 	if capacity <= 0 {
 		return 0, nil, fmt.Errorf("onnxmem: max batch under a limit of %d bytes: the limit must be positive", capacity)
 	}
 	sc.Capacity = capacity
-	fits := func(b int64) (*Result, bool, error) {
+	// lo fits (0 trivially) and hi does not (limit+1 by assumption).
+	lo, hi := int64(0), limit+1
+	var best *Result
+	probe := func(b int64) (*Result, bool, error) {
 		sc.Batch = b
 		r, err := m.Simulate(sc)
 		if err != nil {
 			return nil, false, err
 		}
-		return r, r.Fits(), nil
+		if r.Fits() {
+			lo, best = b, r
+			return r, true, nil
+		}
+		hi = b
+		return r, false, nil
 	}
-	lo, hi := int64(0), limit
-	var best *Result
-	for lo < hi {
-		mid := lo + (hi-lo+1)/2
-		r, ok, err := fits(mid)
+	// Batch 1 and 2, then the guess.
+	var one *Result
+	for b := int64(1); b <= 2 && b < hi; b++ {
+		r, ok, err := probe(b)
+		if err != nil || !ok {
+			return lo, best, err
+		}
+		if b == 1 {
+			one = r
+		}
+	}
+	if hi-lo > 1 {
+		b := lo + 1
+		if k := best.Peak - one.Peak; k > 0 {
+			target := float64(capacity) * float64(best.Peak) / float64(max(best.PeakReserved, 1))
+			b = min(max(2+int64((target-float64(best.Peak))/float64(k)), lo+1), hi-1)
+		}
+		_, ok, err := probe(b)
 		if err != nil {
 			return 0, nil, err
 		}
-		if ok {
-			lo, best = mid, r
-		} else {
-			hi = mid - 1
+		// Gallop away from the guess until the answer is bracketed.
+		for step := int64(1); hi-lo > 1; step *= 2 {
+			next := hi - step
+			if ok {
+				next = lo + step
+			}
+			if next <= lo || next >= hi {
+				break
+			}
+			if _, ok2, err := probe(next); err != nil {
+				return 0, nil, err
+			} else if ok2 != ok {
+				break
+			}
+		}
+	}
+	for hi-lo > 1 {
+		if _, _, err := probe(lo + (hi-lo)/2); err != nil {
+			return 0, nil, err
 		}
 	}
 	return lo, best, nil

@@ -3,6 +3,7 @@ package onnxmem
 import (
 	"fmt"
 	"sort"
+	"sync"
 
 	"github.com/onnxmem/onnxmem/allocator"
 	"github.com/onnxmem/onnxmem/liveness"
@@ -54,6 +55,10 @@ func (m *Model) Timeline(sc Scenario) (*Result, []Sample, error) {
 	return r, samples, nil
 }
 
+// allocators keeps simulated allocators for reuse: a replay makes tens of
+// thousands of blocks, and a reset allocator has room for them.
+var allocators = sync.Pool{New: func() any { return allocator.New() }}
+
 // run replays p as Run says, calling observe after each event of the
 // measured step, and returns the Result with the liveness analysis of the
 // step.
@@ -62,7 +67,9 @@ func run(p *schedule.Program, sc Scenario, observe func(int, allocator.Stats)) (
 	if err != nil {
 		panic(fmt.Sprintf("onnxmem: Run of a scenario that Supported refuses: %v", err))
 	}
-	a := allocator.NewWithConfig(conf)
+	a := allocators.Get().(*allocator.Allocator)
+	defer allocators.Put(a)
+	a.Reset(conf)
 	a.Capacity = sc.Capacity
 	ids := make([]allocator.ID, len(p.Buffers))
 	oom := false

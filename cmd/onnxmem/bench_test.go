@@ -1,0 +1,27 @@
+package main
+
+import (
+	"io"
+	"testing"
+)
+
+// BenchmarkDefaultCommand runs `onnxmem` with no arguments: the embedded
+// yolov9-c's peak table, its largest batches on three cards and the peak's
+// tensors. Goal: under 300 ms.
+func BenchmarkDefaultCommand(b *testing.B) {
+	for b.Loop() {
+		if rc := run(nil, nil, io.Discard, io.Discard); rc != 0 {
+			b.Fatalf("exit status %d", rc)
+		}
+	}
+}
+
+// BenchmarkReportTrain runs `onnxmem report -train`, the same for train
+// steps. Goal: under 300 ms.
+func BenchmarkReportTrain(b *testing.B) {
+	for b.Loop() {
+		if rc := run([]string{"report", "-train"}, nil, io.Discard, io.Discard); rc != 0 {
+			b.Fatalf("exit status %d", rc)
+		}
+	}
+}
