@@ -49,6 +49,9 @@ type Family interface {
 	// outputs with the named training script (trainer; "" is the family's
 	// default for the graph), or nil.
 	CheckTrain(outs []schedule.Output, trainer string) error
+	// Loop returns what the family's training script does around its steps
+	// in a whole run, for the graph g, or nil when it has none.
+	Loop(g *ir.Graph) *schedule.Loop
 }
 
 // all are the families, in the order Detect tries them: the generic family,

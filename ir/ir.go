@@ -41,6 +41,13 @@ const (
 )
 
 // Size returns the bytes of one element, or 0 for types without a fixed size.
+// IsFloat reports whether d is a floating-point type, the types that
+// module.half() and module.float() convert.
+func (d DType) IsFloat() bool {
+	return d == Float32 || d == Float16 || d == BFloat16 || d == Float64
+}
+
+// Size returns the bytes of one element of d, or 0 for an unknown type.
 func (d DType) Size() int64 {
 	switch d {
 	case Float32, Int32, Uint32:

@@ -275,7 +275,8 @@ func sameStructure(a, b classPoint) bool {
 		!slices.Equal(p.Events, q.Events) || !slices.Equal(p.Resident, q.Resident) ||
 		!slices.Equal(p.ParamGrads, q.ParamGrads) || !slices.Equal(p.LayerEnds, q.LayerEnds) || len(a.calls) != len(b.calls) ||
 		!slices.Equal(p.Carried, q.Carried) || !slices.Equal(p.CarriedFrom, q.CarriedFrom) ||
-		!slices.Equal(p.Once, q.Once) || !slices.Equal(p.OnceAt, q.OnceAt) {
+		!slices.Equal(p.Once, q.Once) || !slices.Equal(p.OnceAt, q.OnceAt) || !slices.Equal(p.ResidentRoles, q.ResidentRoles) ||
+		!slices.Equal(p.StateOrder, q.StateOrder) || !slices.Equal(p.StateAt, q.StateAt) {
 		return false
 	}
 	for i := range p.Buffers {
@@ -386,10 +387,14 @@ func trim(p *schedule.Program, calls []convCall, wsBuf []int32) *schedule.Progra
 	}
 	q.Resident, q.ParamGrads = renumber(p.Resident), renumber(p.ParamGrads)
 	q.Carried, q.CarriedFrom = renumber(p.Carried), renumber(p.CarriedFrom)
-	q.Once = renumber(p.Once)
+	q.Once, q.StateOrder = renumber(p.Once), renumber(p.StateOrder)
 	q.OnceAt = make([]int, len(p.OnceAt))
 	for i, at := range p.OnceAt {
 		q.OnceAt[i] = kept[at]
+	}
+	q.StateAt = make([]int, len(p.StateAt))
+	for i, at := range p.StateAt {
+		q.StateAt[i] = kept[at]
 	}
 	if p.Input >= 0 {
 		q.Input = idx[p.Input]

@@ -190,6 +190,10 @@ type Scenario struct {
 	// Batch (validation often runs at twice the training batch). AMP, Half
 	// and checkpointing do not apply.
 	Eval bool
+	// EvalFloat, with Eval, runs the copy in float32 instead of half: the
+	// validation that a training loop runs with half=False, as it does
+	// when it trains without AMP.
+	EvalFloat bool `json:",omitempty"`
 	// Train simulates a full step of the family's training script instead of
 	// a model step (the family's recipe): the batch's upload, the forward
 	// (under autocast with AMP), the family's loss with Boxes ground-truth
@@ -362,6 +366,8 @@ func (sc Scenario) Supported() error {
 		return fmt.Errorf("onnxmem: boxes %d with box counts whose largest is %d: give one or the other", sc.Boxes, slices.Max(sc.BoxCounts))
 	case sc.Train && sc.Boxes < 0:
 		return fmt.Errorf("onnxmem: boxes %d: must be 0 or more", sc.Boxes)
+	case sc.EvalFloat && !sc.Eval:
+		return fmt.Errorf("onnxmem: eval float: the float32 copy belongs to an eval step, and this is not one")
 	case sc.Eval && (sc.AMP || sc.Half || sc.Segments > 1 || len(sc.Checkpoint) > 0):
 		return fmt.Errorf("onnxmem: the eval step runs a half copy without gradients: amp, half and checkpointing do not apply")
 	case sc.Segments < 0:
@@ -431,7 +437,7 @@ func (m *Model) build(p *prepared, sc Scenario, workspace func(schedule.ConvCall
 		cfg.Checkpoint = schedule.Sequential(layers(p.graph), sc.Segments)
 	}
 	if sc.Eval {
-		cfg.Eval = &schedule.Eval{Head: p.fam.EvalHead()}
+		cfg.Eval = &schedule.Eval{Head: p.fam.EvalHead(), Float: sc.EvalFloat}
 	}
 	if sc.Train {
 		outs := make([]schedule.Output, len(p.graph.Outputs))
@@ -491,8 +497,11 @@ func (m *Model) Sweep(sc Scenario, batches []int64, progress func(done, total in
 // GPUMem is ReservedAfter as the detection training loops print it in
 // their GPU_mem column: f'{torch.cuda.memory_reserved() / 1E9:.3g}G',
 // decimal gigabytes with three significant digits ("23.1G").
-func (r *Result) GPUMem() string {
-	return strconv.FormatFloat(float64(r.ReservedAfter)/1e9, 'g', 3, 64) + "G"
+func (r *Result) GPUMem() string { return gpuMem(r.ReservedAfter) }
+
+// gpuMem writes reserved bytes as the training loops print them.
+func gpuMem(n int64) string {
+	return strconv.FormatFloat(float64(n)/1e9, 'g', 3, 64) + "G"
 }
 
 // Fits reports whether the step ran to its end within its scenario's

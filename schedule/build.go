@@ -75,7 +75,7 @@ type Config struct {
 	// of the model (copy.deepcopy(model).eval().half()) under
 	// torch.no_grad(), batch norm on its running statistics, and the eval
 	// head's decode, with the float32 training model and the cuBLAS
-	// workspace resident. It implies Half and ignores Checkpoint.
+	// workspace resident. It implies Half (FP32 with Eval.Float) and ignores Checkpoint.
 	Eval *Eval
 	// Holder says what the model's Python forward keeps alive beyond each
 	// op's reads; nil means LayerLoopOnly.
@@ -158,6 +158,7 @@ type builder struct {
 	decoded   []int32       // the eval head's decoded outputs, alive to the end of the step
 	lossSaved []Buf         // what the training loss keeps for its backward
 	inplace   []bool        // by node: it runs in place on its first data input (Holds.InPlace)
+	state     [][]int32     // by value: the optimizer state buffers of a trainable parameter
 	blasMade  [4]bool       // the cuBLAS workspaces made: by blasHandle
 
 	// Backward state.
@@ -177,6 +178,9 @@ type builder struct {
 func Build(g *ir.Graph, s *ir.Shapes, cfg Config) (*Program, error) {
 	if cfg.Eval != nil {
 		cfg.Precision, cfg.Checkpoint = Half, nil
+		if cfg.Eval.Float {
+			cfg.Precision = FP32
+		}
 	}
 	if cfg.Holder == nil {
 		cfg.Holder = LayerLoopOnly
@@ -310,27 +314,22 @@ func (b *builder) resident() error {
 	if b.cfg.Eval != nil {
 		copies = []func(ir.ValueID) int64{b.s.Bytes, b.bytes}
 	}
-	for _, size := range copies {
-		for i := range b.g.Values {
-			if !b.param[i] {
-				continue
-			}
-			v := ir.ValueID(i)
-			b.p.Resident = append(b.p.Resident, b.newBuf(size(v), Param, v))
-			if bnVar[v] {
-				b.p.Resident = append(b.p.Resident, b.newBuf(8, Param, ir.NoValue))
-			}
+	for c, size := range copies {
+		role := RoleModel
+		if c > 0 {
+			role = RoleCopy
 		}
+		b.modelCopy(role, size, bnVar)
 	}
 	if b.cfg.Eval != nil {
 		if b.cfg.CuBLASWorkspace > 0 {
-			b.p.Resident = append(b.p.Resident, b.newBuf(b.cfg.CuBLASWorkspace, Workspace, ir.NoValue))
+			b.addResident(RoleWorkspace, b.newBuf(b.cfg.CuBLASWorkspace, Workspace, ir.NoValue))
 			b.blasMade[blasMain] = true
 		}
 		// What the eval head keeps in its module.
 		if h := b.cfg.Eval.Head; h != nil {
 			for _, n := range h.Resident(b.outputs()) {
-				b.p.Resident = append(b.p.Resident, b.newBuf(n, Param, ir.NoValue))
+				b.addResident(RoleHead, b.newBuf(n, Param, ir.NoValue))
 			}
 		}
 	}
@@ -350,6 +349,29 @@ func (b *builder) resident() error {
 	b.vst[x] = 0
 	b.contig[x] = true
 	return nil
+}
+
+// addResident appends a resident buffer with its role.
+func (b *builder) addResident(r Role, buf int32) {
+	b.p.Resident = append(b.p.Resident, buf)
+	b.p.ResidentRoles = append(b.p.ResidentRoles, r)
+}
+
+// modelCopy appends the model's parameters and buffers as resident
+// buffers of a role, each size(v) bytes, in the order the model moves them
+// to the device, with each training-mode batch norm's num_batches_tracked
+// after its running variance.
+func (b *builder) modelCopy(r Role, size func(ir.ValueID) int64, bnVar map[ir.ValueID]bool) {
+	for i := range b.g.Values {
+		if !b.param[i] {
+			continue
+		}
+		v := ir.ValueID(i)
+		b.addResident(r, b.newBuf(size(v), Param, v))
+		if bnVar[v] {
+			b.addResident(r, b.newBuf(8, Param, ir.NoValue))
+		}
+	}
 }
 
 // blasHandle names a cuBLAS workspace: the main thread's or the autograd

@@ -62,6 +62,9 @@ type Eval struct {
 	// (a detection head's decode), or nil when the eval forward returns the
 	// graph's outputs as they are.
 	Head Head
+	// Float runs the copy in float32 rather than half: a validation that
+	// the training loop calls with half=False (training without AMP).
+	Float bool
 }
 
 // Head models what a network's head computes in eval mode beyond the
@@ -84,4 +87,24 @@ func (b *builder) outputs() []Output {
 		out[i] = Output{Dims: b.s.Dims[v], DType: b.dt[v]}
 	}
 	return out
+}
+
+// Loop is what a family's training script does around its steps in a
+// whole run: the small tensors its setup and its validation keep, the
+// conversions of the model it makes, and the shapes its validation
+// batches take. Sizes are bytes.
+type Loop struct {
+	// SetupTensors are the small tensors that the setup makes and keeps
+	// for the run, in order (class weights, the loss's constants, a running
+	// mean of the losses).
+	SetupTensors []int64
+	// HalfFloatAtSetup converts the model to half precision and back once
+	// in the setup, each tensor in turn (module.half().float()).
+	HalfFloatAtSetup bool
+	// ValTensors are the small tensors a validation keeps while it runs.
+	ValTensors []int64
+	// ValShape returns the height and width of a validation batch whose
+	// images have aspect ratio num:den (height to width), for a training
+	// image whose larger side is side.
+	ValShape func(side, num, den int64) (h, w int64)
 }

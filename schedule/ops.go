@@ -230,6 +230,4 @@ func isTrainingBN(n *ir.Node) bool {
 	return n.IntAttr("training_mode", 0) == 1 || len(n.Outputs) > 1
 }
 
-func isFloat(d ir.DType) bool {
-	return d == ir.Float32 || d == ir.Float16 || d == ir.BFloat16 || d == ir.Float64
-}
+func isFloat(d ir.DType) bool { return d.IsFloat() }

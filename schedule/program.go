@@ -118,6 +118,15 @@ type Program struct {
 	// Resident are the buffers allocated when the model is loaded, in the order
 	// the model's parameters and buffers are moved to the device.
 	Resident []int32
+	// ResidentRoles says, for each buffer of Resident, what it is.
+	ResidentRoles []Role
+	// StateOrder lists a train step's optimizer-state buffers (of Resident)
+	// in the order a first optimizer step creates them, and StateAt[i] is
+	// the index of the event before which it creates StateOrder[i]: a
+	// training run's first step starts without them (torch.optim makes its
+	// state lazily, in step()).
+	StateOrder []int32
+	StateAt    []int
 	// Input is the input batch's buffer; it is allocated before the step starts.
 	Input int32
 	// Events are the step, from the first op of the forward to the last free.
@@ -150,6 +159,37 @@ type Program struct {
 	// it is alive from the start.
 	Once   []int32
 	OnceAt []int
+}
+
+// Role says what a resident buffer is.
+type Role uint8
+
+// The roles of resident buffers.
+const (
+	// RoleModel is the model's own parameters and buffers.
+	RoleModel Role = iota
+	// RoleCopy is a copy of them: the EMA model of a train step, the half
+	// copy that an eval step runs.
+	RoleCopy
+	// RoleWorkspace is the cuBLAS workspace that an earlier matrix product
+	// of the process made.
+	RoleWorkspace
+	// RoleScalar is one of the training loop's small tensors.
+	RoleScalar
+	// RoleState is the optimizer's state.
+	RoleState
+	// RoleHead is what an eval head keeps in its module (anchors, strides).
+	RoleHead
+)
+
+var roleNames = [...]string{"model", "copy", "workspace", "scalar", "state", "head"}
+
+// String returns the role's short name.
+func (r Role) String() string {
+	if int(r) < len(roleNames) {
+		return roleNames[r]
+	}
+	return "unknown"
 }
 
 // LayerEnd marks the end of one top-level layer's forward.

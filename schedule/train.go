@@ -149,32 +149,26 @@ func (b *builder) uses(v ir.ValueID) iter.Seq2[*ir.Node, int] {
 func (b *builder) trainResident(bnVar map[ir.ValueID]bool) error {
 	t := b.cfg.Train
 	if t.EMA {
-		for i := range b.g.Values {
-			v := ir.ValueID(i)
-			if !b.param[v] {
-				continue
-			}
-			b.p.Resident = append(b.p.Resident, b.newBuf(b.s.Bytes(v), Param, v))
-			if bnVar[v] {
-				b.p.Resident = append(b.p.Resident, b.newBuf(8, Param, ir.NoValue))
-			}
-		}
+		b.modelCopy(RoleCopy, b.s.Bytes, bnVar)
 	}
 	if b.cfg.CuBLASWorkspace > 0 {
-		b.p.Resident = append(b.p.Resident, b.newBuf(b.cfg.CuBLASWorkspace, Workspace, ir.NoValue))
+		b.addResident(RoleWorkspace, b.newBuf(b.cfg.CuBLASWorkspace, Workspace, ir.NoValue))
 		b.blasMade[blasMain] = true
 	}
 	for range t.LoopScalars {
-		b.p.Resident = append(b.p.Resident, b.newBuf(4, Scalar, ir.NoValue))
+		b.addResident(RoleScalar, b.newBuf(4, Scalar, ir.NoValue))
 	}
 	k, err := t.Optimizer.stateBuffers()
 	if err != nil {
 		return err
 	}
+	b.state = make([][]int32, len(b.g.Values))
 	for j := 0; j < k; j++ {
 		for i := range b.g.Values {
 			if v := ir.ValueID(i); b.trainable(v) {
-				b.p.Resident = append(b.p.Resident, b.newBuf(b.s.Bytes(v), Param, v))
+				buf := b.newBuf(b.s.Bytes(v), Param, v)
+				b.addResident(RoleState, buf)
+				b.state[v] = append(b.state[v], buf)
 			}
 		}
 	}
@@ -246,7 +240,7 @@ func (b *builder) seedFromLoss() error {
 // clip_grad_norm_, the optimizer's step, zero_grad and the EMA update.
 func (b *builder) optimizerStep() {
 	b.node = -1
-	o := &optimizer{emitter: b.emitter, g: b.g, s: b.s, t: b.cfg.Train, amp: b.autocast(), grads: b.paramGrads, state: b.param}
+	o := &optimizer{emitter: b.emitter, g: b.g, s: b.s, t: b.cfg.Train, amp: b.autocast(), grads: b.paramGrads, state: b.param, opt: b.state}
 	for i := range b.g.Values {
 		if v := ir.ValueID(i); b.trainable(v) && b.paramGrads[v] >= 0 {
 			o.params = append(o.params, v)
@@ -265,6 +259,21 @@ type optimizer struct {
 	params []ir.ValueID // the trainable parameters that got a .grad, in parameter order
 	grads  []int32      // by value: the .grad buffer, or -1
 	state  []bool       // by value: a parameter or buffer of the model, which EMA averages
+	opt    [][]int32    // by value: the optimizer's state buffers of a parameter
+}
+
+// created notes that a first step would create the optimizer state of
+// the parameters vs before the next event, in their order.
+func (o *optimizer) created(vs []ir.ValueID) {
+	for _, v := range vs {
+		if o.grads[v] < 0 {
+			continue
+		}
+		for _, buf := range o.opt[v] {
+			o.p.StateOrder = append(o.p.StateOrder, buf)
+			o.p.StateAt = append(o.p.StateAt, len(o.p.Events))
+		}
+	}
 }
 
 // step emits GradScaler's unscale, clip_grad_norm_, the optimizer's step
@@ -303,6 +312,11 @@ func (o *optimizer) step() {
 		groups = t.Groups(o.g, params)
 	}
 	for _, g := range groups {
+		// Adam and Lion make their state in _init_group, before the step's
+		// arithmetic; SGD clones its momentum from the (decayed) gradients.
+		if t.Optimizer != SGD {
+			o.created(g.Params)
+		}
 		var temps []int32
 		for _, v := range g.Params {
 			if o.grads[v] < 0 {
@@ -330,6 +344,9 @@ func (o *optimizer) step() {
 				o.unref(sgn)
 				o.unref(u)
 			}
+		}
+		if t.Optimizer == SGD {
+			o.created(g.Params)
 		}
 		for _, st := range temps {
 			o.unref(st)

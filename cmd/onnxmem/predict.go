@@ -114,9 +114,13 @@ var maxBatchFields = []string{"step", "capacity_bytes", "fraction"}
 type prediction struct {
 	r        *onnxmem.Result
 	maxBatch *int64
+	run      *onnxmem.RunResult
 }
 
 func (p prediction) json() any {
+	if p.run != nil {
+		return newRunPredicted(p.run)
+	}
 	if p.maxBatch == nil {
 		return newPredicted(p.r)
 	}
@@ -166,15 +170,18 @@ func (p *predictor) simulate(obj map[string]json.RawMessage) (prediction, error)
 		}
 		allowed = append(slices.DeleteFunc(slices.Clone(stepFields[step]), func(f string) bool { return f == "batch" }), maxBatchFields...)
 	case "train_run":
-		return prediction{}, fmt.Errorf("onnxmem: kind train_run (a whole run of train_dual.py) is not simulated yet: predict its steps as train_step and eval_step lines")
+		allowed = runFields
 	default:
-		return prediction{}, fmt.Errorf("onnxmem: unknown kind %q (want model_step, train_step, eval_step or max_batch)", kind)
+		return prediction{}, fmt.Errorf("onnxmem: unknown kind %q (want model_step, train_step, eval_step, max_batch or train_run)", kind)
 	}
 	for _, name := range sortedKeys(obj) {
 		if !slices.Contains(commonFields, name) && !slices.Contains(allowed, name) {
 			return prediction{}, fmt.Errorf("onnxmem: %s line: unknown field %q (a %s line takes %s)", kind, name, kind,
 				strings.Join(append(slices.Clone(commonFields[1:]), allowed...), ", "))
 		}
+	}
+	if kind == "train_run" {
+		return p.trainRun(obj)
 	}
 	sc, err := stepScenario(obj, step, kind == "max_batch")
 	if err != nil {
@@ -271,8 +278,10 @@ func stepScenario(obj map[string]json.RawMessage, step string, search bool) (onn
 	case "eval_step":
 		// Validation runs the EMA copy halved (val_dual.run(half=amp)),
 		// without gradients, whatever the training's amp and segments.
+		// half false: val_dual.run(half=False), as train_dual.py calls it
+		// without amp: the copy runs in float32.
 		if _, ok := obj["half"]; ok && !half {
-			return sc, fmt.Errorf("onnxmem: eval_step with half false: only the half-precision validation (val_dual.run(half=True), train_dual.py with amp) is simulated yet")
+			sc.EvalFloat = true
 		}
 		sc.Eval, sc.AMP, sc.AMPDType, sc.Segments = true, false, "", 0
 	case "train_step":

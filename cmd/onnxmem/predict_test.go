@@ -101,7 +101,7 @@ func TestPredict(t *testing.T) {
 		"error": s(`onnxmem: field "batch": 2.5 is not an integer`),
 	}, {
 		"kind":  `"bogus"`,
-		"error": s(`onnxmem: unknown kind "bogus" (want model_step, train_step, eval_step or max_batch)`),
+		"error": s(`onnxmem: unknown kind "bogus" (want model_step, train_step, eval_step, max_batch or train_run)`),
 	}, {
 		"model": `"yolov9/yolov9-s-train.onnx"`, "kind": `"model_step"`, "batch": "2", "img": "640",
 		"predicted": pred,
@@ -212,6 +212,16 @@ func TestPredictFields(t *testing.T) {
 		}
 		return string(marshal(prediction{r: r, maxBatch: &n}.json()))
 	}
+	run := func(m *onnxmem.Model, sc onnxmem.Scenario, ev []onnxmem.RunEvent) string {
+		r, err := m.Run(sc, ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(marshal(prediction{run: r}.json()))
+	}
+	runSc := onnxmem.Scenario{Batch: 2, Height: 320, Width: 320, AMP: true, Train: true, EMA: true}
+	runEv := []onnxmem.RunEvent{{Kind: "setup"}, {Kind: "train", BoxCounts: []int64{3, 0}}, {Kind: "train", BoxCounts: []int64{5, 5}},
+		{Kind: "val", Batch: 3, Height: 256, Width: 320, BoxCounts: []int64{1, 2, 3}}, {Kind: "val", Batch: 1, Height: 320, Width: 320}, {Kind: "ckpt"}}
 	base := onnxmem.Scenario{Batch: 2, Height: 384, Width: 640}
 	half, amp, eval := base, base, base
 	half.Half, amp.AMP = true, true
@@ -252,11 +262,20 @@ func TestPredictFields(t *testing.T) {
 		{`{"kind":"train_step","model":"yolov9-s","batch":2,"img":640,"boxes_per_img":"many"}`, `onnxmem: field "boxes_per_img": "many" is neither`},
 		{`{"kind":"max_batch","step":"train_step","model":"yolov9-s","img":640,"boxes_per_img":[3,4],"capacity_bytes":1000000000}`, `onnxmem: max_batch: boxes_per_img is a list`},
 		{`{"kind":"model_step","model":"yolov9-s","batch":2,"img":640,"boxes_per_img":4}`, `onnxmem: model_step line: unknown field "boxes_per_img"`},
-		{`{"kind":"eval_step","model":"yolov9-s","batch":2,"img":640,"half":false}`, `onnxmem: eval_step with half false`},
+		{`{"kind":"eval_step","model":"yolov9-s","batch":2,"img":640,"half":false}`, sim(s, onnxmem.Scenario{Batch: 2, Height: 640, Width: 640, Eval: true, EvalFloat: true})},
 		{`{"kind":"max_batch","step":"model_step","model":"yolov9-s","img":640,"batch":4,"capacity_bytes":1}`, `onnxmem: max_batch line: unknown field "batch"`},
 		{`{"kind":"max_batch","step":"train","model":"yolov9-s","img":640,"capacity_bytes":1}`, `onnxmem: max_batch: unknown step "train"`},
 		{`{"kind":"max_batch","step":"model_step","model":"yolov9-s","img":640}`, `onnxmem: missing field "capacity_bytes"`},
-		{`{"kind":"train_run","model":"yolov9-s","batch":2,"img":640,"events":[]}`, `onnxmem: kind train_run`},
+		{`{"kind":"train_run","model":"yolov9-s","batch":2,"img":640,"events":[]}`, `onnxmem: run: the events must start with one setup event`},
+		{`{"kind":"train_run","cfg":"yolov9-s","model":null,"batch":2,"img":320,"amp":true,"optimizer":"SGD","ema":true,"events":[{"setup":{}},` +
+			`{"train":{"boxes_per_img":[3,0]}},{"train":{"boxes_per_img":5}},{"val":{"batch":3,"img_h":256,"img_w":320,"boxes_per_img":[1,2,3]}},{"val":{"batch":1,"img":320}},{"ckpt":{}}]}`,
+			run(s, runSc, runEv)},
+		{`{"kind":"train_run","model":"yolov9-s","batch":2,"img":640,"events":[{"setup":{}},{"train":{}}]}`, `onnxmem: train_run: event 1 (train): missing field "boxes_per_img"`},
+		{`{"kind":"train_run","model":"yolov9-s","batch":2,"img":640,"events":[{"setup":{}},{"train":{"boxes_per_img":[1,2],"lr":0.1}}]}`, `onnxmem: train_run: event 1 (train): unknown field "lr"`},
+		{`{"kind":"train_run","model":"yolov9-s","batch":2,"img":640,"events":[{"setup":{}},{"epoch":{}}]}`, `onnxmem: train_run: event 1: unknown kind "epoch"`},
+		{`{"kind":"train_run","model":"yolov9-s","batch":2,"img":640,"events":[{"setup":{}},{"val":{"batch":4}}]}`, `onnxmem: train_run: event 1 (val): give img_h and img_w`},
+		{`{"kind":"train_run","model":"yolov9-s","batch":2,"img":640,"boxes_per_img":4,"events":[{"setup":{}}]}`, `onnxmem: train_run line: unknown field "boxes_per_img"`},
+		{`{"kind":"train_run","model":"yolov9-s","batch":2,"img":640,"events":[{"setup":{}},{"setup":{}}]}`, `onnxmem: run: event 1: setup comes once, first`},
 		{`{"kind":"model_step","batch":2,"img":640}`, `onnxmem: missing field "model"`},
 	} {
 		code, stdout, stderr := runCmd(t, tc.line, "predict", "-root", shared)

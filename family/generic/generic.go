@@ -214,6 +214,9 @@ func (Family) Recipe(opt schedule.Optimizer, ema bool, boxes int64) *schedule.Tr
 	return &schedule.Train{Boxes: boxes, Optimizer: opt, EMA: ema, GradScaler: true}
 }
 
+// Loop returns nil: the generic family knows no training script to run.
+func (Family) Loop(*ir.Graph) *schedule.Loop { return nil }
+
 // EvalHead returns nil: the eval forward returns the graph's outputs.
 func (Family) EvalHead() schedule.Head { return nil }
 

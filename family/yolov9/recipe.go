@@ -113,3 +113,47 @@ func (t trainLoss) Backward(tp schedule.Tape, in schedule.LossInput, saved []sch
 	}
 	return out
 }
+
+// Loop returns train_dual.py's (and train.py's) loop around the steps, for
+// g's classes:
+//
+//	model.half().float()                          # pre-reduce anchor precision
+//	model.class_weights = labels_to_class_weights(...).to(device) * nc
+//	compute_loss = ComputeLoss(model)             # BCE pos_weight, the DFL projection (16 bins)
+//	mloss = torch.zeros(3, device=device)
+//
+// and val_dual.run's (val.py's) iouv = torch.linspace(0.5, 0.95, 10) and
+// loss = torch.zeros(3); its batches are letterboxed rectangles
+// (utils/dataloaders.py, rect with pad 0.5).
+func (Family) Loop(g *ir.Graph) *schedule.Loop {
+	return &schedule.Loop{
+		SetupTensors:     []int64{4 * classes(g), 4, 4 * regMax, 4 * 3},
+		HalfFloatAtSetup: true,
+		ValTensors:       []int64{4 * 10, 4 * 3},
+		ValShape: func(side, num, den int64) (int64, int64) {
+			if num < den {
+				return letterbox(side, num, den), letterbox(side, 1, 1)
+			}
+			return letterbox(side, 1, 1), letterbox(side, den, num)
+		},
+	}
+}
+
+// classes returns the number of classes of g's detection head: the
+// channels of its first output less the 4·reg_max box channels; 80 when
+// the graph does not declare them.
+func classes(g *ir.Graph) int64 {
+	if len(g.Outputs) > 0 {
+		if d := g.Values[g.Outputs[0]].Dims; len(d) > 1 && d[1].Value > 4*regMax {
+			return d[1].Value - 4*regMax
+		}
+	}
+	return 80
+}
+
+// letterbox returns the side that the rectangular validation gives to a
+// side of ratio num/den of img: ceil(img·num/den/32 + 0.5)·32.
+func letterbox(img, num, den int64) int64 {
+	// ceil(x + 0.5) for x = img·num/(32·den), in integers.
+	return (2*img*num + 96*den - 1) / (64 * den) * 32
+}

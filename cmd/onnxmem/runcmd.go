@@ -1,0 +1,177 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"text/tabwriter"
+
+	"github.com/onnxmem/onnxmem/onnxmem"
+)
+
+func cmdRun(args []string, _ io.Reader, stdout, stderr io.Writer) int {
+	f := newFlagSet("run",
+		"onnxmem run [-batch N] [-img N] [-amp] [-segments K] [-optimizer NAME] [-ema=false] [-alloc-conf OPTS]\n"+
+			"            [-epochs E] [-iters N] [-val-images N] [-mean-boxes M] [-seed S] [-events FILE.json]\n"+
+			"            [-device NAME|SIZE] [-json] [MODEL.onnx]",
+		"Run simulates a whole training run of train_dual.py in one process: the setup\n"+
+			"(model, optimizer, EMA), -epochs epochs of -iters iterations with per-image box\n"+
+			"counts drawn from a long-tailed distribution of mean -mean-boxes, each epoch's\n"+
+			"validation of -val-images images at twice the batch on rectangular images, and\n"+
+			"its checkpoint save. -events FILE.json gives the events instead, as a JSON list in\n"+
+			"predict's train_run format. It prints allocated and reserved memory after each\n"+
+			"event (GPU_mem is what the training loop prints) and the run's peaks; with\n"+
+			"-device, whether the run fits under that card's limit.",
+		"onnxmem run -batch 16 -amp -epochs 2 -iters 20 -device rtx4090 yolov9-s")
+	batch := f.positive("batch", 16, "training batch `size`")
+	img, set := f.imgFlag(), f.settingFlags()
+	opt := optimizerValue(onnxmem.SGD)
+	f.Var(&opt, "optimizer", "`NAME` of the optimizer: SGD, Adam, AdamW (with amsgrad), Lion or none")
+	ema := f.Bool("ema", true, "keep an EMA copy of the model, validated at each epoch end (-ema=false: none)")
+	epochs := f.positive("epochs", 2, "`E` epochs")
+	iters := f.positive("iters", 20, "`N` train iterations per epoch")
+	valImages := f.Int64("val-images", 0, "validation images at each epoch end, in batches of twice -batch (default 4 batches' worth; 0 with -val-images=0 set: no validation)")
+	meanBoxes := f.Float64("mean-boxes", 7.3, "mean ground-truth boxes per image (COCO: 7.3)")
+	seed := f.Uint64("seed", 1, "`seed` of the box counts")
+	eventsFile := f.String("events", "", "read the events from `FILE.json` (a list of {\"setup\":{}}, {\"train\":{\"boxes_per_img\":[...]}}, {\"val\":{...}}, {\"ckpt\":{}})")
+	device := f.deviceFlag()
+	asJSON := f.jsonFlag()
+	f.familyFlag()
+	m, code, ok := f.parseAndLoad(args, stdout, stderr)
+	if !ok {
+		return code
+	}
+	st, err := set()
+	if err != nil {
+		return f.usageError(stderr, "%v", err)
+	}
+	if st.Half {
+		return f.usageError(stderr, "-half does not apply to a training run: train_dual.py trains float32 parameters, with or without -amp")
+	}
+	d, err := device()
+	if err != nil {
+		return f.usageError(stderr, "%v", err)
+	}
+	if *meanBoxes < 0 {
+		return f.usageError(stderr, "-mean-boxes must be 0 or more")
+	}
+	st.Train, st.Optimizer, st.EMA = true, onnxmem.Optimizer(opt), *ema
+	sc := st.scenario(*batch, *img)
+	if d != nil {
+		sc = d.Scenario(sc)
+	}
+	var events []onnxmem.RunEvent
+	if *eventsFile != "" {
+		for _, name := range []string{"epochs", "iters", "val-images", "mean-boxes", "seed"} {
+			if f.isSet(name) {
+				return f.usageError(stderr, "-%s and -events exclude each other: the file gives the events", name)
+			}
+		}
+		if events, err = readRunEvents(*eventsFile, sc.Batch); err != nil {
+			return fail(stderr, err)
+		}
+	} else {
+		vi := *valImages
+		if !f.isSet("val-images") {
+			vi = 8 * *batch
+		}
+		events, err = m.PlanRun(onnxmem.RunPlan{Epochs: int(*epochs), Iterations: int(*iters), Batch: *batch, Height: sc.Height, Width: sc.Width,
+			ValImages: vi, MeanBoxes: *meanBoxes, Seed: *seed})
+		if err != nil {
+			return fail(stderr, err)
+		}
+	}
+	r, err := m.Run(sc, events)
+	if err != nil {
+		return fail(stderr, err)
+	}
+	if *asJSON {
+		return exit(stderr, writeJSON(stdout, runJSON{Model: m.Name, Device: deviceName(d), Limit: sc.Capacity, Fits: !r.OOM, Predicted: newRunPredicted(r)}))
+	}
+	return exit(stderr, printRun(stdout, m.Name, r, events, d))
+}
+
+// readRunEvents reads a run's events from a JSON file in predict's
+// train_run format.
+func readRunEvents(path string, batch int64) ([]onnxmem.RunEvent, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("onnxmem: events: %w", err)
+	}
+	var raw []map[string]json.RawMessage
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return nil, fmt.Errorf("onnxmem: events %s: want a JSON list of events such as [{\"setup\":{}}, {\"train\":{\"boxes_per_img\":[3,0,12]}}]: %v", path, err)
+	}
+	events := make([]onnxmem.RunEvent, len(raw))
+	for i, ev := range raw {
+		if events[i], err = runEvent(ev, i, batch); err != nil {
+			return nil, fmt.Errorf("%w (in %s)", err, path)
+		}
+	}
+	return events, nil
+}
+
+func deviceName(d *onnxmem.Device) string {
+	if d == nil {
+		return ""
+	}
+	return d.Name
+}
+
+// runJSON is run -json's output.
+type runJSON struct {
+	Model  string `json:"model"`
+	Device string `json:"device,omitempty"`
+	// Limit is the caching allocator's limit in bytes (the card's usable
+	// memory), 0 without -device; Fits says the run ran under it.
+	Limit     int64        `json:"limit_bytes,omitempty"`
+	Fits      bool         `json:"fits"`
+	Predicted runPredicted `json:"predicted"`
+}
+
+func printRun(w io.Writer, model string, r *onnxmem.RunResult, events []onnxmem.RunEvent, d *onnxmem.Device) error {
+	sc := r.Scenario
+	prec := "fp32"
+	if sc.AMP {
+		prec = "amp"
+	}
+	fmt.Fprintf(w, "model  %s\nrun    train_dual.py, batch %d, image %dx%d, %s, %s", model, sc.Batch, sc.Height, sc.Width, prec, sc.Defaults().Optimizer)
+	if sc.EMA {
+		fmt.Fprint(w, ", EMA")
+	}
+	if sc.AllocConf != "" {
+		fmt.Fprintf(w, ", PYTORCH_CUDA_ALLOC_CONF=%s", sc.AllocConf)
+	}
+	fmt.Fprint(w, "\n\n")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "event\tkind\tdetail\tallocated GiB\treserved GiB\tpeak GiB\tGPU_mem\t")
+	for _, s := range r.Steps {
+		e := events[s.Event]
+		detail := ""
+		switch e.Kind {
+		case onnxmem.RunEventTrain:
+			mx := int64(0)
+			for _, c := range e.BoxCounts {
+				mx = max(mx, c)
+			}
+			detail = fmt.Sprintf("max %d boxes", mx)
+		case onnxmem.RunEventVal:
+			detail = fmt.Sprintf("%dx%dx%d", e.Batch, e.Height, e.Width)
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t\n", s.Event, e.Kind, detail, gib(s.Allocated), gib(s.Reserved), gib(s.Peak), s.GPUMem())
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "\nover the run: peak %s GiB allocated, %s GiB reserved (max GPU_mem %s)\n", gib(r.Peak), gib(r.PeakReserved),
+		onnxmem.RunStep{Reserved: r.PeakReserved}.GPUMem())
+	if d != nil {
+		verdict := "fits"
+		if r.OOM {
+			verdict = fmt.Sprintf("does not fit: out of memory in event %d (%s)", r.OOMEvent, events[r.OOMEvent].Kind)
+		}
+		fmt.Fprintf(w, "on %s (limit %s GiB: %s GiB less a %d MiB CUDA context): %s\n", d.Name, gib(d.Usable()), gib(d.Total), d.Context>>20, verdict)
+	}
+	return nil
+}
