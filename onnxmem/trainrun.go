@@ -207,9 +207,9 @@ type runner struct {
 	m    *Model
 	sc   Scenario
 	loop *schedule.Loop
-	a   *allocator.Allocator
-	res *RunResult
-	oom bool
+	a    *allocator.Allocator
+	res  *RunResult
+	oom  bool
 
 	ref *schedule.Program // a train step's program: the resident layout
 	// The persistent tensors, by their place among the program's resident
