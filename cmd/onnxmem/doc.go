@@ -176,6 +176,18 @@
 // required; a missing amp means false and a missing segments 0. Each model
 // file is loaded once.
 //
+// A train_run line simulates a whole training run (onnxmem.Model.Run):
+// the training scenario (batch, img or img_h and img_w, amp, segments,
+// optimizer, ema, trainer, nc) and "events", a list of {"setup": {}},
+// {"train": {"boxes_per_img": [3, 0, 12, ...]}} (one count per image, or
+// one number for all), {"val": {"batch", "img_h", "img_w",
+// "boxes_per_img"}} (one validation batch) and {"ckpt": {}}. It answers
+//
+//	{"peak", "peak_reserved", "reserved_after": [...], "allocated_after": [...], "event_peak": [...], "gpu_mem": [...]}
+//
+// with one value per event (reserved_after of a train event, over 1e9, is
+// the GPU_mem the training loop prints) and the peaks over the run.
+//
 // All other fields pass through with their exact text (numbers are not
 // reformatted), compacted, with the object's keys in sorted order. An input
 // "predicted" or "error" is replaced. Blank lines are skipped. A line that is
@@ -185,6 +197,39 @@
 //
 //	-root DIR  directory the scenarios' model paths are relative to
 //	           (default "."); for the ground truth, the shared folder
+//
+// # run
+//
+//	onnxmem run [-batch N] [-img N] [-amp] [-segments K] [-optimizer NAME] [-ema=false] [-alloc-conf OPTS]
+//	            [-epochs E] [-iters N] [-val-images N] [-mean-boxes M] [-seed S] [-events FILE.json]
+//	            [-device NAME|SIZE] [-json] [MODEL.onnx]
+//
+// A whole training run in one process (onnxmem.Model.Run): the setup, then
+// per epoch -iters iterations whose images hold box counts drawn from a
+// long-tailed distribution of mean -mean-boxes (seeded by -seed), the
+// validation of -val-images images at twice the batch in the rectangular
+// shapes the family's validation gives common aspect ratios, and the
+// checkpoint save; -events reads the events from a file instead, in
+// predict's train_run format. It prints allocated and reserved memory after
+// each event with GPU_mem as the loop prints it, and the peaks over the
+// run; with -device, whether the run fits under the card's limit (it runs
+// to its end without running out of memory). -json writes the same with
+// predict's train_run fields.
+//
+// # explain
+//
+//	onnxmem explain [-batch N] [-img N] [-amp|-half] [-segments K] [-train [-boxes N] [-optimizer NAME] [-ema=false]]
+//	                [-alloc-conf OPTS] [-json] MODEL.onnx
+//
+// What makes the peak (onnxmem.Model.Explain): the bytes alive at it by
+// kind (onnxmem.ExplainKinds: parameters, the EMA or half copy, optimizer
+// state, gradients, activations, activation gradients, autocast copies,
+// kernel copies, loss tensors, workspaces, the input, the loop's tensors,
+// and the allocator's slack, what blocks that it did not split hold beyond
+// their requests), which sum to the peak; the same by top-level layer, which
+// also sum to it; and the largest tensors with the op that made each. -json
+// writes {"peak", "by_kind": {kind: bytes}, "by_layer": [{"layer", "name",
+// "bytes", "count"}], "largest": [...], "result"}.
 //
 // # maxbatch
 //

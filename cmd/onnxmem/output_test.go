@@ -37,6 +37,10 @@ func TestGolden(t *testing.T) {
 		{"maxbatch-rtx4090-for128-s.txt", []string{"maxbatch", "-device", "rtx4090", "-for-batch", "128", m}},
 		{"knobs-s.txt", []string{"knobs", "-batch", "8", "-budget", "2.5", m}},
 		{"knobs-train-s.txt", []string{"knobs", "-train", "-boxes", "64", "-batch", "8", "-budget", "4", m}},
+		{"explain-train-s.txt", []string{"explain", "-train", "-amp", "-batch", "8", m}},
+		{"explain-s.json", []string{"explain", "-batch", "8", "-json", m}},
+		{"run-s.txt", []string{"run", "-batch", "8", "-amp", "-epochs", "1", "-iters", "3", "-val-images", "20", "-device", "rtx4090", m}},
+		{"run-s.json", []string{"run", "-batch", "4", "-epochs", "1", "-iters", "2", "-val-images", "8", "-json", m}},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			code, stdout, stderr := runCmd(t, "", tc.args...)

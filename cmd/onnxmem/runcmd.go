@@ -136,7 +136,7 @@ func printRun(w io.Writer, model string, r *onnxmem.RunResult, events []onnxmem.
 	if sc.AMP {
 		prec = "amp"
 	}
-	fmt.Fprintf(w, "model  %s\nrun    train_dual.py, batch %d, image %dx%d, %s, %s", model, sc.Batch, sc.Height, sc.Width, prec, sc.Defaults().Optimizer)
+	fmt.Fprintf(w, "model  %s\nrun    training run, batch %d, image %dx%d, %s, %s", model, sc.Batch, sc.Height, sc.Width, prec, sc.Defaults().Optimizer)
 	if sc.EMA {
 		fmt.Fprint(w, ", EMA")
 	}
