@@ -33,8 +33,12 @@ func main() {
 	out := flag.String("o", "calibration/results/conv_configs.json", "output `file`")
 	files := flag.String("onnx", "", "comma-separated ONNX `files` to take the convolutions of, in place of the built-in models")
 	img := flag.Int64("img", 224, "the square image side for -onnx")
+	rect := flag.Bool("rect", false, "the float16 convolutions of the built-in models' eval steps on the rectangular\nbatches of validation (long side 640 or 672, short side 384 to 576, both orientations) at batch 16, 32 and 64")
 	flag.Parse()
 	seen := map[[9]int64]bool{}
+	if *rect {
+		rectConfigs(seen)
+	}
 	if *files != "" {
 		for _, f := range strings.Split(*files, ",") {
 			m, err := onnxmem.Load(f)
@@ -59,7 +63,7 @@ func main() {
 		}
 	}
 	for _, name := range models.Names() {
-		if *files != "" {
+		if *files != "" || *rect {
 			break
 		}
 		m, err := onnxmem.Builtin(name)
@@ -106,4 +110,34 @@ func main() {
 		log.Fatal(err)
 	}
 	log.Printf("%d convolutions", len(rows))
+}
+
+// rectConfigs adds the convolutions of the eval steps of every built-in
+// model on rectangular validation batches.
+func rectConfigs(seen map[[9]int64]bool) {
+	for _, name := range models.Names() {
+		m, err := onnxmem.Builtin(name)
+		if err != nil {
+			log.Fatal(err)
+		}
+		for _, long := range []int64{640, 672} {
+			for _, short := range []int64{384, 448, 480, 512, 544, 576} {
+				for _, hw := range [][2]int64{{short, long}, {long, short}} {
+					for _, b := range []int64{16, 32, 64} {
+						s, err := m.Graph.Infer(ir.Binding{Batch: b, Height: hw[0], Width: hw[1]})
+						if err != nil {
+							log.Fatal(err)
+						}
+						cfg := schedule.Config{Eval: &schedule.Eval{}, Workspace: func(c schedule.ConvCall) int64 {
+							seen[[9]int64{c.N, c.Cin, c.Cout, c.H, c.W, c.KH, c.StrideH, c.Groups, c.ElemSize}] = true
+							return 0
+						}}
+						if _, err := schedule.Build(m.Graph, s, cfg); err != nil {
+							log.Fatal(err)
+						}
+					}
+				}
+			}
+		}
+	}
 }

@@ -271,6 +271,7 @@ func line(x0, y0, x1, y1, x2, y2 int64) (k, c int64, ok bool) {
 func sameStructure(a, b classPoint) bool {
 	p, q := a.prog, b.prog
 	if p.Input != q.Input || p.ForwardEnd != q.ForwardEnd || p.BackwardStart != q.BackwardStart ||
+		p.OptStep != q.OptStep || p.OptStepEnd != q.OptStepEnd ||
 		p.BackwardEnd != q.BackwardEnd || p.StepEnd != q.StepEnd || len(p.Buffers) != len(q.Buffers) ||
 		!slices.Equal(p.Events, q.Events) || !slices.Equal(p.Resident, q.Resident) ||
 		!slices.Equal(p.ParamGrads, q.ParamGrads) || !slices.Equal(p.LayerEnds, q.LayerEnds) || len(a.calls) != len(b.calls) ||
@@ -400,6 +401,7 @@ func trim(p *schedule.Program, calls []convCall, wsBuf []int32) *schedule.Progra
 		q.Input = idx[p.Input]
 	}
 	q.ForwardEnd, q.BackwardStart, q.BackwardEnd, q.StepEnd = kept[p.ForwardEnd], kept[p.BackwardStart], kept[p.BackwardEnd], kept[p.StepEnd]
+	q.OptStep, q.OptStepEnd = kept[p.OptStep], kept[p.OptStepEnd]
 	q.LayerEnds = slices.Clone(p.LayerEnds)
 	for i := range q.LayerEnds {
 		q.LayerEnds[i].Event = kept[q.LayerEnds[i].Event]

@@ -61,6 +61,12 @@ type RunEvent struct {
 	// Batch, Height and Width are a val batch's shape; train batches have
 	// the scenario's.
 	Batch, Height, Width int64
+	// Skipped marks a train iteration whose optimizer step GradScaler
+	// skipped (it found an inf or a NaN in the scaled gradients, as it
+	// does in the first iterations of AMP training while its scale falls
+	// from 65536): optimizer.step() does not run, so it makes no state and
+	// no temporaries.
+	Skipped bool
 }
 
 // The kinds of run events.
@@ -176,6 +182,9 @@ func (e RunEvent) check(sc Scenario, i int) error {
 			return fmt.Errorf("onnxmem: run: event %d: setup comes once, first", i)
 		}
 	case RunEventTrain:
+		if e.Skipped && !sc.AMP {
+			return fmt.Errorf("onnxmem: run: event %d: a skipped step is GradScaler's, which skips only under AMP", i)
+		}
 		if e.Batch != 0 || e.Height != 0 || e.Width != 0 {
 			return fmt.Errorf("onnxmem: run: event %d: a train batch has the scenario's shape: leave batch and image out", i)
 		}
@@ -183,6 +192,9 @@ func (e RunEvent) check(sc Scenario, i int) error {
 			return fmt.Errorf("onnxmem: run: event %d: %d box counts for a batch of %d: give one count for each image", i, len(e.BoxCounts), sc.Batch)
 		}
 	case RunEventVal:
+		if e.Skipped {
+			return fmt.Errorf("onnxmem: run: event %d: only a train event's optimizer step can be skipped", i)
+		}
 		if e.Batch < 1 || e.Height < 1 || e.Width < 1 {
 			return fmt.Errorf("onnxmem: run: event %d: a val batch needs its batch size and image height and width", i)
 		}
@@ -190,7 +202,7 @@ func (e RunEvent) check(sc Scenario, i int) error {
 			return fmt.Errorf("onnxmem: run: event %d: %d box counts for a val batch of %d: give one count for each image", i, len(e.BoxCounts), e.Batch)
 		}
 	case RunEventCkpt:
-		if e.Batch != 0 || e.Height != 0 || e.Width != 0 || e.BoxCounts != nil {
+		if e.Batch != 0 || e.Height != 0 || e.Width != 0 || e.BoxCounts != nil || e.Skipped {
 			return fmt.Errorf("onnxmem: run: event %d: a ckpt event takes no fields", i)
 		}
 	default:
@@ -378,7 +390,10 @@ func (r *runner) train(e RunEvent) error {
 	states := slices.Clone(p.StateOrder)
 	stateIDs := map[int32]allocator.ID{}
 	for i, ev := range p.Events {
-		for ; !r.stepped && state < len(p.StateAt) && p.StateAt[state] <= i; state++ {
+		if e.Skipped && i >= p.OptStep && i < p.OptStepEnd {
+			continue
+		}
+		for ; !r.stepped && !e.Skipped && state < len(p.StateAt) && p.StateAt[state] <= i; state++ {
 			stateIDs[states[state]] = r.malloc(p.Buffers[states[state]].Bytes)
 		}
 		for ; once < len(p.Once) && p.OnceAt[once] <= i; once++ {
@@ -429,7 +444,7 @@ func (r *runner) train(e RunEvent) error {
 			r.once = append(r.once, r.malloc(p.Buffers[p.Once[once]].Bytes))
 		}
 	}
-	if !r.stepped {
+	if !r.stepped && !e.Skipped {
 		for ; state < len(states); state++ {
 			stateIDs[states[state]] = r.malloc(p.Buffers[states[state]].Bytes)
 		}

@@ -138,3 +138,41 @@ func TestRunPlan(t *testing.T) {
 		t.Error("the same plan gave other counts")
 	}
 }
+
+// TestRunSkipped checks GradScaler's skipped steps: until the first step
+// that runs, the optimizer has no state, so allocated memory after a
+// skipped iteration lacks the momentum buffers that the first real step
+// makes; skipping is refused without AMP.
+func TestRunSkipped(t *testing.T) {
+	m, err := onnxmem.Builtin("yolov9-t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	params, err := m.Parameters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := onnxmem.Scenario{Batch: 2, Height: 320, Width: 320, AMP: true, Train: true, EMA: true}
+	counts := []int64{2, 5}
+	events := []onnxmem.RunEvent{{Kind: onnxmem.RunEventSetup},
+		{Kind: onnxmem.RunEventTrain, BoxCounts: counts, Skipped: true}, {Kind: onnxmem.RunEventTrain, BoxCounts: counts, Skipped: true},
+		{Kind: onnxmem.RunEventTrain, BoxCounts: counts}, {Kind: onnxmem.RunEventTrain, BoxCounts: counts, Skipped: true}}
+	r, err := m.Run(sc, events)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := func(i int) int64 { return r.Steps[i].Allocated }
+	if d := a(2) - a(1); d > 1<<20 || d < -1<<20 {
+		t.Errorf("two skipped iterations leave %d and %d bytes", a(1), a(2))
+	}
+	if d := a(3) - a(2); d < 4*params {
+		t.Errorf("the first real step adds %d bytes, less than the momentum's %d", d, 4*params)
+	}
+	if d := a(4) - a(3); d > 1<<20 || d < -1<<20 {
+		t.Errorf("a skipped step after the state exists changes allocated by %d", d)
+	}
+	sc.AMP = false
+	if _, err := m.Run(sc, events); err == nil {
+		t.Error("a skipped step without AMP was accepted")
+	}
+}

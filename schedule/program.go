@@ -127,6 +127,10 @@ type Program struct {
 	// state lazily, in step()).
 	StateOrder []int32
 	StateAt    []int
+	// OptStep and OptStepEnd delimit a train step's optimizer.step(): the
+	// events from OptStep to OptStepEnd-1, which a step that GradScaler
+	// skips (it found an inf or a NaN in the gradients) does not run.
+	OptStep, OptStepEnd int
 	// Input is the input batch's buffer; it is allocated before the step starts.
 	Input int32
 	// Events are the step, from the first op of the forward to the last free.

@@ -307,6 +307,7 @@ func (o *optimizer) step() {
 		o.unref(total)
 	}
 	// The step, group by group in param_groups order.
+	o.p.OptStep = len(o.p.Events)
 	groups := []ParamGroup{{Params: params}}
 	if t.Groups != nil {
 		groups = t.Groups(o.g, params)
@@ -352,6 +353,7 @@ func (o *optimizer) step() {
 			o.unref(st)
 		}
 	}
+	o.p.OptStepEnd = len(o.p.Events)
 	for _, st := range scaler {
 		o.unref(st)
 	}

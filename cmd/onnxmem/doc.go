@@ -180,7 +180,8 @@
 // the training scenario (batch, img or img_h and img_w, amp, segments,
 // optimizer, ema, trainer, nc) and "events", a list of {"setup": {}},
 // {"train": {"boxes_per_img": [3, 0, 12, ...]}} (one count per image, or
-// one number for all), {"val": {"batch", "img_h", "img_w",
+// one number for all; "skipped": true for an iteration whose optimizer
+// step GradScaler skipped, as it does in AMP's first iterations), {"val": {"batch", "img_h", "img_w",
 // "boxes_per_img"}} (one validation batch) and {"ckpt": {}}. It answers
 //
 //	{"peak", "peak_reserved", "reserved_after": [...], "allocated_after": [...], "event_peak": [...], "gpu_mem": [...]}

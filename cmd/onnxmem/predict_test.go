@@ -270,6 +270,8 @@ func TestPredictFields(t *testing.T) {
 		{`{"kind":"train_run","cfg":"yolov9-s","model":null,"batch":2,"img":320,"amp":true,"optimizer":"SGD","ema":true,"events":[{"setup":{}},` +
 			`{"train":{"boxes_per_img":[3,0]}},{"train":{"boxes_per_img":5}},{"val":{"batch":3,"img_h":256,"img_w":320,"boxes_per_img":[1,2,3]}},{"val":{"batch":1,"img":320}},{"ckpt":{}}]}`,
 			run(s, runSc, runEv)},
+		{`{"kind":"train_run","model":"yolov9-s","batch":2,"img":320,"amp":true,"ema":true,"events":[{"setup":{}},{"train":{"boxes_per_img":[1,2],"skipped":true}},{"train":{"boxes_per_img":[1,2]}}]}`,
+			run(s, runSc, []onnxmem.RunEvent{{Kind: "setup"}, {Kind: "train", BoxCounts: []int64{1, 2}, Skipped: true}, {Kind: "train", BoxCounts: []int64{1, 2}}})},
 		{`{"kind":"train_run","model":"yolov9-s","batch":2,"img":640,"events":[{"setup":{}},{"train":{}}]}`, `onnxmem: train_run: event 1 (train): missing field "boxes_per_img"`},
 		{`{"kind":"train_run","model":"yolov9-s","batch":2,"img":640,"events":[{"setup":{}},{"train":{"boxes_per_img":[1,2],"lr":0.1}}]}`, `onnxmem: train_run: event 1 (train): unknown field "lr"`},
 		{`{"kind":"train_run","model":"yolov9-s","batch":2,"img":640,"events":[{"setup":{}},{"epoch":{}}]}`, `onnxmem: train_run: event 1: unknown kind "epoch"`},

@@ -17,7 +17,7 @@ var runFields = []string{"batch", "img", "img_h", "img_w", "amp", "amp_dtype", "
 // runEventFields are the fields each kind of run event takes.
 var runEventFields = map[string][]string{
 	onnxmem.RunEventSetup: nil,
-	onnxmem.RunEventTrain: {"boxes_per_img"},
+	onnxmem.RunEventTrain: {"boxes_per_img", "skipped"},
 	onnxmem.RunEventVal:   {"batch", "img", "img_h", "img_w", "boxes_per_img"},
 	onnxmem.RunEventCkpt:  nil,
 }
@@ -78,6 +78,9 @@ func runEvent(ev map[string]json.RawMessage, i int, batch int64) (onnxmem.RunEve
 			}
 		}
 		e.Kind = kind
+		if err := field(f, "skipped", &e.Skipped, false); err != nil {
+			return e, fmt.Errorf("onnxmem: train_run: event %d (%s): %w", i, kind, err)
+		}
 		n := batch
 		if kind == onnxmem.RunEventVal {
 			var img int64
