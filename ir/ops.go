@@ -20,6 +20,8 @@ const (
 	opUnsupported opKind = iota
 	opSameShape          // Identity, Sigmoid, Softmax, Relu, …
 	opBinary             // Add, Sub, Mul, Div, Pow
+	opCompare            // Less, Greater, Equal: broadcast, bool
+	opRandomLike         // RandomUniformLike, RandomNormalLike: the input's dims, the dtype attribute's type
 	opBatchNorm
 	opCast
 	opConcat
@@ -52,6 +54,8 @@ var opKinds = map[string]opKind{
 	"HardSwish": opSameShape, "Mish": opSameShape, "Neg": opSameShape, "Exp": opSameShape,
 	"Log": opSameShape, "Sqrt": opSameShape, "Abs": opSameShape, "Erf": opSameShape, "Clip": opSameShape,
 	"Add": opBinary, "Sub": opBinary, "Mul": opBinary, "Div": opBinary, "Pow": opBinary,
+	"Less": opCompare, "Greater": opCompare, "Equal": opCompare,
+	"RandomUniformLike": opRandomLike, "RandomNormalLike": opRandomLike,
 	"BatchNormalization": opBatchNorm, "Cast": opCast, "Concat": opConcat, "Constant": opConstant,
 	"ConstantOfShape": opConstantOfShape, "Conv": opConv, "MaxPool": opPool, "AveragePool": opPool,
 	"Dropout": opDropout, "Flatten": opFlatten, "Gemm": opGemm, "GlobalAveragePool": opGlobalPool,
@@ -82,6 +86,12 @@ func (c *inferer) node(op opKind) error {
 		c.sameShape()
 	case opBinary:
 		c.binary()
+	case opCompare:
+		if dims := c.broadcast(c.dims(0), c.dims(1)); dims != nil {
+			c.set(0, Bool, dims)
+		}
+	case opRandomLike:
+		c.set(0, DType(c.n.IntAttr("dtype", int64(c.dtype(0)))), c.dims(0))
 	case opBatchNorm:
 		c.set(0, c.dtype(0), c.dims(0))
 		for k := 1; k < min(len(n.Outputs), 5); k++ {
@@ -152,7 +162,7 @@ func (c *inferer) node(op opKind) error {
 
 // minInputs is the number of leading inputs that each op kind requires.
 var minInputs = [...]int{
-	opSameShape: 1, opBinary: 2, opBatchNorm: 5, opCast: 1, opConcat: 1,
+	opSameShape: 1, opBinary: 2, opCompare: 2, opRandomLike: 1, opBatchNorm: 5, opCast: 1, opConcat: 1,
 	opConstantOfShape: 1, opConv: 2, opDropout: 1, opFlatten: 1, opGemm: 2, opGlobalPool: 1, opPool: 1, opExpand: 2, opGather: 2,
 	opRange: 3, opReduceSum: 1, opReshape: 2, opResize: 1, opShape: 1,
 	opSlice: 1, opSplit: 1, opSqueeze: 1, opTranspose: 1, opUnsqueeze: 1,

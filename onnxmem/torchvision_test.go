@@ -41,7 +41,36 @@ type torchvisionLine struct {
 // The peak must come within 3%, the issue's bound; the other figures are
 // printed.
 func TestTorchvisionModelSteps(t *testing.T) {
-	f, err := os.Open(onnxbuild.Shared(t, "groundtruth/torchvision.jsonl"))
+	n := checkTorchvisionSteps(t, onnxbuild.Shared(t, "groundtruth/torchvision.jsonl"), func(model string) string { return onnxbuild.Shared(t, model) })
+	if n != 32 {
+		t.Errorf("%d model steps, want 32", n)
+	}
+}
+
+// TestTorchvisionMoreModelSteps does the same for the networks that
+// calibration/torchvision_more.py exported and measured the same way
+// (resnet50, efficientnet_b0 with its stochastic depth, regnet_y_400mf),
+// each in a process of its own, fp32 batches 1 to 128 and then AMP's: the
+// requested peak must match the measured one within 0.1% and the allocated
+// within 3%. convnext_tiny and vit_b_16 are not simulated yet: their load
+// or simulation must fail with an error that names the op and its node.
+func TestTorchvisionMoreModelSteps(t *testing.T) {
+	const file = "../calibration/results/torchvision_more.jsonl"
+	n := checkTorchvisionSteps(t, file, func(model string) string { return "../calibration/results/" + model })
+	if n != 30 {
+		t.Errorf("%d model steps simulated, want 30", n)
+	}
+}
+
+// unsimulated are the networks of torchvision_more.jsonl that onnxmem
+// cannot simulate yet (LayerNormalization, MatMul, Where, ...).
+var unsimulated = map[string]bool{"convnext_tiny": true, "vit_b_16": true}
+
+// checkTorchvisionSteps simulates the model steps of a torchvision.jsonl
+// file, checks and prints them, and returns how many it simulated.
+func checkTorchvisionSteps(t *testing.T, file string, path func(model string) string) int {
+	t.Helper()
+	f, err := os.Open(file)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,12 +89,23 @@ func TestTorchvisionModelSteps(t *testing.T) {
 		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
 			t.Fatal(err)
 		}
-		if l.Kind != "model_step" {
+		if l.Kind != "model_step" || l.Measured.Peak == 0 {
+			continue
+		}
+		step := onnxmem.Scenario{Batch: l.Batch, Height: l.Img, Width: l.Img, AMP: l.AMP, Segments: l.Segments}
+		if unsimulated[l.Cfg] {
+			m, err := onnxmem.Load(path(l.Model))
+			if err == nil {
+				_, err = m.Simulate(step)
+			}
+			if err == nil || !strings.Contains(err.Error(), "unsupported op") || !strings.Contains(err.Error(), `node "`) {
+				t.Errorf("%s: want an error naming the unsupported op and its node, got %v", l.Cfg, err)
+			}
 			continue
 		}
 		m := models[l.Model]
 		if m == nil {
-			if m, err = onnxmem.Load(onnxbuild.Shared(t, l.Model)); err != nil {
+			if m, err = onnxmem.Load(path(l.Model)); err != nil {
 				t.Fatal(err)
 			}
 			if m.Family != "generic" {
@@ -73,7 +113,7 @@ func TestTorchvisionModelSteps(t *testing.T) {
 			}
 			models[l.Model] = m
 		}
-		r, err := m.Simulate(onnxmem.Scenario{Batch: l.Batch, Height: l.Img, Width: l.Img, AMP: l.AMP, Segments: l.Segments})
+		r, err := m.Simulate(step)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -92,18 +132,19 @@ func TestTorchvisionModelSteps(t *testing.T) {
 		if math.Abs(e) > 0.03 {
 			t.Errorf("%s batch %d %s: peak %d, measured %d (%+.2f%%), beyond 3%%", l.Cfg, l.Batch, prec, r.Peak, l.Measured.Peak, 100*e)
 		}
+		if e := rel(r.PeakRequested, l.Measured.PeakReq); math.Abs(e) > 0.001 {
+			t.Errorf("%s batch %d %s: requested peak %d, measured %d (%+.2f%%), beyond 0.1%%", l.Cfg, l.Batch, prec, r.PeakRequested, l.Measured.PeakReq, 100*e)
+		}
 	}
 	if err := sc.Err(); err != nil {
 		t.Fatal(err)
-	}
-	if n != 32 {
-		t.Errorf("%d model steps, want 32", n)
 	}
 	sort.Float64s(errs)
 	if len(errs) > 0 {
 		fmt.Fprintf(&out, "peak: median |error| %.2f%%, largest %.2f%%\n", 100*errs[len(errs)/2], 100*errs[len(errs)-1])
 	}
 	t.Log("\n" + out.String())
+	return n
 }
 
 // TestTorchvisionTraces replays calibration/results/torchvision_steps.json,
