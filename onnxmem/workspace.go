@@ -6,6 +6,7 @@ import (
 	_ "embed"
 	"fmt"
 	"io"
+	"math"
 	"sync"
 
 	"github.com/onnxmem/onnxmem/schedule"
@@ -43,8 +44,23 @@ func CuDNNWorkspace(c schedule.ConvCall) int64 {
 //go:embed cudnn_h200.tsv.gz
 var cudnnTable []byte
 
-// convKey is the shape of a convolution call, as the table keys it.
-type convKey struct{ n, cin, cout, h, w, k, stride, groups, elem int64 }
+// convKey is the shape of a convolution call, as the table keys it: int32
+// fields, half the bytes to hash of int64s (the table's numbers are far
+// smaller; a call beyond them is not looked up).
+type convKey struct{ n, cin, cout, h, w, k, stride, groups, elem int32 }
+
+// keyOf returns the table key of a call's shape, or false when a field
+// does not fit an int32.
+func keyOf(v ...int64) (convKey, bool) {
+	var k [9]int32
+	for i, x := range v {
+		if x < 0 || x > math.MaxInt32 {
+			return convKey{}, false
+		}
+		k[i] = int32(x)
+	}
+	return convKey{k[0], k[1], k[2], k[3], k[4], k[5], k[6], k[7], k[8]}, true
+}
 
 var (
 	workspaceOnce sync.Once
@@ -66,7 +82,11 @@ func lookupWorkspace(c schedule.ConvCall) (int64, bool) {
 	if c.KH != c.KW || c.StrideH != c.StrideW || c.OutH != out(c.H) || c.OutW != out(c.W) {
 		return 0, false
 	}
-	v, ok := workspaces[convKey{c.N, c.Cin, c.Cout, c.H, c.W, c.KH, c.StrideH, max(c.Groups, 1), c.ElemSize}]
+	key, ok := keyOf(c.N, c.Cin, c.Cout, c.H, c.W, c.KH, c.StrideH, max(c.Groups, 1), c.ElemSize)
+	if !ok {
+		return 0, false
+	}
+	v, ok := workspaces[key]
 	if !ok {
 		return 0, false
 	}
@@ -114,7 +134,11 @@ func parseWorkspaces(gz []byte) (map[convKey][3]int64, error) {
 		if n != len(v)-1 || digits == 0 {
 			return nil, fmt.Errorf("onnxmem: cuDNN table line %d: %d fields, want 12", line, n+1)
 		}
-		m[convKey{v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8]}] = [3]int64{v[9], v[10], v[11]}
+		key, ok := keyOf(v[:9]...)
+		if !ok {
+			return nil, fmt.Errorf("onnxmem: cuDNN table line %d: a shape beyond the int32 range", line)
+		}
+		m[key] = [3]int64{v[9], v[10], v[11]}
 	}
 	return m, nil
 }

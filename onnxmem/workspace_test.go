@@ -146,7 +146,7 @@ func TestParseWorkspacesErrors(t *testing.T) {
 		}
 	}
 	m, err := parseWorkspaces(gz("# c\n\n1\t2\t3\t4\t5\t6\t7\t8\t9\t10\t11\t12\n"))
-	if err != nil || len(m) != 1 || m[convKey{1, 2, 3, 4, 5, 6, 7, 8, 9}] != [3]int64{10, 11, 12} {
+	if err != nil || len(m) != 1 || m[func() convKey { k, _ := keyOf(1, 2, 3, 4, 5, 6, 7, 8, 9); return k }()] != [3]int64{10, 11, 12} {
 		t.Errorf("parse: %v, %v", m, err)
 	}
 }
