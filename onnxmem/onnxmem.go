@@ -406,6 +406,13 @@ func (m *Model) programPrep(sc Scenario) (*prepared, Scenario, error) {
 	if err != nil {
 		return nil, sc, err
 	}
+	if n := layers(p.graph); len(sc.Checkpoint) > 0 {
+		for i, r := range sc.Checkpoint {
+			if r.From < 0 || r.To <= r.From || r.To > n || (i > 0 && r.From < sc.Checkpoint[i-1].To) {
+				return nil, sc, fmt.Errorf("onnxmem: checkpoint range %d-%d: %s has %d top-level layers (0 to %d); give ranges within them, in order and disjoint", r.From, r.To-1, m.Name, n, n-1)
+			}
+		}
+	}
 	return p, sc.Defaults(), nil
 }
 

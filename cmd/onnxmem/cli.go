@@ -206,6 +206,8 @@ func (f *flagSet) settingFlags() func() (setting, error) {
 	amp := f.Bool("amp", false, "run the forward under autocast to float16 (train_dual.py's default)")
 	half := f.Bool("half", false, "run the model in half precision (model.half())")
 	seg := f.Int("segments", 0, "checkpoint the layers in `K` segments as checkpoint_sequential does (0: none)")
+	var plan rangesValue
+	f.Var(&plan, "checkpoint", "checkpoint these top-level layer `ranges`, inclusive, such as 0-5,9-12 (what onnxmem plan prints)")
 	conf := f.allocConfFlag()
 	return func() (setting, error) {
 		switch {
@@ -213,8 +215,10 @@ func (f *flagSet) settingFlags() func() (setting, error) {
 			return setting{}, errors.New("-amp and -half exclude each other")
 		case *seg < 0:
 			return setting{}, errors.New("-segments must be 0 or more")
+		case len(plan) > 0 && *seg > 1:
+			return setting{}, errors.New("-segments and -checkpoint exclude each other: give segments or an explicit plan")
 		}
-		return conf(setting{AMP: *amp, Half: *half, Segments: *seg})
+		return conf(setting{AMP: *amp, Half: *half, Segments: *seg, Checkpoint: []onnxmem.Range(plan)})
 	}
 }
 
@@ -492,4 +496,55 @@ func writeSVG(path string, p *plot) error {
 		return err
 	}
 	return f.Close()
+}
+
+// rangesValue is a flag.Value: checkpointed layer ranges, inclusive,
+// "0-5,9-12" (a single layer is "7").
+type rangesValue []onnxmem.Range
+
+func (r *rangesValue) String() string { return rangesFlag(*r) }
+
+func (r *rangesValue) Set(v string) error {
+	rs, err := parseRanges(v)
+	if err != nil {
+		return err
+	}
+	*r = rs
+	return nil
+}
+
+// parseRanges reads "0-5,9-12": ranges of layers, inclusive, in order and
+// disjoint.
+func parseRanges(v string) ([]onnxmem.Range, error) {
+	var out []onnxmem.Range
+	for _, part := range strings.Split(v, ",") {
+		a, b, isRange := strings.Cut(strings.TrimSpace(part), "-")
+		from, err := strconv.Atoi(a)
+		if err != nil || from < 0 {
+			return nil, fmt.Errorf("range %q: want FIRST-LAST or LAYER, layers counted from 0", part)
+		}
+		to := from
+		if isRange {
+			if to, err = strconv.Atoi(b); err != nil || to < from {
+				return nil, fmt.Errorf("range %q: want FIRST-LAST with LAST not below FIRST", part)
+			}
+		}
+		if n := len(out); n > 0 && from < out[n-1].To {
+			return nil, fmt.Errorf("range %q overlaps or comes before the one before it: give ranges in order", part)
+		}
+		out = append(out, onnxmem.Range{From: from, To: to + 1})
+	}
+	return out, nil
+}
+
+// rangesFlag writes ranges as -checkpoint takes them.
+func rangesFlag(rs []onnxmem.Range) string {
+	parts := make([]string, len(rs))
+	for i, r := range rs {
+		parts[i] = strconv.Itoa(r.From)
+		if r.To-1 > r.From {
+			parts[i] += "-" + strconv.Itoa(r.To-1)
+		}
+	}
+	return strings.Join(parts, ",")
 }

@@ -217,6 +217,24 @@
 // to its end without running out of memory). -json writes the same with
 // predict's train_run fields.
 //
+// # plan
+//
+//	onnxmem plan [-batch N] [-img N] [-budget GiB | -device NAME|SIZE] [-amp|-half] [-train [-boxes N] [-optimizer NAME] [-ema=false]]
+//	             [-alloc-conf OPTS] [-json] MODEL.onnx
+//
+// The checkpoint plan with the fewest recomputed FLOPs that it finds for
+// the step to fit under the limit (onnxmem.Model.MakePlan: the usual
+// recipes as the start, then a descent that takes layers out while the step
+// fits), the best checkpoint_sequential that fits for comparison, and the
+// plan as -checkpoint takes it. A limit that no plan meets is an error that
+// says the lowest peak reachable. -json writes {"plan": [[first, last],
+// ...], "checkpoint", "peak", "peak_reserved", "recompute_flops",
+// "forward_flops", "fits", "limit_bytes", "best_sequential"}.
+//
+// Every command that takes -segments also takes -checkpoint 0-5,9-12
+// (inclusive ranges of top-level layers), and predict's model_step and
+// train_step lines take "checkpoint": [[0, 5], [9, 12]].
+//
 // # explain
 //
 //	onnxmem explain [-batch N] [-img N] [-amp|-half] [-segments K] [-train [-boxes N] [-optimizer NAME] [-ema=false]]

@@ -83,11 +83,11 @@ func TestTrainFlags(t *testing.T) {
 		if err == nil {
 			st, err = train(st)
 		}
-		if err != nil || st != tc.want {
+		if err != nil || !st.equal(tc.want) {
 			t.Errorf("%q: %+v, %v; want %+v", tc.args, st, err, tc.want)
 		}
 		// The setting survives the round trip through a scenario.
-		if got := settingOf(st.scenario(4, 320)); got != st {
+		if got := settingOf(st.scenario(4, 320)); !got.equal(st) {
 			t.Errorf("%q: settingOf(scenario) = %+v, want %+v", tc.args, got, st)
 		}
 	}

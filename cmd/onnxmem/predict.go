@@ -100,9 +100,9 @@ var commonFields = []string{"kind", "cfg", "model", "measured", "family", "deter
 // stepFields are the fields of each kind of step beyond commonFields; a
 // max_batch line takes those of its "step" but "batch", plus its own.
 var stepFields = map[string][]string{
-	"model_step": {"batch", "img", "img_h", "img_w", "amp", "amp_dtype", "half", "segments", "nc"},
+	"model_step": {"batch", "img", "img_h", "img_w", "amp", "amp_dtype", "half", "segments", "checkpoint", "nc"},
 	"eval_step":  {"batch", "img", "img_h", "img_w", "amp", "amp_dtype", "half", "segments", "nc"},
-	"train_step": {"batch", "img", "img_h", "img_w", "amp", "amp_dtype", "segments", "nc", "boxes_per_img", "optimizer", "ema", "trainer", "prev_pred_alive"},
+	"train_step": {"batch", "img", "img_h", "img_w", "amp", "amp_dtype", "segments", "checkpoint", "nc", "boxes_per_img", "optimizer", "ema", "trainer", "prev_pred_alive"},
 }
 
 // maxBatchFields are a max_batch line's own fields: the step it searches
@@ -246,6 +246,18 @@ func stepScenario(obj map[string]json.RawMessage, step string, search bool) (onn
 	for _, e := range fields {
 		if e != nil {
 			return sc, e
+		}
+	}
+	if raw, ok := obj["checkpoint"]; ok && string(raw) != "null" {
+		var plan [][2]int
+		if err := json.Unmarshal(raw, &plan); err != nil {
+			return sc, fmt.Errorf("onnxmem: field \"checkpoint\": %s is not a list of [first, last] layer ranges such as [[0,5],[9,12]]", raw)
+		}
+		for i, r := range plan {
+			if r[0] < 0 || r[1] < r[0] || (i > 0 && r[0] <= plan[i-1][1]) {
+				return sc, fmt.Errorf("onnxmem: field \"checkpoint\": range %v: want [first, last] with first ≤ last, in order and disjoint", r)
+			}
+			sc.Checkpoint = append(sc.Checkpoint, onnxmem.Range{From: r[0], To: r[1] + 1})
 		}
 	}
 	switch {

@@ -80,7 +80,7 @@ func TestPredict(t *testing.T) {
 	want := []map[string]string{{
 		"model": `"yolov9/yolov9-s-train.onnx"`, "kind": `"model_step"`, "batch": "2", "img": "640", "amp": "false", "segments": "0",
 		"extra": `{"n":1.50e3,"s":"<a&b>","l":[1,2.0]}`, "measured": `{"peak":123}`,
-		"error": s(`onnxmem: model_step line: unknown field "extra" (a model_step line takes cfg, model, measured, family, deterministic, alloc_conf, batch, img, img_h, img_w, amp, amp_dtype, half, segments, nc)`),
+		"error": s(`onnxmem: model_step line: unknown field "extra" (a model_step line takes cfg, model, measured, family, deterministic, alloc_conf, batch, img, img_h, img_w, amp, amp_dtype, half, segments, checkpoint, nc)`),
 	}, withOutcome(map[string]string{
 		"model": `"yolov9/yolov9-s-train.onnx"`, "kind": `"train_step"`, "batch": "2", "img": "640", "amp": "false", "segments": "0",
 		"boxes_per_img": "16", "optimizer": `"SGD"`, "ema": "true",
@@ -279,6 +279,10 @@ func TestPredictFields(t *testing.T) {
 		{`{"kind":"train_run","model":"yolov9-s","batch":2,"img":640,"boxes_per_img":4,"events":[{"setup":{}}]}`, `onnxmem: train_run line: unknown field "boxes_per_img"`},
 		{`{"kind":"train_run","model":"yolov9-s","batch":2,"img":640,"events":[{"setup":{}},{"setup":{}}]}`, `onnxmem: run: event 1: setup comes once, first`},
 		{`{"kind":"model_step","batch":2,"img":640}`, `onnxmem: missing field "model"`},
+		{`{"kind":"model_step","model":"yolov9-s","batch":2,"img_h":384,"img_w":640,"checkpoint":[[0,5],[9,12]]}`,
+			sim(s, onnxmem.Scenario{Batch: 2, Height: 384, Width: 640, Checkpoint: []onnxmem.Range{{From: 0, To: 6}, {From: 9, To: 13}}})},
+		{`{"kind":"model_step","model":"yolov9-s","batch":2,"img":640,"checkpoint":[[0,100]]}`, `onnxmem: checkpoint range 0-100: yolov9-s has 30 top-level layers`},
+		{`{"kind":"model_step","model":"yolov9-s","batch":2,"img":640,"checkpoint":[[5,1]]}`, `onnxmem: field "checkpoint": range [5 1]`},
 	} {
 		code, stdout, stderr := runCmd(t, tc.line, "predict", "-root", shared)
 		if code != 0 || stderr != "" {

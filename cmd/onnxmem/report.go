@@ -134,7 +134,7 @@ func (rep *report) simulate(m *onnxmem.Model, img int64, batches []int64, batch 
 	}
 	for i, s := range rep.Settings {
 		for j, b := range batches {
-			if s == rep.DetailSetting && b == batch {
+			if s.equal(rep.DetailSetting) && b == batch {
 				rep.Detail = rep.Results[i][j]
 			}
 		}

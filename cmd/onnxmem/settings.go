@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"runtime"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -17,17 +18,26 @@ import (
 type setting struct {
 	AMP, Half bool
 	Segments  int
-	Train     bool
-	Boxes     int64
-	Optimizer onnxmem.Optimizer
-	EMA       bool
+	// Checkpoint is an explicit plan of checkpointed layer ranges
+	// (-checkpoint 0-5,9-12); it excludes Segments.
+	Checkpoint []onnxmem.Range
+	Train      bool
+	Boxes      int64
+	Optimizer  onnxmem.Optimizer
+	EMA        bool
 	// AllocConf is the caching allocator's options (-alloc-conf).
 	AllocConf string
 }
 
+// equal reports whether two settings are the same.
+func (s setting) equal(o setting) bool {
+	return s.AMP == o.AMP && s.Half == o.Half && s.Segments == o.Segments && slices.Equal(s.Checkpoint, o.Checkpoint) &&
+		s.Train == o.Train && s.Boxes == o.Boxes && s.Optimizer == o.Optimizer && s.EMA == o.EMA && s.AllocConf == o.AllocConf
+}
+
 // settingOf is the setting of a scenario.
 func settingOf(sc onnxmem.Scenario) setting {
-	st := setting{AMP: sc.AMP, Half: sc.Half, Segments: sc.Segments, AllocConf: sc.AllocConf}
+	st := setting{AMP: sc.AMP, Half: sc.Half, Segments: sc.Segments, Checkpoint: sc.Checkpoint, AllocConf: sc.AllocConf}
 	if sc.Train {
 		st.Train, st.Boxes, st.Optimizer, st.EMA = true, sc.Boxes, sc.Optimizer, sc.EMA
 	}
@@ -47,6 +57,9 @@ func (s setting) precision() string {
 
 // String is the setting's short name: "fp32", "amp k2", "half k4".
 func (s setting) String() string {
+	if len(s.Checkpoint) > 0 {
+		return s.precision() + " ckpt " + rangesFlag(s.Checkpoint)
+	}
 	if s.Segments > 1 {
 		return s.precision() + " k" + strconv.Itoa(s.Segments)
 	}
@@ -73,6 +86,7 @@ func (s setting) step() string {
 func (s setting) scenario(batch, img int64) onnxmem.Scenario {
 	sc := scenario(batch, img)
 	sc.AMP, sc.Half, sc.Segments, sc.AllocConf = s.AMP, s.Half, s.Segments, s.AllocConf
+	sc.Checkpoint = s.Checkpoint
 	if s.Train {
 		sc.Train, sc.Boxes, sc.Optimizer, sc.EMA = true, s.Boxes, s.Optimizer, s.EMA
 	}
