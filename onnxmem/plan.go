@@ -30,11 +30,13 @@ import (
 //     FLOPs, so the plan never recomputes more than the best
 //     checkpoint_sequential K that fits.
 //
-// Worked example: yolov9-c's train step at batch 16 under AMP does not fit a
-// 16 GiB limit; two segments (layers 0-20 checkpointed) fit and recompute
-// 34% of the forward; the descent then takes out the expensive layers whose
-// activations the peak does not need, and stops at a plan that still fits
-// with less recomputation.
+// Worked example: a 25 M-parameter detector's train step at batch 16 under
+// AMP (39 top-level layers) peaks at 16.75 GiB and does not fit a 12 GiB
+// limit. Its cheapest fitting recipe is checkpoint_sequential with 2
+// segments (layers 0-18 checkpointed), which recomputes 27.1% of the
+// forward; the descent then takes out layers 5, 8, 9, 16 and 17, whose
+// activations the peak can keep, and stops at 0-4,6-7,10-15,18, which fits
+// (11.88 GiB) and recomputes 16.3%, after 23 simulations.
 
 // Plan is a checkpoint plan and the step it gives.
 type Plan struct {
