@@ -3,6 +3,7 @@ package onnxmem
 import (
 	"cmp"
 	"slices"
+	"strings"
 
 	"github.com/onnxmem/onnxmem/schedule"
 )
@@ -231,36 +232,12 @@ func layerNames(p *schedule.Program) []string {
 // its first two when the second is an index ("/features/3/block/0/Conv"
 // gives "features/3").
 func modulePath(name string) string {
-	parts := slices.DeleteFunc(splitPath(name), func(s string) bool { return s == "" })
+	parts := slices.DeleteFunc(strings.Split(name, "/"), func(s string) bool { return s == "" })
 	switch {
 	case len(parts) == 0:
 		return name
-	case len(parts) > 1 && isIndex(parts[1]):
+	case len(parts) > 1 && strings.Trim(parts[1], "0123456789") == "":
 		return parts[0] + "/" + parts[1]
 	}
 	return parts[0]
-}
-
-func splitPath(s string) []string {
-	var out []string
-	start := 0
-	for i := 0; i < len(s); i++ {
-		if s[i] == '/' {
-			out = append(out, s[start:i])
-			start = i + 1
-		}
-	}
-	return append(out, s[start:])
-}
-
-func isIndex(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return false
-		}
-	}
-	return true
 }

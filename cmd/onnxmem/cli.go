@@ -222,6 +222,19 @@ func (f *flagSet) settingFlags() func() (setting, error) {
 	}
 }
 
+// stepFlags adds settingFlags' and trainFlags' flags: the whole setting
+// of a model or train step, read by the returned function after parsing.
+func (f *flagSet) stepFlags() func() (setting, error) {
+	set, train := f.settingFlags(), f.trainFlags()
+	return func() (setting, error) {
+		st, err := set()
+		if err != nil {
+			return st, err
+		}
+		return train(st)
+	}
+}
+
 // allocConfFlag adds -alloc-conf, the caching allocator's options; the
 // returned function, called after parsing, checks them and adds them to a
 // setting.

@@ -19,8 +19,7 @@ func cmdExplain(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 			"that made them (-1: none); and the largest tensors with the op that made each.",
 		"onnxmem explain -batch 16 -amp -train yolov9-c")
 	batch := f.positive("batch", 16, "batch `size`")
-	img, set := f.imgFlag(), f.settingFlags()
-	train := f.trainFlags()
+	img, set := f.imgFlag(), f.stepFlags()
 	asJSON := f.jsonFlag()
 	f.familyFlag()
 	m, code, ok := f.parseAndLoad(args, stdout, stderr)
@@ -28,9 +27,6 @@ func cmdExplain(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		return code
 	}
 	st, err := set()
-	if err == nil {
-		st, err = train(st)
-	}
 	if err != nil {
 		return f.usageError(stderr, "%v", err)
 	}

@@ -23,8 +23,7 @@ func cmdPlan(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 			"meets is an error that says the lowest peak reachable.",
 		"onnxmem plan -batch 16 -amp -train -budget 12 yolov9-c")
 	batch := f.positive("batch", 16, "batch `size`")
-	img, set := f.imgFlag(), f.settingFlags()
-	train := f.trainFlags()
+	img, set := f.imgFlag(), f.stepFlags()
 	limits := f.limitFlags()
 	asJSON := f.jsonFlag()
 	f.familyFlag()
@@ -33,9 +32,6 @@ func cmdPlan(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		return code
 	}
 	st, err := set()
-	if err == nil {
-		st, err = train(st)
-	}
 	if err != nil {
 		return f.usageError(stderr, "%v", err)
 	}
