@@ -1,0 +1,46 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+// FuzzPredictLine answers one predict line: whatever the line, the answer
+// is a JSON object with "predicted" or "error", and no panic escapes. The
+// seeds are lines of every kind, good and bad.
+func FuzzPredictLine(f *testing.F) {
+	for _, s := range []string{
+		`{"kind":"model_step","model":"yolov9-t","batch":2,"img":320,"amp":true,"segments":2}`,
+		`{"kind":"train_step","model":"gelan-t","batch":2,"img":320,"boxes_per_img":[1,4],"trainer":"train"}`,
+		`{"kind":"eval_step","model":"yolov9-t","batch":4,"img_h":256,"img_w":320}`,
+		`{"kind":"max_batch","step":"model_step","model":"yolov9-t","img":320,"capacity_bytes":1000000000}`,
+		`{"kind":"train_run","model":"yolov9-t","batch":2,"img":320,"events":[{"setup":{}},{"train":{"boxes_per_img":[1,2]}},{"val":{"batch":4,"img":320}},{"ckpt":{}}]}`,
+		`{"kind":"model_step","model":"yolov9-t","batch":2,"img":320,"checkpoint":[[0,3]]}`,
+		`{"kind":"model_step","model":"yolov9-t","batch":-1,"img":320}`,
+		`not json`, `[1,2]`, `{}`,
+	} {
+		f.Add([]byte(s))
+	}
+	p := &predictor{root: ".", models: map[string]loaded{}}
+	f.Fuzz(func(t *testing.T, line []byte) {
+		out := p.predict(line, 1)
+		b, err := json.Marshal(out)
+		if err != nil {
+			t.Fatalf("%s: the answer does not encode: %v", line, err)
+		}
+		var obj map[string]json.RawMessage
+		if err := json.Unmarshal(b, &obj); err != nil {
+			t.Fatalf("%s: the answer is not an object: %s", line, b)
+		}
+		_, hasP := obj["predicted"]
+		_, hasE := obj["error"]
+		if hasP == hasE {
+			t.Fatalf("%s: the answer has both or neither of predicted and error: %s", line, b)
+		}
+		// guarded turns a panic into an error line; the fuzzer wants none.
+		if hasE && strings.Contains(string(obj["error"]), "internal error") {
+			t.Fatalf("%s: a panic: %s", line, obj["error"])
+		}
+	})
+}
