@@ -217,6 +217,16 @@
 // to its end without running out of memory). -json writes the same with
 // predict's train_run fields.
 //
+// # claims
+//
+//	onnxmem claims [-model NAME] [-batch N] [-img N] [-boxes N] [-device NAME] [-json]
+//
+// A popular article's claims about training YOLOv9 at batch 64 without
+// running out of memory, each checked against the simulation of
+// train_dual.py on a built-in model (package family/yolov9/claims): the
+// figures onnxmem computes and the verdict (true, false, partly) that
+// follows from them.
+//
 // # plan
 //
 //	onnxmem plan [-batch N] [-img N] [-budget GiB | -device NAME|SIZE] [-amp|-half] [-train [-boxes N] [-optimizer NAME] [-ema=false]]

@@ -37,6 +37,8 @@ func TestGolden(t *testing.T) {
 		{"maxbatch-rtx4090-for128-s.txt", []string{"maxbatch", "-device", "rtx4090", "-for-batch", "128", m}},
 		{"knobs-s.txt", []string{"knobs", "-batch", "8", "-budget", "2.5", m}},
 		{"knobs-train-s.txt", []string{"knobs", "-train", "-boxes", "64", "-batch", "8", "-budget", "4", m}},
+		{"claims.txt", []string{"claims", "-batch", "16", "-img", "320", "-boxes", "8"}},
+		{"claims.json", []string{"claims", "-batch", "16", "-img", "320", "-boxes", "8", "-json"}},
 		{"plan-s.txt", []string{"plan", "-batch", "8", "-amp", "-budget", "2", m}},
 		{"plan-s.json", []string{"plan", "-batch", "8", "-amp", "-budget", "2", "-json", m}},
 		{"sweep-ckpt-s.txt", []string{"sweep", "-batches", "1,8", "-checkpoint", "0-3,5-9", m}},
