@@ -22,6 +22,7 @@ const (
 	opBinary             // Add, Sub, Mul, Div, Pow
 	opCompare            // Less, Greater, Equal: broadcast, bool
 	opRandomLike         // RandomUniformLike, RandomNormalLike: the input's dims, the dtype attribute's type
+	opLayerNorm          // LayerNormalization: the input's dims; mean and inverse std with the normalized axes 1
 	opBatchNorm
 	opCast
 	opConcat
@@ -53,6 +54,7 @@ var opKinds = map[string]opKind{
 	"Relu": opSameShape, "LeakyRelu": opSameShape, "Tanh": opSameShape, "HardSigmoid": opSameShape,
 	"HardSwish": opSameShape, "Mish": opSameShape, "Neg": opSameShape, "Exp": opSameShape,
 	"Log": opSameShape, "Sqrt": opSameShape, "Abs": opSameShape, "Erf": opSameShape, "Clip": opSameShape,
+	"Gelu": opSameShape, "LayerNormalization": opLayerNorm,
 	"Add": opBinary, "Sub": opBinary, "Mul": opBinary, "Div": opBinary, "Pow": opBinary,
 	"Less": opCompare, "Greater": opCompare, "Equal": opCompare,
 	"RandomUniformLike": opRandomLike, "RandomNormalLike": opRandomLike,
@@ -89,6 +91,27 @@ func (c *inferer) node(op opKind) error {
 	case opCompare:
 		if dims := c.broadcast(c.dims(0), c.dims(1)); dims != nil {
 			c.set(0, Bool, dims)
+		}
+	case opLayerNorm:
+		x := c.dims(0)
+		c.set(0, c.dtype(0), x)
+		axis := int(c.n.IntAttr("axis", -1))
+		if axis < 0 {
+			axis += len(x)
+		}
+		if axis < 0 || axis >= len(x) {
+			c.fail("axis %d out of the input's %d dims", c.n.IntAttr("axis", -1), len(x))
+			break
+		}
+		st := c.alloc(len(x))
+		for k := range st {
+			st[k] = 1
+			if k < axis {
+				st[k] = x[k]
+			}
+		}
+		for k := 1; k < min(len(c.n.Outputs), 3); k++ {
+			c.set(k, Float32, st)
 		}
 	case opRandomLike:
 		c.set(0, DType(c.n.IntAttr("dtype", int64(c.dtype(0)))), c.dims(0))
@@ -162,7 +185,7 @@ func (c *inferer) node(op opKind) error {
 
 // minInputs is the number of leading inputs that each op kind requires.
 var minInputs = [...]int{
-	opSameShape: 1, opBinary: 2, opCompare: 2, opRandomLike: 1, opBatchNorm: 5, opCast: 1, opConcat: 1,
+	opSameShape: 1, opBinary: 2, opCompare: 2, opRandomLike: 1, opLayerNorm: 2, opBatchNorm: 5, opCast: 1, opConcat: 1,
 	opConstantOfShape: 1, opConv: 2, opDropout: 1, opFlatten: 1, opGemm: 2, opGlobalPool: 1, opPool: 1, opExpand: 2, opGather: 2,
 	opRange: 3, opReduceSum: 1, opReshape: 2, opResize: 1, opShape: 1,
 	opSlice: 1, opSplit: 1, opSqueeze: 1, opTranspose: 1, opUnsqueeze: 1,
@@ -351,6 +374,24 @@ func (c *inferer) conv() {
 // [M N]) → [M N], op transposing when transA or transB is set.
 func (c *inferer) gemm() {
 	a, b := c.dims(0), c.dims(1)
+	// A of more than two dims (without transA) is a linear layer over its
+	// last dim: the generic family fuses MatMul(x, Transpose(W)) + Add(b)
+	// into such a Gemm, as eager PyTorch runs one linear.
+	if len(a) > 2 && len(b) == 2 && c.n.IntAttr("transA", 0) == 0 {
+		kb, n := b[0], b[1]
+		if c.n.IntAttr("transB", 0) != 0 {
+			kb, n = n, kb
+		}
+		if a[len(a)-1] != kb {
+			c.fail("inner dims %d and %d of %v and %v differ", a[len(a)-1], kb, a, b)
+			return
+		}
+		d := c.alloc(len(a))
+		copy(d, a)
+		d[len(d)-1] = n
+		c.set(0, c.dtype(0), d)
+		return
+	}
 	if len(a) != 2 || len(b) != 2 {
 		c.fail("inputs of dims %v and %v are not matrices", a, b)
 		return

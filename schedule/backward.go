@@ -290,6 +290,31 @@ func (b *builder) back(n *ir.Node, k opKind, outs []ir.ValueID) {
 		}
 	case opGemm:
 		post = b.gemmBack(n, gy, fresh, contiguous, post)
+	case opLayerNorm:
+		// native_layer_norm_backward: the saved input made contiguous
+		// (when strided), the input's gradient (float32 under autocast,
+		// which ToCopyBackward then turns to the input's type), the
+		// weight's and the bias's, and the copy goes.
+		x := n.Inputs[0]
+		cast := b.autocast() && b.dt[x] != ir.Float32
+		elem := b.dt[x].Size()
+		if cast {
+			elem = 4
+		}
+		c := b.copyIf(!b.contig[x], s.Elems(x)*elem)
+		if b.rg[x] {
+			if cast {
+				post = append(post, b.toCopy(b.alloc(s.Elems(x)*4, Grad, x), x, false))
+			} else {
+				fresh(x)
+			}
+		}
+		for _, p := range n.Inputs[1:] {
+			if p != ir.NoValue && b.param[p] {
+				b.paramGrad(p)
+			}
+		}
+		b.freeScratch(c)
 	case opMul, opDiv:
 		ins := n.Inputs[:2]
 		// A broadcast operand's gradient (the squeeze-excitation scale of
@@ -323,6 +348,22 @@ func (b *builder) back(n *ir.Node, k opKind, outs []ir.ValueID) {
 		for j, v := range small {
 			fresh(v)
 			b.freeScratch(tmp[j])
+		}
+		// A parameter operand (a layer scale) gets its .grad: for a
+		// broadcast one, the product of the output's size first, reduced
+		// to the parameter's shape, then the product goes.
+		for _, v := range n.Inputs[:2] {
+			if v == ir.NoValue || !b.param[v] || b.paramGrads[v] >= 0 || k != opMul {
+				continue
+			}
+			var tmp int32 = -1
+			if s.Elems(v) < s.Elems(outs[0]) {
+				tmp = b.scratch(s.Elems(outs[0])*b.dt[outs[0]].Size(), Grad)
+			}
+			b.paramGrad(v)
+			if tmp >= 0 {
+				b.freeScratch(tmp)
+			}
 		}
 	case opAdd, opSub:
 		for j, v := range n.Inputs[:2] {

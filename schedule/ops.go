@@ -33,6 +33,7 @@ const (
 	opReduceSum                   // sum over dims: saves nothing
 	opSoftmax                     // softmax: saves its output
 	opView                        // slice, split, reshape, unsqueeze, …: no new storage
+	opLayerNorm                   // native_layer_norm: saves input, weight, bias, mean, rstd
 )
 
 // castClass is how torch.autocast treats an op (aten/src/ATen/autocast_mode.cpp
@@ -76,6 +77,8 @@ var opRules = map[string]opRule{
 	"Conv":               {kind: opConv, autocast: castLower, flops: convFLOPs, saves: "input, weight (convolution_backward)"},
 	"BatchNormalization": {kind: opBatchNorm, flops: batchNormFLOPs, saves: "input, weight, save_mean, save_invstd in training; input, weight on running statistics"},
 	"Sigmoid":            {kind: opSigmoid, flops: elementwise, saves: "result"},
+	"Gelu":               {kind: opSavesInput, flops: elementwise, saves: "self (gelu; the generic family fuses the exporter's erf pattern into it)"},
+	"LayerNormalization": {kind: opLayerNorm, autocast: castFP32, flops: batchNormFLOPs, saves: "input, weight, bias, mean, rstd (native_layer_norm; float32 under autocast)"},
 	"Relu":               {kind: opSigmoid, flops: elementwise, saves: "result (relu_ in place: the modified input, the same storage)"},
 	"HardSwish":          {kind: opSavesInput, flops: elementwise, saves: "self (hardswish_ in place: a copy of self made before the op)"},
 	"HardSigmoid":        {kind: opSavesInput, flops: elementwise, saves: "self (hardsigmoid_ in place: a copy of self made before the op)"},
@@ -209,9 +212,9 @@ func poolFLOPs(n *ir.Node, s *ir.Shapes) int64 {
 func gemmFLOPs(n *ir.Node, s *ir.Shapes) int64 {
 	out := s.Elems(n.Outputs[0])
 	k := int64(1)
-	if d := s.Dims[n.Inputs[0]]; len(d) == 2 {
-		k = d[1]
-		if n.IntAttr("transA", 0) != 0 {
+	if d := s.Dims[n.Inputs[0]]; len(d) >= 2 {
+		k = d[len(d)-1]
+		if len(d) == 2 && n.IntAttr("transA", 0) != 0 {
 			k = d[0]
 		}
 	}

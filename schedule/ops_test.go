@@ -41,8 +41,9 @@ func TestOpTable(t *testing.T) {
 // TestOpFLOPs checks the FLOP rules on one node each.
 func TestOpFLOPs(t *testing.T) {
 	// Values: 0 x [2 4 8 8], 1 w [6 2 3 3], 2 bias [6], 3 y [2 6 8 8],
-	// 4 a [2 8], 5 fc [10 8], 6 fc bias [10], 7 logits [2 10], 8 pooled [2 4 1 1].
-	s := &ir.Shapes{Dims: [][]int64{{2, 4, 8, 8}, {6, 2, 3, 3}, {6}, {2, 6, 8, 8}, {2, 8}, {10, 8}, {10}, {2, 10}, {2, 4, 1, 1}}}
+	// 4 a [2 8], 5 fc [10 8], 6 fc bias [10], 7 logits [2 10], 8 pooled [2 4 1 1],
+	// 9 w [8 8], 10 bias [8].
+	s := &ir.Shapes{Dims: [][]int64{{2, 4, 8, 8}, {6, 2, 3, 3}, {6}, {2, 6, 8, 8}, {2, 8}, {10, 8}, {10}, {2, 10}, {2, 4, 1, 1}, {8, 8}, {8}}}
 	node := func(op string, in []ir.ValueID, out ir.ValueID, attrs ...ir.Attr) *ir.Node {
 		return &ir.Node{Name: "/n/" + op, OpType: op, Inputs: in, Outputs: []ir.ValueID{out}, Attrs: attrs}
 	}
@@ -67,14 +68,18 @@ func TestOpFLOPs(t *testing.T) {
 		{node("GlobalAveragePool", []ir.ValueID{0}, 8), 2 * 4 * 8 * 8},
 		{node("Dropout", []ir.ValueID{7}, 7), 2 * 10},
 		{node("Flatten", []ir.ValueID{8}, 4), 0},
+		{node("Gelu", []ir.ValueID{3}, 3), outs},
+		// A linear over the last dim of an N-D input (the generic family's
+		// fused MatMul + Add): x [2 6 8 8] · W [8 8]ᵀ → [2 6 8 8].
+		{node("Gemm", []ir.ValueID{3, 9, 10}, 3, ir.Attr{Name: "transB", Kind: ir.AttrInt, Int: 1}), 2*outs*8 + outs},
 	} {
 		got, err := FLOPs(tc.n, s)
 		if err != nil || got != tc.want {
 			t.Errorf("%s %v: %d FLOPs, %v; want %d", tc.n.OpType, tc.n.Inputs, got, err, tc.want)
 		}
 	}
-	if _, err := FLOPs(&ir.Node{Name: "g", OpType: "Gelu"}, s); err == nil {
-		t.Error("Gelu: no error")
+	if _, err := FLOPs(&ir.Node{Name: "g", OpType: "Einsum"}, s); err == nil {
+		t.Error("Einsum: no error")
 	}
 	if _, err := FLOPs(&ir.Node{Name: "c", OpType: "Conv", Domain: "com.microsoft"}, s); err == nil {
 		t.Error("a Conv of another domain: no error")

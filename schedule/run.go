@@ -178,6 +178,44 @@ func (b *builder) run(n *ir.Node, k opKind) {
 		newOut(0, Activation)
 	case opGemm:
 		b.gemm(n, lower, save)
+	case opLayerNorm:
+		// Autocast runs layer_norm in float32: a float32 copy of a half
+		// input first, in the input's layout, which it saves. The kernel
+		// makes a strided input contiguous for itself (freed when it
+		// returns), then writes the output, the mean and rstd (float32,
+		// one per normalized row). calibration/convnext_vit_ops.py.
+		x := n.Inputs[0]
+		elem := b.dt[x].Size()
+		if fp32 && b.dt[x] != ir.Float32 {
+			xc := b.alloc(s.Elems(x)*4, Cast, x)
+			b.own(i, xc)
+			elem = 4
+		} else {
+			save(x)
+		}
+		if b.stopAt == i {
+			return
+		}
+		c := b.copyIf(!b.contig[x], s.Elems(x)*elem)
+		if fp32 {
+			b.dt[out(0)] = ir.Float32
+		}
+		newOut(0, Activation)
+		rows := s.Elems(x)
+		if d := s.Dims[x]; len(d) > 0 {
+			axis := int(n.IntAttr("axis", -1))
+			if axis < 0 {
+				axis += len(d)
+			}
+			rows = 1
+			for _, v := range d[:max(axis, 0)] {
+				rows *= v
+			}
+		}
+		for j := 0; j < 2; j++ {
+			b.own(i, b.alloc(rows*4, Stats, ir.NoValue))
+		}
+		freeCopy(c)
 	case opMul:
 		a, c := n.Inputs[0], n.Inputs[1]
 		if b.needsGrad(a) {

@@ -121,7 +121,8 @@ func (b *builder) trainable(v ir.ValueID) bool {
 		return false
 	}
 	for n, j := range b.uses(v) {
-		if (n.OpType == "Conv" || n.OpType == "Gemm") && j >= 1 || n.OpType == "BatchNormalization" && (j == 1 || j == 2) {
+		if (n.OpType == "Conv" || n.OpType == "Gemm") && j >= 1 || (n.OpType == "BatchNormalization" || n.OpType == "LayerNormalization") && (j == 1 || j == 2) ||
+			n.OpType == "Mul" && j <= 1 {
 			return true
 		}
 	}

@@ -32,9 +32,14 @@ func (Family) Name() string { return "generic" }
 // Detect reports true: the generic family takes any graph of supported ops.
 func (Family) Detect(*ir.Graph) bool { return true }
 
-// Prepare assigns the top-level layers of g from its module paths, in the
-// order they first appear, and returns g.
+// Prepare puts back the ops that the exporter spelled out (fuse), assigns
+// the top-level layers from the module paths, in the order they first
+// appear, and returns the graph.
 func (Family) Prepare(g *ir.Graph) (*ir.Graph, error) {
+	g, err := fuse(g)
+	if err != nil {
+		return nil, err
+	}
 	index := map[string]int{}
 	g.AssignLayers(func(s string) int {
 		key := moduleKey(s)

@@ -1,0 +1,124 @@
+package generic
+
+import (
+	"github.com/onnxmem/onnxmem/ir"
+)
+
+// fuse returns g with the patterns that the exporter spelled out as several
+// ONNX nodes, but that eager PyTorch runs as one op, put back as that op,
+// or g itself when there is none:
+//
+//   - a linear layer on an input of more than two dims, which the exporter
+//     writes MatMul(x, Transpose(W)) then Add(b, ·), becomes Gemm(x, W, b)
+//     with transB (ir's Gemm takes an N-D A as a linear over its last dim):
+//     aten::linear runs one matmul into its output and adds the bias in
+//     place, and saves x and W;
+//   - nn.GELU, which the exporter writes x·0.5·(1 + erf(x/√2)) as Div, Erf,
+//     Add, Mul, Mul, becomes Gelu(x): one kernel, which saves x.
+//
+// Example: convnext_tiny's CNBlock has two linears and a GELU between them:
+// 12 nodes of the export become 3.
+func fuse(g *ir.Graph) (*ir.Graph, error) {
+	only := func(v ir.ValueID) (int32, bool) {
+		c := g.Values[v].Consumers
+		if len(c) != 1 {
+			return -1, false
+		}
+		return c[0], true
+	}
+	isInit := func(v ir.ValueID) bool { return v != ir.NoValue && g.Values[v].Kind == ir.Initializer }
+	isConst := func(v ir.ValueID) bool {
+		if v == ir.NoValue {
+			return false
+		}
+		if g.Values[v].Kind == ir.Initializer {
+			return true
+		}
+		p := g.Values[v].Producer
+		return p >= 0 && g.Nodes[p].OpType == "Constant"
+	}
+	other := func(n *ir.Node, v ir.ValueID) ir.ValueID {
+		if n.Inputs[0] == v {
+			return n.Inputs[1]
+		}
+		return n.Inputs[0]
+	}
+	drop := make([]bool, len(g.Nodes))
+	replace := map[int]ir.Node{} // by node index: the node that takes its place
+	for i := range g.Nodes {
+		n := &g.Nodes[i]
+		switch n.OpType {
+		case "MatMul":
+			if len(n.Inputs) != 2 {
+				continue
+			}
+			tp := g.Values[n.Inputs[1]].Producer
+			if tp < 0 || g.Nodes[tp].OpType != "Transpose" || !isInit(g.Nodes[tp].Inputs[0]) || len(g.Values[g.Nodes[tp].Inputs[0]].Dims) != 2 {
+				continue
+			}
+			if t, ok := only(n.Inputs[1]); !ok || t != n.ID {
+				continue
+			}
+			w := g.Nodes[tp].Inputs[0]
+			fused := ir.Node{Name: n.Name, OpType: "Gemm", Inputs: []ir.ValueID{n.Inputs[0], w}, Outputs: n.Outputs, Layer: n.Layer, Scopes: n.Scopes,
+				Attrs: []ir.Attr{{Name: "transB", Kind: ir.AttrInt, Int: 1}}}
+			at := i
+			if a, ok := only(n.Outputs[0]); ok && g.Nodes[a].OpType == "Add" {
+				add := &g.Nodes[a]
+				if b := other(add, n.Outputs[0]); isInit(b) && len(g.Values[b].Dims) == 1 {
+					fused.Inputs = append(fused.Inputs, b)
+					fused.Outputs, fused.Name = add.Outputs, add.Name
+					drop[i] = true
+					at = int(a)
+				}
+			}
+			drop[tp] = true
+			replace[at] = fused
+		case "Div":
+			// x / √2 → erf → + 1 → x · → · 0.5
+			x := n.Inputs[0]
+			if !isConst(n.Inputs[1]) {
+				continue
+			}
+			e, ok := only(n.Outputs[0])
+			if !ok || g.Nodes[e].OpType != "Erf" {
+				continue
+			}
+			a, ok := only(g.Nodes[e].Outputs[0])
+			if !ok || g.Nodes[a].OpType != "Add" || !isConst(other(&g.Nodes[a], g.Nodes[e].Outputs[0])) {
+				continue
+			}
+			m, ok := only(g.Nodes[a].Outputs[0])
+			if !ok || g.Nodes[m].OpType != "Mul" || other(&g.Nodes[m], g.Nodes[a].Outputs[0]) != x {
+				continue
+			}
+			h, ok := only(g.Nodes[m].Outputs[0])
+			if !ok || g.Nodes[h].OpType != "Mul" || !isConst(other(&g.Nodes[h], g.Nodes[m].Outputs[0])) {
+				continue
+			}
+			last := &g.Nodes[h]
+			for _, k := range []int{i, int(e), int(a), int(m)} {
+				drop[k] = true
+			}
+			replace[int(h)] = ir.Node{Name: last.Name, OpType: "Gelu", Inputs: []ir.ValueID{x}, Outputs: last.Outputs, Layer: last.Layer, Scopes: last.Scopes}
+		}
+	}
+	if len(replace) == 0 {
+		return g, nil
+	}
+	ng := &ir.Graph{Name: g.Name, ProducerName: g.ProducerName, Opset: g.Opset,
+		Values: append([]ir.Value(nil), g.Values...), Inputs: g.Inputs, Outputs: g.Outputs}
+	for i := range g.Nodes {
+		if n, ok := replace[i]; ok {
+			ng.Nodes = append(ng.Nodes, n)
+			continue
+		}
+		if !drop[i] {
+			ng.Nodes = append(ng.Nodes, g.Nodes[i])
+		}
+	}
+	if err := ng.Reindex(); err != nil {
+		return nil, err
+	}
+	return ng, nil
+}

@@ -1,0 +1,44 @@
+package generic
+
+import (
+	"testing"
+
+	"github.com/onnxmem/onnxmem/ir"
+)
+
+// TestFuseConvNeXt checks the fusions on convnext_tiny's training export
+// (calibration/torchvision_more.py): its 36 linears, each MatMul of a
+// transposed weight and an Add of the bias, become Gemms, its 18 GELUs
+// (Div, Erf, Add, Mul, Mul) become Gelu nodes, and nothing else changes.
+func TestFuseConvNeXt(t *testing.T) {
+	g, err := ir.LoadFile("../../calibration/results/tv/convnext_tiny-train.onnx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := func(g *ir.Graph) map[string]int {
+		c := map[string]int{}
+		for i := range g.Nodes {
+			c[g.Nodes[i].OpType]++
+		}
+		return c
+	}
+	before := count(g)
+	f, err := fuse(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := count(f)
+	if after["MatMul"] != 0 || after["Erf"] != 0 || after["Gelu"] != 18 || after["Gemm"] != before["Gemm"]+36 {
+		t.Errorf("after fusing: %d MatMul, %d Erf, %d Gelu, %d Gemm (before %d)", after["MatMul"], after["Erf"], after["Gelu"], after["Gemm"], before["Gemm"])
+	}
+	if want := len(g.Nodes) - 36*2 - 18*4; len(f.Nodes) != want {
+		t.Errorf("%d nodes after fusing, want %d", len(f.Nodes), want)
+	}
+	if before["Transpose"]-after["Transpose"] != 36 {
+		t.Errorf("%d weight transposes removed, want 36", before["Transpose"]-after["Transpose"])
+	}
+	// A graph without the patterns comes back as it is.
+	if h, err := fuse(f); err != nil || h != f {
+		t.Errorf("fusing twice: %v, a new graph %v", err, h != f)
+	}
+}
