@@ -66,9 +66,34 @@ func Check(s Setting) ([]Claim, error) {
 }
 
 type checker struct {
-	s   Setting
-	out []Claim
-	m   map[string]*onnxmem.Model
+	s     Setting
+	out   []Claim
+	m     map[string]*onnxmem.Model
+	steps map[stepKey]*onnxmem.Result // the claims' model's steps, simulated once
+}
+
+type stepKey struct {
+	amp      bool
+	segments int
+	img      int64
+}
+
+// main returns the claims' model's train step with a setting, simulated
+// once for all the claims that quote it.
+func (c *checker) main(amp bool, segments int, img int64) (*onnxmem.Result, error) {
+	k := stepKey{amp, segments, img}
+	if r := c.steps[k]; r != nil {
+		return r, nil
+	}
+	r, err := c.sim(c.s.Model, c.step(amp, segments, img))
+	if err != nil {
+		return nil, err
+	}
+	if c.steps == nil {
+		c.steps = map[stepKey]*onnxmem.Result{}
+	}
+	c.steps[k] = r
+	return r, nil
 }
 
 func (c *checker) model(name string) (*onnxmem.Model, error) {
@@ -114,11 +139,11 @@ func verdict(ok bool) string {
 
 func (c *checker) claim1() (Claim, error) {
 	cl := Claim{ID: 1, Claim: fmt.Sprintf("%s at %d, batch %d, needs about 24 GB", c.s.Model, c.s.Img, c.s.Batch)}
-	amp, err := c.sim(c.s.Model, c.step(true, 0, c.s.Img))
+	amp, err := c.main(true, 0, c.s.Img)
 	if err != nil {
 		return cl, err
 	}
-	fp32, err := c.sim(c.s.Model, c.step(false, 0, c.s.Img))
+	fp32, err := c.main(false, 0, c.s.Img)
 	if err != nil {
 		return cl, err
 	}
@@ -131,11 +156,11 @@ func (c *checker) claim1() (Claim, error) {
 
 func (c *checker) claim2() (Claim, error) {
 	cl := Claim{ID: 2, Claim: "AMP is not on by default in YOLOv9 training, and turning it on saves 22%"}
-	amp, err := c.sim(c.s.Model, c.step(true, 0, c.s.Img))
+	amp, err := c.main(true, 0, c.s.Img)
 	if err != nil {
 		return cl, err
 	}
-	fp32, err := c.sim(c.s.Model, c.step(false, 0, c.s.Img))
+	fp32, err := c.main(false, 0, c.s.Img)
 	if err != nil {
 		return cl, err
 	}
@@ -154,7 +179,7 @@ func (c *checker) claim2() (Claim, error) {
 
 func (c *checker) claim3() (Claim, error) {
 	cl := Claim{ID: 3, Claim: "checkpoint_sequential(model.backbone, 2) saves about 35% of the memory at under 12% extra time"}
-	base, err := c.sim(c.s.Model, c.step(true, 0, c.s.Img))
+	base, err := c.main(true, 0, c.s.Img)
 	if err != nil {
 		return cl, err
 	}
@@ -188,7 +213,7 @@ func (c *checker) claim4() (Claim, error) {
 	// pin_memory pins the batch in host memory (page-locked RAM) for the
 	// copy; the device receives the same tensor either way, so the step's
 	// device memory is the same simulation: nothing to free.
-	r, err := c.sim(c.s.Model, c.step(true, 0, c.s.Img))
+	r, err := c.main(true, 0, c.s.Img)
 	if err != nil {
 		return cl, err
 	}
@@ -249,7 +274,7 @@ func (c *checker) claim5() (Claim, error) {
 func (c *checker) claim6() (Claim, error) {
 	cl := Claim{ID: 6, Claim: "PGI's auxiliary branch costs about 1.3x the main network's memory, and deleting it cuts memory by 40%"}
 	gelan := "gelan-" + c.s.Model[len("yolov9-"):]
-	dual, err := c.sim(c.s.Model, c.step(true, 0, c.s.Img))
+	dual, err := c.main(true, 0, c.s.Img)
 	if err != nil {
 		return cl, err
 	}
@@ -272,7 +297,7 @@ func (c *checker) claim7() (Claim, error) {
 	cl := Claim{ID: 7, Claim: fmt.Sprintf("training at 384–512 px keeps batch %d within 16 GB", c.s.Batch)}
 	in := 0
 	for _, img := range []int64{384, 448, 512} {
-		r, err := c.sim(c.s.Model, c.step(true, 0, img))
+		r, err := c.main(true, 0, img)
 		if err != nil {
 			return cl, err
 		}
@@ -311,11 +336,11 @@ func (c *checker) claim8() (Claim, error) {
 	if err != nil {
 		return cl, err
 	}
-	k2, err := c.sim(c.s.Model, c.step(false, 2, c.s.Img))
+	k2, err := c.main(false, 2, c.s.Img)
 	if err != nil {
 		return cl, err
 	}
-	ampK2, err := c.sim(c.s.Model, c.step(true, 2, c.s.Img))
+	ampK2, err := c.main(true, 2, c.s.Img)
 	if err != nil {
 		return cl, err
 	}
