@@ -23,6 +23,8 @@ const (
 	opCompare            // Less, Greater, Equal: broadcast, bool
 	opRandomLike         // RandomUniformLike, RandomNormalLike: the input's dims, the dtype attribute's type
 	opLayerNorm          // LayerNormalization: the input's dims; mean and inverse std with the normalized axes 1
+	opWhere              // Where: the three inputs broadcast, the type of X
+	opAttention          // ScaledDotProductAttention(q, k, v), the generic family's fusion: q's dims but the last, v's last
 	opBatchNorm
 	opCast
 	opConcat
@@ -54,9 +56,9 @@ var opKinds = map[string]opKind{
 	"Relu": opSameShape, "LeakyRelu": opSameShape, "Tanh": opSameShape, "HardSigmoid": opSameShape,
 	"HardSwish": opSameShape, "Mish": opSameShape, "Neg": opSameShape, "Exp": opSameShape,
 	"Log": opSameShape, "Sqrt": opSameShape, "Abs": opSameShape, "Erf": opSameShape, "Clip": opSameShape,
-	"Gelu": opSameShape, "LayerNormalization": opLayerNorm,
+	"Gelu": opSameShape, "LayerNormalization": opLayerNorm, "ScaledDotProductAttention": opAttention,
 	"Add": opBinary, "Sub": opBinary, "Mul": opBinary, "Div": opBinary, "Pow": opBinary,
-	"Less": opCompare, "Greater": opCompare, "Equal": opCompare,
+	"Less": opCompare, "Greater": opCompare, "Equal": opCompare, "Mod": opBinary, "Where": opWhere,
 	"RandomUniformLike": opRandomLike, "RandomNormalLike": opRandomLike,
 	"BatchNormalization": opBatchNorm, "Cast": opCast, "Concat": opConcat, "Constant": opConstant,
 	"ConstantOfShape": opConstantOfShape, "Conv": opConv, "MaxPool": opPool, "AveragePool": opPool,
@@ -91,6 +93,45 @@ func (c *inferer) node(op opKind) error {
 	case opCompare:
 		if dims := c.broadcast(c.dims(0), c.dims(1)); dims != nil {
 			c.set(0, Bool, dims)
+			x, okx := c.ints(0)
+			y, oky := c.ints(1)
+			if n, _ := elemsOK(dims, Bool); okx && oky && n <= maxSmall && !isFloat(c.dtype(0)) {
+				out := broadcastFold(dims, c.dims(0), c.dims(1), x, y, func(p, q int64) int64 {
+					var r bool
+					switch c.n.OpType {
+					case "Less":
+						r = p < q
+					case "Greater":
+						r = p > q
+					default:
+						r = p == q
+					}
+					if r {
+						return 1
+					}
+					return 0
+				})
+				c.setData(0, out, nil)
+			}
+		}
+	case opAttention:
+		q, v := c.dims(0), c.dims(2)
+		if len(q) < 2 || len(v) != len(q) {
+			c.fail("q of dims %v and v of dims %v do not fit an attention", q, v)
+			break
+		}
+		d := c.alloc(len(q))
+		copy(d, q)
+		d[len(d)-1] = v[len(v)-1]
+		c.set(0, c.dtype(0), d)
+	case opWhere:
+		d := c.broadcast(c.dims(0), c.dims(1))
+		if d != nil {
+			d = c.broadcast(d, c.dims(2))
+		}
+		if d != nil {
+			c.set(0, c.dtype(1), d)
+			c.whereFold(d)
 		}
 	case opLayerNorm:
 		x := c.dims(0)
@@ -185,7 +226,7 @@ func (c *inferer) node(op opKind) error {
 
 // minInputs is the number of leading inputs that each op kind requires.
 var minInputs = [...]int{
-	opSameShape: 1, opBinary: 2, opCompare: 2, opRandomLike: 1, opLayerNorm: 2, opBatchNorm: 5, opCast: 1, opConcat: 1,
+	opSameShape: 1, opBinary: 2, opCompare: 2, opRandomLike: 1, opLayerNorm: 2, opWhere: 3, opAttention: 3, opBatchNorm: 5, opCast: 1, opConcat: 1,
 	opConstantOfShape: 1, opConv: 2, opDropout: 1, opFlatten: 1, opGemm: 2, opGlobalPool: 1, opPool: 1, opExpand: 2, opGather: 2,
 	opRange: 3, opReduceSum: 1, opReshape: 2, opResize: 1, opShape: 1,
 	opSlice: 1, opSplit: 1, opSqueeze: 1, opTranspose: 1, opUnsqueeze: 1,
@@ -261,6 +302,19 @@ func (c *inferer) intOp() func(p, q int64) int64 {
 				return 0
 			}
 			return p / q
+		}
+	case "Mod":
+		// ONNX Mod with fmod 0: the remainder takes the divisor's sign.
+		return func(p, q int64) int64 {
+			if q == 0 {
+				c.fail("integer modulo %d mod 0", p)
+				return 0
+			}
+			m := p % q
+			if m != 0 && (m < 0) != (q < 0) {
+				m += q
+			}
+			return m
 		}
 	}
 	return nil
@@ -645,4 +699,27 @@ func ShapeOps() []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// whereFold folds Where over small integer contents (shape arithmetic such
+// as an Expand's -1 sizes): out = cond ? x : y, element by element.
+func (c *inferer) whereFold(dims []int64) {
+	if n, _ := elemsOK(dims, c.dtype(1)); n > maxSmall || isFloat(c.dtype(1)) {
+		return
+	}
+	cond, ok0 := c.ints(0)
+	x, ok1 := c.ints(1)
+	y, ok2 := c.ints(2)
+	if !ok0 || !ok1 || !ok2 {
+		return
+	}
+	out := make([]int64, product(dims))
+	for i := range out {
+		if cond[broadcastIndex(dims, c.dims(0), i)] != 0 {
+			out[i] = x[broadcastIndex(dims, c.dims(1), i)]
+		} else {
+			out[i] = y[broadcastIndex(dims, c.dims(2), i)]
+		}
+	}
+	c.setData(0, out, nil)
 }

@@ -50,32 +50,37 @@ func TestTorchvisionModelSteps(t *testing.T) {
 // TestTorchvisionMoreModelSteps does the same for the networks that
 // calibration/torchvision_more.py exported and measured the same way
 // (resnet50, efficientnet_b0 with its stochastic depth, regnet_y_400mf,
-// convnext_tiny with its layer norms, linears, GELUs and layer scales),
+// convnext_tiny with its layer norms, linears, GELUs and layer scales,
+// vit_b_16 with its fused attention, class token and position embedding),
 // each in a process of its own, fp32 batches 1 to 128 and then AMP's: the
 // requested peak must match the measured one within 0.1% and the allocated
-// within 3%. vit_b_16 is not simulated yet: its load or simulation must
-// fail with an error that names the op and its node.
+// within 3%. A network listed in unsimulated (none today) must fail with an
+// error that names the op and its node.
 func TestTorchvisionMoreModelSteps(t *testing.T) {
 	const file = "../calibration/results/torchvision_more.jsonl"
 	n := checkTorchvisionSteps(t, file, func(model string) string { return "../calibration/results/" + model })
-	if n != 40 {
-		t.Errorf("%d model steps simulated, want 40", n)
+	if n != 50 {
+		t.Errorf("%d model steps simulated, want 50", n)
 	}
 }
 
 // reqTolerance is how close the requested peak must be: exact but for
 // ConvNeXt, whose float32 layer norms under autocast and channels-last
-// strides are modelled more coarsely (within 1.1% today).
+// strides are modelled more coarsely (within 1.1% today), and the ViT,
+// whose fused attention's backward scratch is (within 2.6%).
 func reqTolerance(cfg string) float64 {
-	if strings.HasPrefix(cfg, "convnext") {
+	switch {
+	case strings.HasPrefix(cfg, "convnext"):
 		return 0.015
+	case strings.HasPrefix(cfg, "vit"):
+		return 0.03
 	}
 	return 0.001
 }
 
 // unsimulated are the networks of torchvision_more.jsonl that onnxmem
 // cannot simulate yet (LayerNormalization, MatMul, Where, ...).
-var unsimulated = map[string]bool{"vit_b_16": true}
+var unsimulated = map[string]bool{}
 
 // checkTorchvisionSteps simulates the model steps of a torchvision.jsonl
 // file, checks and prints them, and returns how many it simulated.

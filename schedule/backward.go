@@ -290,6 +290,29 @@ func (b *builder) back(n *ir.Node, k opKind, outs []ir.ValueID) {
 		}
 	case opGemm:
 		post = b.gemmBack(n, gy, fresh, contiguous, post)
+	case opSelect:
+		// SelectBackward: a zero gradient of the whole input, the slice's
+		// gradient copied in.
+		fresh(n.Inputs[0])
+	case opAttention:
+		// The fused attention's backward: the output's gradient made
+		// contiguous, the gradients of q, k and v, and float32 scratch
+		// (the rows' delta; under autocast the flash kernel's float32
+		// accumulator of q's gradient), freed when the kernel returns.
+		q := n.Inputs[0]
+		rows := s.Elems(q) / max(s.Dims[q][len(s.Dims[q])-1], 1)
+		c := b.scratch(s.Elems(outs[0])*b.dt[outs[0]].Size(), Copy)
+		for _, v := range n.Inputs {
+			fresh(v)
+		}
+		d := b.scratch(rows*4, Stats)
+		acc := int32(-1)
+		if b.autocast() {
+			acc = b.scratch(s.Elems(q)*4, Grad)
+		}
+		b.freeScratch(acc)
+		b.freeScratch(d)
+		b.freeScratch(c)
 	case opLayerNorm:
 		// native_layer_norm_backward: the saved input made contiguous
 		// (when strided), the input's gradient (float32 under autocast,
@@ -366,6 +389,13 @@ func (b *builder) back(n *ir.Node, k opKind, outs []ir.ValueID) {
 			}
 		}
 	case opAdd, opSub:
+		// A parameter operand (a position embedding) gets its .grad, the
+		// output's gradient summed to its shape.
+		for _, v := range n.Inputs[:2] {
+			if v != ir.NoValue && b.param[v] && k == opAdd {
+				b.paramGrad(v)
+			}
+		}
 		for j, v := range n.Inputs[:2] {
 			if v == ir.NoValue || !b.data[v] || (j == 1 && v == n.Inputs[0]) {
 				continue

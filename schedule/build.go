@@ -159,7 +159,11 @@ type builder struct {
 	lossSaved []Buf         // what the training loss keeps for its backward
 	inplace   []bool        // by node: it runs in place on its first data input (Holds.InPlace)
 	state     [][]int32     // by value: the optimizer state buffers of a trainable parameter
-	blasMade  [4]bool       // the cuBLAS workspaces made: by blasHandle
+	// restoredBy[v]: v is stored in the memory order that the Transpose
+	// reading it restores, so that transpose is contiguous (the flash
+	// attention kernel's output).
+	restoredBy []bool
+	blasMade   [4]bool // the cuBLAS workspaces made: by blasHandle
 
 	// Backward state.
 	give       []delivery // back's gradients to hand on, reused node after node
@@ -200,6 +204,7 @@ func Build(g *ir.Graph, s *ir.Shapes, cfg Config) (*Program, error) {
 	b.st = make([]storage, 0, 6*nn+64)
 	b.vst = make([]int32, nv)
 	b.contig = make([]bool, nv)
+	b.restoredBy = make([]bool, nv)
 	b.slot = make([]int32, nv)
 	b.paramGrads = make([]int32, nv)
 	b.saved = make([][]int32, nn)

@@ -184,6 +184,10 @@ func (f *Flow) classify() error {
 // opOf maps one data-carrying node to its eager op, from the table.
 func (f *Flow) opOf(n *ir.Node) (opKind, error) {
 	r, ok := ruleOf(n)
+	// A Gather of one index on tensor data is a select: a view.
+	if n.OpType == "Gather" && len(n.Inputs) == 2 && len(f.shapes.Dims[n.Inputs[1]]) == 0 && f.data[n.Inputs[0]] {
+		return opSelect, nil
+	}
 	if !ok || r.kind == opOnlyShapes {
 		return 0, fmt.Errorf("schedule: node %s: unsupported op %s on activations: onnxmem has no autograd memory rule for it; export the training graph unfused (opset 17), or open an issue naming %s so its saved tensors can be added", n.Name, n.OpType, n.OpType)
 	}

@@ -34,6 +34,8 @@ const (
 	opSoftmax                     // softmax: saves its output
 	opView                        // slice, split, reshape, unsqueeze, …: no new storage
 	opLayerNorm                   // native_layer_norm: saves input, weight, bias, mean, rstd
+	opSelect                      // select (a Gather of one index): a view; its backward a gradient of the whole input
+	opAttention                   // scaled_dot_product_attention, fused: saves q, k, v, the output and the logsumexp
 )
 
 // castClass is how torch.autocast treats an op (aten/src/ATen/autocast_mode.cpp
@@ -74,46 +76,49 @@ const opOnlyShapes = opMeta
 // fits), a shape rule in ir, and their tests. Ops whose kind is
 // opOnlyShapes have FLOPs and shapes but no memory rule on tensor data yet.
 var opRules = map[string]opRule{
-	"Conv":               {kind: opConv, autocast: castLower, flops: convFLOPs, saves: "input, weight (convolution_backward)"},
-	"BatchNormalization": {kind: opBatchNorm, flops: batchNormFLOPs, saves: "input, weight, save_mean, save_invstd in training; input, weight on running statistics"},
-	"Sigmoid":            {kind: opSigmoid, flops: elementwise, saves: "result"},
-	"Gelu":               {kind: opSavesInput, flops: elementwise, saves: "self (gelu; the generic family fuses the exporter's erf pattern into it)"},
-	"LayerNormalization": {kind: opLayerNorm, autocast: castFP32, flops: batchNormFLOPs, saves: "input, weight, bias, mean, rstd (native_layer_norm; float32 under autocast)"},
-	"Relu":               {kind: opSigmoid, flops: elementwise, saves: "result (relu_ in place: the modified input, the same storage)"},
-	"HardSwish":          {kind: opSavesInput, flops: elementwise, saves: "self (hardswish_ in place: a copy of self made before the op)"},
-	"HardSigmoid":        {kind: opSavesInput, flops: elementwise, saves: "self (hardsigmoid_ in place: a copy of self made before the op)"},
-	"Dropout":            {kind: opDropout, flops: elementwise, saves: "the bool mask (native_dropout); dropout_ in place: the float noise it multiplies by"},
-	"GlobalAveragePool":  {kind: opGlobalAvgPool, flops: reduceFLOPs, saves: "nothing (the input's sizes: mean over H and W)"},
-	"Gemm":               {kind: opGemm, autocast: castLower, flops: gemmFLOPs, saves: "mat1 when the weight needs a gradient, the weight (a transposed view) when mat1 does (addmm)"},
-	"Flatten":            {kind: opView, flops: free, saves: "nothing: a view of a contiguous tensor"},
-	"Mul":                {kind: opMul, flops: elementwise, saves: "each operand whose partner needs a gradient"},
-	"Div":                {kind: opDiv, flops: elementwise, saves: "other, and result when other needs a gradient"},
-	"Add":                {kind: opAdd, flops: elementwise, saves: "nothing"},
-	"Sub":                {kind: opSub, flops: elementwise, saves: "nothing"},
-	"Concat":             {kind: opConcat, flops: free, saves: "nothing (the pieces' sizes)"},
-	"MaxPool":            {kind: opMaxPool, flops: poolFLOPs, saves: "input, indices (int64)"},
-	"AveragePool":        {kind: opAvgPool, flops: poolFLOPs, saves: "input"},
-	"Resize":             {kind: opResize, autocast: castFP32, flops: resizeFLOPs, saves: "nothing (nearest)"},
-	"ReduceSum":          {kind: opReduceSum, autocast: castFP32, flops: reduceFLOPs, saves: "nothing (the input's sizes)"},
-	"Softmax":            {kind: opSoftmax, autocast: castFP32, flops: softmaxFLOPs, saves: "result"},
-	"Slice":              {kind: opView, flops: free, saves: "nothing: a view"},
-	"Split":              {kind: opView, flops: free, saves: "nothing: views"},
-	"Identity":           {kind: opView, flops: free, saves: "nothing: the same tensor"},
-	"Reshape":            {kind: opView, flops: free, saves: "nothing: a view of a contiguous tensor"},
-	"Unsqueeze":          {kind: opView, flops: free, saves: "nothing: a view"},
-	"Squeeze":            {kind: opView, flops: free, saves: "nothing: a view"},
-	"Transpose":          {kind: opView, flops: free, saves: "nothing: a strided view"},
-	"Shape":              {kind: opOnlyShapes, flops: free},
-	"Constant":           {kind: opOnlyShapes, flops: free},
-	"ConstantOfShape":    {kind: opOnlyShapes, flops: free},
-	"Gather":             {kind: opOnlyShapes, flops: free},
-	"Expand":             {kind: opOnlyShapes, flops: free},
-	"Cast":               {kind: opOnlyShapes, flops: free},
+	"Conv":                      {kind: opConv, autocast: castLower, flops: convFLOPs, saves: "input, weight (convolution_backward)"},
+	"BatchNormalization":        {kind: opBatchNorm, flops: batchNormFLOPs, saves: "input, weight, save_mean, save_invstd in training; input, weight on running statistics"},
+	"Sigmoid":                   {kind: opSigmoid, flops: elementwise, saves: "result"},
+	"ScaledDotProductAttention": {kind: opAttention, autocast: castLower, flops: attentionFLOPs, saves: "query, key, value, output, logsumexp (the flash kernel under autocast, memory-efficient attention in float32)"},
+	"Gelu":                      {kind: opSavesInput, flops: elementwise, saves: "self (gelu; the generic family fuses the exporter's erf pattern into it)"},
+	"LayerNormalization":        {kind: opLayerNorm, autocast: castFP32, flops: batchNormFLOPs, saves: "input, weight, bias, mean, rstd (native_layer_norm; float32 under autocast)"},
+	"Relu":                      {kind: opSigmoid, flops: elementwise, saves: "result (relu_ in place: the modified input, the same storage)"},
+	"HardSwish":                 {kind: opSavesInput, flops: elementwise, saves: "self (hardswish_ in place: a copy of self made before the op)"},
+	"HardSigmoid":               {kind: opSavesInput, flops: elementwise, saves: "self (hardsigmoid_ in place: a copy of self made before the op)"},
+	"Dropout":                   {kind: opDropout, flops: elementwise, saves: "the bool mask (native_dropout); dropout_ in place: the float noise it multiplies by"},
+	"GlobalAveragePool":         {kind: opGlobalAvgPool, flops: reduceFLOPs, saves: "nothing (the input's sizes: mean over H and W)"},
+	"Gemm":                      {kind: opGemm, autocast: castLower, flops: gemmFLOPs, saves: "mat1 when the weight needs a gradient, the weight (a transposed view) when mat1 does (addmm)"},
+	"Flatten":                   {kind: opView, flops: free, saves: "nothing: a view of a contiguous tensor"},
+	"Mul":                       {kind: opMul, flops: elementwise, saves: "each operand whose partner needs a gradient"},
+	"Div":                       {kind: opDiv, flops: elementwise, saves: "other, and result when other needs a gradient"},
+	"Add":                       {kind: opAdd, flops: elementwise, saves: "nothing"},
+	"Sub":                       {kind: opSub, flops: elementwise, saves: "nothing"},
+	"Concat":                    {kind: opConcat, flops: free, saves: "nothing (the pieces' sizes)"},
+	"MaxPool":                   {kind: opMaxPool, flops: poolFLOPs, saves: "input, indices (int64)"},
+	"AveragePool":               {kind: opAvgPool, flops: poolFLOPs, saves: "input"},
+	"Resize":                    {kind: opResize, autocast: castFP32, flops: resizeFLOPs, saves: "nothing (nearest)"},
+	"ReduceSum":                 {kind: opReduceSum, autocast: castFP32, flops: reduceFLOPs, saves: "nothing (the input's sizes)"},
+	"Softmax":                   {kind: opSoftmax, autocast: castFP32, flops: softmaxFLOPs, saves: "result"},
+	"Slice":                     {kind: opView, flops: free, saves: "nothing: a view"},
+	"Split":                     {kind: opView, flops: free, saves: "nothing: views"},
+	"Identity":                  {kind: opView, flops: free, saves: "nothing: the same tensor"},
+	"Reshape":                   {kind: opView, flops: free, saves: "nothing: a view of a contiguous tensor"},
+	"Unsqueeze":                 {kind: opView, flops: free, saves: "nothing: a view"},
+	"Squeeze":                   {kind: opView, flops: free, saves: "nothing: a view"},
+	"Transpose":                 {kind: opView, flops: free, saves: "nothing: a strided view"},
+	"Shape":                     {kind: opOnlyShapes, flops: free},
+	"Constant":                  {kind: opOnlyShapes, flops: free},
+	"ConstantOfShape":           {kind: opOnlyShapes, flops: free},
+	"Gather":                    {kind: opOnlyShapes, flops: free},
+	"Expand":                    {kind: opOnlyShapes, flops: free},
+	"Cast":                      {kind: opOnlyShapes, flops: free},
 	// Comparisons and random tensors: torchvision's stochastic depth draws
 	// its noise from shapes alone (RandomUniformLike of a ConstantOfShape,
 	// Less, Cast), B elements that onnxmem leaves out (one 512-byte block
 	// in eager PyTorch); the Mul that applies it is simulated.
 	"Less":              {kind: opOnlyShapes, flops: free},
+	"Mod":               {kind: opOnlyShapes, flops: free},
+	"Where":             {kind: opOnlyShapes, flops: free},
 	"Greater":           {kind: opOnlyShapes, flops: free},
 	"Equal":             {kind: opOnlyShapes, flops: free},
 	"RandomUniformLike": {kind: opOnlyShapes, flops: free},
@@ -243,3 +248,14 @@ func isTrainingBN(n *ir.Node) bool {
 }
 
 func isFloat(d ir.DType) bool { return d.IsFloat() }
+
+// attentionFLOPs counts q @ kᵀ and its product with v: 4·B·H·L·S·D, and
+// the softmax's 5 per score.
+func attentionFLOPs(n *ir.Node, s *ir.Shapes) int64 {
+	q, k := s.Dims[n.Inputs[0]], s.Dims[n.Inputs[1]]
+	if len(q) < 2 || len(k) < 2 {
+		return 0
+	}
+	scores := s.Elems(n.Inputs[0]) / q[len(q)-1] * k[len(k)-2]
+	return 4*scores*q[len(q)-1] + 5*scores
+}

@@ -159,7 +159,10 @@ func (b *builder) run(n *ir.Node, k opKind) {
 	case opDropout:
 		x := n.Inputs[0]
 		if !b.dropoutTrains(n) {
-			b.view(n) // eval mode: the input itself
+			// Eval mode or p = 0: the input itself; no mask.
+			one := *n
+			one.Outputs = n.Outputs[:1]
+			b.view(&one)
 			break
 		}
 		if ip {
@@ -284,8 +287,40 @@ func (b *builder) run(n *ir.Node, k opKind) {
 		c := copyIn(x)
 		newOut(0, Activation)
 		freeCopy(c)
-	case opView:
+	case opView, opSelect:
 		b.view(n)
+	case opAttention:
+		// scaled_dot_product_attention on a CUDA device: under autocast the
+		// flash kernel (half inputs), which first draws its two 8-byte
+		// philox seeds and returns the output and a float32 logsumexp of
+		// B·H·L; in float32 memory-efficient attention, whose logsumexp
+		// rows are padded to 32 queries. Both save q, k, v, the output and
+		// the logsumexp (calibration/convnext_vit_ops.py, the encoder).
+		q, k, v := n.Inputs[0], n.Inputs[1], n.Inputs[2]
+		for _, x := range []ir.ValueID{q, k, v} {
+			save(x)
+		}
+		if lower {
+			b.dt[out(0)] = b.low()
+			for j := 0; j < 2; j++ {
+				b.own(i, b.alloc(8, Stats, ir.NoValue))
+			}
+		}
+		newOut(0, Activation)
+		save(out(0))
+		// The flash kernel writes its output in q's memory order, (L, B,
+		// H, D) for a MultiheadAttention's heads, so the transpose back
+		// to (L, B, ·) is contiguous and the projection copies nothing;
+		// memory-efficient attention writes (B, L, H, D).
+		if lower {
+			b.restoredBy[out(0)] = true
+		}
+		rows := s.Elems(q) / max(s.Dims[q][len(s.Dims[q])-1], 1)
+		if !lower {
+			l := s.Dims[q][len(s.Dims[q])-2]
+			rows = rows / max(l, 1) * ((l + 31) / 32 * 32)
+		}
+		b.own(i, b.alloc(rows*4, Stats, ir.NoValue))
 	}
 	// What only a suppressed save held goes when the op returns.
 	for _, st := range b.deferred {
@@ -328,6 +363,21 @@ func (b *builder) gemm(n *ir.Node, lower bool, save func(ir.ValueID)) {
 		if b.dt[x] != b.low() {
 			xcast = b.alloc(b.s.Elems(x)*b.low().Size(), Cast, x)
 		}
+	}
+	// A linear on a strided input (a transposed view, or a reshape of one,
+	// as attention's output before its projection) gets a contiguous copy
+	// (matmul's reshape, or the module's own .contiguous()): the product
+	// saves the copy, and a cast made for it goes.
+	if !b.contig[x] {
+		size := b.s.Elems(x) * b.dt[x].Size()
+		if xcast >= 0 {
+			size = b.s.Elems(x) * b.low().Size()
+		}
+		c := b.alloc(size, Copy, x)
+		if xcast >= 0 {
+			b.unref(xcast)
+		}
+		xcast = c
 	}
 	if b.needsGrad(w) {
 		if xcast >= 0 {
@@ -381,7 +431,17 @@ func (b *builder) dropoutTrains(n *ir.Node) bool {
 		return false
 	}
 	d := b.s.Data[n.Inputs[2]]
-	return len(d) == 1 && d[0] != 0
+	if len(d) != 1 || d[0] == 0 {
+		return false
+	}
+	// F.dropout with p = 0 returns its input (ATen's _dropout: no kernel,
+	// no mask): ViT's dropout=0.0 exports as Dropout of ratio 0.
+	if n.Inputs[1] != ir.NoValue {
+		if r := b.s.Data[n.Inputs[1]]; len(r) == 1 && r[0] == 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // view gives the outputs of a view op the storage of its input.
@@ -399,7 +459,7 @@ func (b *builder) view(n *ir.Node) {
 			whole := a < len(in) && a < len(od) && in[a] == od[a]
 			b.contig[v] = b.contig[x] && (whole || sliceContiguous(in, a))
 		case "Transpose":
-			b.contig[v] = false
+			b.contig[v] = b.restoredBy[x]
 		default:
 			b.contig[v] = b.contig[x]
 		}

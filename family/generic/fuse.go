@@ -14,7 +14,11 @@ import (
 //     aten::linear runs one matmul into its output and adds the bias in
 //     place, and saves x and W;
 //   - nn.GELU, which the exporter writes x·0.5·(1 + erf(x/√2)) as Div, Erf,
-//     Add, Mul, Mul, becomes Gelu(x): one kernel, which saves x.
+//     Add, Mul, Mul, becomes Gelu(x): one kernel, which saves x;
+//   - scaled_dot_product_attention, which the exporter writes
+//     softmax((q·√s) @ (kᵀ·√s)) @ v, becomes ScaledDotProductAttention(q, k,
+//     v): a fused kernel (flash or memory-efficient attention) that never
+//     makes the L×L scores.
 //
 // Example: convnext_tiny's CNBlock has two linears and a GELU between them:
 // 12 nodes of the export become 3.
@@ -74,6 +78,52 @@ func fuse(g *ir.Graph) (*ir.Graph, error) {
 			}
 			drop[tp] = true
 			replace[at] = fused
+		case "Softmax":
+			// The exporter's scaled_dot_product_attention (symbolic
+			// opset 14): softmax((q·√s) @ (kᵀ·√s)) @ v, the scales Sqrt
+			// of a number computed from the head size.
+			mm := g.Values[n.Inputs[0]].Producer
+			if mm < 0 || g.Nodes[mm].OpType != "MatMul" {
+				continue
+			}
+			scaled := func(v ir.ValueID) (ir.ValueID, int32, bool) {
+				p := g.Values[v].Producer
+				if p < 0 || g.Nodes[p].OpType != "Mul" {
+					return ir.NoValue, -1, false
+				}
+				m := &g.Nodes[p]
+				for j, in := range m.Inputs {
+					if q := g.Values[in].Producer; q >= 0 && g.Nodes[q].OpType == "Sqrt" {
+						return m.Inputs[1-j], p, true
+					}
+				}
+				return ir.NoValue, -1, false
+			}
+			q, mq, ok1 := scaled(g.Nodes[mm].Inputs[0])
+			kt, mk, ok2 := scaled(g.Nodes[mm].Inputs[1])
+			if !ok1 || !ok2 {
+				continue
+			}
+			tp := g.Values[kt].Producer
+			if tp < 0 || g.Nodes[tp].OpType != "Transpose" {
+				continue
+			}
+			k := g.Nodes[tp].Inputs[0]
+			next, ok := only(n.Outputs[0])
+			var drops []int
+			if ok && g.Nodes[next].OpType == "Dropout" {
+				drops = append(drops, int(next))
+				next, ok = only(g.Nodes[next].Outputs[0])
+			}
+			if !ok || g.Nodes[next].OpType != "MatMul" {
+				continue
+			}
+			pv := &g.Nodes[next]
+			for _, j := range append(drops, i, int(mm), int(mq), int(mk), int(tp)) {
+				drop[j] = true
+			}
+			replace[int(next)] = ir.Node{Name: pv.Name, OpType: "ScaledDotProductAttention", Inputs: []ir.ValueID{q, k, pv.Inputs[1]},
+				Outputs: pv.Outputs, Layer: pv.Layer, Scopes: pv.Scopes}
 		case "Div":
 			// x / √2 → erf → + 1 → x · → · 0.5
 			x := n.Inputs[0]

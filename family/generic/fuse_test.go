@@ -42,3 +42,25 @@ func TestFuseConvNeXt(t *testing.T) {
 		t.Errorf("fusing twice: %v, a new graph %v", err, h != f)
 	}
 }
+
+// TestFuseViT checks the attention fusion on vit_b_16's training export:
+// its 12 scaled_dot_product_attention decompositions (two scaling Muls, a
+// transposed key, MatMul, Softmax, MatMul) become ScaledDotProductAttention
+// nodes, and its 48 linears Gemms.
+func TestFuseViT(t *testing.T) {
+	g, err := ir.LoadFile("../../calibration/results/tv/vit_b_16-train.onnx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := fuse(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := map[string]int{}
+	for i := range f.Nodes {
+		c[f.Nodes[i].OpType]++
+	}
+	if c["ScaledDotProductAttention"] != 12 || c["Softmax"] != 0 || c["MatMul"] != 0 || c["Gelu"] != 12 {
+		t.Errorf("after fusing: %d attentions, %d Softmax, %d MatMul, %d Gelu", c["ScaledDotProductAttention"], c["Softmax"], c["MatMul"], c["Gelu"])
+	}
+}
