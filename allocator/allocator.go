@@ -120,7 +120,11 @@
 // change which of two equal blocks is taken after an empty_cache.
 package allocator
 
-import "fmt"
+import (
+	"cmp"
+	"fmt"
+	"slices"
+)
 
 // The allocator's constants, as named in CUDACachingAllocator.cpp.
 const (
@@ -254,6 +258,13 @@ type Allocator struct {
 	conf bool
 	cfg  Config
 	cs   confState
+	// Observe, when set, is told of every block handed out and freed and
+	// of every segment reserved and released, in order, as
+	// torch.cuda.memory._record_memory_history records them (its actions:
+	// "alloc", "free_completed", "segment_alloc", "segment_free", "oom").
+	// Only the default allocator reports (not a Config's).
+	Observe func(action string, addr, size int64)
+
 	// addrHint, when not 0, is where the next segment created (a cudaMalloc,
 	// or an expandable segment's address space) starts; tests that replay a
 	// device recording set it to the address the device returned.
@@ -346,10 +357,16 @@ func (a *Allocator) TryMalloc(n int64) (ID, error) {
 		if a.Capacity > 0 && a.st.Reserved+seg > a.Capacity {
 			a.EmptyCache()
 			if a.st.Reserved+seg > a.Capacity {
+				if a.Observe != nil {
+					a.Observe("oom", 0, size)
+				}
 				return -1, &ErrOutOfMemory{Requested: n, Reserved: a.st.Reserved, Capacity: a.Capacity}
 			}
 		}
 		id = a.newBlock(block{addr: a.mallocAddr(seg), size: seg, small: small, prev: -1, next: -1})
+		if a.Observe != nil {
+			a.Observe("segment_alloc", a.blocks[id].addr, seg)
+		}
 		a.st.Reserved += seg
 		if a.st.Reserved > a.st.PeakReserved {
 			a.st.PeakReserved = a.st.Reserved
@@ -388,6 +405,9 @@ func (a *Allocator) TryMalloc(n int64) (ID, error) {
 		a.st.PeakRequested = a.st.Requested
 	}
 	a.live = append(a.live, id)
+	if a.Observe != nil {
+		a.Observe("alloc", b.addr, b.size)
+	}
 	return ID(len(a.live) - 1), nil
 }
 
@@ -430,6 +450,9 @@ func (a *Allocator) Free(id ID) {
 	}
 	a.live[id] = -1
 	b := &a.blocks[bi]
+	if a.Observe != nil && !a.conf {
+		a.Observe("free_completed", b.addr, b.size)
+	}
 	a.st.Allocated -= b.size
 	a.st.Requested -= b.requested
 	if a.conf && b.size >= a.cs.maxSplit {
@@ -477,6 +500,9 @@ func (a *Allocator) EmptyCache() {
 		for _, id := range p.ids {
 			b := &a.blocks[id]
 			if b.prev < 0 && b.next < 0 {
+				if a.Observe != nil {
+					a.Observe("segment_free", b.addr, b.size)
+				}
 				a.st.Reserved -= b.size
 				a.spare = append(a.spare, id)
 				continue
@@ -485,4 +511,48 @@ func (a *Allocator) EmptyCache() {
 		}
 		p.ids = kept
 	}
+}
+
+// Segment is one reserved segment and its blocks, in address order.
+type Segment struct {
+	Addr, Size int64
+	Small      bool
+	Blocks     []Block
+}
+
+// Block is one block of a segment: allocated (with the request it serves)
+// or free in its pool.
+type Block struct {
+	Addr, Size, Requested int64
+	Allocated             bool
+}
+
+// Segments returns the reserved segments with their blocks, in address
+// order, as torch.cuda.memory_snapshot() lists them. Only the default
+// allocator's (not a Config's) are listed.
+func (a *Allocator) Segments() []Segment {
+	spare := make([]bool, len(a.blocks))
+	for _, id := range a.spare {
+		spare[id] = true
+	}
+	var out []Segment
+	for i := range a.blocks {
+		b := &a.blocks[i]
+		if spare[i] || b.prev >= 0 || b.unmapped {
+			continue
+		}
+		seg := Segment{Addr: b.addr, Small: b.small}
+		for j := int32(i); j >= 0; j = a.blocks[j].next {
+			x := &a.blocks[j]
+			blk := Block{Addr: x.addr, Size: x.size, Allocated: !x.free}
+			if !x.free {
+				blk.Requested = x.requested
+			}
+			seg.Size += x.size
+			seg.Blocks = append(seg.Blocks, blk)
+		}
+		out = append(out, seg)
+	}
+	slices.SortFunc(out, func(x, y Segment) int { return cmp.Compare(x.Addr, y.Addr) })
+	return out
 }

@@ -74,7 +74,7 @@ func (m *Model) Explain(sc Scenario) (*Explanation, error) {
 	if err != nil {
 		return nil, err
 	}
-	r, an := run(p, sc, nil)
+	r, an := run(p, sc, nil, nil)
 	ex := &Explanation{Result: r, Peak: r.Peak, Largest: r.AtPeak}
 	if r.PeakEvent < 0 {
 		// The peak is before the step's first event: what is resident.

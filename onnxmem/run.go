@@ -18,7 +18,7 @@ import (
 // made: Run panics on one whose events are not balanced, a broken invariant,
 // and on a scenario whose allocator options Supported refuses.
 func Run(p *schedule.Program, sc Scenario) *Result {
-	r, _ := run(p, sc, nil)
+	r, _ := run(p, sc, nil, nil)
 	return r
 }
 
@@ -45,7 +45,7 @@ func (m *Model) Timeline(sc Scenario) (*Result, []Sample, error) {
 		return nil, nil, err
 	}
 	samples := make([]Sample, 0, len(p.Events))
-	r, an := run(p, sc, func(i int, st allocator.Stats) {
+	r, an := run(p, sc, nil, func(i int, st allocator.Stats) {
 		samples = append(samples, Sample{Event: i, Phase: p.Events[i].Phase.String(),
 			Allocated: st.Allocated, Requested: st.Requested, Reserved: st.Reserved})
 	})
@@ -59,10 +59,10 @@ func (m *Model) Timeline(sc Scenario) (*Result, []Sample, error) {
 // thousands of blocks, and a reset allocator has room for them.
 var allocators = sync.Pool{New: func() any { return allocator.New() }}
 
-// run replays p as Run says, calling observe after each event of the
-// measured step, and returns the Result with the liveness analysis of the
-// step.
-func run(p *schedule.Program, sc Scenario, observe func(int, allocator.Stats)) (*Result, *liveness.Analysis) {
+// run replays p as Run says, calling begin with the allocator just before
+// the measured step and observe after each of its events, and returns the
+// Result with the liveness analysis of the step.
+func run(p *schedule.Program, sc Scenario, begin func(*allocator.Allocator), observe func(int, allocator.Stats)) (*Result, *liveness.Analysis) {
 	conf, err := sc.allocConfig()
 	if err != nil {
 		panic(fmt.Sprintf("onnxmem: Run of a scenario that Supported refuses: %v", err))
@@ -130,6 +130,10 @@ func run(p *schedule.Program, sc Scenario, observe func(int, allocator.Stats)) (
 	r := &Result{Scenario: sc, Events: len(p.Events), PeakLayer: -1, PeakEvent: -1}
 	r.M0 = a.Stats().Allocated
 	a.ResetPeaks()
+	if begin != nil {
+		begin(a)
+		defer func() { a.Observe = nil }()
+	}
 	// Walk the step event by event to find where the peak falls.
 	peakAt := -1
 	best := r.M0

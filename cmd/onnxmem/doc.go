@@ -133,7 +133,7 @@
 //
 // # timeline
 //
-//	onnxmem timeline [-batch N] [-img N] [-json] [-svg FILE] MODEL.onnx
+//	onnxmem timeline [-batch N] [-img N] [-json] [-svg FILE] [-snapshot FILE.pickle] MODEL.onnx
 //
 // Replays the measured step and prints a summary: allocated memory before
 // the step (m0), after the forward, the forward's peak, the step's peak and

@@ -1,0 +1,68 @@
+package onnxmem_test
+
+import (
+	"testing"
+
+	"github.com/onnxmem/onnxmem/onnxmem"
+)
+
+// TestSnapshot checks a step's recorded history against its Result: the
+// allocated bytes that its events add up to, from m0, reach the peak; the
+// segments at its end hold the reserved bytes, and their allocated blocks
+// the allocated ones; every alloc inside an op names its node.
+func TestSnapshot(t *testing.T) {
+	m, err := onnxmem.Builtin("yolov9-t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sc := range []onnxmem.Scenario{
+		{Batch: 2, Height: 320, Width: 320},
+		{Batch: 4, Height: 320, Width: 320, AMP: true, Segments: 2},
+		{Batch: 2, Height: 320, Width: 320, AMP: true, Train: true, Boxes: 4, EMA: true},
+	} {
+		s, err := m.Snapshot(sc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cur, peak := s.Result.M0, s.Result.M0
+		named := 0
+		for _, e := range s.Events {
+			switch e.Action {
+			case "alloc":
+				cur += e.Size
+				if e.Node != "" {
+					named++
+				}
+			case "free_completed":
+				cur -= e.Size
+			}
+			peak = max(peak, cur)
+		}
+		if peak != s.Result.Peak {
+			t.Errorf("%+v: the events peak at %d, the Result at %d", sc, peak, s.Result.Peak)
+		}
+		var reserved, allocated int64
+		for _, seg := range s.Segments {
+			reserved += seg.Size
+			var sum int64
+			for _, b := range seg.Blocks {
+				sum += b.Size
+				if b.Allocated {
+					allocated += b.Size
+				}
+			}
+			if sum != seg.Size {
+				t.Errorf("%+v: a segment of %d bytes has blocks of %d", sc, seg.Size, sum)
+			}
+		}
+		if reserved != s.Result.ReservedAfter || allocated != cur {
+			t.Errorf("%+v: segments hold %d reserved and %d allocated, the step ends with %d and %d", sc, reserved, allocated, s.Result.ReservedAfter, cur)
+		}
+		if named == 0 {
+			t.Errorf("%+v: no alloc names its node", sc)
+		}
+	}
+	if _, err := m.Snapshot(onnxmem.Scenario{Batch: 1, Height: 64, Width: 64, AllocConf: "expandable_segments:True"}); err == nil {
+		t.Error("a snapshot under allocator options was made")
+	}
+}
