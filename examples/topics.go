@@ -35,7 +35,9 @@ func Topics() []Topic {
 
 func gib(n int64) string { return fmt.Sprintf("%.2f", float64(n)/(1<<30)) }
 
-func table(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight) }
+func table(w io.Writer) *tabwriter.Writer {
+	return tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+}
 
 func builtin(name string) (*onnxmem.Model, error) { return onnxmem.Builtin(name) }
 
