@@ -58,6 +58,9 @@ func (m *Model) Cost(sc Scenario) (Cost, error) {
 		return Cost{}, err
 	}
 	g := p.graph
+	if err := m.checkLayers(sc, layers(g)); err != nil {
+		return Cost{}, err
+	}
 	s, err := g.Infer(ir.Binding{Batch: sc.Batch, Height: sc.Height, Width: sc.Width})
 	if err != nil {
 		return Cost{}, fmt.Errorf("onnxmem: %s: %w", m.Name, err)

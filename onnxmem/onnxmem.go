@@ -20,6 +20,7 @@ package onnxmem
 import (
 	"cmp"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -78,12 +79,36 @@ func (p *prepared) Holds(f *schedule.Flow) *schedule.Holds {
 // Load reads an ONNX file. Weights are never read: a weightless export loads
 // the same as one with its weights.
 func Load(path string) (*Model, error) {
-	data, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("onnxmem: %w", err)
 	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("onnxmem: %w", err)
+	}
+	switch {
+	case !st.Mode().IsRegular():
+		return nil, fmt.Errorf("onnxmem: %s is not a regular file: give the path of an .onnx file", path)
+	case st.Size() > MaxModelBytes:
+		return nil, fmt.Errorf("onnxmem: %s holds %d bytes, more than an ONNX protobuf can (%d): export the weights as external data, or strip them (onnxmem needs only their dims and types)", path, st.Size(), int64(MaxModelBytes))
+	}
+	// The file may have grown since the Stat: read at most the limit.
+	data, err := io.ReadAll(io.LimitReader(f, MaxModelBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("onnxmem: %w", err)
+	}
+	if int64(len(data)) > MaxModelBytes {
+		return nil, fmt.Errorf("onnxmem: %s holds more than %d bytes, more than an ONNX protobuf can", path, int64(MaxModelBytes))
+	}
 	return LoadBytes(strings.TrimSuffix(filepath.Base(path), ".onnx"), data)
 }
+
+// MaxModelBytes is the largest model file Load reads: 2 GiB, the limit of
+// a protobuf message, which ONNX files with weights beyond it escape by
+// keeping them as external data.
+const MaxModelBytes = 2 << 30
 
 // LoadBytes decodes an ONNX model held in memory and prepares it for the
 // family that Detect finds.
@@ -406,14 +431,24 @@ func (m *Model) programPrep(sc Scenario) (*prepared, Scenario, error) {
 	if err != nil {
 		return nil, sc, err
 	}
-	if n := layers(p.graph); len(sc.Checkpoint) > 0 {
-		for i, r := range sc.Checkpoint {
-			if r.From < 0 || r.To <= r.From || r.To > n || (i > 0 && r.From < sc.Checkpoint[i-1].To) {
-				return nil, sc, fmt.Errorf("onnxmem: checkpoint range %d-%d: %s has %d top-level layers (0 to %d); give ranges within them, in order and disjoint", r.From, r.To-1, m.Name, n, n-1)
-			}
-		}
+	if err := m.checkLayers(sc, layers(p.graph)); err != nil {
+		return nil, sc, err
 	}
 	return p, sc.Defaults(), nil
+}
+
+// checkLayers returns why sc's checkpointing does not fit a graph of n
+// top-level layers, or nil.
+func (m *Model) checkLayers(sc Scenario, n int) error {
+	if sc.Segments > max(n, 1) {
+		return fmt.Errorf("onnxmem: segments %d: %s has %d top-level layers, and checkpoint_sequential cannot cut them into more segments than layers (PyTorch raises: its segment size would be 0); give at most %d", sc.Segments, m.Name, n, n)
+	}
+	for i, r := range sc.Checkpoint {
+		if r.From < 0 || r.To <= r.From || r.To > n || (i > 0 && r.From < sc.Checkpoint[i-1].To) {
+			return fmt.Errorf("onnxmem: checkpoint range %d-%d: %s has %d top-level layers (0 to %d); give ranges within them, in order and disjoint", r.From, r.To-1, m.Name, n, n-1)
+		}
+	}
+	return nil
 }
 
 // build infers the shapes of sc and builds its program, asking workspace

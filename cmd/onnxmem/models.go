@@ -85,6 +85,10 @@ func cmdExportModel(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		return code
 	case len(pos) != 1:
 		return f.usageError(stderr, "want one model name, got %d arguments", len(pos))
+	case !(*width > 0) || *width > 64:
+		return f.usageError(stderr, "-width %g: want a multiplier above 0 and at most 64", *width)
+	case !(*depth > 0) || *depth > 64:
+		return f.usageError(stderr, "-depth %g: want a multiplier above 0 and at most 64", *depth)
 	}
 	data, err := models.Build(pos[0], models.Options{Classes: int(*classes), Width: *width, Depth: *depth, Weights: *weights})
 	if err != nil {

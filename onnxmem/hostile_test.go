@@ -1,0 +1,38 @@
+package onnxmem_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/onnxmem/onnxmem/onnxmem"
+)
+
+// TestHostileInputs checks inputs that once hung or gave a silent answer:
+// each is an error that names what is wrong.
+func TestHostileInputs(t *testing.T) {
+	if _, err := onnxmem.Load("/dev/zero"); err == nil || !strings.Contains(err.Error(), "not a regular file") {
+		t.Errorf("/dev/zero: %v", err)
+	}
+	m, err := onnxmem.Builtin("yolov9-t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		sc   onnxmem.Scenario
+		want string
+	}{
+		// checkpoint_sequential with more segments than layers raises in
+		// PyTorch; 1e8 of them once built 1e8 ranges.
+		{onnxmem.Scenario{Batch: 1, Height: 64, Width: 64, Segments: 31}, "segments 31: yolov9-t has 30 top-level layers"},
+		{onnxmem.Scenario{Batch: 1, Height: 64, Width: 64, Segments: 100000000}, "segments 100000000"},
+		{onnxmem.Scenario{Batch: 1, Height: 64, Width: 64, Checkpoint: []onnxmem.Range{{From: 0, To: 40}}}, "checkpoint range 0-39"},
+		{onnxmem.Scenario{Batch: 1, Height: 64, Width: 64, Checkpoint: []onnxmem.Range{{From: 4, To: 6}, {From: 2, To: 3}}}, "in order and disjoint"},
+	} {
+		if _, err := m.Simulate(tc.sc); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Simulate %+v: %v, want an error with %q", tc.sc, err, tc.want)
+		}
+		if _, err := m.Cost(tc.sc); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Cost %+v: %v, want an error with %q", tc.sc, err, tc.want)
+		}
+	}
+}
