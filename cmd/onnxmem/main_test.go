@@ -304,7 +304,7 @@ func TestExportModel(t *testing.T) {
 	if rw.Peak != rs.Peak {
 		t.Errorf("yolov9-t -width 2 peaks at %d bytes, yolov9-s at %d", rw.Peak, rs.Peak)
 	}
-	if code, _, stderr := runCmd(t, "", "export-model", "-depth", "-1", "gelan-t"); code != 1 || !strings.Contains(stderr, "depth multiplier -1: must be positive") {
+	if code, _, stderr := runCmd(t, "", "export-model", "-depth", "-1", "gelan-t"); code != 2 || !strings.Contains(stderr, "-depth -1: want a multiplier above 0") {
 		t.Errorf("-depth -1: exit code %d, stderr %q", code, stderr)
 	}
 	if code, _, stderr := runCmd(t, "", "export-model", "yolov9-x"); code != 1 || !strings.HasPrefix(stderr, "onnxmem: models: unknown model \"yolov9-x\"") {
