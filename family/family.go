@@ -49,6 +49,10 @@ type Family interface {
 	// outputs with the named training script (trainer; "" is the family's
 	// default for the graph), or nil.
 	CheckTrain(outs []schedule.Output, trainer string) error
+	// CheckStep reports why g cannot stand for the network in training
+	// mode (an inference export, whose batch norms are folded into the
+	// convolutions), or nil.
+	CheckStep(g *ir.Graph) error
 	// Loop returns what the family's training script does around its steps
 	// in a whole run, for the graph g, or nil when it has none.
 	Loop(g *ir.Graph) *schedule.Loop

@@ -434,6 +434,9 @@ func (m *Model) programPrep(sc Scenario) (*prepared, Scenario, error) {
 	if err := m.checkLayers(sc, layers(p.graph)); err != nil {
 		return nil, sc, err
 	}
+	if err := p.fam.CheckStep(p.graph); err != nil {
+		return nil, sc, fmt.Errorf("onnxmem: %s: %w", m.Name, err)
+	}
 	return p, sc.Defaults(), nil
 }
 

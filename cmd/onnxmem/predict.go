@@ -349,7 +349,11 @@ func (p *predictor) model(obj map[string]json.RawMessage) (*onnxmem.Model, error
 			return nil, fmt.Errorf("onnxmem: missing field \"model\" (or, for a built-in model, \"model\": null and its \"cfg\")")
 		}
 		model, key = cfg, fmt.Sprintf("%s nc=%d", cfg, nc)
-	} else if !filepath.IsAbs(model) {
+	} else {
+		// A model path stays inside -root: no absolute path, no "..".
+		if filepath.IsAbs(model) || !filepath.IsLocal(model) {
+			return nil, fmt.Errorf("onnxmem: model %q: give a path inside -root (%s), relative to it, without \"..\"", model, p.root)
+		}
 		if path := filepath.Join(p.root, model); !builtin(model) || fileExists(path) {
 			model, key = path, path
 		}

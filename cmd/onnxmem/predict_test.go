@@ -279,6 +279,8 @@ func TestPredictFields(t *testing.T) {
 		{`{"kind":"train_run","model":"yolov9-s","batch":2,"img":640,"boxes_per_img":4,"events":[{"setup":{}}]}`, `onnxmem: train_run line: unknown field "boxes_per_img"`},
 		{`{"kind":"train_run","model":"yolov9-s","batch":2,"img":640,"events":[{"setup":{}},{"setup":{}}]}`, `onnxmem: run: event 1: setup comes once, first`},
 		{`{"kind":"model_step","batch":2,"img":640}`, `onnxmem: missing field "model"`},
+		{`{"kind":"model_step","model":"../groundtruth/../yolov9/yolov9-s-train.onnx","batch":2,"img":640}`, `onnxmem: model "../groundtruth/../yolov9/yolov9-s-train.onnx": give a path inside -root`},
+		{`{"kind":"model_step","model":"/etc/passwd","batch":2,"img":640}`, `onnxmem: model "/etc/passwd": give a path inside -root`},
 		{`{"kind":"model_step","model":"yolov9-s","batch":2,"img_h":384,"img_w":640,"checkpoint":[[0,5],[9,12]]}`,
 			sim(s, onnxmem.Scenario{Batch: 2, Height: 384, Width: 640, Checkpoint: []onnxmem.Range{{From: 0, To: 6}, {From: 9, To: 13}}})},
 		{`{"kind":"model_step","model":"yolov9-s","batch":2,"img":640,"checkpoint":[[0,100]]}`, `onnxmem: checkpoint range 0-100: yolov9-s has 30 top-level layers`},

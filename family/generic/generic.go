@@ -219,6 +219,9 @@ func (Family) Recipe(opt schedule.Optimizer, ema bool, boxes int64) *schedule.Tr
 	return &schedule.Train{Boxes: boxes, Optimizer: opt, EMA: ema, GradScaler: true}
 }
 
+// CheckStep returns nil: any graph of supported ops is taken as it is.
+func (Family) CheckStep(*ir.Graph) error { return nil }
+
 // Loop returns nil: the generic family knows no training script to run.
 func (Family) Loop(*ir.Graph) *schedule.Loop { return nil }
 

@@ -97,6 +97,30 @@ func isSep(c byte) bool {
 // EvalHead returns the decode of DDetect and DualDDetect.
 func (Family) EvalHead() schedule.Head { return Head{} }
 
+// CheckStep refuses an inference export: export.py folds every batch norm
+// into its convolution (and returns the decoded head), so the graph has no
+// batch norm in training mode, and its memory is not the training
+// network's: the activations of the folded batch norms, their statistics
+// and the head's maps would all be missing.
+func (Family) CheckStep(g *ir.Graph) error {
+	convs := 0
+	for i := range g.Nodes {
+		n := &g.Nodes[i]
+		switch n.OpType {
+		case "BatchNormalization":
+			if n.IntAttr("training_mode", 0) == 1 || len(n.Outputs) == 3 {
+				return nil
+			}
+		case "Conv":
+			convs++
+		}
+	}
+	if convs == 0 {
+		return nil
+	}
+	return fmt.Errorf("yolov9: an inference export (no batch norm in training mode: export.py folds them into the convolutions): a step's memory needs the training-mode export (torch.onnx.export(model.train(), ..., training=TrainingMode.TRAINING, do_constant_folding=False)), or a built-in model")
+}
+
 // CheckTrain reports an error unless the outputs are the detection head's
 // maps, which the loss reads.
 //
