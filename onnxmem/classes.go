@@ -103,6 +103,42 @@ func classKey(sc Scenario) string {
 // The program it returns may share its events with other programs and has
 // no Shapes; it is for the allocator's replay only.
 func (m *Model) program(sc Scenario) (*schedule.Program, error) {
+	prog, err := m.programOf(sc)
+	if err != nil {
+		return nil, err
+	}
+	return prog, checkBytes(prog, sc)
+}
+
+// MaxStepBytes bounds the bytes of all the tensors a step makes: 2^60
+// (1 EiB), far beyond any device, so that every byte count onnxmem adds
+// (allocated, requested, reserved, over the warm-up and the measured step)
+// stays exact in an int64. A scenario beyond it is an error.
+const MaxStepBytes = 1 << 60
+
+// ErrTooLarge is the error of a scenario whose tensors add up to more than
+// MaxStepBytes.
+type ErrTooLarge struct{ Batch, Height, Width int64 }
+
+func (e *ErrTooLarge) Error() string {
+	return fmt.Sprintf("onnxmem: batch %d at %dx%d: the step's tensors add up to more than 2^60 bytes (1 EiB), beyond any device and beyond what onnxmem counts exactly; use a smaller batch or image", e.Batch, e.Height, e.Width)
+}
+
+// checkBytes returns an *ErrTooLarge when the buffers of prog add up to more than
+// MaxStepBytes.
+func checkBytes(prog *schedule.Program, sc Scenario) error {
+	var total int64
+	for _, b := range prog.Buffers {
+		total += b.Bytes
+		if b.Bytes < 0 || total > MaxStepBytes {
+			return &ErrTooLarge{Batch: sc.Batch, Height: sc.Height, Width: sc.Width}
+		}
+	}
+	return nil
+}
+
+// programOf returns the step's program as program says, unchecked.
+func (m *Model) programOf(sc Scenario) (*schedule.Program, error) {
 	p, sc, err := m.programPrep(sc)
 	if err != nil {
 		return nil, err

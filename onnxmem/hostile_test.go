@@ -1,6 +1,7 @@
 package onnxmem_test
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -33,6 +34,15 @@ func TestHostileInputs(t *testing.T) {
 	m, err := onnxmem.Builtin("yolov9-t")
 	if err != nil {
 		t.Fatal(err)
+	}
+	// Batch 2e10 once wrapped reserved bytes to a negative count.
+	var big *onnxmem.ErrTooLarge
+	if _, err := m.Simulate(onnxmem.Scenario{Batch: 20_000_000_000, Height: 640, Width: 640}); !errors.As(err, &big) {
+		t.Errorf("batch 2e10: %v, want an ErrTooLarge", err)
+	}
+	// A search past the bound stops at it rather than failing.
+	if n, _, err := m.MaxBatch(onnxmem.Scenario{Height: 640, Width: 640}, 1<<62, 10_000_000_000); err != nil || n <= 0 {
+		t.Errorf("max batch under 2^62 bytes up to 1e10: %d, %v", n, err)
 	}
 	for _, tc := range []struct {
 		sc   onnxmem.Scenario

@@ -19,6 +19,7 @@ package onnxmem
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -418,7 +419,10 @@ func (m *Model) Program(sc Scenario) (*schedule.Program, error) {
 		return nil, err
 	}
 	prog, _, err := m.build(p, sc, CuDNNWorkspace)
-	return prog, err
+	if err != nil {
+		return nil, err
+	}
+	return prog, checkBytes(prog, sc)
 }
 
 // programPrep checks a scenario and returns the model as its family
@@ -608,6 +612,11 @@ func (m *Model) MaxBatch(sc Scenario, capacity, limit int64) (int64, *Result, er
 	probe := func(b int64) (*Result, bool, error) {
 		sc.Batch = b
 		r, err := m.Simulate(sc)
+		var big *ErrTooLarge
+		if errors.As(err, &big) {
+			hi = b // beyond any limit: it does not fit
+			return nil, false, nil
+		}
 		if err != nil {
 			return nil, false, err
 		}
