@@ -88,6 +88,31 @@ func Load(data []byte) (*Graph, error) {
 	return g, nil
 }
 
+// CheckEnds refuses graphs whose ends a training step cannot use: no
+// outputs, an output that is a graph input or an initializer (it goes
+// through no op), an input or initializer of a type onnxmem does not know.
+func (g *Graph) CheckEnds() error {
+	if len(g.Outputs) == 0 {
+		return errors.New("ir: the graph has no outputs: a step's loss needs at least one; export the model with its outputs")
+	}
+	for _, o := range g.Outputs {
+		if k := g.Values[o].Kind; k == Input || k == Initializer {
+			return fmt.Errorf("ir: graph output %q is a graph input or initializer itself, which no op computes: export the model's real outputs", g.Values[o].Name)
+		}
+	}
+	for _, v := range g.Inputs {
+		if dt := g.Values[v].DType; !dt.IsFloat() {
+			return fmt.Errorf("ir: graph input %q has type %v: onnxmem simulates float inputs (images as float32, float16 or bfloat16); export with a float input", g.Values[v].Name, dt)
+		}
+	}
+	for i := range g.Values {
+		if v := &g.Values[i]; v.Kind == Initializer && v.DType.Size() == 0 {
+			return fmt.Errorf("ir: initializer %q has type %v, whose size onnxmem does not know", v.Name, v.DType)
+		}
+	}
+	return nil
+}
+
 // loader holds the name index while a Graph is built; the Graph keeps no map.
 type loader struct {
 	g   *Graph

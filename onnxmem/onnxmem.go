@@ -115,6 +115,9 @@ const MaxModelBytes = 2 << 30
 // family that Detect finds.
 func LoadBytes(name string, data []byte) (*Model, error) {
 	g, err := ir.Load(data)
+	if err == nil {
+		err = g.CheckEnds()
+	}
 	if err != nil {
 		return nil, fmt.Errorf("onnxmem: %s: %w", name, err)
 	}
