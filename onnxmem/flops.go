@@ -2,6 +2,7 @@ package onnxmem
 
 import (
 	"fmt"
+	"math/bits"
 
 	"github.com/onnxmem/onnxmem/ir"
 	"github.com/onnxmem/onnxmem/schedule"
@@ -52,6 +53,21 @@ func (c Cost) Overhead() float64 {
 func (m *Model) Cost(sc Scenario) (Cost, error) {
 	if err := sc.Supported(); err != nil {
 		return Cost{}, err
+	}
+	// Every FLOP rule grows in proportion to the batch, so batch 1's count
+	// times the batch bounds the step's: past 2^62 the count would wrap.
+	if sc.Batch > 1 {
+		one := sc
+		one.Batch = 1
+		c1, err := m.Cost(one)
+		if err != nil {
+			return Cost{}, err
+		}
+		for _, f := range []int64{c1.Forward, c1.Backward, c1.Recompute} {
+			if hi, lo := bits.Mul64(uint64(f), uint64(sc.Batch)); hi != 0 || lo > 1<<62 {
+				return Cost{}, fmt.Errorf("onnxmem: batch %d: the step's FLOPs pass 2^62, beyond what onnxmem counts exactly; use a smaller batch", sc.Batch)
+			}
+		}
 	}
 	p, err := m.forScenario(sc)
 	if err != nil {

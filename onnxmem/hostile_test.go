@@ -40,6 +40,14 @@ func TestHostileInputs(t *testing.T) {
 	if _, err := m.Simulate(onnxmem.Scenario{Batch: 20_000_000_000, Height: 640, Width: 640}); !errors.As(err, &big) {
 		t.Errorf("batch 2e10: %v, want an ErrTooLarge", err)
 	}
+	// FLOPs at batch 1e9 once wrapped to a negative backward.
+	e, err := onnxmem.Builtin("yolov9-e")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Cost(onnxmem.Scenario{Batch: 1_000_000_000, Height: 640, Width: 640}); err == nil || !strings.Contains(err.Error(), "FLOPs pass 2^62") {
+		t.Errorf("FLOPs at batch 1e9: %v", err)
+	}
 	// A search past the bound stops at it rather than failing.
 	if n, _, err := m.MaxBatch(onnxmem.Scenario{Height: 640, Width: 640}, 1<<62, 10_000_000_000); err != nil || n <= 0 {
 		t.Errorf("max batch under 2^62 bytes up to 1e10: %d, %v", n, err)
