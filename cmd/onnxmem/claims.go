@@ -9,7 +9,7 @@ import (
 
 func cmdClaims(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	f := newFlagSet("claims",
-		"onnxmem claims [-model NAME] [-batch N] [-img N] [-boxes N] [-device NAME] [-json]",
+		"onnxmem claims [-model NAME] [-batch N] [-img N] [-boxes N] [-device NAME] [-json|-csv]",
 		"Claims checks the folklore of training YOLOv9 at batch 64 without running out of\n"+
 			"memory (a popular article's advice) against the simulation of train_dual.py on a\n"+
 			"built-in model: for each claim, what onnxmem computes and the verdict that follows.\n"+
@@ -21,13 +21,16 @@ func cmdClaims(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	img := f.positive("img", d.Img, "square image `side`")
 	boxes := f.positive("boxes", d.Boxes, "the most boxes an image of a batch has, what the loss pads to")
 	card := f.String("device", d.Card, "the card of the article's table, a device profile's `NAME`")
-	asJSON := f.jsonFlag()
+	asJSON, asCSV := f.jsonFlag(), f.csvFlag()
 	if code, ok := f.parseNoArgs(args, stdout, stderr); !ok {
 		return code
 	}
 	cs, err := claims.Check(claims.Setting{Model: *model, Batch: *batch, Img: *img, Boxes: *boxes, Card: *card})
 	if err != nil {
 		return fail(stderr, err)
+	}
+	if *asCSV {
+		return exit(stderr, writeCSV(stdout, cs))
 	}
 	if *asJSON {
 		return exit(stderr, writeJSON(stdout, cs))

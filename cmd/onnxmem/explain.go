@@ -10,17 +10,18 @@ import (
 func cmdExplain(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	f := newFlagSet("explain",
 		"onnxmem explain [-batch N] [-img N] [-amp|-half] [-segments K] [-train [-boxes N] [-optimizer NAME] [-ema=false]]\n"+
-			"                [-alloc-conf OPTS] [-json] MODEL.onnx",
+			"                [-alloc-conf OPTS] [-json|-csv] MODEL.onnx",
 		"Explain says what makes a step's peak: the bytes alive at the peak by kind\n"+
 			"(parameters, the EMA or half copy, optimizer state, gradients, activations,\n"+
 			"activation gradients, autocast copies, kernel copies, loss tensors, workspaces,\n"+
 			"the input, the loop's tensors and the allocator's slack: what unsplit blocks hold\n"+
 			"beyond their requests), which sum to the peak; the same by the top-level layer\n"+
-			"that made them (-1: none); and the largest tensors with the op that made each.",
+			"that made them (-1: none); and the largest tensors with the op that made each.\n"+
+			"-csv writes the by-layer table.",
 		"onnxmem explain -batch 16 -amp -train yolov9-c")
 	batch := f.positive("batch", 16, "batch `size`")
 	img, set := f.imgFlag(), f.stepFlags()
-	asJSON := f.jsonFlag()
+	asJSON, asCSV := f.jsonFlag(), f.csvFlag()
 	f.familyFlag()
 	m, code, ok := f.parseAndLoad(args, stdout, stderr)
 	if !ok {
@@ -33,6 +34,9 @@ func cmdExplain(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	ex, err := m.Explain(st.scenario(*batch, *img))
 	if err != nil {
 		return fail(stderr, err)
+	}
+	if *asCSV {
+		return exit(stderr, writeCSV(stdout, newExplainJSON(m.Name, ex).ByLayer))
 	}
 	if *asJSON {
 		return exit(stderr, writeJSON(stdout, newExplainJSON(m.Name, ex)))

@@ -14,7 +14,7 @@ func cmdRun(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	f := newFlagSet("run",
 		"onnxmem run [-batch N] [-img N] [-amp] [-segments K] [-optimizer NAME] [-ema=false] [-alloc-conf OPTS]\n"+
 			"            [-epochs E] [-iters N] [-val-images N] [-mean-boxes M] [-seed S] [-events FILE.json]\n"+
-			"            [-device NAME|SIZE] [-json] [MODEL.onnx]",
+			"            [-device NAME|SIZE] [-json|-csv] [MODEL.onnx]",
 		"Run simulates a whole training run of train_dual.py in one process: the setup\n"+
 			"(model, optimizer, EMA), -epochs epochs of -iters iterations with per-image box\n"+
 			"counts drawn from a long-tailed distribution of mean -mean-boxes, each epoch's\n"+
@@ -36,7 +36,7 @@ func cmdRun(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	seed := f.Uint64("seed", 1, "`seed` of the box counts")
 	eventsFile := f.String("events", "", "read the events from `FILE.json` (a list of {\"setup\":{}}, {\"train\":{\"boxes_per_img\":[...]}}, {\"val\":{...}}, {\"ckpt\":{}})")
 	device := f.deviceFlag()
-	asJSON := f.jsonFlag()
+	asJSON, asCSV := f.jsonFlag(), f.csvFlag()
 	f.familyFlag()
 	m, code, ok := f.parseAndLoad(args, stdout, stderr)
 	if !ok {
@@ -85,6 +85,9 @@ func cmdRun(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	r, err := m.Run(sc, events)
 	if err != nil {
 		return fail(stderr, err)
+	}
+	if *asCSV {
+		return exit(stderr, writeCSV(stdout, runRows(r, events)))
 	}
 	if *asJSON {
 		return exit(stderr, writeJSON(stdout, runJSON{Model: m.Name, Device: deviceName(d), Limit: sc.Capacity, Fits: !r.OOM, Predicted: newRunPredicted(r)}))
@@ -174,4 +177,35 @@ func printRun(w io.Writer, model string, r *onnxmem.RunResult, events []onnxmem.
 		fmt.Fprintf(w, "on %s (limit %s GiB: %s GiB less a %d MiB CUDA context): %s\n", d.Name, gib(d.Usable()), gib(d.Total), d.Context>>20, verdict)
 	}
 	return nil
+}
+
+// runRow is one event of run -csv.
+type runRow struct {
+	Event     int    `json:"event"`
+	Kind      string `json:"kind"`
+	Batch     int64  `json:"batch"`
+	Height    int64  `json:"img_h"`
+	Width     int64  `json:"img_w"`
+	MaxBoxes  int64  `json:"max_boxes"`
+	Allocated int64  `json:"allocated_after"`
+	Reserved  int64  `json:"reserved_after"`
+	Peak      int64  `json:"event_peak"`
+	GPUMem    string `json:"gpu_mem"`
+}
+
+func runRows(r *onnxmem.RunResult, events []onnxmem.RunEvent) []runRow {
+	var out []runRow
+	for _, s := range r.Steps {
+		e := events[s.Event]
+		row := runRow{Event: s.Event, Kind: e.Kind, Batch: e.Batch, Height: e.Height, Width: e.Width,
+			Allocated: s.Allocated, Reserved: s.Reserved, Peak: s.Peak, GPUMem: s.GPUMem()}
+		if e.Kind == onnxmem.RunEventTrain {
+			row.Batch, row.Height, row.Width = r.Scenario.Batch, r.Scenario.Height, r.Scenario.Width
+		}
+		for _, c := range e.BoxCounts {
+			row.MaxBoxes = max(row.MaxBoxes, c)
+		}
+		out = append(out, row)
+	}
+	return out
 }

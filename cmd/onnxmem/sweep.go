@@ -10,11 +10,12 @@ import (
 
 func cmdSweep(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	f := newFlagSet("sweep",
-		"onnxmem sweep [-img N] [-batches LIST] [-amp|-half] [-segments K] [-alloc-conf OPTS] [-json] [-svg FILE] [-v] MODEL.onnx",
+		"onnxmem sweep [-img N] [-batches LIST] [-amp|-half] [-segments K] [-alloc-conf OPTS] [-json|-csv] [-svg FILE] [-v] MODEL.onnx",
 		"Sweep predicts the model step (fp32 unless -amp or -half, checkpointed with\n-segments) at each batch size and prints a table of peaks (GiB), or JSON\n(bytes) with -json; -svg also writes a plot of the peak against the batch size.",
 		"onnxmem sweep -batches 1,8,32 -svg peak.svg yolov9-s")
 	img, batches, set := f.imgFlag(), f.batchesFlag(), f.settingFlags()
 	asJSON, svg, verbose := f.jsonFlag(), f.svgFlag("the plot of peak against batch size"), f.verboseFlag()
+	asCSV := f.csvFlag()
 	f.familyFlag()
 	m, code, ok := f.parseAndLoad(args, stdout, stderr)
 	if !ok {
@@ -31,9 +32,12 @@ func cmdSweep(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	if err := writeSVG(*svg, sweepPlot(m.Name, rs)); err != nil {
 		return fail(stderr, err)
 	}
-	if *asJSON {
+	switch {
+	case *asCSV:
+		err = writeCSV(stdout, newResultsJSON(rs))
+	case *asJSON:
 		err = writeJSON(stdout, sweepJSON{Model: m.Name, Results: newResultsJSON(rs)})
-	} else {
+	default:
 		err = printSweep(stdout, m.Name, rs)
 	}
 	return exit(stderr, err)
