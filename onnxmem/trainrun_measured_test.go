@@ -104,6 +104,11 @@ func TestRunMeasured(t *testing.T) {
 			if e := rel(st.Reserved, run.Measured.ReservedAfter[i]); e*e > worst*worst {
 				worst, at = e, i
 			}
+			// Each iteration's own peak: the step with its box counts and
+			// the previous pred alive.
+			if e := rel(st.Peak, run.Measured.EventPeak[i]); st.Kind == onnxmem.RunEventTrain && (e > 0.5 || e < -0.5) {
+				t.Errorf("%s batch %d: iteration %d peaks at %d, measured %d (%+.2f%%)", run.Cfg, run.Batch, i, st.Peak, run.Measured.EventPeak[i], e)
+			}
 			if e := rel(st.Allocated, run.Measured.AllocatedAfter[i]); e > 1 || e < -1 {
 				t.Errorf("%s batch %d: allocated after event %d (%s) %d, measured %d (%+.2f%%)", run.Cfg, run.Batch, i, st.Kind, st.Allocated, run.Measured.AllocatedAfter[i], e)
 			}
