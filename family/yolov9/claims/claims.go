@@ -117,6 +117,15 @@ func (c *checker) step(amp bool, segments int, img int64) onnxmem.Scenario {
 		Boxes: c.s.Boxes, EMA: true, PrevPredAlive: true}
 }
 
+// both returns the default train step under AMP and in fp32.
+func (c *checker) both() (amp, fp32 *onnxmem.Result, err error) {
+	if amp, err = c.main(true, 0, c.s.Img); err != nil {
+		return nil, nil, err
+	}
+	fp32, err = c.main(false, 0, c.s.Img)
+	return amp, fp32, err
+}
+
 func (c *checker) sim(model string, sc onnxmem.Scenario) (*onnxmem.Result, error) {
 	m, err := c.model(model)
 	if err != nil {
@@ -139,11 +148,7 @@ func verdict(ok bool) string {
 
 func (c *checker) claim1() (Claim, error) {
 	cl := Claim{ID: 1, Claim: fmt.Sprintf("%s at %d, batch %d, needs about 24 GB", c.s.Model, c.s.Img, c.s.Batch)}
-	amp, err := c.main(true, 0, c.s.Img)
-	if err != nil {
-		return cl, err
-	}
-	fp32, err := c.main(false, 0, c.s.Img)
+	amp, fp32, err := c.both()
 	if err != nil {
 		return cl, err
 	}
@@ -156,11 +161,7 @@ func (c *checker) claim1() (Claim, error) {
 
 func (c *checker) claim2() (Claim, error) {
 	cl := Claim{ID: 2, Claim: "AMP is not on by default in YOLOv9 training, and turning it on saves 22%"}
-	amp, err := c.main(true, 0, c.s.Img)
-	if err != nil {
-		return cl, err
-	}
-	fp32, err := c.main(false, 0, c.s.Img)
+	amp, fp32, err := c.both()
 	if err != nil {
 		return cl, err
 	}
