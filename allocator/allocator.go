@@ -261,7 +261,8 @@ type Allocator struct {
 	// Observe, when set, is told of every block handed out and freed and
 	// of every segment reserved and released, in order, as
 	// torch.cuda.memory._record_memory_history records them (its actions:
-	// "alloc", "free_completed", "segment_alloc", "segment_free", "oom").
+	// "alloc", "free_completed", "segment_alloc", "segment_free", "oom"),
+	// with the request's size for an alloc or a free, as its trace has them.
 	// Only the default allocator reports (not a Config's).
 	Observe func(action string, addr, size int64)
 
@@ -406,7 +407,7 @@ func (a *Allocator) TryMalloc(n int64) (ID, error) {
 	}
 	a.live = append(a.live, id)
 	if a.Observe != nil {
-		a.Observe("alloc", b.addr, b.size)
+		a.Observe("alloc", b.addr, n)
 	}
 	return ID(len(a.live) - 1), nil
 }
@@ -451,7 +452,7 @@ func (a *Allocator) Free(id ID) {
 	a.live[id] = -1
 	b := &a.blocks[bi]
 	if a.Observe != nil && !a.conf {
-		a.Observe("free_completed", b.addr, b.size)
+		a.Observe("free_completed", b.addr, b.requested)
 	}
 	a.st.Allocated -= b.size
 	a.st.Requested -= b.requested

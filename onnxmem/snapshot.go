@@ -17,9 +17,10 @@ import (
 // Worked example: a 2.6 M-parameter detector's model step at batch 2 and
 // 320×320 records 9,536 events; it opens with the first conv's output, 3.1
 // MiB, taken from the cache that the warm-up step left (an "alloc" event,
-// no "segment_alloc") and named after its node; replayed from m0, the
-// events' allocated bytes reach Result.Peak, and the 79 segments at the
-// end hold Result.ReservedAfter.
+// no "segment_alloc") and named after its node; the events carry the
+// requests' sizes, as PyTorch's trace does, so replayed they reach
+// Result.PeakRequested, and the 79 segments at the end hold
+// Result.ReservedAfter.
 type Snapshot struct {
 	Result   *Result
 	Events   []SnapshotEvent

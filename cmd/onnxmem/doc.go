@@ -227,6 +227,17 @@
 // figures onnxmem computes and the verdict (true, false, partly) that
 // follows from them.
 //
+// # diff
+//
+//	onnxmem diff [-batch N] [-img N] [-amp|-half] [-segments K] [-train ...] SNAPSHOT.pickle MODEL.onnx
+//
+// A memory snapshot taken on the GPU (torch.cuda.memory._dump_snapshot()
+// after torch.cuda.memory._record_memory_history() was enabled just before
+// the measured step) against the simulated step, allocation by allocation:
+// how many allocs and frees agree in size and place, where the two traces
+// first part (the snapshot's frame and the ONNX node the simulation was
+// running there), and the requested peak each reaches above its start.
+//
 // # plan
 //
 //	onnxmem plan [-batch N] [-img N] [-budget GiB | -device NAME|SIZE] [-amp|-half] [-train [-boxes N] [-optimizer NAME] [-ema=false]]

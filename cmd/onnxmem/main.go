@@ -26,6 +26,7 @@ func commands() []command {
 		{"sweep", "peak per batch size, as a table, JSON or an SVG plot", cmdSweep},
 		{"timeline", "allocated and reserved memory over one step, as a summary, JSON or an SVG plot", cmdTimeline},
 		{"claims", "the folklore of training YOLOv9 at batch 64, claim by claim, with computed verdicts", cmdClaims},
+		{"diff", "a GPU memory snapshot against the simulated step, allocation by allocation", cmdDiff},
 		{"plan", "the checkpoint plan that fits a limit with the fewest recomputed FLOPs", cmdPlan},
 		{"explain", "what makes the peak: bytes alive at it by kind and by layer, and the largest tensors", cmdExplain},
 		{"run", "a whole training run: allocated and reserved memory (GPU_mem) after every iteration, validation and checkpoint", cmdRun},

@@ -16,6 +16,30 @@ import (
 	"github.com/onnxmem/onnxmem/onnxmem"
 )
 
+// TestDiff checks onnxmem diff on snapshots that timeline -snapshot wrote:
+// the same step agrees event for event, another one parts at its first
+// event, and a file that is not a snapshot is an error.
+func TestDiff(t *testing.T) {
+	dir := t.TempDir()
+	snap := filepath.Join(dir, "s.pickle")
+	if code, _, stderr := runCmd(t, "", "timeline", "-batch", "2", "-img", "320", "-snapshot", snap, "yolov9-t"); code != 0 {
+		t.Fatalf("timeline -snapshot: %d %s", code, stderr)
+	}
+	code, stdout, stderr := runCmd(t, "", "diff", "-batch", "2", "-img", "320", snap, "yolov9-t")
+	if code != 0 || !strings.Contains(stdout, "the two traces agree event for event") || !strings.Contains(stdout, "(+0.00%)") {
+		t.Errorf("the same step: %d %q %q", code, stdout, stderr)
+	}
+	code, stdout, _ = runCmd(t, "", "diff", "-batch", "2", "-img", "320", "-amp", snap, "yolov9-t")
+	if code != 0 || !strings.Contains(stdout, "they first part at event 0") {
+		t.Errorf("another step: %d %q", code, stdout)
+	}
+	bad := filepath.Join(dir, "bad.pickle")
+	os.WriteFile(bad, []byte("not a pickle"), 0o644)
+	if code, _, stderr := runCmd(t, "", "diff", bad, "yolov9-t"); code != 1 || !strings.Contains(stderr, "onnxmem: snapshot") {
+		t.Errorf("a bad file: %d %q", code, stderr)
+	}
+}
+
 // TestGolden checks the text and JSON outputs for yolov9-s against
 // testdata. They change whenever the analysis does: check the diff, then run
 // go test ./cmd/onnxmem -update.

@@ -3,7 +3,10 @@ package pickle
 import (
 	"bytes"
 	"math"
+	"os"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
 )
 
 // TestWrite checks the bytes of small pickles against what CPython's
@@ -38,4 +41,51 @@ func TestWrite(t *testing.T) {
 	if err := Write(&bytes.Buffer{}, struct{}{}); err == nil {
 		t.Error("a struct was written")
 	}
+}
+
+// TestRead reads a pickle that CPython 3.11 wrote (pickle.dumps(d,
+// protocol=4) of a snapshot-like dict: FRAME, MEMOIZE, SHORT_BINUNICODE,
+// LONG1, TUPLE2, BINFLOAT and the rest), and what Write writes.
+func TestRead(t *testing.T) {
+	f, err := os.Open("testdata/snapshot-p4.pickle")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	v, err := Read(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Dict{
+		{"segments", List{Dict{{"address", int64(1) << 45}, {"total_size", int64(20971520)},
+			{"blocks", List{Dict{{"size", int64(512)}, {"state", "active_allocated"}, {"frames", List{Dict{{"filename", "a.py"}, {"line", int64(3)}, {"name", "f"}}}}}}}}}},
+		{"device_traces", List{List{
+			Dict{{"action", "alloc"}, {"addr", int64(-5)}, {"size", int64(1) << 40}, {"frames", List{}}},
+			Dict{{"action", "free_completed"}, {"addr", int64(7)}, {"size", int64(512)}, {"frames", List{}}, {"t", Tuple{int64(1), int64(2)}}, {"x", 1.5}, {"n", nil}, {"b", true}},
+		}}},
+	}
+	if d := cmp.Diff(want, v); d != "" {
+		t.Errorf("read (-want +got):\n%s", d)
+	}
+	var b bytes.Buffer
+	if err := Write(&b, want); err != nil {
+		t.Fatal(err)
+	}
+	back, err := Read(&b)
+	if err != nil || !cmp.Equal(back, want) {
+		t.Errorf("Write then Read: %v, %v", err, cmp.Diff(want, back))
+	}
+}
+
+// FuzzRead feeds bytes to Read: a value or an error, never a panic.
+func FuzzRead(f *testing.F) {
+	seed, err := os.ReadFile("testdata/snapshot-p4.pickle")
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(seed)
+	f.Add([]byte("\x80\x02}(X\x01\x00\x00\x00aJ\x01\x00\x00\x00u."))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		Read(bytes.NewReader(data))
+	})
 }
