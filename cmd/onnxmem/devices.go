@@ -10,14 +10,21 @@ import (
 
 func cmdDevices(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	f := newFlagSet("devices",
-		"onnxmem devices [-json]",
+		"onnxmem devices [-json|-csv]",
 		"Devices lists the device profiles that maxbatch -device and report use: each\ncard's total memory as PyTorch reports it, the CUDA context assumed on it, the\nmemory left usable for PyTorch's caching allocator (total less context) and\nPyTorch's default cuBLAS workspace on it, then where each figure comes from.\nA step fits a card when it runs to its end with the caching allocator limited\nto the usable memory, as PyTorch runs it (it releases its cache and retries\nbefore it runs out of memory). -device also takes a size: 24GB, 23.5GiB,\noptionally +ctx=600MiB.",
 		"onnxmem devices -json")
-	asJSON := f.jsonFlag()
+	asJSON, asCSV := f.jsonFlag(), f.csvFlag()
 	if code, ok := f.parseNoArgs(args, stdout, stderr); !ok {
 		return code
 	}
 	var err error
+	if *asCSV {
+		rows := make([]deviceJSON, len(onnxmem.Devices))
+		for i, d := range onnxmem.Devices {
+			rows[i] = newDeviceJSON(d)
+		}
+		return exit(stderr, writeCSV(stdout, rows))
+	}
 	if *asJSON {
 		js := devicesJSON{Devices: make([]deviceJSON, len(onnxmem.Devices))}
 		for i, d := range onnxmem.Devices {

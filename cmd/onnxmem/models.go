@@ -22,10 +22,10 @@ type builtinInfo struct {
 
 func cmdModels(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	f := newFlagSet("models",
-		"onnxmem models [-json]",
+		"onnxmem models [-json|-csv]",
 		"Models lists the built-in models, in the order of models.Names: their top-level\nlayers, their trainable parameters (auxiliary branch included) and whether the\ngraph was compared node for node with the training-mode export of the official\ncode. Every command takes a built-in name wherever it takes MODEL.onnx, and\nonnxmem export-model writes one as a file.",
 		"onnxmem models -json")
-	asJSON := f.jsonFlag()
+	asJSON, asCSV := f.jsonFlag(), f.csvFlag()
 	if code, ok := f.parseNoArgs(args, stdout, stderr); !ok {
 		return code
 	}
@@ -40,6 +40,9 @@ func cmdModels(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 			return fail(stderr, err)
 		}
 		infos = append(infos, builtinInfo{Name: name, Layers: m.Layers(), Parameters: n, Checked: models.Checked(name)})
+	}
+	if *asCSV {
+		return exit(stderr, writeCSV(stdout, infos))
 	}
 	if *asJSON {
 		return exit(stderr, writeJSON(stdout, struct {

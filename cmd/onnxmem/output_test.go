@@ -63,6 +63,7 @@ func TestGolden(t *testing.T) {
 		{"knobs-train-s.txt", []string{"knobs", "-train", "-boxes", "64", "-batch", "8", "-budget", "4", m}},
 		{"claims.txt", []string{"claims", "-batch", "16", "-img", "320", "-boxes", "8"}},
 		{"claims.json", []string{"claims", "-batch", "16", "-img", "320", "-boxes", "8", "-json"}},
+		{"devices.csv", []string{"devices", "-csv"}},
 		{"sweep-s.csv", []string{"sweep", "-batches", "1,8", "-csv", m}},
 		{"knobs-s.csv", []string{"knobs", "-batch", "8", "-budget", "2.5", "-csv", m}},
 		{"explain-s.csv", []string{"explain", "-batch", "8", "-csv", m}},
