@@ -22,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -85,6 +86,33 @@ func Load(path string) (*Model, error) {
 		return nil, fmt.Errorf("onnxmem: %w", err)
 	}
 	defer f.Close()
+	return loadFile(f, path)
+}
+
+// LoadIn reads the ONNX file name inside root, as Load does, and refuses a
+// name that leads out of root: an absolute path, "..", or a symbolic link
+// that points outside it (os.Root's rules). Services that load the models
+// their users name give them a root this way.
+func LoadIn(root *os.Root, name string) (*Model, error) {
+	f, err := root.Open(name)
+	if err != nil {
+		// Name the file by its path, the root's name included.
+		if pe, ok := err.(*fs.PathError); ok {
+			err = &fs.PathError{Op: "open", Path: filepath.Join(root.Name(), pe.Path), Err: pe.Err}
+			// os.Root's error for a way out has no exported value.
+			if pe.Err.Error() == "path escapes from parent" {
+				return nil, fmt.Errorf("onnxmem: %w: %s leads out of %s (a symbolic link, or \"..\"); give a file inside it", err, name, root.Name())
+			}
+		}
+		return nil, fmt.Errorf("onnxmem: %w", err)
+	}
+	defer f.Close()
+	return loadFile(f, filepath.Join(root.Name(), name))
+}
+
+// loadFile reads the open model file f, named path for messages: a regular
+// file of at most MaxModelBytes.
+func loadFile(f *os.File, path string) (*Model, error) {
 	st, err := f.Stat()
 	if err != nil {
 		return nil, fmt.Errorf("onnxmem: %w", err)

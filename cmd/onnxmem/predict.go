@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -18,7 +19,7 @@ import (
 func cmdPredict(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	f := newFlagSet("predict",
 		"onnxmem predict [-root DIR] < SCENARIOS.jsonl",
-		"Predict reads scenarios as JSON Lines on stdin and writes one line for each\n(blank lines are skipped): the same object with \"predicted\" added, or with\n\"error\" when the scenario cannot be simulated. Model paths are relative to\n-root; a model that names no file there but a built-in model (onnxmem models)\nis that model, and \"model\": null means the built-in model of \"cfg\".\n\nKinds: model_step, train_step and eval_step (the ground truth's fields: batch,\nimg or img_h and img_w, amp, half, segments, nc, boxes_per_img (a number or each\nimage's count), optimizer, ema, trainer, prev_pred_alive,\n...), and max_batch with \"step\" and \"capacity_bytes\", the caching\nallocator's limit (int(f × total_memory) for set_per_process_memory_fraction(f)),\nwhich answers {\"max_batch\", and the step's figures at it}. A field that a kind\ndoes not take, or a value that is not simulated yet (a whole run, validation\nwith half false, ...), is an error that names it: never ignored.",
+		"Predict reads scenarios as JSON Lines on stdin and writes one line for each\n(blank lines are skipped): the same object with \"predicted\" added, or with\n\"error\" when the scenario cannot be simulated. Model paths are relative to\n-root and stay inside it (no absolute path, no \"..\", no symbolic link out of\nit); a model that names no file there but a built-in model (onnxmem models)\nis that model, and \"model\": null means the built-in model of \"cfg\".\n\nKinds: model_step, train_step and eval_step (the ground truth's fields: batch,\nimg or img_h and img_w, amp, half, segments, nc, boxes_per_img (a number or each\nimage's count), optimizer, ema, trainer, prev_pred_alive,\n...), and max_batch with \"step\" and \"capacity_bytes\", the caching\nallocator's limit (int(f × total_memory) for set_per_process_memory_fraction(f)),\nwhich answers {\"max_batch\", and the step's figures at it}. A field that a kind\ndoes not take, or a value that is not simulated yet (a whole run, validation\nwith half false, ...), is an error that names it: never ignored.",
 		"onnxmem predict -root ../shared < ../shared/groundtruth/calibration.jsonl")
 	root := f.String("root", ".", "`dir`ectory the scenarios' model paths are relative to")
 	pos, code, ok := f.parse(args, stdout, stderr)
@@ -56,6 +57,9 @@ func cmdPredict(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 // predictor answers scenarios, loading each model file once.
 type predictor struct {
 	root   string
+	dir    *os.Root // root, opened at the first model file
+	dirOf  string   // the root that dir is
+	dirErr error
 	models map[string]loaded // by path
 }
 
@@ -350,12 +354,25 @@ func (p *predictor) model(obj map[string]json.RawMessage) (*onnxmem.Model, error
 		}
 		model, key = cfg, fmt.Sprintf("%s nc=%d", cfg, nc)
 	} else {
-		// A model path stays inside -root: no absolute path, no "..".
+		// A model path stays inside -root: no absolute path, no "..", no
+		// symbolic link out of it (os.Root refuses those).
 		if filepath.IsAbs(model) || !filepath.IsLocal(model) {
 			return nil, fmt.Errorf("onnxmem: model %q: give a path inside -root (%s), relative to it, without \"..\"", model, p.root)
 		}
-		if path := filepath.Join(p.root, model); !builtin(model) || fileExists(path) {
-			model, key = path, path
+		if !slices.Contains(models.Names(), model) || p.inRoot(model) {
+			if nc != 0 {
+				return nil, fmt.Errorf("onnxmem: model %q is a file, whose classes its graph fixes: \"nc\" applies to built-in models only; leave it out", model)
+			}
+			path := filepath.Join(p.root, model)
+			if l, ok := p.models[path]; ok {
+				return l.m, l.err
+			}
+			var l loaded
+			if l.err = p.openRoot(); l.err == nil {
+				l.m, l.err = onnxmem.LoadIn(p.dir, model)
+			}
+			p.models[path] = l
+			return l.m, l.err
 		}
 	}
 	l, ok := p.models[key]
@@ -363,11 +380,36 @@ func (p *predictor) model(obj map[string]json.RawMessage) (*onnxmem.Model, error
 		if nc != 0 {
 			l.m, l.err = onnxmem.BuiltinOptions(model, models.Options{Classes: int(nc)})
 		} else {
-			l.m, l.err = load(model)
+			l.m, l.err = onnxmem.Builtin(model)
 		}
 		p.models[key] = l
 	}
 	return l.m, l.err
+}
+
+// openRoot opens the -root directory once.
+func (p *predictor) openRoot() error {
+	if p.dirOf != p.root || p.dir == nil && p.dirErr == nil {
+		if p.dir != nil {
+			p.dir.Close()
+		}
+		p.dirOf = p.root
+		p.dir, p.dirErr = os.OpenRoot(p.root)
+		if p.dirErr != nil {
+			p.dirErr = fmt.Errorf("onnxmem: -root: %w", p.dirErr)
+		}
+	}
+	return p.dirErr
+}
+
+// inRoot reports whether -root holds something named name (a file there
+// shadows the built-in model of that name).
+func (p *predictor) inRoot(name string) bool {
+	if p.openRoot() != nil {
+		return false
+	}
+	_, err := p.dir.Stat(name)
+	return err == nil
 }
 
 // sortedKeys returns a line's field names in order.

@@ -308,3 +308,60 @@ func TestPredictFields(t *testing.T) {
 		}
 	}
 }
+
+// TestPredictRootSymlinks checks that -root is a root: a symbolic link
+// inside it that points out of it is refused, one that stays inside is
+// followed.
+func TestPredictRootSymlinks(t *testing.T) {
+	root, outside := t.TempDir(), t.TempDir()
+	model := filepath.Join(outside, "gelan-t.onnx")
+	if code, _, stderr := runCmd(t, "", "export-model", "-o", model, "gelan-t"); code != 0 {
+		t.Fatalf("export-model: exit code %d: %s", code, stderr)
+	}
+	if err := os.Symlink(model, filepath.Join(root, "out.onnx")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(root, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "sub", "in.onnx"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join("sub", "in.onnx"), filepath.Join(root, "link.onnx")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, filepath.Join(root, "dir")); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ model, err string }{
+		{"out.onnx", "path escapes from parent"},
+		{"dir/gelan-t.onnx", "path escapes from parent"},
+		{"link.onnx", ""},
+		{"sub/in.onnx", ""},
+	} {
+		line := `{"kind":"model_step","model":"` + tc.model + `","batch":1,"img":64}`
+		code, stdout, stderr := runCmd(t, line, "predict", "-root", root)
+		if code != 0 || stderr != "" {
+			t.Fatalf("%s: exit code %d, stderr %q", tc.model, code, stderr)
+		}
+		var obj struct {
+			Predicted json.RawMessage
+			Error     string
+		}
+		if err := json.Unmarshal([]byte(stdout), &obj); err != nil {
+			t.Fatalf("%s: %v", tc.model, err)
+		}
+		switch {
+		case tc.err == "" && obj.Error != "":
+			t.Errorf("%s: %s", tc.model, obj.Error)
+		case tc.err != "" && !strings.Contains(obj.Error, tc.err):
+			t.Errorf("%s: error %q, want one saying %q", tc.model, obj.Error, tc.err)
+		case tc.err != "" && obj.Predicted != nil:
+			t.Errorf("%s: predicted %s for a file outside -root", tc.model, obj.Predicted)
+		}
+	}
+}
