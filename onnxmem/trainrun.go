@@ -144,6 +144,9 @@ func (m *Model) Run(sc Scenario, events []RunEvent) (*RunResult, error) {
 		return nil, fmt.Errorf("onnxmem: run: the %s family knows no training script to run: simulate its train steps instead", cmp.Or(sc.Family, m.Family))
 	}
 	r := &runner{m: m, sc: sc.Defaults(), loop: loop, a: allocator.NewWithConfig(conf), res: &RunResult{Scenario: sc, OOMEvent: -1}}
+	if loop.ValLoss != nil {
+		r.loss = pr.fam.Recipe(schedule.Optimizer(sc.Optimizer), sc.EMA, sc.Boxes).Loss
+	}
 	r.a.Capacity = sc.Capacity
 	for i, e := range events {
 		r.a.ResetPeaks()
@@ -219,6 +222,7 @@ type runner struct {
 	m    *Model
 	sc   Scenario
 	loop *schedule.Loop
+	loss schedule.Loss // the training loss, for a validation that computes it
 	a    *allocator.Allocator
 	res  *RunResult
 	oom  bool
@@ -554,6 +558,10 @@ func (r *runner) val(e RunEvent, last, first bool) error {
 				r.free(id)
 			}
 			r.valOut = nil
+			if r.loss != nil && r.loop.ValLoss(p.Outputs) {
+				r.loss.Forward(runTape{r}, schedule.LossInput{Batch: e.Batch, Outputs: p.Outputs,
+					Boxes: slices.Max(append([]int64{0}, e.BoxCounts...)), BoxCounts: e.BoxCounts, Validation: true})
+			}
 		}
 		if r.oom {
 			return nil
@@ -576,6 +584,12 @@ func (r *runner) val(e RunEvent, last, first bool) error {
 	}
 	return nil
 }
+
+// runTape records a loss's allocations on the run's allocator.
+type runTape struct{ r *runner }
+
+func (t runTape) Alloc(bytes int64, what string) schedule.Buf { return schedule.Buf(t.r.malloc(bytes)) }
+func (t runTape) Free(b schedule.Buf)                         { t.r.free(allocator.ID(b)) }
 
 // ckpt saves the checkpoint: half deep copies of the model and the EMA,
 // which torch.save writes from the device and del ckpt frees.

@@ -117,13 +117,12 @@ func TestRunMeasured(t *testing.T) {
 		fmt.Fprintf(&table, "%-9s %3d %4s  %9.0f %9.0f %+5.2f%%  %9.0f %9.0f %+5.2f%%  %+.2f%% (event %d)\n", run.Cfg, run.Batch, prec,
 			float64(r.Peak)/(1<<20), float64(run.Measured.Peak)/(1<<20), rel(r.Peak, run.Measured.Peak),
 			float64(r.PeakReserved)/(1<<20), float64(run.Measured.PeakReserved)/(1<<20), rel(r.PeakReserved, run.Measured.PeakReserved), worst, at)
-		// Allocated peaks are within 0.1%. Reserved peaks are within 0.4%
-		// but where a portrait validation batch sets them: its forward
-		// allocates about 190 MiB more on the H200 than simulated.
+		// Allocated peaks are within 0.1%, reserved peaks within 0.4% (with
+		// train.py's validation loss: without it gelan-c's read -4.35%).
 		if e := rel(r.Peak, run.Measured.Peak); e > 0.5 || e < -0.5 {
 			t.Errorf("%s batch %d %s: peak %d, measured %d (%+.2f%%)", run.Cfg, run.Batch, prec, r.Peak, run.Measured.Peak, e)
 		}
-		if e := rel(r.PeakReserved, run.Measured.PeakReserved); e > 6 || e < -6 {
+		if e := rel(r.PeakReserved, run.Measured.PeakReserved); e > 1 || e < -1 {
 			t.Errorf("%s batch %d %s: reserved peak %d, measured %d (%+.2f%%)", run.Cfg, run.Batch, prec, r.PeakReserved, run.Measured.PeakReserved, e)
 		}
 	}

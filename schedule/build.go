@@ -245,6 +245,7 @@ func Build(g *ir.Graph, s *ir.Shapes, cfg Config) (*Program, error) {
 	}
 	b.exitAutocast()
 	b.p.ForwardEnd = len(b.p.Events)
+	b.p.Outputs = b.outputs()
 	if cfg.Eval != nil {
 		b.p.BackwardStart, b.p.BackwardEnd = b.p.ForwardEnd, b.p.ForwardEnd
 		b.cleanup()

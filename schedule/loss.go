@@ -42,6 +42,12 @@ type LossInput struct {
 	// BoxCounts, when not nil, are the objects of each image, one a batch
 	// element; Boxes is then their largest.
 	BoxCounts []int64
+	// Validation says the loss is the one a validation loop computes on
+	// each batch's outputs to report it: under torch.no_grad (or
+	// inference mode), so autograd keeps nothing and Forward frees all it
+	// allocates and returns no saved buffer, with the targets already on
+	// the device. Backward is never called for it.
+	Validation bool
 }
 
 // Buf names a buffer of a Tape.
@@ -107,4 +113,8 @@ type Loop struct {
 	// images have aspect ratio num:den (height to width), for a training
 	// image whose larger side is side.
 	ValShape func(side, num, den int64) (h, w int64)
+	// ValLoss, when set, reports whether the validation of a network with
+	// these outputs also computes the training loss of each batch's
+	// outputs (LossInput.Validation), right after the forward.
+	ValLoss func(outs []Output) bool
 }

@@ -133,6 +133,9 @@ type Program struct {
 	OptStep, OptStepEnd int
 	// Input is the input batch's buffer; it is allocated before the step starts.
 	Input int32
+	// Outputs are the graph's outputs as the forward returns them: their
+	// dims at this shape and their types under eager PyTorch.
+	Outputs []Output
 	// Events are the step, from the first op of the forward to the last free.
 	Events []Event
 	// ForwardEnd is the index of the first event after the forward (the model's

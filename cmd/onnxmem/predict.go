@@ -180,7 +180,7 @@ func (p *predictor) simulate(obj map[string]json.RawMessage) (prediction, error)
 	}
 	for _, name := range sortedKeys(obj) {
 		if !slices.Contains(commonFields, name) && !slices.Contains(allowed, name) {
-			return prediction{}, fmt.Errorf("onnxmem: %s line: unknown field %q (a %s line takes %s)", kind, name, kind,
+			return prediction{}, fmt.Errorf("onnxmem: %s line: unknown field %q (%s line takes %s)", kind, name, article(kind),
 				strings.Join(append(slices.Clone(commonFields[1:]), allowed...), ", "))
 		}
 	}
@@ -452,4 +452,12 @@ func marshal(v any) json.RawMessage {
 		panic(err)
 	}
 	return b
+}
+
+// article returns kind with its indefinite article: "an eval_step".
+func article(kind string) string {
+	if strings.ContainsRune("aeiou", rune(kind[0])) {
+		return "an " + kind
+	}
+	return "a " + kind
 }

@@ -84,7 +84,7 @@ func (t trainLoss) input(in schedule.LossInput) (loss.Input, [][]int) {
 	if len(br) == 0 {
 		panic(fmt.Sprintf("yolov9: the loss needs the detection head's maps, and the graph's %d outputs are not", len(in.Outputs)))
 	}
-	li := loss.Input{Batch: in.Batch, AMP: in.AMP, Boxes: in.Boxes, Counts: in.BoxCounts}
+	li := loss.Input{Batch: in.Batch, AMP: in.AMP, Boxes: in.Boxes, Counts: in.BoxCounts, Validation: in.Validation}
 	for _, b := range br {
 		var maps [][3]int64
 		for _, j := range b {
@@ -124,12 +124,20 @@ func (t trainLoss) Backward(tp schedule.Tape, in schedule.LossInput, saved []sch
 //
 // and val_dual.run's (val.py's) iouv = torch.linspace(0.5, 0.95, 10) and
 // loss = torch.zeros(3); its batches are letterboxed rectangles
-// (utils/dataloaders.py, rect with pad 0.5).
+// (utils/dataloaders.py, rect with pad 0.5). val.py, which train.py calls
+// for the single-head GELAN models, adds each batch's loss,
+//
+//	preds, train_out = model(im) if compute_loss else ...
+//	if compute_loss:
+//	    loss += compute_loss(train_out, targets)[1]
+//
+// under smart_inference_mode; val_dual.py has that line commented out.
 func (Family) Loop(g *ir.Graph) *schedule.Loop {
 	return &schedule.Loop{
 		SetupTensors:     []int64{4 * classes(g), 4, 4 * regMax, 4 * 3},
 		HalfFloatAtSetup: true,
 		ValTensors:       []int64{4 * 10, 4 * 3},
+		ValLoss:          func(outs []schedule.Output) bool { return len(Branches(outs)) == 1 },
 		ValShape: func(side, num, den int64) (int64, int64) {
 			if num < den {
 				return letterbox(side, num, den), letterbox(side, 1, 1)

@@ -49,6 +49,11 @@ type Input struct {
 	// max(Counts), while the targets copy holds sum(Counts) rows and an
 	// image keeps min(A, count·topk) foreground anchors.
 	Counts []int64
+	// Validation is val.py's compute_loss(train_out, targets) of each
+	// validation batch: under inference mode, so no autograd node keeps
+	// anything and Forward frees all it allocates, with the targets
+	// already on the device (no copy). Backward does not apply.
+	Validation bool
 }
 
 // Forward records ComputeLoss.__call__ (with the targets.to(device) copy
@@ -72,6 +77,9 @@ func (l *YOLOv9) Forward(t schedule.Tape, in Input) []schedule.Buf {
 // torch.cat/split at the top of __call__), which it returns. saved must be
 // what Forward returned for the same input.
 func (l *YOLOv9) Backward(t schedule.Tape, in Input, saved []schedule.Buf) []schedule.Buf {
+	if in.Validation {
+		panic("loss: Backward of a validation loss, which autograd does not record")
+	}
 	p := l.build(in)
 	ids := p.savedAt()
 	if len(ids) != len(saved) {
@@ -216,6 +224,9 @@ type prog struct {
 	split int      // index of the first backward event
 	grads []tensor // the maps' gradients, by branch
 	tag   string   // prefixed to names, such as "b1 "
+	// noGrad: autograd is off, so no node saves a tensor (keep does
+	// nothing) and there is no backward.
+	noGrad bool
 }
 
 func (p *prog) alloc(name string, dt dtype, shape ...int64) tensor {
@@ -233,7 +244,11 @@ func (p *prog) alloc(name string, dt dtype, shape ...int64) tensor {
 }
 
 // keep adds a reference: an autograd node saves the tensor, or a view of it.
+// With autograd off it does nothing.
 func (p *prog) keep(ts ...tensor) {
+	if p.noGrad {
+		return
+	}
 	for _, t := range ts {
 		if t != none {
 			p.recs[t].refs++
@@ -377,14 +392,18 @@ func (l *YOLOv9) shape(in Input) shape {
 // (from p.split) the backward of what it recorded.
 func (l *YOLOv9) build(in Input) *prog {
 	s := l.shape(in)
-	p := &prog{}
+	p := &prog{noGrad: in.Validation}
 	B, M, reg, dt := s.B, s.M, s.reg, s.dt
 	nb := len(s.br)
 	tag := func(b int) string { return fmt.Sprintf("b%d ", b+1) }
 
 	// train_dual.py: compute_loss(pred, targets.to(device)); the copy lives
-	// until the call returns. targets is [image, class, x, y, w, h].
-	tgt := p.alloc("targets.to(device)", f32, s.total, 6)
+	// until the call returns. targets is [image, class, x, y, w, h]. In
+	// validation they are on the device already, and .to is the identity.
+	var tgt tensor = none
+	if !in.Validation {
+		tgt = p.alloc("targets.to(device)", f32, s.total, 6)
+	}
 
 	// torch.cat([xi.view(B, no, -1) for xi in feats], 2).split((4·reg, nc), 1),
 	// then .permute(0, 2, 1).contiguous() of the scores and of the
@@ -565,7 +584,7 @@ func (l *YOLOv9) build(in Input) *prog {
 	p.drop(anchor, stride, out, maskGT)
 	for b, br := range s.br {
 		p.drop(pb[b])
-		if br.F == 0 {
+		if br.F == 0 && !p.noGrad {
 			// Without a box loss nothing reaches bbox_decode's graph:
 			// it dies with pred_bboxes and frees the softmax.
 			p.drop(sm[b])
@@ -579,6 +598,9 @@ func (l *YOLOv9) build(in Input) *prog {
 	}
 	p.drop(tgt)
 	p.split = len(p.ev)
+	if p.noGrad {
+		return p
+	}
 
 	// Backward, in reverse creation order: the box losses (last branch
 	// first), the class losses, the decodes, then each branch's

@@ -378,3 +378,40 @@ func TestCounts(t *testing.T) {
 		}
 	}
 }
+
+// TestValidation checks val.py's loss of a validation batch: under
+// inference mode every tensor it allocates is freed before it returns, it
+// makes no copy of the targets, and it never holds more at once than the
+// training loss's forward, which autograd makes keep its saved tensors.
+func TestValidation(t *testing.T) {
+	for _, half := range []bool{false, true} {
+		for _, boxes := range []int64{0, 7} {
+			in := input(8, boxes, false)
+			in.Maps = in.Maps[:1] // train.py's single head
+			if half {
+				in.DType = ir.Float16 // the half model of an AMP run, outside autocast
+			}
+			in.Validation = true
+			tp := newTape(t)
+			l := NewYOLOv9()
+			if saved := l.Forward(tp, in); len(saved) != 0 {
+				t.Errorf("half %v, %d boxes: %d saved buffers, want none", half, boxes, len(saved))
+			}
+			if len(tp.live) != 0 {
+				t.Errorf("half %v, %d boxes: %d buffers alive after the validation loss", half, boxes, len(tp.live))
+			}
+			for _, w := range tp.what {
+				if strings.Contains(w, "targets.to(device)") {
+					t.Errorf("half %v, %d boxes: the validation loss copies the targets", half, boxes)
+				}
+			}
+			train := in
+			train.Validation = false
+			tr := newTape(t)
+			l.Forward(tr, train)
+			if tp.peak > tr.peak {
+				t.Errorf("half %v, %d boxes: validation loss peaks at %d, above the training forward's %d", half, boxes, tp.peak, tr.peak)
+			}
+		}
+	}
+}
