@@ -10,6 +10,8 @@ import (
 
 	"github.com/onnxmem/onnxmem/internal/onnx"
 	"github.com/onnxmem/onnxmem/internal/onnxbuild"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 )
 
 // small3 is a three-node model with an external weight, an embedded small
@@ -265,5 +267,36 @@ func TestMetadataScopes(t *testing.T) {
 	})
 	if n.Layer != 4 || !slices.Equal(asked, []string{"node_Relu_1", ": nets.Net/blocks.4: nets.Down/relu"}) {
 		t.Errorf("layer %d after asking %q; want 4 after the name and the first scope", n.Layer, asked)
+	}
+}
+
+// TestLoadTooManyNodes checks that a graph of more than MaxNodes nodes is
+// refused before its nodes are decoded, and that the count Load checks is
+// the graph's.
+func TestLoadTooManyNodes(t *testing.T) {
+	var graph []byte
+	for range MaxNodes + 1 {
+		graph = protowire.AppendTag(graph, 1, protowire.BytesType)
+		graph = protowire.AppendBytes(graph, nil) // an empty NodeProto
+	}
+	model := protowire.AppendTag(nil, 7, protowire.BytesType)
+	model = protowire.AppendBytes(model, graph)
+	_, err := Load(model)
+	if err == nil || !strings.Contains(err.Error(), "ir: the graph has 1048577 nodes, more than the 1048576") {
+		t.Fatalf("error %v", err)
+	}
+	data := small3().bytes(t)
+	var m onnx.ModelProto
+	if err := proto.Unmarshal(data, &m); err != nil {
+		t.Fatal(err)
+	}
+	want := len(m.GetGraph().GetNode())
+	if n := countNodes(data); n != want {
+		t.Errorf("countNodes: %d, the model has %d", n, want)
+	}
+	for n := range len(data) {
+		if c := countNodes(data[:n]); c > want {
+			t.Fatalf("countNodes of %d of %d bytes: %d", n, len(data), c)
+		}
 	}
 }

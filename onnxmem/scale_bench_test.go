@@ -33,7 +33,9 @@ func millionNodes(b *testing.B) []byte {
 // size) and 55 s. The time is not linear (25,000 blocks take 1.6 s, 50,000
 // 4.3 s): a chain of 250,000 saved 1 KiB activations fills the small pool
 // with as many free blocks, and its sorted slice moves them on every insert;
-// real networks keep pools of about a hundred blocks.
+// real networks keep pools of about a hundred blocks. Larger graphs than
+// ir.MaxNodes (1,048,576 nodes) are refused before their nodes are decoded,
+// so that no file makes the simulation take more memory than this.
 func BenchmarkMillionNodes(b *testing.B) {
 	data := millionNodes(b)
 	b.ResetTimer()
