@@ -2,6 +2,9 @@ package allocator
 
 import (
 	"errors"
+	"math"
+	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -492,5 +495,40 @@ func TestWorkedExampleExpandable(t *testing.T) {
 	b.EmptyCache()
 	if st := b.Stats(); st.Allocated != 23*mib/2 || st.Reserved != 20*mib {
 		t.Errorf("after 11.5 MiB and EmptyCache: %+v", st)
+	}
+}
+
+// TestBuckets checks the pool's buckets: the worked example of the pool's
+// doc, that a larger size never falls in an earlier bucket (at every
+// boundary of a bucket and at random sizes), and that every size a block
+// can have has a bucket.
+func TestBuckets(t *testing.T) {
+	for _, tc := range []struct{ size, bucket int64 }{
+		{512, 1}, {15 << 9, 15}, {16 << 9, 64}, {1 << 20, 176}, {1280 << 10, 180}, {3 << 19, 184}, {40 << 20, 260},
+	} {
+		if got := bucketOf(tc.size); int64(got) != tc.bucket {
+			t.Errorf("bucketOf(%d) = %d, want %d", tc.size, got, tc.bucket)
+		}
+	}
+	r := rand.New(rand.NewPCG(3, 4))
+	sizes := []int64{MinBlockSize, math.MaxInt64 &^ (MinBlockSize - 1)}
+	for f := range 54 {
+		u := int64(1) << f
+		sizes = append(sizes, (u-1)<<9, u<<9, (u+1)<<9)
+	}
+	for range 10000 {
+		sizes = append(sizes, (r.Int64N(1<<uint(r.IntN(53)+1))+1)<<9)
+	}
+	slices.Sort(sizes)
+	prev := -1
+	for _, s := range sizes {
+		if s <= 0 {
+			continue
+		}
+		k := bucketOf(s)
+		if k < prev || k >= poolBuckets {
+			t.Fatalf("bucketOf(%d) = %d, after %d (of %d buckets)", s, k, prev, poolBuckets)
+		}
+		prev = k
 	}
 }

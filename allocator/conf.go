@@ -169,23 +169,26 @@ func (a *Allocator) getFreeBlock(p *pool, small bool, size int64) (int32, bool) 
 	if a.cs.gc && a.Capacity > 0 {
 		a.cs.calls[poolIndex(small)]++
 	}
-	i := a.search(p, size, -1)
-	if i == len(p.ids) {
+	q := a.search(p, size, -1)
+	if !p.valid(q) {
 		return -1, false
 	}
-	for a.blocks[p.ids[i]].expandable && i+1 < len(p.ids) &&
-		a.expandableSize(p.ids[i+1]) < a.expandableSize(p.ids[i]) {
-		i++
+	for a.blocks[p.at(q)].expandable {
+		nq := p.next(q)
+		if !p.valid(nq) || a.expandableSize(p.at(nq)) >= a.expandableSize(p.at(q)) {
+			break
+		}
+		q = nq
 	}
-	bs := a.blocks[p.ids[i]].size
+	bs := a.blocks[p.at(q)].size
 	if size < a.cs.maxSplit && bs >= a.cs.maxSplit {
 		return -1, false
 	}
 	if size >= a.cs.maxSplit && bs-size >= a.cs.rounding {
 		return -1, false
 	}
-	id := p.ids[i]
-	p.ids = append(p.ids[:i], p.ids[i+1:]...)
+	id := p.at(q)
+	p.removeAt(q)
 	return id, true
 }
 
@@ -234,27 +237,20 @@ func (a *Allocator) releaseAvailable(p *pool, size int64) bool {
 		return false
 	}
 	key := max(size, a.cs.maxSplit)
-	i := a.search(p, key, -1)
-	if i < len(p.ids) && !a.blocks[p.ids[i]].expandable {
-		a.releaseBlock(p, p.ids[i])
+	q := a.search(p, key, -1)
+	if p.valid(q) && !a.blocks[p.at(q)].expandable {
+		a.releaseBlock(p, p.at(q))
 		return true
 	}
-	if i == 0 {
-		return false
-	}
+	j, ok := p.prev(q)
 	var released int64
-	for j := i - 1; released < key && a.blocks[p.ids[j]].size >= a.cs.maxSplit; {
-		cur := p.ids[j]
-		first := j == 0
-		if !first {
-			j--
-		}
+	for ok && released < key && a.blocks[p.at(j)].size >= a.cs.maxSplit {
+		cur := p.at(j)
+		// The place before j stays where it is when cur goes.
+		j, ok = p.prev(j)
 		if !a.blocks[cur].expandable {
 			released += a.blocks[cur].size
 			a.releaseBlock(p, cur)
-		}
-		if first {
-			break
 		}
 	}
 	return released >= key
@@ -273,8 +269,7 @@ func (a *Allocator) releaseCached() {
 // covers; a segment left with no page mapped is released.
 func (a *Allocator) releaseBlocks(p *pool, small bool) {
 	var unmap []int32
-	kept := p.ids[:0]
-	for _, id := range p.ids {
+	p.each(func(id int32) bool {
 		b := &a.blocks[id]
 		switch {
 		case b.expandable:
@@ -285,11 +280,10 @@ func (a *Allocator) releaseBlocks(p *pool, small bool) {
 				a.cs.oversizeSegments--
 			}
 			a.spare = append(a.spare, id)
-			continue
+			return false
 		}
-		kept = append(kept, id)
-	}
-	p.ids = kept
+		return true
+	})
 	for _, id := range unmap {
 		a.unmapBlock(p, small, id)
 		if b := &a.blocks[id]; b.unmapped && b.prev < 0 && b.next < 0 {
@@ -489,7 +483,7 @@ func (a *Allocator) garbageCollect() {
 	age := func(id int32) int64 { return a.cs.calls[1] - a.cs.base[id] }
 	whole := func(id int32) bool { b := &a.blocks[id]; return b.prev < 0 && b.next < 0 }
 	var total, count int64
-	for _, id := range p.ids {
+	for _, id := range p.ids(nil) {
 		if whole(id) {
 			total += age(id)
 			count++
@@ -499,7 +493,7 @@ func (a *Allocator) garbageCollect() {
 	for freed := true; reclaimed < target && freed && count > 0; {
 		mean := float64(total) / float64(count)
 		freed = false
-		for _, id := range append([]int32(nil), p.ids...) {
+		for _, id := range p.ids(nil) {
 			if whole(id) && float64(age(id)) >= mean {
 				freed = true
 				reclaimed += a.blocks[id].size
