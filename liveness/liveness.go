@@ -132,21 +132,35 @@ type Analysis struct {
 //
 // Its cost is one pass over initial and events and one over the buffers; it
 // allocates the Analysis and three slices, whatever the number of events.
+// AnalyzeInto does the same work in the memory of an earlier Analysis.
 func Analyze(events []Event, nbuf int, initial []int32, size func(int32) int64) (*Analysis, error) {
+	a := &Analysis{}
+	if err := AnalyzeInto(a, events, nbuf, initial, size); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// AnalyzeInto is Analyze, with the result in a: the analysis a held before
+// is replaced, and its slices are reused where they are large enough, so
+// that a caller that analyzes program after program allocates nothing once
+// they have grown. On an error what a holds is no analysis.
+func AnalyzeInto(a *Analysis, events []Event, nbuf int, initial []int32, size func(int32) int64) error {
 	if nbuf < 0 {
-		return nil, fmt.Errorf("liveness: negative buffer count %d", nbuf)
+		return fmt.Errorf("liveness: negative buffer count %d", nbuf)
 	}
 	if size == nil {
-		return nil, fmt.Errorf("liveness: no size function")
+		return fmt.Errorf("liveness: no size function")
 	}
 	n := len(events)
-	a := &Analysis{
-		Intervals: make([]Interval, nbuf),
-		Curve:     make([]int64, n),
+	*a = Analysis{
+		Intervals: grow(a.Intervals, nbuf),
+		Curve:     grow(a.Curve, n),
 		PeakAt:    -1,
-		sizes:     make([]int64, nbuf),
+		sizes:     grow(a.sizes, nbuf),
 	}
 	iv, sizes := a.Intervals, a.sizes
+	clear(sizes)
 	for b := range iv {
 		iv[b] = Interval{NotLive, NotLive}
 	}
@@ -156,15 +170,15 @@ func Analyze(events []Event, nbuf int, initial []int32, size func(int32) int64) 
 	var cur int64
 	for i, b := range initial {
 		if b < 0 || int(b) >= nbuf {
-			return nil, fmt.Errorf("liveness: initial buffer %d (initial[%d]) is out of range [0, %d)", b, i, nbuf)
+			return fmt.Errorf("liveness: initial buffer %d (initial[%d]) is out of range [0, %d)", b, i, nbuf)
 		}
 		if iv[b].Start != NotLive {
 			j := slices.Index(initial, b)
-			return nil, fmt.Errorf("liveness: initial buffer %d is listed twice (initial[%d] and initial[%d])", b, j, i)
+			return fmt.Errorf("liveness: initial buffer %d is listed twice (initial[%d] and initial[%d])", b, j, i)
 		}
 		s := size(b)
 		if s < 0 {
-			return nil, fmt.Errorf("liveness: initial buffer %d (initial[%d]) has negative size %d", b, i, s)
+			return fmt.Errorf("liveness: initial buffer %d (initial[%d]) has negative size %d", b, i, s)
 		}
 		iv[b] = Interval{-1, n}
 		sizes[b] = s
@@ -180,25 +194,25 @@ func Analyze(events []Event, nbuf int, initial []int32, size func(int32) int64) 
 			if e.Free {
 				what = "frees"
 			}
-			return nil, fmt.Errorf("liveness: event %d %s buffer %d, which is out of range [0, %d)", i, what, b, nbuf)
+			return fmt.Errorf("liveness: event %d %s buffer %d, which is out of range [0, %d)", i, what, b, nbuf)
 		}
 		r := &iv[b]
 		if e.Free {
 			if r.Start == NotLive || r.End != n {
-				return nil, fmt.Errorf("liveness: event %d frees buffer %d, which is not live (%s)", i, b, history(*r, n))
+				return fmt.Errorf("liveness: event %d frees buffer %d, which is not live (%s)", i, b, history(*r, n))
 			}
 			r.End = i
 			cur -= sizes[b]
 		} else {
 			if r.Start != NotLive {
 				if r.End == n {
-					return nil, fmt.Errorf("liveness: event %d allocates buffer %d, which is live (%s)", i, b, history(*r, n))
+					return fmt.Errorf("liveness: event %d allocates buffer %d, which is live (%s)", i, b, history(*r, n))
 				}
-				return nil, fmt.Errorf("liveness: event %d allocates buffer %d again (%s): buffers are not reused", i, b, history(*r, n))
+				return fmt.Errorf("liveness: event %d allocates buffer %d again (%s): buffers are not reused", i, b, history(*r, n))
 			}
 			s := size(b)
 			if s < 0 {
-				return nil, fmt.Errorf("liveness: event %d allocates buffer %d with negative size %d", i, b, s)
+				return fmt.Errorf("liveness: event %d allocates buffer %d with negative size %d", i, b, s)
 			}
 			*r = Interval{i, n}
 			sizes[b] = s
@@ -210,7 +224,16 @@ func Analyze(events []Event, nbuf int, initial []int32, size func(int32) int64) 
 		}
 	}
 	a.Peak, a.PeakAt = peak, peakAt
-	return a, nil
+	return nil
+}
+
+// grow returns s resliced to n elements, or a new slice when s has not the
+// room; the elements' values are whatever s held.
+func grow[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	return s[:n]
 }
 
 // history describes, for an error, what the events so far did to a buffer

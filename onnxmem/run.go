@@ -18,7 +18,9 @@ import (
 // made: Run panics on one whose events are not balanced, a broken invariant,
 // and on a scenario whose allocator options Supported refuses.
 func Run(p *schedule.Program, sc Scenario) *Result {
-	r, _ := run(p, sc, nil, nil)
+	s := scratches.Get().(*scratch)
+	defer scratches.Put(s)
+	r, _ := runInto(s, p, sc, nil, nil)
 	return r
 }
 
@@ -59,10 +61,25 @@ func (m *Model) Timeline(sc Scenario) (*Result, []Sample, error) {
 // thousands of blocks, and a reset allocator has room for them.
 var allocators = sync.Pool{New: func() any { return allocator.New() }}
 
+// scratch is the memory of one replay's liveness analysis, kept for the
+// next: a Result does not refer to it.
+type scratch struct {
+	an      liveness.Analysis
+	ev      []liveness.Event
+	initial []int32
+}
+
+var scratches = sync.Pool{New: func() any { return new(scratch) }}
+
 // run replays p as Run says, calling begin with the allocator just before
 // the measured step and observe after each of its events, and returns the
 // Result with the liveness analysis of the step.
 func run(p *schedule.Program, sc Scenario, begin func(*allocator.Allocator), observe func(int, allocator.Stats)) (*Result, *liveness.Analysis) {
+	return runInto(new(scratch), p, sc, begin, observe)
+}
+
+// runInto is run with the analysis made in s's memory.
+func runInto(s *scratch, p *schedule.Program, sc Scenario, begin func(*allocator.Allocator), observe func(int, allocator.Stats)) (*Result, *liveness.Analysis) {
 	conf, err := sc.allocConfig()
 	if err != nil {
 		panic(fmt.Sprintf("onnxmem: Run of a scenario that Supported refuses: %v", err))
@@ -160,7 +177,7 @@ func run(p *schedule.Program, sc Scenario, begin func(*allocator.Allocator), obs
 	st := a.Stats()
 	r.Peak, r.PeakRequested, r.PeakReserved, r.OOM = st.PeakAllocated, st.PeakRequested, st.PeakReserved, oom
 	r.ReservedAfter = st.Reserved
-	an := analyze(p, conf)
+	an := s.analyze(p, conf)
 	if peakAt >= 0 {
 		e := p.Events[peakAt]
 		r.PeakEvent = peakAt
@@ -178,23 +195,23 @@ func run(p *schedule.Program, sc Scenario, begin func(*allocator.Allocator), obs
 // program's buffers, with the resident buffers, the input and the warm-up's
 // workspaces live before the first event, each buffer its request rounded
 // to the allocator's blocks.
-func analyze(p *schedule.Program, conf allocator.Config) *liveness.Analysis {
-	ev := make([]liveness.Event, len(p.Events))
-	for i, e := range p.Events {
-		ev[i] = liveness.Event{Buf: e.Buf, Free: e.Free}
+func (s *scratch) analyze(p *schedule.Program, conf allocator.Config) *liveness.Analysis {
+	ev := s.ev[:0]
+	for _, e := range p.Events {
+		ev = append(ev, liveness.Event{Buf: e.Buf, Free: e.Free})
 	}
-	initial := append([]int32{}, p.Resident...)
+	initial := append(s.initial[:0], p.Resident...)
 	if p.Input >= 0 {
 		initial = append(initial, p.Input)
 	}
 	initial = append(initial, p.Carried...)
 	initial = append(initial, p.Once...)
+	s.ev, s.initial = ev, initial
 	size := func(b int32) int64 { return conf.RoundSize(p.Buffers[b].Bytes) }
-	an, err := liveness.Analyze(ev, len(p.Buffers), initial, size)
-	if err != nil {
+	if err := liveness.AnalyzeInto(&s.an, ev, len(p.Buffers), initial, size); err != nil {
 		panic(fmt.Sprintf("onnxmem: schedule built a broken program: %v", err))
 	}
-	return an
+	return &s.an
 }
 
 // atPeak lists the buffers alive after event at of the step: the MaxAtPeak
