@@ -60,15 +60,21 @@ func (f *flagSet) parse(args []string, stdout, stderr io.Writer) (pos []string, 
 			return nil, f.usageError(stderr, "%v", err), false
 		}
 		rest := f.Args()
-		if len(rest) == 0 {
-			return pos, 0, true
-		}
-		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
+		if len(rest) == 0 || len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
+			if f.on("json") && f.on("csv") {
+				return nil, f.usageError(stderr, "-json and -csv: give one"), false
+			}
 			return append(pos, rest...), 0, true
 		}
 		pos = append(pos, rest[0])
 		args = rest[1:]
 	}
+}
+
+// on reports whether the boolean flag name exists and is true.
+func (f *flagSet) on(name string) bool {
+	fl := f.Lookup(name)
+	return fl != nil && fl.Value.String() == "true"
 }
 
 // usageError reports a usage error and returns exit code 2.

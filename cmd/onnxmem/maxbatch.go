@@ -14,7 +14,7 @@ import (
 func cmdMaxBatch(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	f := newFlagSet("maxbatch",
 		"onnxmem maxbatch [-img N] [-budget GiB | -device NAME] [-limit N | -for-batch N] [-amp|-half] [-segments K] [-alloc-conf OPTS]\n"+
-			"                        [-train [-boxes N] [-optimizer NAME] [-ema=false]] [-json] MODEL.onnx",
+			"                        [-train [-boxes N] [-optimizer NAME] [-ema=false]] [-json|-csv] MODEL.onnx",
 		"Maxbatch finds the largest batch size, up to -limit, whose step fits: the model\n"+
 			"step (fp32 unless -amp or -half, checkpointed with -segments) or with -train a\n"+
 			"full training step of train_dual.py. A step fits when it runs to its end under\n"+
@@ -25,13 +25,15 @@ func cmdMaxBatch(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 			"what torch.cuda.set_per_process_memory_fraction sets.\n\n"+
 			"With -for-batch N it answers another question: the fewest checkpoint segments\n"+
 			"with which batch N fits. It tries 0, 2, 3, 4, 6, 8, 12, 16, … segments and the\n"+
-			"number of top-level layers, the other settings as given.",
+			"number of top-level layers, the other settings as given.\n\n"+
+			"-csv writes the answer as one CSV row (the -json fields, a result's prefixed\n"+
+			"with result.), or with -for-batch one row for each segment count tried.",
 		"onnxmem maxbatch -device a100-40 -amp yolov9-c")
 	img, set, train := f.imgFlag(), f.settingFlags(), f.trainFlags()
 	limits := f.limitFlags()
 	limit := f.positive("limit", 1024, "largest batch `size` to consider")
 	forBatch := f.Int64("for-batch", 0, "find the fewest checkpoint segments with which batch `N` fits, instead of the largest batch")
-	asJSON := f.jsonFlag()
+	asJSON, asCSV := f.jsonFlag(), f.csvFlag()
 	f.familyFlag()
 	path, code, ok := f.parseModel(args, false, stdout, stderr)
 	if !ok {
@@ -60,7 +62,7 @@ func cmdMaxBatch(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		return fail(stderr, err)
 	}
 	if *forBatch > 0 {
-		return forBatchCmd(m, c, st, *forBatch, *img, *asJSON, stdout, stderr)
+		return forBatchCmd(m, c, st, *forBatch, *img, *asJSON, *asCSV, stdout, stderr)
 	}
 	var n int64
 	var r *onnxmem.Result
@@ -68,12 +70,15 @@ func cmdMaxBatch(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(stderr, err)
 	}
-	if *asJSON {
+	if *asJSON || *asCSV {
 		js := maxBatchJSON{Model: m.Name, Limit: *limit, MaxBatch: n}
 		c.setJSON(&js.Budget, &js.Device)
 		if r != nil {
 			rj := newResultJSON(r, false)
 			js.Result = &rj
+		}
+		if *asCSV {
+			return exit(stderr, writeCSV(stdout, []maxBatchJSON{js}))
 		}
 		return exit(stderr, writeJSON(stdout, js))
 	}
@@ -96,7 +101,7 @@ func cmdMaxBatch(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 
 // forBatchCmd answers maxbatch -for-batch: the fewest checkpoint segments,
 // of segmentCandidates, with which the batch fits.
-func forBatchCmd(m *onnxmem.Model, c fitCriterion, st setting, batch, img int64, asJSON bool, stdout, stderr io.Writer) int {
+func forBatchCmd(m *onnxmem.Model, c fitCriterion, st setting, batch, img int64, asJSON, asCSV bool, stdout, stderr io.Writer) int {
 	ks := segmentCandidates(m.Layers())
 	rs := make([]*onnxmem.Result, len(ks))
 	fits := make([]bool, len(ks))
@@ -111,7 +116,7 @@ func forBatchCmd(m *onnxmem.Model, c fitCriterion, st setting, batch, img int64,
 		return fail(stderr, err)
 	}
 	first := slices.Index(fits, true) // the first that fits
-	if asJSON {
+	if asJSON || asCSV {
 		js := forBatchJSON{Model: m.Name, Batch: batch}
 		c.setJSON(&js.Budget, &js.Device)
 		for i, r := range rs {
@@ -121,6 +126,9 @@ func forBatchCmd(m *onnxmem.Model, c fitCriterion, st setting, batch, img int64,
 				js.Segments, js.Result = &ks[i], &rj
 				break
 			}
+		}
+		if asCSV {
+			return exit(stderr, writeCSV(stdout, js.Tried))
 		}
 		return exit(stderr, writeJSON(stdout, js))
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/csv"
 	"encoding/json"
 	"encoding/xml"
 	"errors"
@@ -13,6 +14,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/onnxmem/onnxmem/onnxmem"
 )
 
@@ -68,6 +70,10 @@ func TestGolden(t *testing.T) {
 		{"knobs-s.csv", []string{"knobs", "-batch", "8", "-budget", "2.5", "-csv", m}},
 		{"explain-s.csv", []string{"explain", "-batch", "8", "-csv", m}},
 		{"run-s.csv", []string{"run", "-batch", "4", "-epochs", "1", "-iters", "2", "-val-images", "8", "-csv", m}},
+		{"maxbatch-rtx4090-amp-s.csv", []string{"maxbatch", "-device", "rtx4090", "-amp", "-csv", m}},
+		{"maxbatch-rtx4090-for128-s.csv", []string{"maxbatch", "-device", "rtx4090", "-for-batch", "128", "-csv", m}},
+		{"plan-s.csv", []string{"plan", "-batch", "8", "-amp", "-budget", "2", "-csv", m}},
+		{"report-s.csv", []string{"report", "-batches", "1,8", "-batch", "8", "-csv", m}},
 		{"plan-s.txt", []string{"plan", "-batch", "8", "-amp", "-budget", "2", m}},
 		{"plan-s.json", []string{"plan", "-batch", "8", "-amp", "-budget", "2", "-json", m}},
 		{"sweep-ckpt-s.txt", []string{"sweep", "-batches", "1,8", "-checkpoint", "0-3,5-9", m}},
@@ -406,5 +412,35 @@ func TestSearchLimit(t *testing.T) {
 		if got := batchLimit(tc.n); got != tc.want {
 			t.Errorf("batchLimit(%d) = %q, want %q", tc.n, got, tc.want)
 		}
+	}
+}
+
+// TestTimelineCSV checks that timeline -csv writes the samples of -json,
+// one row an event, under a header.
+func TestTimelineCSV(t *testing.T) {
+	m := smallModel(t)
+	code, out, stderr := runCmd(t, "", "timeline", "-batch", "2", "-csv", m)
+	if code != 0 || stderr != "" {
+		t.Fatalf("timeline -csv: exit code %d, stderr %q", code, stderr)
+	}
+	rows, err := csv.NewReader(strings.NewReader(out)).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, js, stderr := runCmd(t, "", "timeline", "-batch", "2", "-json", m)
+	if code != 0 || stderr != "" {
+		t.Fatalf("timeline -json: exit code %d, stderr %q", code, stderr)
+	}
+	var tl timelineJSON
+	if err := json.Unmarshal([]byte(js), &tl); err != nil {
+		t.Fatal(err)
+	}
+	want := [][]string{{"event", "phase", "allocated", "requested", "reserved", "live"}}
+	for _, s := range tl.Samples {
+		want = append(want, []string{strconv.Itoa(s.Event), s.Phase, strconv.FormatInt(s.Allocated, 10),
+			strconv.FormatInt(s.Requested, 10), strconv.FormatInt(s.Reserved, 10), strconv.FormatInt(s.Live, 10)})
+	}
+	if diff := cmp.Diff(want, rows); diff != "" {
+		t.Errorf("timeline -csv differs from -json's samples (-json +csv):\n%s", diff)
 	}
 }

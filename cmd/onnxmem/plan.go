@@ -11,7 +11,7 @@ import (
 func cmdPlan(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	f := newFlagSet("plan",
 		"onnxmem plan [-batch N] [-img N] [-budget GiB | -device NAME|SIZE] [-amp|-half] [-train [-boxes N] [-optimizer NAME] [-ema=false]]\n"+
-			"             [-alloc-conf OPTS] [-json] MODEL.onnx",
+			"             [-alloc-conf OPTS] [-json|-csv] MODEL.onnx",
 		"Plan finds the checkpoint plan that lets the step fit with the fewest\n"+
 			"recomputed FLOPs: the ranges of top-level layers to run under\n"+
 			"torch.utils.checkpoint.checkpoint(use_reentrant=False). It fits in the same sense\n"+
@@ -20,12 +20,13 @@ func cmdPlan(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 			"checkpoint_sequential's plans and one range per layer as the start, then a\n"+
 			"descent that takes layers out while the step fits (onnxmem.Model.MakePlan). Feed\n"+
 			"the plan back with -checkpoint wherever a command takes a step. A limit no plan\n"+
-			"meets is an error that says the lowest peak reachable.",
+			"meets is an error that says the lowest peak reachable. -csv writes the -json\n"+
+			"fields as one CSV row, the plan as its -checkpoint ranges.",
 		"onnxmem plan -batch 16 -amp -train -budget 12 yolov9-c")
 	batch := f.positive("batch", 16, "batch `size`")
 	img, set := f.imgFlag(), f.stepFlags()
 	limits := f.limitFlags()
-	asJSON := f.jsonFlag()
+	asJSON, asCSV := f.jsonFlag(), f.csvFlag()
 	f.familyFlag()
 	m, code, ok := f.parseAndLoad(args, stdout, stderr)
 	if !ok {
@@ -75,7 +76,7 @@ func cmdPlan(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 			bestK, bestKFLOPs = k, cost.Recompute
 		}
 	}
-	if *asJSON {
+	if *asJSON || *asCSV {
 		js := planJSON{Model: m.Name, Limit: c.limit(), Device: deviceName(c.device), Plan: [][2]int{}, Peak: p.Result.Peak,
 			PeakReserved: p.Result.PeakReserved, RecomputeFLOPs: p.RecomputeFLOPs, ForwardFLOPs: p.ForwardFLOPs,
 			Fits: p.Fits, Checkpoint: rangesFlag(p.Ranges), Simulations: p.Simulations}
@@ -84,6 +85,9 @@ func cmdPlan(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		}
 		if bestK > 0 {
 			js.BestSequential = &sequentialJSON{Segments: bestK, RecomputeFLOPs: bestKFLOPs}
+		}
+		if *asCSV {
+			return exit(stderr, writeCSV(stdout, []planJSON{js}))
 		}
 		return exit(stderr, writeJSON(stdout, js))
 	}

@@ -72,3 +72,50 @@ func TestReadmeOutputs(t *testing.T) {
 		t.Errorf("%d README blocks checked: the README's outputs lost their commands", checked)
 	}
 }
+
+// TestReadmeSyntax checks each command's synopsis in the README's sh
+// blocks (a line "onnxmem CMD [..." and the indented lines that continue
+// it) against the usage lines that CMD -h prints.
+func TestReadmeSyntax(t *testing.T) {
+	data, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(string(data), "\n")
+	synopsis := regexp.MustCompile(`^onnxmem ([a-z-]+) \[`)
+	inSh, checked := false, 0
+	for i := 0; i < len(lines); i++ {
+		if strings.HasPrefix(lines[i], "```") {
+			inSh = lines[i] == "```sh"
+			continue
+		}
+		m := synopsis.FindStringSubmatch(lines[i])
+		if !inSh || m == nil || m[1] == "help" { // help has no flags
+			continue
+		}
+		got := []string{lines[i]}
+		for i+1 < len(lines) && strings.HasPrefix(lines[i+1], "  ") && !strings.HasPrefix(strings.TrimSpace(lines[i+1]), "onnxmem") {
+			i++
+			got = append(got, strings.TrimSpace(lines[i]))
+		}
+		code, stdout, _ := runCmd(t, "", m[1], "-h")
+		if code != 0 {
+			t.Fatalf("%s -h: exit code %d", m[1], code)
+		}
+		usage := strings.Split(strings.TrimPrefix(stdout, "usage: "), "\n")
+		want := []string{usage[0]}
+		for _, l := range usage[1:] {
+			if !strings.HasPrefix(l, "   ") {
+				break
+			}
+			want = append(want, strings.TrimSpace(l))
+		}
+		if strings.Join(got, "\n") != strings.Join(want, "\n") {
+			t.Errorf("README's synopsis of %s:\n%s\n-h says:\n%s", m[1], strings.Join(got, "\n"), strings.Join(want, "\n"))
+		}
+		checked++
+	}
+	if checked < 5 {
+		t.Errorf("checked %d synopses in the README; it lists more", checked)
+	}
+}

@@ -2,8 +2,10 @@ package main
 
 import (
 	"cmp"
+	"encoding/csv"
 	"fmt"
 	"io"
+	"reflect"
 	"strconv"
 	"text/tabwriter"
 
@@ -40,13 +42,13 @@ var detailSetting = setting{AMP: true}
 
 func cmdReport(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	f := newFlagSet("report",
-		"onnxmem report [-img N] [-batches LIST] [-batch N] [-train [-boxes N] [-optimizer NAME] [-ema=false]] [-alloc-conf OPTS] [-json] [-v] [MODEL.onnx]",
-		"Report predicts the peak of the model step (with -train, the full train_dual.py\nstep) at common batch sizes in fp32 and AMP, each without checkpointing and\nwith 2 and 4 checkpoint segments; finds the largest batch of each that fits an\nRTX 4090 and an A100 of 40 and 80 GB (the profiles rtx4090, a100-40 and a100-80\nof onnxmem devices); and explains the AMP peak at one batch size: where it\nfalls, the largest tensors alive then and the totals by kind. MODEL.onnx is an\nONNX file or the name of a built-in model (onnxmem models lists them); without\nit, report uses the built-in "+onnxmem.DefaultModel+", which needs no file.",
+		"onnxmem report [-img N] [-batches LIST] [-batch N] [-train [-boxes N] [-optimizer NAME] [-ema=false]] [-alloc-conf OPTS] [-json|-csv] [-v] [MODEL.onnx]",
+		"Report predicts the peak of the model step (with -train, the full train_dual.py\nstep) at common batch sizes in fp32 and AMP, each without checkpointing and\nwith 2 and 4 checkpoint segments; finds the largest batch of each that fits an\nRTX 4090 and an A100 of 40 and 80 GB (the profiles rtx4090, a100-40 and a100-80\nof onnxmem devices); and explains the AMP peak at one batch size: where it\nfalls, the largest tensors alive then and the totals by kind. MODEL.onnx is an\nONNX file or the name of a built-in model (onnxmem models lists them); without\nit, report uses the built-in "+onnxmem.DefaultModel+", which needs no file.\n-csv writes one row for each setting and batch size: the setting, its largest\nbatch on each card (max_batch.CARD) and the prediction's -json fields.",
 		"onnxmem report -train -img 512 yolov9-s")
 	img, batches := f.imgFlag(), f.batchesFlag()
 	batch := f.positive("batch", 16, "batch `size` whose AMP peak is explained in detail")
 	train, conf := f.trainFlags(), f.allocConfFlag()
-	asJSON, verbose := f.jsonFlag(), f.verboseFlag()
+	asJSON, asCSV, verbose := f.jsonFlag(), f.csvFlag(), f.verboseFlag()
 	f.familyFlag()
 	path, code, ok := f.parseModel(args, true, stdout, stderr)
 	if !ok {
@@ -77,12 +79,42 @@ func cmdReport(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	if err := rep.simulate(m, *img, *batches, *batch, stderr, *verbose); err != nil {
 		return fail(stderr, err)
 	}
-	if *asJSON {
+	switch {
+	case *asJSON:
 		err = writeJSON(stdout, rep.json())
-	} else {
+	case *asCSV:
+		err = rep.writeCSV(stdout)
+	default:
 		err = rep.print(stdout)
 	}
 	return exit(stderr, err)
+}
+
+// writeCSV writes the report as one table: a row for each setting and
+// batch size, with the setting's largest batch on each card.
+func (rep *report) writeCSV(w io.Writer) error {
+	js := rep.json()
+	header := []string{"setting"}
+	for _, d := range js.Devices {
+		header = append(header, "max_batch."+d.Name)
+	}
+	rt := reflect.TypeOf(resultJSON{})
+	columns(rt, "", func(name string, _ []int) { header = append(header, name) })
+	cw := csv.NewWriter(w)
+	cw.Write(header)
+	for _, s := range js.Settings {
+		for _, r := range s.Results {
+			rec := []string{s.Name}
+			for _, n := range s.MaxBatch {
+				rec = append(rec, strconv.FormatInt(n, 10))
+			}
+			v := reflect.ValueOf(r)
+			columns(rt, "", func(_ string, path []int) { rec = append(rec, cell(v, path)) })
+			cw.Write(rec)
+		}
+	}
+	cw.Flush()
+	return cw.Error()
 }
 
 type report struct {

@@ -10,12 +10,12 @@ import (
 
 func cmdTimeline(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	f := newFlagSet("timeline",
-		"onnxmem timeline [-batch N] [-img N] [-amp|-half] [-segments K] [-alloc-conf OPTS] [-json] [-svg FILE] [-snapshot FILE.pickle] MODEL.onnx",
-		"Timeline replays the measured model step (fp32 unless -amp or -half,\ncheckpointed with -segments) and summarizes memory over it:\nbefore the step (m0), after the forward, the peak and where it falls, after the\nbackward. -svg plots allocated and reserved memory against the event index with\nthe phases shaded and the peak marked; -json writes the summary and every sample;\n-snapshot writes the step as torch.cuda.memory._dump_snapshot() does, for PyTorch's\nmemory_viz (python -m torch.cuda._memory_viz trace_plot FILE.pickle -o out.html).",
+		"onnxmem timeline [-batch N] [-img N] [-amp|-half] [-segments K] [-alloc-conf OPTS] [-json|-csv] [-svg FILE] [-snapshot FILE.pickle] MODEL.onnx",
+		"Timeline replays the measured model step (fp32 unless -amp or -half,\ncheckpointed with -segments) and summarizes memory over it:\nbefore the step (m0), after the forward, the peak and where it falls, after the\nbackward. -svg plots allocated and reserved memory against the event index with\nthe phases shaded and the peak marked; -json writes the summary and every sample;\n-csv writes the samples, one row an event;\n-snapshot writes the step as torch.cuda.memory._dump_snapshot() does, for PyTorch's\nmemory_viz (python -m torch.cuda._memory_viz trace_plot FILE.pickle -o out.html).",
 		"onnxmem timeline -batch 16 -svg step.svg yolov9-s")
 	batch := f.positive("batch", 8, "batch `size`")
 	img, set := f.imgFlag(), f.settingFlags()
-	asJSON, svg := f.jsonFlag(), f.svgFlag("the plot of memory over the step")
+	asJSON, asCSV, svg := f.jsonFlag(), f.csvFlag(), f.svgFlag("the plot of memory over the step")
 	snapshot := f.String("snapshot", "", "write the step's allocator history as a PyTorch memory snapshot to `FILE.pickle`")
 	f.familyFlag()
 	m, code, ok := f.parseAndLoad(args, stdout, stderr)
@@ -44,13 +44,17 @@ func cmdTimeline(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	if err := writeSVG(*svg, timelinePlot(m.Name, r, samples, spans)); err != nil {
 		return fail(stderr, err)
 	}
-	if *asJSON {
+	if *asJSON || *asCSV {
 		js := timelineJSON{Model: m.Name, Result: newResultJSON(r, true), Phases: spans,
 			Samples: make([]sampleJSON, len(samples))}
 		for i, s := range samples {
 			js.Samples[i] = sampleJSON(s)
 		}
-		err = writeJSON(stdout, js)
+		if *asCSV {
+			err = writeCSV(stdout, js.Samples)
+		} else {
+			err = writeJSON(stdout, js)
+		}
 	} else {
 		err = printTimeline(stdout, m.Name, r, spans)
 	}
