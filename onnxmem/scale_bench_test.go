@@ -29,11 +29,10 @@ func millionNodes(b *testing.B) []byte {
 
 // BenchmarkMillionNodes loads and simulates a model step of a
 // 1,000,000-node graph and reports the Go heap after it. Measured on this
-// 2-core machine: 4.4 GiB (about 4.5 KiB a node, bounded by the graph's
-// size) and 55 s. The time is not linear (25,000 blocks take 1.6 s, 50,000
-// 4.3 s): a chain of 250,000 saved 1 KiB activations fills the small pool
-// with as many free blocks, and its sorted slice moves them on every insert;
-// real networks keep pools of about a hundred blocks. Larger graphs than
+// 2-core machine: 3.4 GiB (about 3.5 KiB a node, bounded by the graph's
+// size) and 33 s, linear in the nodes now that the allocator's free pools
+// are bucketed by size (a chain of 250,000 saved 1 KiB activations left as
+// many free blocks in one sorted slice, and 55 s). Larger graphs than
 // ir.MaxNodes (1,048,576 nodes) are refused before their nodes are decoded,
 // so that no file makes the simulation take more memory than this.
 func BenchmarkMillionNodes(b *testing.B) {
