@@ -25,6 +25,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -556,19 +557,49 @@ func (m *Model) Simulate(sc Scenario) (*Result, error) {
 	return Run(p, sc), nil
 }
 
-// Sweep predicts a scenario at each batch size, in the order given.
-// progress, when not nil, is called after each one.
+// Sweep predicts a scenario at each batch size; the results are in the
+// order given. The batch sizes are simulated on up to GOMAXPROCS goroutines
+// at once. progress, when not nil, is called after each one, from one
+// goroutine at a time, with the number done so far. On errors it returns
+// the one of the earliest batch size in the list.
 func (m *Model) Sweep(sc Scenario, batches []int64, progress func(done, total int)) ([]*Result, error) {
-	out := make([]*Result, 0, len(batches))
-	for i, bs := range batches {
-		sc.Batch = bs
-		r, err := m.Simulate(sc)
+	out := make([]*Result, len(batches))
+	errs := make([]error, len(batches))
+	var mu sync.Mutex
+	done, next := 0, 0
+	work := func() {
+		for {
+			mu.Lock()
+			i := next
+			next++
+			mu.Unlock()
+			if i >= len(batches) {
+				return
+			}
+			s := sc
+			s.Batch = batches[i]
+			out[i], errs[i] = m.Simulate(s)
+			mu.Lock()
+			done++
+			if progress != nil {
+				progress(done, len(batches))
+			}
+			mu.Unlock()
+		}
+	}
+	var wg sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), len(batches)) - 1 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			work()
+		}()
+	}
+	work()
+	wg.Wait()
+	for _, err := range errs {
 		if err != nil {
 			return nil, err
-		}
-		out = append(out, r)
-		if progress != nil {
-			progress(i+1, len(batches))
 		}
 	}
 	return out, nil
