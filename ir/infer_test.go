@@ -244,6 +244,14 @@ func TestOpRules(t *testing.T) {
 			dims: map[string][]int64{"a": {2, 3}, "b": {1, 2, 3}, "c": {}, "d": {4, 2, 3}},
 		},
 		{
+			name: "reducemean over H and W (opset 17 attribute), as x.mean([2, 3])",
+			build: func() *model {
+				return newModel(17).input("x", Float32, 4, 8, 7, 7).
+					node("ReduceMean", "m", "x", "a", onnxbuild.IntsAttr("axes", 2, 3), onnxbuild.IntAttr("keepdims", 0))
+			},
+			dims: map[string][]int64{"a": {4, 8}},
+		},
+		{
 			name: "reducesum opset 12",
 			build: func() *model {
 				return newModel(12).input("x", Float32, 4, 2, 3).

@@ -63,7 +63,7 @@ var opKinds = map[string]opKind{
 	"BatchNormalization": opBatchNorm, "Cast": opCast, "Concat": opConcat, "Constant": opConstant,
 	"ConstantOfShape": opConstantOfShape, "Conv": opConv, "MaxPool": opPool, "AveragePool": opPool,
 	"Dropout": opDropout, "Flatten": opFlatten, "Gemm": opGemm, "GlobalAveragePool": opGlobalPool,
-	"Expand": opExpand, "Gather": opGather, "Range": opRange, "ReduceSum": opReduceSum,
+	"Expand": opExpand, "Gather": opGather, "Range": opRange, "ReduceSum": opReduceSum, "ReduceMean": opReduceSum,
 	"Reshape": opReshape, "Resize": opResize, "Shape": opShape, "Slice": opSlice, "Split": opSplit,
 	"Squeeze": opSqueeze, "Transpose": opTranspose, "Unsqueeze": opUnsqueeze,
 }
@@ -577,7 +577,8 @@ func (c *inferer) outSize(padded, span, s int64, ceil bool, in int64) int64 {
 	return (padded-span)/s + 1
 }
 
-// reduceSum removes, or keeps as 1, the reduced axes.
+// reduceSum removes, or keeps as 1, the reduced axes (ReduceSum and
+// ReduceMean).
 func (c *inferer) reduceSum() {
 	x := c.dims(0)
 	axes, ok := c.axes()

@@ -159,3 +159,22 @@ func TestDepthwiseOrder(t *testing.T) {
 		diff(t, c.prec.String(), got[:2], c.want)
 	}
 }
+
+// TestMeanPool checks x.mean([2, 3]), how shufflenet and mnasnet pool
+// (ReduceMean, keepdims 0): like adaptive_avg_pool2d to 1×1 it allocates
+// its output and saves nothing, and its backward (mean_backward: the
+// gradient expanded, divided by the count) makes a gradient of the input's
+// size.
+func TestMeanPool(t *testing.T) {
+	b := onnxbuild.New("meanpool")
+	x := b.Input("x", 3)
+	r := b.Module("relu").Op("Relu", b.Module("conv").Conv(x, 8, 3, 1))
+	m := b.Module("pool").Op("ReduceMean", r, onnxbuild.IntsAttr("axes", 2, 3), onnxbuild.IntAttr("keepdims", 0))
+	b.Output(b.Module("fc").Linear(m, 4))
+	g := load(t, b)
+	p := program(t, g, 2, schedule.Config{})
+	fwd := events(p, 0, p.ForwardEnd, atNode(p, "/pool/ReduceMean"))
+	bwd := events(p, p.BackwardStart, p.BackwardEnd, atNode(p, "/pool/ReduceMean"))
+	diff(t, "mean forward", fwd, []string{"+activation /pool/ReduceMean_output_0"})
+	diff(t, "mean backward", bwd, []string{"+grad /relu/Relu_output_0", "-grad /pool/ReduceMean_output_0"})
+}

@@ -20,7 +20,7 @@ const (
 	opSigmoid                     // sigmoid and relu: save the output
 	opSavesInput                  // hardswish, hardsigmoid: save the input
 	opDropout                     // native_dropout in training: saves a bool mask; dropout_ a float noise
-	opGlobalAvgPool               // adaptive_avg_pool2d to 1×1, which is mean over H, W: saves only sizes
+	opGlobalAvgPool               // mean over dims (adaptive_avg_pool2d to 1×1 is mean over H, W): saves only sizes
 	opGemm                        // addmm or mm (linear): saves the input and the weight
 	opMul                         // mul: saves each operand whose partner needs a gradient
 	opDiv                         // div: saves the divisor (and the output when the divisor needs a gradient)
@@ -98,6 +98,7 @@ var opRules = map[string]opRule{
 	"AveragePool":               {kind: opAvgPool, flops: poolFLOPs, saves: "input"},
 	"Resize":                    {kind: opResize, autocast: castFP32, flops: resizeFLOPs, saves: "nothing (nearest)"},
 	"ReduceSum":                 {kind: opReduceSum, autocast: castFP32, flops: reduceFLOPs, saves: "nothing (the input's sizes)"},
+	"ReduceMean":                {kind: opGlobalAvgPool, flops: reduceFLOPs, saves: "nothing (the input's sizes): x.mean(dims), as shufflenet and mnasnet pool"},
 	"Softmax":                   {kind: opSoftmax, autocast: castFP32, flops: softmaxFLOPs, saves: "result"},
 	"Slice":                     {kind: opView, flops: free, saves: "nothing: a view"},
 	"Split":                     {kind: opView, flops: free, saves: "nothing: views"},

@@ -58,6 +58,7 @@ func TestOpFLOPs(t *testing.T) {
 		{node("BatchNormalization", []ir.ValueID{3}, 3), 2 * outs},
 		{node("MaxPool", []ir.ValueID{0}, 3, ir.Attr{Name: "kernel_shape", Kind: ir.AttrInts, Ints: []int64{2, 2}}), 4 * outs},
 		{node("ReduceSum", []ir.ValueID{0}, 2), 2 * 4 * 8 * 8},
+		{node("ReduceMean", []ir.ValueID{0}, 4), 2 * 4 * 8 * 8},
 		{node("Softmax", []ir.ValueID{3}, 3), 5 * outs},
 		{node("Resize", []ir.ValueID{0}, 3), 0},
 		{node("Resize", []ir.ValueID{0}, 3, ir.Attr{Name: "mode", Kind: ir.AttrString, Str: "linear"}), outs},
