@@ -56,6 +56,10 @@ type Family interface {
 	// Loop returns what the family's training script does around its steps
 	// in a whole run, for the graph g, or nil when it has none.
 	Loop(g *ir.Graph) *schedule.Loop
+	// Unseen returns what the model moves to the device on load beyond the
+	// graph's initializers, for a graph with these outputs, in the order
+	// it moves them.
+	Unseen(outs []schedule.Output) []schedule.Unseen
 }
 
 // all are the families, in the order Detect tries them: the generic family,

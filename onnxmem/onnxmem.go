@@ -765,6 +765,82 @@ func (m *Model) Parameters() (int64, error) {
 	return n, nil
 }
 
+// Footprint is what a model holds on the device once it is loaded
+// (model.to('cuda')), before any step, as PyTorch reports it.
+type Footprint struct {
+	// Params is sum(p.numel() for p in model.parameters()), frozen ones
+	// included; ParamBytes their bytes.
+	Params, ParamBytes int64
+	// BufferBytes is the bytes of model.buffers(): batch norms' running
+	// statistics and their num_batches_tracked (an int64 each).
+	BufferBytes int64
+	// Allocated is torch.cuda.memory_allocated() after the move: every
+	// tensor in a block of its own, its size rounded up by the caching
+	// allocator.
+	Allocated int64
+}
+
+// Footprint returns what the model holds on the device once loaded: the
+// graph's initializers in the order the exporters list them (the
+// state_dict's), each batch norm's num_batches_tracked, and what the
+// family knows the graph does not show (a YOLOv9 head's fixed DFL weights
+// and its stride tensor), each moved to the device as PyTorch's
+// Module._apply moves them, one allocation a tensor. Of the scenario it
+// reads only Family and AllocConf; the other fields are ignored.
+func (m *Model) Footprint(sc Scenario) (*Footprint, error) {
+	conf, err := sc.allocConfig()
+	if err != nil {
+		return nil, err
+	}
+	h, w := int64(64), int64(64)
+	if in := m.Graph.Inputs; len(in) > 0 {
+		if d := m.Graph.Values[in[0]].Dims; len(d) == 4 && d[2].Value > 0 && d[3].Value > 0 {
+			h, w = d[2].Value, d[3].Value // a fixed input size, such as a ViT's
+		}
+	}
+	p, err := m.Program(Scenario{Batch: 1, Height: h, Width: w, Family: sc.Family})
+	if err != nil {
+		return nil, err
+	}
+	pr, err := m.forScenario(sc)
+	if err != nil {
+		return nil, err
+	}
+	stats := make(map[ir.ValueID]bool) // the batch norms' running statistics
+	for i := range p.Graph.Nodes {
+		if n := &p.Graph.Nodes[i]; n.OpType == "BatchNormalization" && len(n.Inputs) == 5 {
+			stats[n.Inputs[3]], stats[n.Inputs[4]] = true, true
+		}
+	}
+	a := allocator.NewWithConfig(conf)
+	var f Footprint
+	for i, b := range p.Resident {
+		if p.ResidentRoles[i] != schedule.RoleModel {
+			continue
+		}
+		buf := p.Buffers[b]
+		a.Malloc(buf.Bytes)
+		if buf.Value == ir.NoValue || stats[buf.Value] {
+			f.BufferBytes += buf.Bytes
+			continue
+		}
+		f.ParamBytes += buf.Bytes
+		f.Params += p.Buffers[b].Bytes / int64(p.Graph.Values[buf.Value].DType.Size())
+	}
+	for _, u := range pr.fam.Unseen(p.Outputs) {
+		a.Malloc(u.Bytes)
+		switch {
+		case u.Param:
+			f.ParamBytes += u.Bytes
+			f.Params += u.Elems
+		case u.Buffer:
+			f.BufferBytes += u.Bytes
+		}
+	}
+	f.Allocated = a.Stats().Allocated
+	return &f, nil
+}
+
 // Sequential returns the layer ranges that
 // torch.utils.checkpoint.checkpoint_sequential checkpoints when it cuts n
 // layers into k segments: size = n / k, and the first k-1 chunks of size

@@ -134,7 +134,9 @@ type Program struct {
 	// Input is the input batch's buffer; it is allocated before the step starts.
 	Input int32
 	// Outputs are the graph's outputs as the forward returns them: their
-	// dims at this shape and their types under eager PyTorch.
+	// dims at the shape built and their types under eager PyTorch. (A
+	// program that onnxmem derives for another batch size from a build at
+	// the same image size keeps the build's.)
 	Outputs []Output
 	// Events are the step, from the first op of the forward to the last free.
 	Events []Event
@@ -166,6 +168,19 @@ type Program struct {
 	// it is alive from the start.
 	Once   []int32
 	OnceAt []int
+}
+
+// Unseen is a tensor that a model moves to the device when it loads and
+// that its training graph does not show: a frozen parameter that the
+// training forward does not use, or a plain tensor attribute that the
+// model's _apply moves with its parameters.
+type Unseen struct {
+	// Name is its attribute's path, such as "model.22.dfl.conv.weight".
+	Name         string
+	Elems, Bytes int64
+	// Param says model.parameters() lists it; Buffer says model.buffers()
+	// does; neither, it counts only in the allocated bytes.
+	Param, Buffer bool
 }
 
 // Role says what a resident buffer is.

@@ -18,6 +18,7 @@ func FuzzPredictLine(f *testing.F) {
 		`{"kind":"train_run","model":"yolov9-t","batch":2,"img":320,"events":[{"setup":{}},{"train":{"boxes_per_img":[1,2]}},{"val":{"batch":4,"img":320}},{"ckpt":{}}]}`,
 		`{"kind":"model_step","model":"yolov9-t","batch":2,"img":320,"checkpoint":[[0,3]]}`,
 		`{"kind":"model_step","model":"yolov9-t","batch":-1,"img":320}`,
+		`{"kind":"model","model":"gelan-t","family":"generic","alloc_conf":"expandable_segments:True"}`,
 		`not json`, `[1,2]`, `{}`,
 	} {
 		f.Add([]byte(s))

@@ -19,7 +19,7 @@ import (
 func cmdPredict(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	f := newFlagSet("predict",
 		"onnxmem predict [-root DIR] < SCENARIOS.jsonl",
-		"Predict reads scenarios as JSON Lines on stdin and writes one line for each\n(blank lines are skipped): the same object with \"predicted\" added, or with\n\"error\" when the scenario cannot be simulated. Model paths are relative to\n-root and stay inside it (no absolute path, no \"..\", no symbolic link out of\nit); a model that names no file there but a built-in model (onnxmem models)\nis that model, and \"model\": null means the built-in model of \"cfg\".\n\nKinds: model_step, train_step and eval_step (the ground truth's fields: batch,\nimg or img_h and img_w, amp, half, segments, nc, boxes_per_img (a number or each\nimage's count), optimizer, ema, trainer, prev_pred_alive,\n...), and max_batch with \"step\" and \"capacity_bytes\", the caching\nallocator's limit (int(f × total_memory) for set_per_process_memory_fraction(f)),\nwhich answers {\"max_batch\", and the step's figures at it}. A field that a kind\ndoes not take, or a value that is not simulated yet (a whole run, validation\nwith half false, ...), is an error that names it: never ignored.",
+		"Predict reads scenarios as JSON Lines on stdin and writes one line for each\n(blank lines are skipped): the same object with \"predicted\" added, or with\n\"error\" when the scenario cannot be simulated. Model paths are relative to\n-root and stay inside it (no absolute path, no \"..\", no symbolic link out of\nit); a model that names no file there but a built-in model (onnxmem models)\nis that model, and \"model\": null means the built-in model of \"cfg\".\n\nKinds: model_step, train_step and eval_step (the ground truth's fields: batch,\nimg or img_h and img_w, amp, half, segments, nc, boxes_per_img (a number or each\nimage's count), optimizer, ema, trainer, prev_pred_alive,\n...); max_batch with \"step\" and \"capacity_bytes\", the caching allocator's\nlimit (int(f × total_memory) for set_per_process_memory_fraction(f)), which\nanswers {\"max_batch\", and the step's figures at it}; train_run with \"events\"\n(setup, train, val and ckpt), which answers the run's peaks and the memory after\neach event; and model, what the model holds once loaded: {\"params\",\n\"param_bytes\", \"buffer_bytes\", \"alloc_after_load\", \"n_layers\"}. A field that\na kind does not take, or a value that onnxmem does not simulate, is an error\nthat names it: never ignored.",
 		"onnxmem predict -root ../shared < ../shared/groundtruth/calibration.jsonl")
 	root := f.String("root", ".", "`dir`ectory the scenarios' model paths are relative to")
 	pos, code, ok := f.parse(args, stdout, stderr)
@@ -116,14 +116,19 @@ var maxBatchFields = []string{"step", "capacity_bytes", "fraction"}
 // prediction is what a line's simulation gives: a Result, and for a
 // max_batch line the batch found.
 type prediction struct {
-	r        *onnxmem.Result
-	maxBatch *int64
-	run      *onnxmem.RunResult
+	r         *onnxmem.Result
+	maxBatch  *int64
+	run       *onnxmem.RunResult
+	footprint *onnxmem.Footprint
+	layers    int // of a model line
 }
 
 func (p prediction) json() any {
 	if p.run != nil {
 		return newRunPredicted(p.run)
+	}
+	if f := p.footprint; f != nil {
+		return footprintJSON{Params: f.Params, ParamBytes: f.ParamBytes, BufferBytes: f.BufferBytes, Allocated: f.Allocated, Layers: p.layers}
 	}
 	if p.maxBatch == nil {
 		return newPredicted(p.r)
@@ -135,6 +140,21 @@ func (p prediction) json() any {
 	}
 	return js
 }
+
+// footprintJSON is a model line's answer: onnxmem.Footprint, named as the
+// ground truth names what it measured after model.to('cuda').
+type footprintJSON struct {
+	Params      int64 `json:"params"`
+	ParamBytes  int64 `json:"param_bytes"`
+	BufferBytes int64 `json:"buffer_bytes"`
+	Allocated   int64 `json:"alloc_after_load"`
+	// Layers is the number of top-level layers (checkpoint_sequential's).
+	Layers int `json:"n_layers"`
+}
+
+// modelFields are a model line's fields beyond commonFields: its measured
+// figures, which it carries at the top level, and nc for a built-in model.
+var modelFields = []string{"params", "param_bytes", "buffer_bytes", "alloc_after_load", "n_layers", "nc"}
 
 // maxBatchPredicted is a max_batch line's answer: the batch and the step's
 // figures at it (absent when not even batch 1 fits).
@@ -175,8 +195,10 @@ func (p *predictor) simulate(obj map[string]json.RawMessage) (prediction, error)
 		allowed = append(slices.DeleteFunc(slices.Clone(stepFields[step]), func(f string) bool { return f == "batch" }), maxBatchFields...)
 	case "train_run":
 		allowed = runFields
+	case "model":
+		allowed = modelFields
 	default:
-		return prediction{}, fmt.Errorf("onnxmem: unknown kind %q (want model_step, train_step, eval_step, max_batch or train_run)", kind)
+		return prediction{}, fmt.Errorf("onnxmem: unknown kind %q (want model, model_step, train_step, eval_step, max_batch or train_run)", kind)
 	}
 	for _, name := range sortedKeys(obj) {
 		if !slices.Contains(commonFields, name) && !slices.Contains(allowed, name) {
@@ -184,8 +206,28 @@ func (p *predictor) simulate(obj map[string]json.RawMessage) (prediction, error)
 				strings.Join(append(slices.Clone(commonFields[1:]), allowed...), ", "))
 		}
 	}
-	if kind == "train_run" {
+	switch kind {
+	case "train_run":
 		return p.trainRun(obj)
+	case "model":
+		m, err := p.model(obj)
+		if err != nil {
+			return prediction{}, err
+		}
+		var sc onnxmem.Scenario
+		for _, err := range []error{field(obj, "family", &sc.Family, false), field(obj, "alloc_conf", &sc.AllocConf, false),
+			field(obj, "deterministic", new(bool), false)} {
+			if err != nil {
+				return prediction{}, err
+			}
+		}
+		if sc.Family != "" {
+			if m, err = m.As(sc.Family); err != nil {
+				return prediction{}, err
+			}
+		}
+		f, err := m.Footprint(sc)
+		return prediction{footprint: f, layers: m.Layers()}, err
 	}
 	sc, err := stepScenario(obj, step, kind == "max_batch")
 	if err != nil {

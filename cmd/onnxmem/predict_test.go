@@ -101,7 +101,7 @@ func TestPredict(t *testing.T) {
 		"error": s(`onnxmem: field "batch": 2.5 is not an integer`),
 	}, {
 		"kind":  `"bogus"`,
-		"error": s(`onnxmem: unknown kind "bogus" (want model_step, train_step, eval_step, max_batch or train_run)`),
+		"error": s(`onnxmem: unknown kind "bogus" (want model, model_step, train_step, eval_step, max_batch or train_run)`),
 	}, {
 		"model": `"yolov9/yolov9-s-train.onnx"`, "kind": `"model_step"`, "batch": "2", "img": "640",
 		"predicted": pred,
@@ -212,6 +212,13 @@ func TestPredictFields(t *testing.T) {
 		}
 		return string(marshal(prediction{r: r, maxBatch: &n}.json()))
 	}
+	fp := func(m *onnxmem.Model, sc onnxmem.Scenario) string {
+		f, err := m.Footprint(sc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(marshal(prediction{footprint: f, layers: m.Layers()}.json()))
+	}
 	run := func(m *onnxmem.Model, sc onnxmem.Scenario, ev []onnxmem.RunEvent) string {
 		r, err := m.Run(sc, ev)
 		if err != nil {
@@ -279,6 +286,10 @@ func TestPredictFields(t *testing.T) {
 		{`{"kind":"train_run","model":"yolov9-s","batch":2,"img":640,"boxes_per_img":4,"events":[{"setup":{}}]}`, `onnxmem: train_run line: unknown field "boxes_per_img"`},
 		{`{"kind":"train_run","model":"yolov9-s","batch":2,"img":640,"events":[{"setup":{}},{"setup":{}}]}`, `onnxmem: run: event 1: setup comes once, first`},
 		{`{"kind":"model_step","batch":2,"img":640}`, `onnxmem: missing field "model"`},
+		{`{"kind":"model","model":"yolov9-s","params":9804512,"param_bytes":39218048,"buffer_bytes":162072,"alloc_after_load":39840256,"n_layers":30}`, fp(s, onnxmem.Scenario{})},
+		{`{"kind":"model","model":null,"cfg":"yolov9-s","nc":20}`, fp(nc20, onnxmem.Scenario{})},
+		{`{"kind":"model","model":"yolov9-s","alloc_conf":"expandable_segments:True"}`, fp(s, onnxmem.Scenario{AllocConf: "expandable_segments:True"})},
+		{`{"kind":"model","model":"yolov9-s","batch":2}`, `onnxmem: model line: unknown field "batch"`},
 		{`{"kind":"model_step","model":"../groundtruth/../yolov9/yolov9-s-train.onnx","batch":2,"img":640}`, `onnxmem: model "../groundtruth/../yolov9/yolov9-s-train.onnx": give a path inside -root`},
 		{`{"kind":"model_step","model":"/etc/passwd","batch":2,"img":640}`, `onnxmem: model "/etc/passwd": give a path inside -root`},
 		{`{"kind":"model_step","model":"yolov9-s","batch":2,"img_h":384,"img_w":640,"checkpoint":[[0,5],[9,12]]}`,

@@ -225,6 +225,10 @@ func (Family) CheckStep(*ir.Graph) error { return nil }
 // Loop returns nil: the generic family knows no training script to run.
 func (Family) Loop(*ir.Graph) *schedule.Loop { return nil }
 
+// Unseen returns nothing: a torchvision model's graph shows every
+// parameter and buffer it moves to the device.
+func (Family) Unseen([]schedule.Output) []schedule.Unseen { return nil }
+
 // EvalHead returns nil: the eval forward returns the graph's outputs.
 func (Family) EvalHead() schedule.Head { return nil }
 
