@@ -783,8 +783,8 @@ type Footprint struct {
 // Footprint returns what the model holds on the device once loaded: the
 // graph's initializers in the order the exporters list them (the
 // state_dict's), each batch norm's num_batches_tracked, and what the
-// family knows the graph does not show (a YOLOv9 head's fixed DFL weights
-// and its stride tensor), each moved to the device as PyTorch's
+// family knows the graph does not show (a detection head's fixed weights
+// and its stride tensor, say), each moved to the device as PyTorch's
 // Module._apply moves them, one allocation a tensor. Of the scenario it
 // reads only Family and AllocConf; the other fields are ignored.
 func (m *Model) Footprint(sc Scenario) (*Footprint, error) {

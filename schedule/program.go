@@ -175,7 +175,7 @@ type Program struct {
 // training forward does not use, or a plain tensor attribute that the
 // model's _apply moves with its parameters.
 type Unseen struct {
-	// Name is its attribute's path, such as "model.22.dfl.conv.weight".
+	// Name is its attribute's path, such as "head.stride".
 	Name         string
 	Elems, Bytes int64
 	// Param says model.parameters() lists it; Buffer says model.buffers()
