@@ -106,9 +106,7 @@ func runInto(s *scratch, p *schedule.Program, sc Scenario, begin func(*allocator
 			a.Free(ids[buf])
 		}
 	}
-	for _, buf := range p.Resident {
-		malloc(buf)
-	}
+	oom = LoadResidents(a, p, ids) != nil
 	a.EmptyCache()
 	// The outputs of the step before the warm-up, alive until its forward
 	// returns.
@@ -189,6 +187,65 @@ func runInto(s *scratch, p *schedule.Program, sc Scenario, begin func(*allocator
 		r.AtPeak, r.PeakByKind = atPeak(p, an, peakAt)
 	}
 	return r, an
+}
+
+// LoadResidents allocates p's resident buffers on a as the harness loads
+// them, in order, and sets ids[buf] to each one's allocation. The model's
+// copy (RoleCopy, after the model's own buffers, in the same order) is
+// copy.deepcopy(model): a clone of every tensor first; when the copy is
+// smaller (the eval step's copy.deepcopy(model).eval().half()), .half()
+// then converts each floating tensor in turn, in Module._apply's order,
+// allocating the half tensor before it frees the clone, and an integer one
+// (num_batches_tracked) stays as it was cloned. It returns the allocator's
+// error when it runs out of memory, having allocated what fitted.
+func LoadResidents(a *allocator.Allocator, p *schedule.Program, ids []allocator.ID) error {
+	var model, copied []int32
+	for i, buf := range p.Resident {
+		switch p.ResidentRoles[i] {
+		case schedule.RoleModel:
+			model = append(model, buf)
+		case schedule.RoleCopy:
+			copied = append(copied, buf)
+		}
+	}
+	converted := false
+	if len(copied) == len(model) {
+		for j, buf := range copied {
+			converted = converted || p.Buffers[buf].Bytes < p.Buffers[model[j]].Bytes
+		}
+	}
+	for i := 0; i < len(p.Resident); i++ {
+		if p.ResidentRoles[i] != schedule.RoleCopy || !converted {
+			id, err := a.TryMalloc(p.Buffers[p.Resident[i]].Bytes)
+			if err != nil {
+				return err
+			}
+			ids[p.Resident[i]] = id
+			continue
+		}
+		// The whole copy, from here.
+		clones := make([]allocator.ID, len(copied))
+		for j := range copied {
+			var err error
+			if clones[j], err = a.TryMalloc(p.Buffers[model[j]].Bytes); err != nil {
+				return err
+			}
+		}
+		for j, buf := range copied {
+			if p.Buffers[buf].Bytes == p.Buffers[model[j]].Bytes {
+				ids[buf] = clones[j]
+				continue
+			}
+			id, err := a.TryMalloc(p.Buffers[buf].Bytes)
+			if err != nil {
+				return err
+			}
+			ids[buf] = id
+			a.Free(clones[j])
+		}
+		i += len(copied) - 1
+	}
+	return nil
 }
 
 // analyze returns the liveness of the measured step: its events over the
