@@ -15,6 +15,9 @@ type builtinInfo struct {
 	Name       string `json:"name"`
 	Layers     int    `json:"layers"`
 	Parameters int64  `json:"parameters"`
+	// Loaded is torch.cuda.memory_allocated() after model.to('cuda')
+	// (onnxmem.Model.Footprint), in bytes.
+	Loaded int64 `json:"loaded"`
 	// Checked says the graph was compared node for node with the export of
 	// the official code.
 	Checked bool `json:"checked"`
@@ -23,7 +26,7 @@ type builtinInfo struct {
 func cmdModels(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	f := newFlagSet("models",
 		"onnxmem models [-json|-csv]",
-		"Models lists the built-in models, in the order of models.Names: their top-level\nlayers, their trainable parameters (auxiliary branch included) and whether the\ngraph was compared node for node with the training-mode export of the official\ncode. Every command takes a built-in name wherever it takes MODEL.onnx, and\nonnxmem export-model writes one as a file.",
+		"Models lists the built-in models, in the order of models.Names: their top-level\nlayers, their trainable parameters (auxiliary branch included), the memory\nthat loading one takes (memory_allocated() after model.to('cuda')) and whether the\ngraph was compared node for node with the training-mode export of the official\ncode. Every command takes a built-in name wherever it takes MODEL.onnx, and\nonnxmem export-model writes one as a file.",
 		"onnxmem models -json")
 	asJSON, asCSV := f.jsonFlag(), f.csvFlag()
 	if code, ok := f.parseNoArgs(args, stdout, stderr); !ok {
@@ -39,7 +42,11 @@ func cmdModels(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		if err != nil {
 			return fail(stderr, err)
 		}
-		infos = append(infos, builtinInfo{Name: name, Layers: m.Layers(), Parameters: n, Checked: models.Checked(name)})
+		fp, err := m.Footprint(onnxmem.Scenario{})
+		if err != nil {
+			return fail(stderr, err)
+		}
+		infos = append(infos, builtinInfo{Name: name, Layers: m.Layers(), Parameters: n, Loaded: fp.Allocated, Checked: models.Checked(name)})
 	}
 	if *asCSV {
 		return exit(stderr, writeCSV(stdout, infos))
@@ -51,7 +58,7 @@ func cmdModels(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		}{onnxmem.DefaultModel, infos}))
 	}
 	tw := newTable(stdout)
-	fmt.Fprint(tw, "model    \tlayers\tparameters\t  checked\n")
+	fmt.Fprint(tw, "model    \tlayers\tparameters\tloaded MiB\t  checked\n")
 	for _, in := range infos {
 		checked := "no export"
 		if in.Checked {
@@ -61,12 +68,12 @@ func cmdModels(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		if name == onnxmem.DefaultModel {
 			name += "*"
 		}
-		fmt.Fprintf(tw, "%-9s\t%d\t%s\t  %s\n", name, in.Layers, strconv.FormatInt(in.Parameters, 10), checked)
+		fmt.Fprintf(tw, "%-9s\t%d\t%s\t%.1f\t  %s\n", name, in.Layers, strconv.FormatInt(in.Parameters, 10), float64(in.Loaded)/(1<<20), checked)
 	}
 	if err := tw.Flush(); err != nil {
 		return fail(stderr, err)
 	}
-	fmt.Fprintf(stdout, "\n* the default model. parameters: those with a .grad, auxiliary branch included.\n")
+	fmt.Fprintf(stdout, "\n* the default model. parameters: those with a .grad, auxiliary branch included;\nloaded: memory_allocated() once model.to('cuda') has moved its parameters and buffers.\n")
 	return 0
 }
 
