@@ -120,6 +120,9 @@ func (m *Model) Run(sc Scenario, events []RunEvent) (*RunResult, error) {
 	if !sc.Train {
 		return nil, fmt.Errorf("onnxmem: run: the scenario is not a train step: a run trains (set Train)")
 	}
+	if len(events) > MaxRunEvents {
+		return nil, fmt.Errorf("onnxmem: run: %d events, more than the %d a run simulates: a run's memory repeats from its second epoch on, so a few epochs say what a long run does", len(events), MaxRunEvents)
+	}
 	if len(events) == 0 || events[0].Kind != RunEventSetup {
 		return nil, fmt.Errorf("onnxmem: run: the events must start with one setup event")
 	}
@@ -615,6 +618,17 @@ func (r *runner) ckpt() {
 	}
 }
 
+// MaxRunEvents is the most events a run may have: each train event replays
+// a whole step, so this bounds a run's time to minutes.
+const MaxRunEvents = 20000
+
+// maxRunBatch and maxMeanBoxes bound a planned run's batch and its mean box
+// count, whose per-image counts PlanRun draws: far beyond any device.
+const (
+	maxRunBatch  = 1 << 16
+	maxMeanBoxes = 1 << 16
+)
+
 // RunPlan describes a synthetic training run, for PlanRun: Epochs epochs of Iterations train iterations at
 // Batch, each epoch followed by its validation (ValImages images in
 // batches of twice Batch, the last one smaller when it does not divide)
@@ -642,6 +656,20 @@ var valShapes = [][2]int64{{3, 4}, {2, 3}, {1, 1}, {4, 3}}
 // events, its val events (in the shapes that the model family's
 // validation gives images of common aspect ratios) and a ckpt.
 func (m *Model) PlanRun(p RunPlan) ([]RunEvent, error) {
+	switch {
+	case p.Epochs < 1 || p.Iterations < 0 || p.ValImages < 0:
+		return nil, fmt.Errorf("onnxmem: plan run: %d epochs of %d iterations, %d validation images: want at least one epoch and no negative count", p.Epochs, p.Iterations, p.ValImages)
+	case p.Batch < 1 || p.Batch > maxRunBatch:
+		return nil, fmt.Errorf("onnxmem: plan run: batch %d: want 1 to %d", p.Batch, maxRunBatch)
+	case !(p.MeanBoxes >= 0) || p.MeanBoxes > maxMeanBoxes:
+		return nil, fmt.Errorf("onnxmem: plan run: %g boxes an image on average: want 0 to %d", p.MeanBoxes, maxMeanBoxes)
+	}
+	// Each factor is bounded before the product, so that it cannot wrap.
+	valBatches := p.ValImages/(2*p.Batch) + min(1, p.ValImages%(2*p.Batch))
+	if p.Epochs > MaxRunEvents || p.Iterations > MaxRunEvents || valBatches > MaxRunEvents ||
+		1+int64(p.Epochs)*(int64(p.Iterations)+valBatches+1) > MaxRunEvents {
+		return nil, fmt.Errorf("onnxmem: plan run: %d epochs of %d iterations and %d validation batches are more than the %d events a run simulates: a run's memory repeats from its second epoch on, so a few epochs say what a long run does", p.Epochs, p.Iterations, valBatches, MaxRunEvents)
+	}
 	pr, err := m.prepare(m.Family)
 	if err != nil {
 		return nil, err

@@ -389,3 +389,26 @@ func TestFamilyFlag(t *testing.T) {
 		t.Errorf("-family yolov5: exit code %d, stdout %q, stderr %q; want 1, none, %q", code, stdout, stderr, want)
 	}
 }
+
+// TestRunBounded checks that run refuses, at once and with a reason, work
+// that would take hours or memory without end.
+func TestRunBounded(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run", "-epochs", "100000", "-iters", "100000", "yolov9-t"}, "more than the 20000 events a run simulates"},
+		{[]string{"run", "-epochs", "9223372036854775807", "-iters", "9223372036854775807", "yolov9-t"}, "more than the 20000 events a run simulates"},
+		{[]string{"run", "-batch", "4", "-val-images", "9223372036854775807", "yolov9-t"}, "more than the 20000 events a run simulates"},
+		{[]string{"run", "-batch", "100000", "yolov9-t"}, "batch 100000: want 1 to 65536"},
+		{[]string{"run", "-mean-boxes", "1e300", "yolov9-t"}, "boxes an image on average: want 0 to 65536"},
+		{[]string{"run", "-events", "/dev/zero", "yolov9-t"}, "longer than 16777216 bytes"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			code, stdout, stderr := runCmd(t, "", tc.args...)
+			if code == 0 || stdout != "" || !strings.Contains(stderr, tc.want) {
+				t.Errorf("exit code %d, stdout %q, stderr %q; want an error saying %q", code, stdout, stderr, tc.want)
+			}
+		})
+	}
+}

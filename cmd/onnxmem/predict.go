@@ -35,8 +35,16 @@ func cmdPredict(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	enc := json.NewEncoder(out)
 	enc.SetEscapeHTML(false)
 	for n := 1; ; n++ {
-		line, rerr := in.ReadBytes('\n')
-		if len(bytes.TrimSpace(line)) > 0 {
+		line, long, rerr := readLine(in, maxLine)
+		if long {
+			ans := map[string]json.RawMessage{"error": marshal(fmt.Sprintf("onnxmem: line %d: longer than %d bytes: a scenario is one short JSON object; give per-image box counts as their mean (boxes_per_img) when a list is this long", n, maxLine)), "line": marshal(n)}
+			if err := enc.Encode(ans); err != nil {
+				return fail(stderr, err)
+			}
+			if err := out.Flush(); err != nil {
+				return fail(stderr, err)
+			}
+		} else if len(bytes.TrimSpace(line)) > 0 {
 			if err := enc.Encode(p.predict(line, n)); err != nil {
 				return fail(stderr, err)
 			}
@@ -50,6 +58,30 @@ func cmdPredict(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		}
 		if rerr != nil {
 			return fail(stderr, fmt.Errorf("reading stdin: %w", rerr))
+		}
+	}
+}
+
+// maxLine is the longest predict line read: far beyond any scenario (a
+// run's events with per-image box counts take some kilobytes), it keeps
+// a stream without newlines, such as /dev/zero, from filling memory.
+const maxLine = 16 << 20
+
+// readLine reads one line of in, up to and including its newline. A line
+// longer than limit is read to its end but not kept: long is true and line
+// is nil. err is io.EOF at the end of in, as bufio's.
+func readLine(in *bufio.Reader, limit int) (line []byte, long bool, err error) {
+	for {
+		frag, err := in.ReadSlice('\n')
+		if !long {
+			if len(line)+len(frag) > limit {
+				long, line = true, nil
+			} else {
+				line = append(line, frag...)
+			}
+		}
+		if err != bufio.ErrBufferFull {
+			return line, long, err
 		}
 	}
 }

@@ -376,3 +376,30 @@ func TestPredictRootSymlinks(t *testing.T) {
 		}
 	}
 }
+
+// TestPredictLongLine checks that a line longer than predict reads is
+// answered with an error line, and the lines around it as usual.
+func TestPredictLongLine(t *testing.T) {
+	ok := `{"kind":"model_step","model":"gelan-t","batch":1,"img":64}`
+	in := ok + "\n" + strings.Repeat(" ", maxLine+1) + "\n" + ok + "\n"
+	code, stdout, stderr := runCmd(t, in, "predict")
+	if code != 0 || stderr != "" {
+		t.Fatalf("exit code %d, stderr %q", code, stderr)
+	}
+	lines := strings.Split(strings.TrimSuffix(stdout, "\n"), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("%d lines out for 3 in:\n%s", len(lines), stdout)
+	}
+	for i, l := range lines {
+		var obj struct {
+			Predicted json.RawMessage
+			Error     string
+		}
+		if err := json.Unmarshal([]byte(l), &obj); err != nil {
+			t.Fatalf("line %d: %v", i+1, err)
+		}
+		if long := i == 1; long != strings.Contains(obj.Error, "longer than") || long == (obj.Predicted != nil) {
+			t.Errorf("line %d: %s", i+1, l)
+		}
+	}
+}

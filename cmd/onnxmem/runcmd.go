@@ -98,9 +98,17 @@ func cmdRun(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 // readRunEvents reads a run's events from a JSON file in predict's
 // train_run format.
 func readRunEvents(path string, batch int64) ([]onnxmem.RunEvent, error) {
-	b, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("onnxmem: events: %w", err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxLine+1))
+	if err != nil {
+		return nil, fmt.Errorf("onnxmem: events: %w", err)
+	}
+	if len(b) > maxLine {
+		return nil, fmt.Errorf("onnxmem: events %s: longer than %d bytes: a run is at most %d events of some kilobytes each", path, maxLine, onnxmem.MaxRunEvents)
 	}
 	var raw []map[string]json.RawMessage
 	if err := json.Unmarshal(b, &raw); err != nil {
