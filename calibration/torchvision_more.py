@@ -11,8 +11,15 @@ dtypes kept, as the shared exports are), and then measured in a fresh process of
     (under autocast with amp), loss = out.sum() outside autocast, backward, del out; the same
     step twice, the second measured after reset_peak_memory_stats: m0, after_fwd, peak,
     peak_req, peak_reserved.
-Usage: python3 calibration/torchvision_more.py --out DIR [--models a,b]
-Writes DIR/torchvision_more.jsonl (the ground truth's line format) and DIR/tv/NAME-train.onnx.
+A network whose train-mode forward returns several tensors (googlenet's and inception_v3's
+auxiliary logits) is exported with one output each, all with a dynamic batch, and its loss is the
+sum of their sums, as the ground truth's YOLOv9 model steps sum the head's outputs.
+With --empty-cache, torch.cuda.empty_cache() runs before each scenario (as the ground truth's
+YOLOv9 calibration does), so that each peak_reserved is the scenario's own and not what earlier
+batches left cached.
+Usage: python3 calibration/torchvision_more.py --out DIR [--models a,b] [--jsonl NAME] [--empty-cache]
+Writes DIR/NAME (torchvision_more.jsonl by default; the ground truth's line format) and
+DIR/tv/MODEL-train.onnx.
 """
 import argparse
 import io
@@ -107,10 +114,16 @@ def export(name, path):
     model = getattr(torchvision.models, name)(weights=None)
     model.train()
     x = torch.randn(1, 3, 224, 224)
+    with torch.no_grad():
+        o = model(x)
+    n = len(o) if isinstance(o, tuple) else 1
+    outs = ["output"] if n == 1 else ["output%d" % i for i in range(n)]
+    axes = {"images": {0: "batch"}}
+    axes.update({o: {0: "batch"} for o in outs})
     buf = io.BytesIO()
     torch.onnx.export(model, (x,), buf, training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
-                      dynamo=False, opset_version=17, input_names=["images"], output_names=["output"],
-                      dynamic_axes={"images": {0: "batch"}, "output": {0: "batch"}})
+                      dynamo=False, opset_version=17, input_names=["images"], output_names=outs,
+                      dynamic_axes=axes)
     data = strip_model(buf.getvalue())
     with open(path, "wb") as f:
         f.write(data)
@@ -120,6 +133,7 @@ def export(name, path):
 CHILD = r'''
 import json, sys, torch, torchvision
 name = sys.argv[1]
+empty = sys.argv[2] == "1"
 torch.backends.cudnn.benchmark = False
 dev = torch.device("cuda")
 torch.cuda.init()
@@ -133,14 +147,20 @@ def step(x, amp):
     model.zero_grad(set_to_none=True)
     with torch.autocast("cuda", dtype=torch.float16, enabled=amp):
         o = model(x)
-    loss = o.float().sum() if o.dtype != torch.float32 else o.sum()
+    outs = tuple(o) if isinstance(o, tuple) else (o,)
+    loss = None
+    for t in outs:
+        s = t.float().sum() if t.dtype != torch.float32 else t.sum()
+        loss = s if loss is None else loss + s
     fwd = torch.cuda.memory_allocated()
     loss.backward()
-    del o, loss
+    del o, outs, t, s, loss
     return fwd
 for amp in (False, True):
     for B in %s:
         try:
+            if empty:
+                torch.cuda.empty_cache()
             x = torch.randn(B, 3, 224, 224, device=dev)
             step(x, amp)
             model.zero_grad(set_to_none=True)
@@ -167,6 +187,8 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--batches", default=",".join(map(str, BATCHES)))
+    ap.add_argument("--jsonl", default="torchvision_more.jsonl")
+    ap.add_argument("--empty-cache", action="store_true")
     a = ap.parse_args()
     os.makedirs(os.path.join(a.out, "tv"), exist_ok=True)
     batches = [int(b) for b in a.batches.split(",")]
@@ -177,14 +199,14 @@ def main():
             print(name, "exported", full, "->", stripped, "bytes", flush=True)
         except Exception as e:  # noqa
             print(name, "export failed:", repr(e)[:300], flush=True)
-        p = subprocess.run([sys.executable, "-c", CHILD % repr(batches), name], capture_output=True, text=True)
+        p = subprocess.run([sys.executable, "-c", CHILD % repr(batches), name, "1" if a.empty_cache else "0"], capture_output=True, text=True)
         try:
             got = json.loads(p.stdout.strip().splitlines()[-1])
         except Exception:  # noqa
             got = [{"kind": "error", "cfg": name, "error": (p.stdout + p.stderr)[-800:]}]
         lines.extend(got)
         print(name, "measured", len(got), "lines", flush=True)
-        with open(os.path.join(a.out, "torchvision_more.jsonl"), "w") as f:
+        with open(os.path.join(a.out, a.jsonl), "w") as f:
             for l in lines:
                 f.write(json.dumps(l) + "\n")
 

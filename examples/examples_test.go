@@ -52,9 +52,9 @@ func ExampleModel_Sweep() {
 	}
 	// Output:
 	// batch  peak        after forward
-	//     1  23.47 MiB   20.90 MiB
-	//     2  47.23 MiB   42.12 MiB
-	//     4  93.34 MiB   83.16 MiB
+	//     1  23.45 MiB   20.90 MiB
+	//     2  47.21 MiB   42.12 MiB
+	//     4  93.33 MiB   83.16 MiB
 }
 
 // Find the largest batch size whose step fits in a memory budget.
@@ -70,7 +70,7 @@ func ExampleModel_MaxBatch() {
 	}
 	fmt.Printf("batch %d fits in %s: peak %s\n", batch, mib(budget), mib(r.Peak))
 	// Output:
-	// batch 10 fits in 256.00 MiB: peak 238.71 MiB
+	// batch 10 fits in 256.00 MiB: peak 238.72 MiB
 }
 
 // Follow the allocator's counters through the step, event by event.

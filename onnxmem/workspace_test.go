@@ -103,10 +103,10 @@ func TestCuDNNRule(t *testing.T) {
 			}
 		}
 	}
-	// float16, float32. The float16 backward filter's floor is low since
-	// the table holds the eval steps' rectangular batches at 16–64, whose
-	// large maps get other algorithms than the rule's.
-	floors := [2][3]float64{{0.80, 0.80, 0.20}, {0.65, 0.75, 0.10}}
+	// float16, float32. The backward filter's floors are the lowest: its
+	// algorithms vary the most (the rule before the partial sums of 1×1
+	// convs held for about 20% and 10%).
+	floors := [2][3]float64{{0.85, 0.85, 0.55}, {0.70, 0.80, 0.50}}
 	var b strings.Builder
 	for p, name := range []string{"float16", "float32"} {
 		for i, which := range passes {

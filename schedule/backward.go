@@ -279,7 +279,7 @@ func (b *builder) back(n *ir.Node, k opKind, outs []ir.ValueID) {
 	case opSiLU:
 		fresh(b.siluIn[n.ID])
 	case opSigmoid, opSoftmax, opSavesInput, opGlobalAvgPool:
-		// threshold_backward, hardswish_backward, mean's expand / numel: a
+		// threshold_backward, hardswish_backward, hardtanh_backward, mean's expand / numel: a
 		// new gradient of the input.
 		fresh(n.Inputs[0])
 	case opDropout:

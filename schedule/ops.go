@@ -84,6 +84,7 @@ var opRules = map[string]opRule{
 	"LayerNormalization":        {kind: opLayerNorm, autocast: castFP32, flops: batchNormFLOPs, saves: "input, weight, bias, mean, rstd (native_layer_norm; float32 under autocast)"},
 	"Relu":                      {kind: opSigmoid, flops: elementwise, saves: "result (relu_ in place: the modified input, the same storage)"},
 	"HardSwish":                 {kind: opSavesInput, flops: elementwise, saves: "self (hardswish_ in place: a copy of self made before the op)"},
+	"Clip":                      {kind: opSavesInput, flops: elementwise, saves: "self (hardtanh, as ReLU6 and clamp export; MobileNetV2's ReLU6(inplace=True) measured as much as out of place)"},
 	"HardSigmoid":               {kind: opSavesInput, flops: elementwise, saves: "self (hardsigmoid_ in place: a copy of self made before the op)"},
 	"Dropout":                   {kind: opDropout, flops: elementwise, saves: "the bool mask (native_dropout); dropout_ in place: the float noise it multiplies by"},
 	"GlobalAveragePool":         {kind: opGlobalAvgPool, flops: reduceFLOPs, saves: "nothing (the input's sizes: mean over H and W)"},
@@ -135,7 +136,6 @@ var opRules = map[string]opRule{
 	"Sqrt":              {kind: opOnlyShapes, flops: elementwise},
 	"Abs":               {kind: opOnlyShapes, flops: elementwise},
 	"Erf":               {kind: opOnlyShapes, flops: elementwise},
-	"Clip":              {kind: opOnlyShapes, flops: elementwise},
 	"LogSoftmax":        {kind: opOnlyShapes, flops: softmaxFLOPs},
 }
 

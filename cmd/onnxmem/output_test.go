@@ -214,7 +214,10 @@ func TestJSON(t *testing.T) {
 		t.Errorf("maxbatch -device t4: max batch %d, but batch %d reserves %d of %d usable", on.MaxBatch, on.MaxBatch+1, big.Results[0].PeakReserved, on.Device.Usable)
 	}
 
-	// -for-batch lists the segments tried up to the first that fits.
+	// -for-batch lists the segments tried up to the first that fits: under
+	// the limit, where the allocator may release its cache and retry, so
+	// the answer's uncapped reserved peak may exceed the usable memory; its
+	// allocated peak may not.
 	var fb forBatchJSON
 	decode([]string{"maxbatch", "-json", "-device", "t4", "-amp", "-for-batch", strconv.FormatInt(2*on.MaxBatch, 10), m}, &fb)
 	if fb.Segments == nil || fb.Result == nil || len(fb.Tried) < 2 || fb.Tried[0].Segments != 0 || fb.Tried[0].Fits {
@@ -222,7 +225,7 @@ func TestJSON(t *testing.T) {
 	}
 	last := fb.Tried[len(fb.Tried)-1]
 	if last.Segments != *fb.Segments || !last.Fits || fb.Result.Segments != last.Segments ||
-		fb.Result.PeakReserved != last.PeakReserved || last.PeakReserved > t4.Usable() || fb.Result.Batch != 2*on.MaxBatch {
+		fb.Result.PeakReserved != last.PeakReserved || last.Peak > t4.Usable() || fb.Result.Batch != 2*on.MaxBatch {
 		t.Errorf("maxbatch -for-batch: the last tried %+v is not the answer %d, %+v", last, *fb.Segments, fb.Result)
 	}
 	for _, tr := range fb.Tried[:len(fb.Tried)-1] {

@@ -169,7 +169,8 @@ func (Family) Holds(f *schedule.Flow) *schedule.Holds {
 //     first operand is the block's last norm. MobileNetV2's x + conv(x),
 //     whose first operand is the block's input, read by its first conv too,
 //     stays out of place;
-//   - everything else is out of place: the squeeze-excitation block's
+//   - everything else is out of place: MobileNetV2's ReLU6(inplace=True)
+//     (Clip) keeps, measured, as much as out of place; the squeeze-excitation block's
 //     ReLU and Hardsigmoid (torchvision.ops.SqueezeExcitation builds them
 //     out of place) follow a Conv, and so does every activation the rule
 //     leaves out.
