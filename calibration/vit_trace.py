@@ -1,0 +1,57 @@
+"""Allocation traces of ViT model steps under autocast, to read the transformer's backward.
+
+The same step as torchvision_ops.py's part 3 (fresh process per model, model.train(), x
+resident, the cache emptied, two steps of zero_grad(set_to_none=True), the forward under
+autocast float16, out.sum(), backward, del out; the second traced) for vit_b_32 at batch 8 and
+32 and vit_b_16 at batch 8, whose AMP peaks onnxmem predicted 2-2.5% low
+(docs/accuracy.md).
+Usage: python3 calibration/vit_trace.py --out DIR   (writes DIR/vit_steps.json; about a minute)
+
+What the traces show against onnxmem's program (an alignment of the two event lists; not yet
+turned into rules, which is why the ViT AMP peaks are still 2-2.5% low):
+  - the forward of every encoder block: nn.MultiheadAttention's packed in-projection output
+    (B*L*3E float16) is copied by .contiguous() and the original freed, one transient of that
+    size that onnxmem leaves out (it is not saved, so after_fwd agrees);
+  - the backward of a Linear on [B, L, E] (MatMul + Add in the export): the bias gradient, a sum
+    over B*L rows, takes a float32 staging buffer of 2 x rows x outputs x 4 bytes and a
+    semaphore of outputs/32 bytes at 1,600 rows (vit_b_32, batch 32: 37.5 MiB for the 3072-wide
+    fc1, 9.4 MiB for fc2) but none at 400 rows (batch 8): PyTorch's reduction splits the rows over
+    thread blocks with a global-memory reduction (aten/src/ATen/native/cuda/Reduce.cuh,
+    setReduceConfig and global_memory_size), which onnxmem does not simulate; at batch 32 the peak
+    falls inside fc1's;
+  - vit_b_32 at batch 8: the peak is the patch embedding's (3 -> 768, 32x32, stride 32, padding 0)
+    backward-filter workspace, 19,607,696 bytes, where cuDNNWorkspaceRule gives 1.25 x OUT
+    (752,640); the table does not hold it, as conv_sweep.py pads k // 2.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torchvision_ops  # noqa: E402
+
+RUNS = [("vit_b_32", [(8, True), (32, True)]), ("vit_b_16", [(8, True)])]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args()
+    child = torchvision_ops.STEP_CHILD.replace("for B, amp in [(8, False), (8, True), (64, False)]:", "for B, amp in json.loads(sys.argv[2]):")
+    res = []
+    for name, cfgs in RUNS:
+        p = subprocess.run([sys.executable, "-c", child % os.path.dirname(os.path.abspath(__file__)), name, json.dumps(cfgs)],
+                           capture_output=True, text=True)
+        try:
+            res.extend(json.loads(p.stdout.strip().splitlines()[-1]))
+        except Exception:  # noqa
+            res.append({"model": name, "error": (p.stdout + p.stderr)[-800:]})
+        print(name, "done", flush=True)
+    with open(os.path.join(a.out, "vit_steps.json"), "w") as f:
+        json.dump(res, f)
+
+
+if __name__ == "__main__":
+    main()
