@@ -7,8 +7,9 @@ autocast float16, out.sum(), backward, del out; the second traced) for vit_b_32 
 (docs/accuracy.md).
 Usage: python3 calibration/vit_trace.py --out DIR   (writes DIR/vit_steps.json; about a minute)
 
-What the traces show against onnxmem's program (an alignment of the two event lists; not yet
-turned into rules, which is why the ViT AMP peaks are still 2-2.5% low):
+What the traces show against onnxmem's program (an alignment of the two event lists), which made
+the ViT AMP peaks read 2-2.5% low; the second is now simulated (schedule/reduce.go, from
+reduce_staging.py's measurements), which brought them within 1.2% but for the third:
   - the forward of every encoder block: nn.MultiheadAttention's packed in-projection output
     (B*L*3E float16) is copied by .contiguous() and the original freed, one transient of that
     size that onnxmem leaves out (it is not saved, so after_fwd agrees);
@@ -17,8 +18,7 @@ turned into rules, which is why the ViT AMP peaks are still 2-2.5% low):
     semaphore of outputs/32 bytes at 1,600 rows (vit_b_32, batch 32: 37.5 MiB for the 3072-wide
     fc1, 9.4 MiB for fc2) but none at 400 rows (batch 8): PyTorch's reduction splits the rows over
     thread blocks with a global-memory reduction (aten/src/ATen/native/cuda/Reduce.cuh,
-    setReduceConfig and global_memory_size), which onnxmem does not simulate; at batch 32 the peak
-    falls inside fc1's;
+    setReduceConfig and global_memory_size); at batch 32 the peak falls inside fc1's;
   - vit_b_32 at batch 8: the peak is the patch embedding's (3 -> 768, 32x32, stride 32, padding 0)
     backward-filter workspace, 19,607,696 bytes, where cuDNNWorkspaceRule gives 1.25 x OUT
     (752,640); the table does not hold it, as conv_sweep.py pads k // 2.

@@ -608,6 +608,15 @@ func (b *builder) gemmBack(n *ir.Node, gy gradT, fresh func(ir.ValueID), contigu
 		} else {
 			b.paramGrad(p)
 		}
+		if p == bias && gy.contig {
+			// The bias's gradient sums a contiguous gy over its rows, B·L
+			// of them on a transformer's [B, L, E]: the reduction's
+			// buffers. A strided gy (ConvNeXt's second Linear, whose
+			// output a permute turns back to NCHW) is reduced along its
+			// fastest dimension, in shared memory (calibration/
+			// reduce_staging.py measured only the contiguous case).
+			b.columnSum(b.s.Elems(n.Outputs[0])/max(b.s.Elems(bias), 1), b.s.Elems(bias))
+		}
 		if p == w {
 			c := contiguous()
 			b.blasWorkspaces(false)
