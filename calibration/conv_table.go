@@ -4,8 +4,9 @@
 // (calibration/results/conv_sweep.json) into the table that
 // onnxmem.CuDNNWorkspace embeds (onnxmem/cudnn_h200.tsv.gz): one line per
 // convolution, "N Cin Cout H W K stride groups elemsize fwd bwd-data
-// bwd-filter", tab-separated, in the sweep's order, after a header of #
-// comments naming the environment. gzip's header carries no name or time, so
+// bwd-filter pad", tab-separated, in the sweep's order (padding k/2), then
+// patchify_sweep.py's (padding 0), after a header of # comments naming the
+// environment. gzip's header carries no name or time, so
 // the same sweep gives the same bytes.
 //
 //	go run calibration/conv_table.go
@@ -22,7 +23,8 @@ import (
 )
 
 func main() {
-	in := flag.String("in", "calibration/results/conv_sweep.json", "the sweep's `file`")
+	in := flag.String("in", "calibration/results/conv_sweep.json", "the sweep's `file` (padding k/2)")
+	pad0 := flag.String("pad0", "calibration/results/patchify_sweep.json", "a sweep `file` of convolutions without padding (calibration/patchify_sweep.py)")
 	out := flag.String("o", "onnxmem/cudnn_h200.tsv.gz", "the table's `file`")
 	flag.Parse()
 	b, err := os.ReadFile(*in)
@@ -40,15 +42,33 @@ func main() {
 	fmt.Fprintf(&txt, "# cuDNN workspaces measured by calibration/conv_sweep.py (do not edit; go run calibration/conv_table.go)\n")
 	fmt.Fprintf(&txt, "# torch %v, CUDA %v, cuDNN %v, %v, cudnn.benchmark %v\n",
 		sweep.Env["torch"], sweep.Env["cuda"], sweep.Env["cudnn"], sweep.Env["gpu"], sweep.Env["benchmark"])
-	fmt.Fprintf(&txt, "# N\tCin\tCout\tH\tW\tK\tstride\tgroups\telemsize\tfwd\tbwd-data\tbwd-filter\n")
-	for _, r := range sweep.Rows {
-		for i, v := range r {
-			if i > 0 {
-				txt.WriteByte('\t')
-			}
-			fmt.Fprint(&txt, v)
+	fmt.Fprintf(&txt, "# N\tCin\tCout\tH\tW\tK\tstride\tgroups\telemsize\tfwd\tbwd-data\tbwd-filter\tpad\n")
+	row := func(r [12]int64, pad int64) {
+		for _, v := range r {
+			fmt.Fprint(&txt, v, "\t")
 		}
-		txt.WriteByte('\n')
+		fmt.Fprint(&txt, pad, "\n")
+	}
+	for _, r := range sweep.Rows {
+		row(r, r[5]/2)
+	}
+	n := len(sweep.Rows)
+	if *pad0 != "" {
+		b, err := os.ReadFile(*pad0)
+		if err != nil {
+			log.Fatal(err)
+		}
+		var p struct {
+			Padding int64       `json:"padding"`
+			Rows    [][12]int64 `json:"rows"`
+		}
+		if err := json.Unmarshal(b, &p); err != nil || p.Padding != 0 {
+			log.Fatalf("%s: want the rows of convolutions without padding: %v", *pad0, err)
+		}
+		for _, r := range p.Rows {
+			row(r, 0)
+		}
+		n += len(p.Rows)
 	}
 	var gz bytes.Buffer
 	w, err := gzip.NewWriterLevel(&gz, gzip.BestCompression)
@@ -62,5 +82,5 @@ func main() {
 	if err := os.WriteFile(*out, gz.Bytes(), 0o644); err != nil {
 		log.Fatal(err)
 	}
-	log.Printf("%d convolutions, %d bytes", len(sweep.Rows), gz.Len())
+	log.Printf("%d convolutions, %d bytes", n, gz.Len())
 }

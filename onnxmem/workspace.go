@@ -28,8 +28,12 @@ import (
 // 640 pixels, in float32 and float16, each of the three calls, exact to the
 // byte); it is the behaviour of the library, not of any model step. A call
 // the table does not hold (another model, image size or batch) gets the rule
-// of cuDNNWorkspaceRule.
+// of cuDNNWorkspaceRule. A column sum (schedule.ColumnSum) gets its
+// reduction's staging, schedule.ColumnSumBytes.
 func CuDNNWorkspace(c schedule.ConvCall) int64 {
+	if c.Which == schedule.ColumnSum {
+		return schedule.ColumnSumBytes(c.N, c.Cout)
+	}
 	if ws, ok := lookupWorkspace(c); ok {
 		return ws
 	}
@@ -38,8 +42,8 @@ func CuDNNWorkspace(c schedule.ConvCall) int64 {
 
 // cudnnTable is calibration/conv_sweep.py's measurement, as
 // calibration/conv_table.go writes it: a gzipped list of tab-separated lines
-// "N Cin Cout H W K stride groups elemsize fwd bwd-data bwd-filter" after #
-// comments.
+// "N Cin Cout H W K stride groups elemsize fwd bwd-data bwd-filter pad" after
+// # comments.
 //
 //go:embed cudnn_h200.tsv.gz
 var cudnnTable []byte
@@ -47,19 +51,19 @@ var cudnnTable []byte
 // convKey is the shape of a convolution call, as the table keys it: int32
 // fields, half the bytes to hash of int64s (the table's numbers are far
 // smaller; a call beyond them is not looked up).
-type convKey struct{ n, cin, cout, h, w, k, stride, groups, elem int32 }
+type convKey struct{ n, cin, cout, h, w, k, stride, groups, elem, pad int32 }
 
 // keyOf returns the table key of a call's shape, or false when a field
 // does not fit an int32.
 func keyOf(v ...int64) (convKey, bool) {
-	var k [9]int32
+	var k [10]int32
 	for i, x := range v {
 		if x < 0 || x > math.MaxInt32 {
 			return convKey{}, false
 		}
 		k[i] = int32(x)
 	}
-	return convKey{k[0], k[1], k[2], k[3], k[4], k[5], k[6], k[7], k[8]}, true
+	return convKey{k[0], k[1], k[2], k[3], k[4], k[5], k[6], k[7], k[8], k[9]}, true
 }
 
 var (
@@ -69,8 +73,9 @@ var (
 
 // lookupWorkspace returns the measured workspace of a call, if the table has
 // its shape. The table's convolutions have square kernels and strides,
-// padding k/2 and dilation 1, as the built-in models' do; a call whose output size says
-// otherwise is not looked up.
+// dilation 1 and padding k/2, as the built-in models' do, or none, as a
+// patch embedding's (calibration/patchify_sweep.py); a call whose output
+// size says otherwise is not looked up.
 func lookupWorkspace(c schedule.ConvCall) (int64, bool) {
 	workspaceOnce.Do(func() {
 		var err error
@@ -78,11 +83,23 @@ func lookupWorkspace(c schedule.ConvCall) (int64, bool) {
 			panic(err) // the embedded table is checked by TestCuDNNTable
 		}
 	})
-	out := func(x int64) int64 { return (x+2*(c.KH/2)-c.KH)/max(c.StrideH, 1) + 1 }
-	if c.KH != c.KW || c.StrideH != c.StrideW || c.OutH != out(c.H) || c.OutW != out(c.W) {
+	if c.KH != c.KW || c.StrideH != c.StrideW {
 		return 0, false
 	}
-	key, ok := keyOf(c.N, c.Cin, c.Cout, c.H, c.W, c.KH, c.StrideH, max(c.Groups, 1), c.ElemSize)
+	// The padding that gives the call's output size: k/2 (the built-in
+	// models') or none (a patch embedding's).
+	pad := int64(-1)
+	for _, p := range []int64{c.KH / 2, 0} {
+		out := func(x int64) int64 { return (x+2*p-c.KH)/max(c.StrideH, 1) + 1 }
+		if c.OutH == out(c.H) && c.OutW == out(c.W) {
+			pad = p
+			break
+		}
+	}
+	if pad < 0 {
+		return 0, false
+	}
+	key, ok := keyOf(c.N, c.Cin, c.Cout, c.H, c.W, c.KH, c.StrideH, max(c.Groups, 1), c.ElemSize, pad)
 	if !ok {
 		return 0, false
 	}
@@ -118,7 +135,7 @@ func parseWorkspaces(gz []byte) (map[convKey][3]int64, error) {
 		if len(t) == 0 || t[0] == '#' {
 			continue
 		}
-		var v [12]int64
+		var v [13]int64
 		n, digits := 0, 0
 		for _, c := range t {
 			switch {
@@ -128,13 +145,13 @@ func parseWorkspaces(gz []byte) (map[convKey][3]int64, error) {
 				v[n] = 10*v[n] + int64(c-'0')
 				digits++
 			default:
-				return nil, fmt.Errorf("onnxmem: cuDNN table line %d: want 12 tab-separated numbers", line)
+				return nil, fmt.Errorf("onnxmem: cuDNN table line %d: want 13 tab-separated numbers", line)
 			}
 		}
 		if n != len(v)-1 || digits == 0 {
-			return nil, fmt.Errorf("onnxmem: cuDNN table line %d: %d fields, want 12", line, n+1)
+			return nil, fmt.Errorf("onnxmem: cuDNN table line %d: %d fields, want 13", line, n+1)
 		}
-		key, ok := keyOf(v[:9]...)
+		key, ok := keyOf(append(v[:9:9], v[12])...)
 		if !ok {
 			return nil, fmt.Errorf("onnxmem: cuDNN table line %d: a shape beyond the int32 range", line)
 		}

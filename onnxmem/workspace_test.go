@@ -12,25 +12,37 @@ import (
 	"github.com/onnxmem/onnxmem/schedule"
 )
 
-// sweepRows reads calibration/results/conv_sweep.json: [N, Cin, Cout, H, W,
-// K, stride, groups, element size, fwd, bwd-data, bwd-filter] per row.
-func sweepRows(t testing.TB) [][12]int64 {
+// sweepRows reads calibration/results/conv_sweep.json and
+// patchify_sweep.json, in the table's order: [N, Cin, Cout, H, W, K, stride,
+// groups, element size, fwd, bwd-data, bwd-filter, padding] per row.
+func sweepRows(t testing.TB) [][13]int64 {
 	t.Helper()
-	b, err := os.ReadFile("../calibration/results/conv_sweep.json")
-	if err != nil {
-		t.Fatal(err)
+	var rows [][13]int64
+	for _, f := range []string{"conv_sweep.json", "patchify_sweep.json"} {
+		b, err := os.ReadFile("../calibration/results/" + f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sweep struct {
+			Padding *int64      `json:"padding"`
+			Rows    [][12]int64 `json:"rows"`
+		}
+		if err := json.Unmarshal(b, &sweep); err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range sweep.Rows {
+			pad := r[5] / 2
+			if sweep.Padding != nil {
+				pad = *sweep.Padding
+			}
+			rows = append(rows, [13]int64(append(r[:], pad)))
+		}
 	}
-	var sweep struct {
-		Rows [][12]int64 `json:"rows"`
-	}
-	if err := json.Unmarshal(b, &sweep); err != nil {
-		t.Fatal(err)
-	}
-	return sweep.Rows
+	return rows
 }
 
-func callOf(r [12]int64, which string) schedule.ConvCall {
-	out := func(x int64) int64 { return (x+2*(r[5]/2)-r[5])/r[6] + 1 }
+func callOf(r [13]int64, which string) schedule.ConvCall {
+	out := func(x int64) int64 { return (x+2*r[12]-r[5])/r[6] + 1 }
 	return schedule.ConvCall{Which: which, N: r[0], Cin: r[1], Cout: r[2], H: r[3], W: r[4], OutH: out(r[3]), OutW: out(r[4]),
 		KH: r[5], KW: r[5], StrideH: r[6], StrideW: r[6], Groups: r[7], ElemSize: r[8]}
 }
@@ -136,17 +148,17 @@ func TestParseWorkspacesErrors(t *testing.T) {
 	}{
 		{"not gzip", []byte("1\t2"), "cuDNN table"},
 		{"short line", gz("# header\n1\t2\t3\n"), "line 2: 3 fields"},
-		{"letters", gz("1\t2\t3\t4\t5\t6\t7\t8\t9\t10\t11\tx\n"), "line 1: want 12"},
-		{"too many", gz("1\t2\t3\t4\t5\t6\t7\t8\t9\t10\t11\t12\t13\n"), "line 1: want 12"},
-		{"empty field", gz("1\t\t3\t4\t5\t6\t7\t8\t9\t10\t11\t12\n"), "line 1: want 12"},
+		{"letters", gz("1\t2\t3\t4\t5\t6\t7\t8\t9\t10\t11\t12\tx\n"), "line 1: want 13"},
+		{"too many", gz("1\t2\t3\t4\t5\t6\t7\t8\t9\t10\t11\t12\t13\t14\n"), "line 1: want 13"},
+		{"empty field", gz("1\t\t3\t4\t5\t6\t7\t8\t9\t10\t11\t12\t13\n"), "line 1: want 13"},
 	} {
 		_, err := parseWorkspaces(tc.in)
 		if err == nil || !strings.HasPrefix(err.Error(), "onnxmem: ") || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: error %v, want one with %q", tc.name, err, tc.want)
 		}
 	}
-	m, err := parseWorkspaces(gz("# c\n\n1\t2\t3\t4\t5\t6\t7\t8\t9\t10\t11\t12\n"))
-	if err != nil || len(m) != 1 || m[func() convKey { k, _ := keyOf(1, 2, 3, 4, 5, 6, 7, 8, 9); return k }()] != [3]int64{10, 11, 12} {
+	m, err := parseWorkspaces(gz("# c\n\n1\t2\t3\t4\t5\t6\t7\t8\t9\t10\t11\t12\t0\n"))
+	if err != nil || len(m) != 1 || m[func() convKey { k, _ := keyOf(1, 2, 3, 4, 5, 6, 7, 8, 9, 0); return k }()] != [3]int64{10, 11, 12} {
 		t.Errorf("parse: %v, %v", m, err)
 	}
 }

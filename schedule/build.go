@@ -101,15 +101,19 @@ type Config struct {
 	// range when it first needs one of its saved tensors, and stops the
 	// recomputation once all are back.
 	Checkpoint []Range
-	// Workspace, when set, returns the cuDNN workspace bytes that a conv
-	// allocates and frees around its kernel; nil means none.
+	// Workspace, when set, returns the workspace bytes that a kernel call
+	// allocates and frees around itself: a conv's cuDNN workspace, or a
+	// column sum's staging (ColumnSumBytes); nil means none.
 	Workspace func(c ConvCall) int64
 }
 
-// ConvCall describes one cuDNN convolution call, for workspace policies.
+// ConvCall describes one cuDNN convolution call, or one column sum, for
+// workspace policies.
 type ConvCall struct {
 	Phase Phase
-	// Which is "fwd", "bwd-data" or "bwd-filter".
+	// Which is "fwd", "bwd-data" or "bwd-filter" for a convolution, or
+	// ColumnSum for the sum over the N rows of an [N, Cout] tensor (a
+	// Linear's bias gradient), whose other fields are zero.
 	Which                          string
 	N, Cin, Cout, H, W, OutH, OutW int64
 	KH, KW, StrideH, StrideW       int64

@@ -76,16 +76,22 @@ func columnSumBuffers(rows, cols int64) (staging, semaphores int64) {
 	return 4 * cols * ctas * width * vec, 4 * grid
 }
 
-// columnSum emits the transient buffers of a sum over the rows of a
-// [rows, cols] gradient: the staging buffer, then the semaphores, freed in
-// the other order, as the kernel's caller allocates and drops them.
-func (e *emitter) columnSum(rows, cols int64) {
+// ColumnSum is the Which of a ConvCall that stands for a column sum.
+const ColumnSum = "column-sum"
+
+// ColumnSumBytes returns the transient bytes of the sum over the rows of a
+// contiguous [rows, cols] tensor: the staging buffer and the semaphores,
+// which the caller allocates and frees together. As one buffer they take
+// the same blocks: the staging is a multiple of 512 bytes, the semaphores
+// under 512.
+func ColumnSumBytes(rows, cols int64) int64 {
 	staging, sems := columnSumBuffers(rows, cols)
-	if staging == 0 {
-		return
-	}
-	st := e.scratch(staging, Workspace)
-	sem := e.scratch(sems, Workspace)
-	e.freeScratch(sem)
-	e.freeScratch(st)
+	return staging + sems
+}
+
+// columnSum emits the transient buffer of a sum over the rows of a
+// [rows, cols] gradient, through the Workspace policy as a conv call's,
+// so that a policy derived at other batch sizes sizes it anew.
+func (b *builder) columnSum(rows, cols int64) {
+	b.workspace(ConvCall{Phase: b.phase, Which: ColumnSum, N: rows, Cout: cols, ElemSize: 4})
 }
