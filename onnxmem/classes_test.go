@@ -24,20 +24,34 @@ func TestClassPrograms(t *testing.T) {
 		{Height: 512, Width: 512, Train: true, Boxes: 3, Optimizer: AdamW, Segments: 4},
 		{Height: 640, Width: 640, AMP: true, Train: true, Boxes: 7, EMA: true, PrevPredAlive: true},
 	}
-	models := []string{"yolov9-s", "gelan-t"}
+	// A ViT's and a ConvNeXt's Linears sum their bias gradients over B·L
+	// rows, whose staging appears past some batch size: the derived
+	// programs must size it anew, as the convs' workspaces.
+	tv := []Scenario{{Height: 224, Width: 224}, {Height: 224, Width: 224, AMP: true}}
+	models := []struct {
+		name      string
+		load      func(string) (*Model, error)
+		scenarios []Scenario
+	}{
+		{"yolov9-s", Builtin, scenarios},
+		{"gelan-t", Builtin, scenarios},
+		{"../calibration/results/tv/vit_b_32-train.onnx", Load, tv},
+		{"../calibration/results/tv/convnext_tiny-train.onnx", Load, tv},
+	}
 	if testing.Short() {
 		models, batches = models[:1], batches[:20]
 	}
-	for _, name := range models {
-		built, err := Builtin(name)
+	for _, mod := range models {
+		name := mod.name
+		built, err := mod.load(name)
 		if err != nil {
 			t.Fatal(err)
 		}
-		derived, err := Builtin(name)
+		derived, err := mod.load(name)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, sc := range scenarios {
+		for _, sc := range mod.scenarios {
 			nDerived := 0
 			for _, b := range batches {
 				sc.Batch = b
