@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -261,13 +262,16 @@ func (p *predictor) simulate(obj map[string]json.RawMessage) (prediction, error)
 		f, err := m.Footprint(sc)
 		return prediction{footprint: f, layers: m.Layers()}, err
 	}
-	sc, err := stepScenario(obj, step, kind == "max_batch")
-	if err != nil {
-		return prediction{}, err
+	sc, scErr := stepScenario(obj, step, kind == "max_batch")
+	if scErr != nil && scErr != errNoBoxes {
+		return prediction{}, scErr
 	}
 	m, err := p.model(obj)
 	if err != nil {
 		return prediction{}, err
+	}
+	if family := cmp.Or(sc.Family, m.Family); scErr == errNoBoxes && family != "generic" {
+		return prediction{}, fmt.Errorf("%w: the %s family's loss assigns each image's boxes", errNoBoxes, family)
 	}
 	if kind != "max_batch" {
 		r, err := m.Simulate(sc)
@@ -321,8 +325,11 @@ func stepScenario(obj map[string]json.RawMessage, step string, search bool) (onn
 			field(obj, "trainer", &trainer, false),
 			field(obj, "prev_pred_alive", &prevPred, false))
 	}
+	noBoxes := false
 	for _, e := range fields {
-		if e != nil {
+		if e == errNoBoxes {
+			noBoxes = true
+		} else if e != nil {
 			return sc, e
 		}
 	}
@@ -384,15 +391,23 @@ func stepScenario(obj map[string]json.RawMessage, step string, search bool) (onn
 	default:
 		sc.Half = half
 	}
-	return sc, sc.Supported()
+	if err := sc.Supported(); err != nil || !noBoxes {
+		return sc, err
+	}
+	return sc, errNoBoxes
 }
+
+// errNoBoxes is boxesField's answer when a train step gives no
+// boxes_per_img: an error for a family whose loss reads targets (YOLOv9's),
+// none for the generic family, whose loss is the outputs' sum.
+var errNoBoxes = errors.New("onnxmem: missing field \"boxes_per_img\"")
 
 // boxesField reads boxes_per_img: a number of boxes in every image, or (not
 // in a max_batch search, whose batch varies) a list of each image's count.
 func boxesField(obj map[string]json.RawMessage, sc *onnxmem.Scenario, search bool) error {
 	raw, ok := obj["boxes_per_img"]
 	if !ok || string(raw) == "null" {
-		return fmt.Errorf("onnxmem: missing field \"boxes_per_img\"")
+		return errNoBoxes
 	}
 	if json.Unmarshal(raw, &sc.Boxes) == nil {
 		return nil

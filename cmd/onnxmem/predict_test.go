@@ -198,6 +198,10 @@ func TestPredictFields(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	rn18, err := onnxmem.Load(sharedFile(t, "torchvision/resnet18-train.onnx"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	sim := func(m *onnxmem.Model, sc onnxmem.Scenario) string {
 		r, err := m.Simulate(sc)
 		if err != nil {
@@ -269,6 +273,9 @@ func TestPredictFields(t *testing.T) {
 		{`{"kind":"train_step","model":"yolov9-s","batch":2,"img":640,"boxes_per_img":"many"}`, `onnxmem: field "boxes_per_img": "many" is neither`},
 		{`{"kind":"max_batch","step":"train_step","model":"yolov9-s","img":640,"boxes_per_img":[3,4],"capacity_bytes":1000000000}`, `onnxmem: max_batch: boxes_per_img is a list`},
 		{`{"kind":"model_step","model":"yolov9-s","batch":2,"img":640,"boxes_per_img":4}`, `onnxmem: model_step line: unknown field "boxes_per_img"`},
+		{`{"kind":"train_step","model":"yolov9-s","batch":2,"img":640}`, `onnxmem: missing field "boxes_per_img": the yolov9 family's loss assigns each image's boxes`},
+		{`{"kind":"train_step","model":"torchvision/resnet18-train.onnx","batch":2,"img":224,"optimizer":"SGD"}`,
+			sim(rn18, onnxmem.Scenario{Batch: 2, Height: 224, Width: 224, Train: true, Optimizer: onnxmem.SGD})},
 		{`{"kind":"eval_step","model":"yolov9-s","batch":2,"img":640,"half":false}`, sim(s, onnxmem.Scenario{Batch: 2, Height: 640, Width: 640, Eval: true, EvalFloat: true})},
 		{`{"kind":"max_batch","step":"model_step","model":"yolov9-s","img":640,"batch":4,"capacity_bytes":1}`, `onnxmem: max_batch line: unknown field "batch"`},
 		{`{"kind":"max_batch","step":"train","model":"yolov9-s","img":640,"capacity_bytes":1}`, `onnxmem: max_batch: unknown step "train"`},
