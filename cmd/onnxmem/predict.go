@@ -285,6 +285,9 @@ func (p *predictor) simulate(obj map[string]json.RawMessage) (prediction, error)
 		return prediction{}, fmt.Errorf("onnxmem: max_batch: capacity_bytes %d: want the allocator's limit in bytes, int(fraction × total_memory)", capacity)
 	}
 	n, r, err := m.MaxBatch(sc, capacity, maxBatchSearch)
+	if err == nil && n == maxBatchSearch {
+		return prediction{}, fmt.Errorf("onnxmem: max_batch: batch %d, the most predict searches, still fits under capacity_bytes %d: the largest batch lies beyond it", n, capacity)
+	}
 	return prediction{r: r, maxBatch: &n}, err
 }
 

@@ -280,6 +280,7 @@ func TestPredictFields(t *testing.T) {
 		{`{"kind":"max_batch","step":"model_step","model":"yolov9-s","img":640,"batch":4,"capacity_bytes":1}`, `onnxmem: max_batch line: unknown field "batch"`},
 		{`{"kind":"max_batch","step":"train","model":"yolov9-s","img":640,"capacity_bytes":1}`, `onnxmem: max_batch: unknown step "train"`},
 		{`{"kind":"max_batch","step":"model_step","model":"yolov9-s","img":640}`, `onnxmem: missing field "capacity_bytes"`},
+		{`{"kind":"max_batch","step":"model_step","model":"yolov9-t","img":64,"capacity_bytes":9000000000000000000}`, `onnxmem: max_batch: batch 65536, the most predict searches, still fits`},
 		{`{"kind":"train_run","model":"yolov9-s","batch":2,"img":640,"events":[]}`, `onnxmem: run: the events must start with one setup event`},
 		{`{"kind":"train_run","cfg":"yolov9-s","model":null,"batch":2,"img":320,"amp":true,"optimizer":"SGD","ema":true,"events":[{"setup":{}},` +
 			`{"train":{"boxes_per_img":[3,0]}},{"train":{"boxes_per_img":5}},{"val":{"batch":3,"img_h":256,"img_w":320,"boxes_per_img":[1,2,3]}},{"val":{"batch":1,"img":320}},{"ckpt":{}}]}`,
