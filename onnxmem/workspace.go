@@ -151,7 +151,7 @@ func parseWorkspaces(gz []byte) (map[convKey][3]int64, error) {
 		if n != len(v)-1 || digits == 0 {
 			return nil, fmt.Errorf("onnxmem: cuDNN table line %d: %d fields, want 13", line, n+1)
 		}
-		key, ok := keyOf(append(v[:9:9], v[12])...)
+		key, ok := keyOf(v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[12])
 		if !ok {
 			return nil, fmt.Errorf("onnxmem: cuDNN table line %d: a shape beyond the int32 range", line)
 		}
