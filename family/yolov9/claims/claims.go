@@ -14,6 +14,7 @@ package claims
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/onnxmem/onnxmem/onnxmem"
 )
@@ -54,6 +55,9 @@ const gb = 1e9
 
 // Check evaluates every claim at s.
 func Check(s Setting) ([]Claim, error) {
+	if !strings.HasPrefix(s.Model, "yolov9-") {
+		return nil, fmt.Errorf("claims: model %q: the article trains YOLOv9 with its PGI branch, and claim 6 compares it with the GELAN of its size: give a yolov9 model (yolov9-t, -s, -m, -c or -e)", s.Model)
+	}
 	c := &checker{s: s}
 	for _, f := range []func() (Claim, error){c.claim1, c.claim2, c.claim3, c.claim4, c.claim5, c.claim6, c.claim7, c.claim8} {
 		cl, err := f()

@@ -51,3 +51,13 @@ func TestClaims(t *testing.T) {
 		t.Errorf("claim 8: the chain %v must fall with checkpointing and AMP, and pinned memory change nothing", cs[7].Figures)
 	}
 }
+
+// TestClaimsModel checks that a model without the PGI branch is refused
+// with a reason, not checked against a GELAN that does not exist.
+func TestClaimsModel(t *testing.T) {
+	s := Default
+	s.Model = "gelan-c"
+	if _, err := Check(s); err == nil || !strings.Contains(err.Error(), "give a yolov9 model") {
+		t.Errorf("gelan-c: %v, want an error asking for a yolov9 model", err)
+	}
+}
