@@ -455,6 +455,14 @@ func (b *builder) back(n *ir.Node, k opKind, outs []ir.ValueID) {
 			}
 		case "Transpose":
 			pass(n.Inputs[0], false, true)
+		case "Reshape":
+			if !gy.contig || !gy.whole {
+				// The gradient's reshape to the input's sizes copies a
+				// strided gradient (view's backward is grad.reshape).
+				fresh(n.Inputs[0])
+				break
+			}
+			pass(n.Inputs[0], true, true)
 		default:
 			pass(n.Inputs[0], true, true)
 		}

@@ -288,6 +288,13 @@ func (b *builder) run(n *ir.Node, k opKind) {
 		newOut(0, Activation)
 		freeCopy(c)
 	case opView, opSelect:
+		if x := n.Inputs[0]; n.OpType == "Reshape" && b.data[x] && !b.contig[x] {
+			// reshape of a permuted view (a channel shuffle's transpose,
+			// a window partition) cannot be a view: it copies, a clone
+			// whose gradient passes through.
+			newOut(0, Activation)
+			break
+		}
 		b.view(n)
 	case opAttention:
 		// scaled_dot_product_attention on a CUDA device: under autocast the
