@@ -459,6 +459,53 @@ func (a *Allocator) Reset(c Config) {
 	}
 }
 
+// CopyFrom makes a the copy of src: the same segments, blocks, pools,
+// counters and configuration, and the same IDs for its live allocations,
+// so that the same requests then give the same results in both. It keeps
+// a's memory for the copy. Observe is not copied.
+func (a *Allocator) CopyFrom(src *Allocator) {
+	small, large := a.small, a.large
+	small.copyFrom(&src.small)
+	large.copyFrom(&src.large)
+	cs := a.cs
+	cs.base = append(cs.base[:0], src.cs.base...)
+	for i := range cs.unmapped {
+		cs.unmapped[i] = append(cs.unmapped[i][:0], src.cs.unmapped[i]...)
+	}
+	base, unmapped := cs.base, cs.unmapped
+	*a = Allocator{
+		small:    small,
+		large:    large,
+		blocks:   append(a.blocks[:0], src.blocks...),
+		spare:    append(a.spare[:0], src.spare...),
+		live:     append(a.live[:0], src.live...),
+		nextAddr: src.nextAddr,
+		down:     src.down,
+		st:       src.st,
+		Capacity: src.Capacity,
+		conf:     src.conf,
+		cfg:      src.cfg,
+		cs:       src.cs,
+		addrHint: src.addrHint,
+	}
+	a.cs.base, a.cs.unmapped = base, unmapped
+}
+
+// copyFrom makes p a copy of q, keeping p's buckets' memory.
+func (p *pool) copyFrom(q *pool) {
+	p.reset()
+	if q.bk == nil {
+		return
+	}
+	if p.bk == nil {
+		p.bk = make([][]int32, poolBuckets)
+	}
+	for k := q.marked(0); k < poolBuckets; k = q.marked(k + 1) {
+		p.bk[k] = append(p.bk[k][:0], q.bk[k]...)
+	}
+	p.mask = q.mask
+}
+
 // Config returns the allocator's configuration.
 func (a *Allocator) Config() Config { return a.cfg }
 

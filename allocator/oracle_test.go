@@ -545,6 +545,11 @@ func randomConfig(rng *rand.Rand) Config {
 // outcomes after every step and the same block size for every live
 // allocation.
 func TestOracle(t *testing.T) {
+	// Halfway through each sequence the allocator is replaced by a copy
+	// (CopyFrom into the previous sequence's allocator, whose memory it
+	// reuses) and the original reset, so the copy must go on as the
+	// original would have, sharing nothing with it.
+	spare := New()
 	for seed := range uint64(400) {
 		rng := rand.New(rand.NewPCG(seed, 0x5eed))
 		var cfg Config
@@ -563,6 +568,13 @@ func TestOracle(t *testing.T) {
 		var live []ID
 		steps := 100 + rng.IntN(400)
 		for step := range steps {
+			if step == steps/2 {
+				spare.CopyFrom(a)
+				orig := a
+				a, spare = spare, orig
+				orig.Reset(Config{})
+				orig.Malloc(3 << 20)
+			}
 			what := "?"
 			switch p := rng.IntN(100); {
 			case p < 55 || len(live) == 0:

@@ -2,6 +2,7 @@ package onnxmem
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 
@@ -20,7 +21,7 @@ import (
 func Run(p *schedule.Program, sc Scenario) *Result {
 	s := scratches.Get().(*scratch)
 	defer scratches.Put(s)
-	r, _ := runInto(s, p, sc, nil, nil)
+	r, _ := runInto(s, p, sc, nil, nil, false)
 	return r
 }
 
@@ -67,6 +68,8 @@ type scratch struct {
 	an      liveness.Analysis
 	ev      []liveness.Event
 	initial []int32
+	ids     []allocator.ID
+	live    []bool
 }
 
 var scratches = sync.Pool{New: func() any { return new(scratch) }}
@@ -75,11 +78,13 @@ var scratches = sync.Pool{New: func() any { return new(scratch) }}
 // the measured step and observe after each of its events, and returns the
 // Result with the liveness analysis of the step.
 func run(p *schedule.Program, sc Scenario, begin func(*allocator.Allocator), observe func(int, allocator.Stats)) (*Result, *liveness.Analysis) {
-	return runInto(new(scratch), p, sc, begin, observe)
+	return runInto(new(scratch), p, sc, begin, observe, true)
 }
 
-// runInto is run with the analysis made in s's memory.
-func runInto(s *scratch, p *schedule.Program, sc Scenario, begin func(*allocator.Allocator), observe func(int, allocator.Stats)) (*Result, *liveness.Analysis) {
+// runInto is run with its memory taken from s. It returns the liveness
+// analysis of the step only when analyze is set; the Result does not need
+// it.
+func runInto(s *scratch, p *schedule.Program, sc Scenario, begin func(*allocator.Allocator), observe func(int, allocator.Stats), analyze bool) (*Result, *liveness.Analysis) {
 	conf, err := sc.allocConfig()
 	if err != nil {
 		panic(fmt.Sprintf("onnxmem: Run of a scenario that Supported refuses: %v", err))
@@ -88,7 +93,9 @@ func runInto(s *scratch, p *schedule.Program, sc Scenario, begin func(*allocator
 	defer allocators.Put(a)
 	a.Reset(conf)
 	a.Capacity = sc.Capacity
-	ids := make([]allocator.ID, len(p.Buffers))
+	ids := s.ids[:0]
+	ids = append(ids, make([]allocator.ID, len(p.Buffers))...)
+	s.ids = ids
 	oom := false
 	malloc := func(buf int32) {
 		if oom {
@@ -106,8 +113,7 @@ func runInto(s *scratch, p *schedule.Program, sc Scenario, begin func(*allocator
 			a.Free(ids[buf])
 		}
 	}
-	oom = LoadResidents(a, p, ids) != nil
-	a.EmptyCache()
+	oom = residentsInto(a, p, conf, sc.Capacity, ids)
 	// The outputs of the step before the warm-up, alive until its forward
 	// returns.
 	for _, buf := range p.Carried {
@@ -175,7 +181,6 @@ func runInto(s *scratch, p *schedule.Program, sc Scenario, begin func(*allocator
 	st := a.Stats()
 	r.Peak, r.PeakRequested, r.PeakReserved, r.OOM = st.PeakAllocated, st.PeakRequested, st.PeakReserved, oom
 	r.ReservedAfter = st.Reserved
-	an := s.analyze(p, conf)
 	if peakAt >= 0 {
 		e := p.Events[peakAt]
 		r.PeakEvent = peakAt
@@ -184,9 +189,33 @@ func runInto(s *scratch, p *schedule.Program, sc Scenario, begin func(*allocator
 			n := &p.Graph.Nodes[e.Node]
 			r.PeakNode, r.PeakLayer = n.Name, n.Layer
 		}
-		r.AtPeak, r.PeakByKind = atPeak(p, an, peakAt)
+		r.AtPeak, r.PeakByKind = atPeak(p, s.liveAt(p, peakAt), conf)
 	}
-	return r, an
+	if !analyze {
+		return r, nil
+	}
+	return r, s.analyze(p, conf)
+}
+
+// liveAt returns, by buffer, whether it is alive just after event at of
+// the measured step: the buffers alive before the step (as analyze takes
+// them) and those its events have allocated and not yet freed.
+func (s *scratch) liveAt(p *schedule.Program, at int) []bool {
+	live := s.live[:0]
+	live = append(live, make([]bool, len(p.Buffers))...)
+	s.live = live
+	for _, set := range [][]int32{p.Resident, p.Carried, p.Once} {
+		for _, b := range set {
+			live[b] = true
+		}
+	}
+	if p.Input >= 0 {
+		live[p.Input] = true
+	}
+	for _, e := range p.Events[:at+1] {
+		live[e.Buf] = !e.Free
+	}
+	return live
 }
 
 // LoadResidents allocates p's resident buffers on a as the harness loads
@@ -271,15 +300,26 @@ func (s *scratch) analyze(p *schedule.Program, conf allocator.Config) *liveness.
 	return &s.an
 }
 
-// atPeak lists the buffers alive after event at of the step: the MaxAtPeak
-// largest, largest first, then in buffer order; and the live bytes of every
-// kind. It reads them from the liveness analysis of the step.
-func atPeak(p *schedule.Program, an *liveness.Analysis, at int) ([]Tensor, []KindBytes) {
+// atPeak lists the buffers that live marks (those alive after the peak's
+// event, from scratch.liveAt): the MaxAtPeak largest, largest first, then
+// in buffer order; and the live bytes of every kind, each buffer its
+// request rounded to the allocator's blocks, as the liveness analysis of
+// the step sizes it.
+func atPeak(p *schedule.Program, live []bool, conf allocator.Config) ([]Tensor, []KindBytes) {
 	var kinds []KindBytes
-	for b, iv := range an.Intervals {
-		if !iv.Contains(at) {
+	size := func(b int32) int64 { return conf.RoundSize(p.Buffers[b].Bytes) }
+	// The MaxAtPeak largest, largest first and then in buffer order, as
+	// liveness.Analysis.Largest orders them.
+	before := func(x, y int32) bool {
+		sx, sy := size(x), size(y)
+		return sx > sy || (sx == sy && x < y)
+	}
+	var largest []int32
+	for b, ok := range live {
+		if !ok {
 			continue
 		}
+		id := int32(b)
 		k := p.Buffers[b].Kind.String()
 		i := 0
 		for i < len(kinds) && kinds[i].Kind != k {
@@ -288,15 +328,28 @@ func atPeak(p *schedule.Program, an *liveness.Analysis, at int) ([]Tensor, []Kin
 		if i == len(kinds) {
 			kinds = append(kinds, KindBytes{Kind: k})
 		}
-		kinds[i].Bytes += an.Size(int32(b))
+		kinds[i].Bytes += size(id)
 		kinds[i].Count++
+		if len(largest) == MaxAtPeak && !before(id, largest[MaxAtPeak-1]) {
+			continue
+		}
+		j := len(largest)
+		if len(largest) < MaxAtPeak {
+			largest = append(largest, id)
+		} else {
+			j = MaxAtPeak - 1
+		}
+		for j > 0 && before(id, largest[j-1]) {
+			largest[j] = largest[j-1]
+			j--
+		}
+		largest[j] = id
 	}
 	sort.SliceStable(kinds, func(i, j int) bool { return kinds[i].Bytes > kinds[j].Bytes })
-	live := an.Largest(at, MaxAtPeak)
-	out := make([]Tensor, 0, len(live))
-	for _, b := range live {
+	out := make([]Tensor, 0, len(largest))
+	for _, b := range largest {
 		buf := p.Buffers[b]
-		t := Tensor{Kind: buf.Kind.String(), Bytes: an.Size(b), Requested: buf.Bytes}
+		t := Tensor{Kind: buf.Kind.String(), Bytes: size(b), Requested: buf.Bytes}
 		if buf.Value >= 0 {
 			t.Name = p.Graph.Values[buf.Value].Name
 		} else {
@@ -308,4 +361,83 @@ func atPeak(p *schedule.Program, an *liveness.Analysis, at int) ([]Tensor, []Kin
 		out = append(out, t)
 	}
 	return out, kinds
+}
+
+// residentState is the allocator just after a program's resident buffers
+// were loaded and the cache emptied, as every replay of the program starts:
+// the same for every program with the same resident sizes, roles, allocator
+// options and limit (the scenarios of a sweep over batch sizes, precisions
+// and checkpoint segments), so replays copy it instead of loading the
+// residents again.
+type residentState struct {
+	conf     allocator.Config
+	capacity int64
+	sizes    []int64
+	roles    []schedule.Role
+	a        *allocator.Allocator
+	ids      []allocator.ID // by index of Program.Resident
+	oom      bool
+}
+
+// maxResidentStates bounds the resident states kept; the least recently
+// used goes first.
+const maxResidentStates = 8
+
+var residentStates struct {
+	mu     sync.Mutex
+	states []*residentState // least recently used first
+}
+
+// residentsInto sets a to the state of an allocator with conf and capacity
+// after LoadResidents(p) and EmptyCache, and ids[buf] for each resident
+// buffer, and reports whether loading ran out of memory.
+func residentsInto(a *allocator.Allocator, p *schedule.Program, conf allocator.Config, capacity int64, ids []allocator.ID) bool {
+	st := residentStateOf(p, conf, capacity)
+	a.CopyFrom(st.a)
+	for i, buf := range p.Resident {
+		ids[buf] = st.ids[i]
+	}
+	return st.oom
+}
+
+// residentStateOf returns the resident state of p, kept or made.
+func residentStateOf(p *schedule.Program, conf allocator.Config, capacity int64) *residentState {
+	same := func(st *residentState) bool {
+		if st.conf != conf || st.capacity != capacity || len(st.sizes) != len(p.Resident) || !slices.Equal(st.roles, p.ResidentRoles) {
+			return false
+		}
+		for i, buf := range p.Resident {
+			if st.sizes[i] != p.Buffers[buf].Bytes {
+				return false
+			}
+		}
+		return true
+	}
+	rs := &residentStates
+	rs.mu.Lock()
+	for i, st := range rs.states {
+		if same(st) {
+			rs.states = append(append(rs.states[:i:i], rs.states[i+1:]...), st)
+			rs.mu.Unlock()
+			return st
+		}
+	}
+	rs.mu.Unlock()
+	st := &residentState{conf: conf, capacity: capacity, roles: slices.Clone(p.ResidentRoles), a: allocator.New()}
+	st.a.Reset(conf)
+	st.a.Capacity = capacity
+	ids := make([]allocator.ID, len(p.Buffers))
+	st.oom = LoadResidents(st.a, p, ids) != nil
+	st.a.EmptyCache()
+	for _, buf := range p.Resident {
+		st.sizes = append(st.sizes, p.Buffers[buf].Bytes)
+		st.ids = append(st.ids, ids[buf])
+	}
+	rs.mu.Lock()
+	if len(rs.states) == maxResidentStates {
+		rs.states = rs.states[1:]
+	}
+	rs.states = append(rs.states, st)
+	rs.mu.Unlock()
+	return st
 }
