@@ -89,6 +89,11 @@ type template struct {
 	nk    []int64           // by call: N = nk·B + nc
 	nc    []int64
 	wsBuf []int32 // by call: its workspace buffer
+	// wsCall is, by buffer, the call whose workspace it is, or -1.
+	wsCall []int32
+
+	mu    sync.Mutex
+	skels []*skeleton // least recently used first
 }
 
 // classKey names a scenario's class: everything but the batch size and the
@@ -274,8 +279,13 @@ func fit(pts []classPoint) *template {
 	}
 	t.wsBuf = a.wsBuf
 	ws := make([]bool, len(a.prog.Buffers))
-	for _, b := range a.wsBuf {
+	t.wsCall = make([]int32, len(a.prog.Buffers))
+	for i := range t.wsCall {
+		t.wsCall[i] = -1
+	}
+	for c, b := range a.wsBuf {
 		ws[b] = true
+		t.wsCall[b] = int32(c)
 	}
 	t.k, t.c = make([]int64, len(a.prog.Buffers)), make([]int64, len(a.prog.Buffers))
 	for i := range a.prog.Buffers {
@@ -333,25 +343,86 @@ func sameStructure(a, b classPoint) bool {
 }
 
 // at returns the class's program at batch n, or nil when a size overflows.
+// The events of a program depend on the batch only through which calls
+// have an empty workspace, so the trimmed programs' events, kept by that
+// pattern (skeleton), are shared by the programs derived with it; each
+// derived program has buffers of its own.
 func (t *template) at(n int64) *schedule.Program {
+	ws := make([]int64, len(t.calls))
+	key := make([]uint64, (len(t.calls)+63)/64)
+	for i, cc := range t.calls {
+		call := cc.call
+		var ok bool
+		if call.N, ok = affine(t.nk[i], n, t.nc[i]); !ok {
+			return nil
+		}
+		ws[i] = CuDNNWorkspace(call)
+		if ws[i] == 0 {
+			key[i/64] |= 1 << (i % 64)
+		}
+	}
+	sk := t.skeleton(key, ws)
+	q := *sk.prog
+	q.Buffers = make([]schedule.Buffer, len(sk.src))
+	for j, i := range sk.src {
+		b := t.prog.Buffers[i]
+		if c := t.wsCall[i]; c >= 0 {
+			b.Bytes = ws[c]
+		} else {
+			v, ok := affine(t.k[i], n, t.c[i])
+			if !ok {
+				return nil
+			}
+			b.Bytes = v
+		}
+		q.Buffers[j] = b
+	}
+	return &q
+}
+
+// skeleton is a template's trimmed program for one pattern of empty
+// workspaces (key: bit i for call i), its buffers' sizes aside; src maps
+// each of its buffers to the template's.
+type skeleton struct {
+	key  []uint64
+	prog *schedule.Program
+	src  []int32
+}
+
+// maxSkeletons bounds the skeletons a template keeps; the least recently
+// used goes first.
+const maxSkeletons = 8
+
+// skeleton returns the skeleton of key, kept or made by trimming the
+// template's program with the workspaces ws (key's pattern).
+func (t *template) skeleton(key []uint64, ws []int64) *skeleton {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for i, sk := range t.skels {
+		if slices.Equal(sk.key, key) {
+			t.skels = append(append(t.skels[:i:i], t.skels[i+1:]...), sk)
+			return sk
+		}
+	}
 	p := *t.prog
 	p.Buffers = slices.Clone(t.prog.Buffers)
-	for i := range p.Buffers {
-		v, ok := affine(t.k[i], n, t.c[i])
-		if !ok {
-			return nil
-		}
-		p.Buffers[i].Bytes = v
-	}
 	calls := slices.Clone(t.calls)
+	drop := make([]bool, len(p.Buffers))
 	for i := range calls {
-		var ok bool
-		if calls[i].call.N, ok = affine(t.nk[i], n, t.nc[i]); !ok {
-			return nil
-		}
-		calls[i].ws = CuDNNWorkspace(calls[i].call)
+		calls[i].ws = ws[i]
+		drop[t.wsBuf[i]] = ws[i] == 0
 	}
-	return trim(&p, calls, t.wsBuf)
+	sk := &skeleton{key: key, prog: trim(&p, calls, t.wsBuf)}
+	for i := range p.Buffers {
+		if !drop[i] {
+			sk.src = append(sk.src, int32(i))
+		}
+	}
+	if len(t.skels) == maxSkeletons {
+		t.skels = t.skels[1:]
+	}
+	t.skels = append(t.skels, sk)
+	return sk
 }
 
 // workspaceBuffers returns the workspace buffer of each call of a build
