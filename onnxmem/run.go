@@ -306,44 +306,50 @@ func (s *scratch) analyze(p *schedule.Program, conf allocator.Config) *liveness.
 // request rounded to the allocator's blocks, as the liveness analysis of
 // the step sizes it.
 func atPeak(p *schedule.Program, live []bool, conf allocator.Config) ([]Tensor, []KindBytes) {
-	var kinds []KindBytes
+	// Bytes and counts by kind, in the order kinds are first met: a slot
+	// per named kind and one for the rest, all of which print "unknown".
+	const slots = schedule.NumKinds + 1
+	var bytes [slots]int64
+	var count [slots]int
+	var order []int
 	size := func(b int32) int64 { return conf.RoundSize(p.Buffers[b].Bytes) }
 	// The MaxAtPeak largest, largest first and then in buffer order, as
-	// liveness.Analysis.Largest orders them.
-	before := func(x, y int32) bool {
-		sx, sy := size(x), size(y)
-		return sx > sy || (sx == sy && x < y)
-	}
+	// liveness.Analysis.Largest orders them; sizes[i] is largest[i]'s.
 	var largest []int32
+	var sizes []int64
 	for b, ok := range live {
 		if !ok {
 			continue
 		}
-		id := int32(b)
-		k := p.Buffers[b].Kind.String()
-		i := 0
-		for i < len(kinds) && kinds[i].Kind != k {
-			i++
+		id, sz := int32(b), size(int32(b))
+		k := int(p.Buffers[b].Kind)
+		if k >= schedule.NumKinds {
+			k = slots - 1
 		}
-		if i == len(kinds) {
-			kinds = append(kinds, KindBytes{Kind: k})
+		if count[k] == 0 {
+			order = append(order, k)
 		}
-		kinds[i].Bytes += size(id)
-		kinds[i].Count++
-		if len(largest) == MaxAtPeak && !before(id, largest[MaxAtPeak-1]) {
+		bytes[k] += sz
+		count[k]++
+		// An equal size goes after: the IDs rise.
+		if len(largest) == MaxAtPeak && sz <= sizes[MaxAtPeak-1] {
 			continue
 		}
 		j := len(largest)
-		if len(largest) < MaxAtPeak {
-			largest = append(largest, id)
+		if j < MaxAtPeak {
+			largest, sizes = append(largest, id), append(sizes, sz)
 		} else {
 			j = MaxAtPeak - 1
 		}
-		for j > 0 && before(id, largest[j-1]) {
-			largest[j] = largest[j-1]
+		for j > 0 && sz > sizes[j-1] {
+			largest[j], sizes[j] = largest[j-1], sizes[j-1]
 			j--
 		}
-		largest[j] = id
+		largest[j], sizes[j] = id, sz
+	}
+	kinds := make([]KindBytes, 0, len(order))
+	for _, k := range order {
+		kinds = append(kinds, KindBytes{Kind: schedule.Kind(k).String(), Bytes: bytes[k], Count: count[k]})
 	}
 	sort.SliceStable(kinds, func(i, j int) bool { return kinds[i].Bytes > kinds[j].Bytes })
 	out := make([]Tensor, 0, len(largest))

@@ -58,6 +58,9 @@ const (
 
 var kindNames = [...]string{"param", "input", "activation", "stats", "indices", "copy", "workspace", "grad", "param-grad", "scalar", "cast", "mask"}
 
+// NumKinds is the number of kinds; Kind(NumKinds) and above are unknown.
+const NumKinds = len(kindNames)
+
 // String returns the kind's short name.
 func (k Kind) String() string {
 	if int(k) < len(kindNames) {
