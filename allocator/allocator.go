@@ -603,6 +603,56 @@ func (a *Allocator) TryMalloc(n int64) (ID, error) {
 	return ID(len(a.live) - 1), nil
 }
 
+// Transient serves a request of n bytes that is freed at once, before any
+// other request, as TryMalloc and then Free would (a kernel's scratch, a
+// workspace, a tensor no one keeps), and returns the block size it held:
+// the counters and peaks move as they would, a segment it reserved stays
+// cached, and the pools end as they were. It takes no ID. Under a
+// configuration or with Observe set it runs TryMalloc and Free.
+func (a *Allocator) Transient(n int64) (int64, error) {
+	if n < 0 {
+		panic("allocator: negative request")
+	}
+	if a.conf || a.Observe != nil {
+		id, err := a.TryMalloc(n)
+		if err != nil {
+			return 0, err
+		}
+		size := a.Size(id)
+		a.Free(id)
+		return size, nil
+	}
+	size := RoundSize(n)
+	small := size <= SmallSize
+	p := a.poolOf(small)
+	var whole int64
+	if found := a.search(p, size, -1); p.valid(found) {
+		// The best fit, split and merged back: the pools do not change.
+		whole = a.blocks[p.at(found)].size
+	} else {
+		seg := SegmentSize(size)
+		if a.Capacity > 0 && a.st.Reserved+seg > a.Capacity {
+			a.EmptyCache()
+			if a.st.Reserved+seg > a.Capacity {
+				return 0, &ErrOutOfMemory{Requested: n, Reserved: a.st.Reserved, Capacity: a.Capacity}
+			}
+		}
+		// The new segment, whole again once the block is freed.
+		id := a.newBlock(block{addr: a.mallocAddr(seg), size: seg, small: small, free: true, prev: -1, next: -1})
+		a.insert(p, id)
+		a.st.Reserved += seg
+		a.st.PeakReserved = max(a.st.PeakReserved, a.st.Reserved)
+		whole = seg
+	}
+	held := whole
+	if rest := whole - size; (small && rest >= MinBlockSize) || (!small && rest > SmallSize) {
+		held = size
+	}
+	a.st.PeakAllocated = max(a.st.PeakAllocated, a.st.Allocated+held)
+	a.st.PeakRequested = max(a.st.PeakRequested, a.st.Requested+n)
+	return held, nil
+}
+
 // segmentAddr returns the address of a new segment of size bytes.
 func (a *Allocator) segmentAddr(size int64) int64 {
 	if h := a.addrHint; h != 0 {

@@ -561,11 +561,14 @@ func TestOracle(t *testing.T) {
 			a = New()
 		}
 		r := &refAllocator{cfg: cfg}
-		if seed%2 == 1 {
+		if seed%3 == 1 {
 			a.Capacity = int64(64+rng.IntN(448)) << 20
 			r.capacity = a.Capacity
 		}
-		var live []ID
+		// live and rlive are the live allocations' IDs in a and in the
+		// oracle, which counts Transient's as allocations.
+		var live, rlive []ID
+		transients := 0
 		steps := 100 + rng.IntN(400)
 		for step := range steps {
 			if step == steps/2 {
@@ -587,17 +590,39 @@ func TestOracle(t *testing.T) {
 					t.Fatalf("seed %d (%s) step %d: TryMalloc(%d): error %v, oracle %v", seed, cfg, step, n, err, rerr)
 				}
 				if err == nil {
-					if id != rid {
-						t.Fatalf("seed %d step %d: ID %d, oracle %d", seed, step, id, rid)
+					if id != rid-ID(transients) {
+						t.Fatalf("seed %d step %d: ID %d, oracle %d less %d transients", seed, step, id, rid, transients)
 					}
 					live = append(live, id)
+					rlive = append(rlive, rid)
+				}
+			case p < 62:
+				// Transient is malloc and free at once; the oracle does
+				// both, and its IDs go on from one more.
+				n := randomSize(rng)
+				what = "Transient"
+				held, err := a.Transient(n)
+				rid, rerr := r.malloc(n)
+				var oom, room *ErrOutOfMemory
+				if errors.As(err, &oom) != errors.As(rerr, &room) || (oom != nil && *oom != *room) {
+					t.Fatalf("seed %d (%s) step %d: Transient(%d): error %v, oracle %v", seed, cfg, step, n, err, rerr)
+				}
+				if rerr == nil {
+					if want := r.size(rid); held != want {
+						t.Fatalf("seed %d (%s) step %d: Transient(%d) held %d, oracle %d", seed, cfg, step, n, held, want)
+					}
+					r.free(rid)
+					if cfg == (Config{}) {
+						transients++ // else it took an ID through TryMalloc
+					}
 				}
 			case p < 97:
 				k := rng.IntN(len(live))
 				what = "free"
 				a.Free(live[k])
-				r.free(live[k])
+				r.free(rlive[k])
 				live = append(live[:k], live[k+1:]...)
+				rlive = append(rlive[:k], rlive[k+1:]...)
 			case p < 99:
 				what = "EmptyCache"
 				a.EmptyCache()
@@ -613,8 +638,8 @@ func TestOracle(t *testing.T) {
 			if oa, os := a.Oversize(); oa != r.oversizeAllocs || os != r.oversizeSegs {
 				t.Fatalf("seed %d (%q) step %d (%s): oversize %d/%d, oracle %d/%d", seed, cfg, step, what, oa, os, r.oversizeAllocs, r.oversizeSegs)
 			}
-			for _, id := range live {
-				if got, want := a.Size(id), r.size(id); got != want {
+			for k, id := range live {
+				if got, want := a.Size(id), r.size(rlive[k]); got != want {
 					t.Fatalf("seed %d (%q) step %d (%s): Size(%d) = %d, oracle %d", seed, cfg, step, what, id, got, want)
 				}
 			}

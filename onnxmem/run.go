@@ -124,14 +124,28 @@ func runInto(s *scratch, p *schedule.Program, sc Scenario, begin func(*allocator
 	if p.Input >= 0 {
 		malloc(p.Input)
 	}
+	// transient reports whether event i allocates a buffer that event
+	// i+1 frees: the pair is one Allocator.Transient.
+	transient := func(i int) bool {
+		e := p.Events[i]
+		return !e.Free && i+1 < len(p.Events) && p.Events[i+1].Free && p.Events[i+1].Buf == e.Buf
+	}
 	once := 0
-	for i, e := range p.Events {
+	for i := 0; i < len(p.Events); i++ {
 		for ; once < len(p.Once) && p.OnceAt[once] <= i; once++ {
 			malloc(p.Once[once])
 		}
-		if e.Free {
+		e := p.Events[i]
+		switch {
+		case oom:
+		case transient(i) && (once == len(p.Once) || p.OnceAt[once] > i+1):
+			if _, err := a.Transient(p.Buffers[e.Buf].Bytes); err != nil {
+				oom = true
+			}
+			i++
+		case e.Free:
 			free(e.Buf)
-		} else {
+		default:
 			malloc(e.Buf)
 		}
 	}
@@ -158,7 +172,25 @@ func runInto(s *scratch, p *schedule.Program, sc Scenario, begin func(*allocator
 	// Walk the step event by event to find where the peak falls.
 	peakAt := -1
 	best := r.M0
-	for i, e := range p.Events {
+	for i := 0; i < len(p.Events); i++ {
+		e := p.Events[i]
+		if observe == nil && !oom && transient(i) && i+1 != p.ForwardEnd && i+1 != p.StepEnd {
+			held, err := a.Transient(p.Buffers[e.Buf].Bytes)
+			if err != nil {
+				oom = true
+			} else if cur := a.Stats().Allocated + held; cur > best {
+				best, peakAt = cur, i
+			}
+			i++ // the free, after which allocated is as it was
+			switch i + 1 {
+			case p.ForwardEnd:
+				r.AfterForward = a.Stats().Allocated
+				r.ForwardPeak = a.Stats().PeakAllocated
+			case p.StepEnd:
+				r.AfterBackward = a.Stats().Allocated
+			}
+			continue
+		}
 		if e.Free {
 			free(e.Buf)
 		} else {
