@@ -91,6 +91,11 @@ type template struct {
 	wsBuf []int32 // by call: its workspace buffer
 	// wsCall is, by buffer, the call whose workspace it is, or -1.
 	wsCall []int32
+	// shape is, by call, the index of its shape: calls of one shape (the
+	// call but for Which, and the same line of N) share a row of the
+	// cuDNN table; shapes lists one call of each.
+	shape  []int32
+	shapes []int32
 
 	mu    sync.Mutex
 	skels []*skeleton // least recently used first
@@ -278,6 +283,22 @@ func fit(pts []classPoint) *template {
 		t.nk, t.nc = append(t.nk, nk), append(t.nc, nc)
 	}
 	t.wsBuf = a.wsBuf
+	type shapeKey struct {
+		call   schedule.ConvCall
+		nk, nc int64
+	}
+	shapes := make(map[shapeKey]int32)
+	for i, cc := range a.calls {
+		k := shapeKey{cc.call, t.nk[i], t.nc[i]}
+		k.call.Which, k.call.N = "", 0
+		g, ok := shapes[k]
+		if !ok {
+			g = int32(len(t.shapes))
+			shapes[k] = g
+			t.shapes = append(t.shapes, int32(i))
+		}
+		t.shape = append(t.shape, g)
+	}
 	ws := make([]bool, len(a.prog.Buffers))
 	t.wsCall = make([]int32, len(a.prog.Buffers))
 	for i := range t.wsCall {
@@ -348,15 +369,30 @@ func sameStructure(a, b classPoint) bool {
 // pattern (skeleton), are shared by the programs derived with it; each
 // derived program has buffers of its own.
 func (t *template) at(n int64) *schedule.Program {
-	ws := make([]int64, len(t.calls))
-	key := make([]uint64, (len(t.calls)+63)/64)
-	for i, cc := range t.calls {
-		call := cc.call
+	// The table's row of each shape, looked up once for the calls that
+	// share it (a conv's forward, its two backward calls, its recompute).
+	rows := make([][3]int64, len(t.shapes))
+	found := make([]bool, len(t.shapes))
+	for g, i := range t.shapes {
+		call := t.calls[i].call
 		var ok bool
 		if call.N, ok = affine(t.nk[i], n, t.nc[i]); !ok {
 			return nil
 		}
-		ws[i] = CuDNNWorkspace(call)
+		rows[g], found[g] = lookupShape(call)
+	}
+	ws := make([]int64, len(t.calls))
+	key := make([]uint64, (len(t.calls)+63)/64)
+	for i, cc := range t.calls {
+		call := cc.call
+		call.N, _ = affine(t.nk[i], n, t.nc[i])
+		var ok bool
+		if call.Which != schedule.ColumnSum && found[t.shape[i]] {
+			ws[i], ok = pick(rows[t.shape[i]], call.Which)
+		}
+		if !ok {
+			ws[i] = CuDNNWorkspace(call)
+		}
 		if ws[i] == 0 {
 			key[i/64] |= 1 << (i % 64)
 		}

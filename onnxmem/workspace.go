@@ -72,11 +72,36 @@ var (
 )
 
 // lookupWorkspace returns the measured workspace of a call, if the table has
-// its shape. The table's convolutions have square kernels and strides,
+// its shape.
+func lookupWorkspace(c schedule.ConvCall) (int64, bool) {
+	v, ok := lookupShape(c)
+	if !ok {
+		return 0, false
+	}
+	return pick(v, c.Which)
+}
+
+// pick returns the workspace of call which (fwd, bwd-data or bwd-filter)
+// of a table row.
+func pick(v [3]int64, which string) (int64, bool) {
+	switch which {
+	case "fwd":
+		return v[0], true
+	case "bwd-data":
+		return v[1], true
+	case "bwd-filter":
+		return v[2], true
+	}
+	return 0, false
+}
+
+// lookupShape returns the table's row for a call's shape: the measured
+// workspaces of its three calls (fwd, bwd-data, bwd-filter), if the table
+// has it. The table's convolutions have square kernels and strides,
 // dilation 1 and padding k/2, as the built-in models' do, or none, as a
 // patch embedding's (calibration/patchify_sweep.py); a call whose output
 // size says otherwise is not looked up.
-func lookupWorkspace(c schedule.ConvCall) (int64, bool) {
+func lookupShape(c schedule.ConvCall) ([3]int64, bool) {
 	workspaceOnce.Do(func() {
 		var err error
 		if workspaces, err = parseWorkspaces(cudnnTable); err != nil {
@@ -84,7 +109,7 @@ func lookupWorkspace(c schedule.ConvCall) (int64, bool) {
 		}
 	})
 	if c.KH != c.KW || c.StrideH != c.StrideW {
-		return 0, false
+		return [3]int64{}, false
 	}
 	// The padding that gives the call's output size: k/2 (the built-in
 	// models') or none (a patch embedding's).
@@ -97,25 +122,14 @@ func lookupWorkspace(c schedule.ConvCall) (int64, bool) {
 		}
 	}
 	if pad < 0 {
-		return 0, false
+		return [3]int64{}, false
 	}
 	key, ok := keyOf(c.N, c.Cin, c.Cout, c.H, c.W, c.KH, c.StrideH, max(c.Groups, 1), c.ElemSize, pad)
 	if !ok {
-		return 0, false
+		return [3]int64{}, false
 	}
 	v, ok := workspaces[key]
-	if !ok {
-		return 0, false
-	}
-	switch c.Which {
-	case "fwd":
-		return v[0], true
-	case "bwd-data":
-		return v[1], true
-	case "bwd-filter":
-		return v[2], true
-	}
-	return 0, false
+	return v, ok
 }
 
 // parseWorkspaces decodes the embedded table.
