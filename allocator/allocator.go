@@ -342,12 +342,17 @@ func (a *Allocator) insert(p *pool, id int32) {
 	b := &a.blocks[id]
 	k := bucketOf(b.size)
 	c := p.bk[k]
+	if len(c) == 0 {
+		// Most inserts find their bucket empty.
+		p.bk[k] = append(c, id)
+		p.mask[k>>6] |= 1 << (uint(k) & 63)
+		return
+	}
 	i := a.inBucket(c, b.size, b.addr)
 	c = append(c, 0)
 	copy(c[i+1:], c[i:])
 	c[i] = id
 	p.bk[k] = c
-	p.mask[k>>6] |= 1 << (uint(k) & 63)
 }
 
 func (a *Allocator) remove(p *pool, id int32) {
@@ -519,6 +524,9 @@ func (e *ErrOutOfMemory) Error() string {
 
 // Stats returns the current counters.
 func (a *Allocator) Stats() Stats { return a.st }
+
+// Allocated returns the allocated bytes, Stats().Allocated.
+func (a *Allocator) Allocated() int64 { return a.st.Allocated }
 
 // ResetPeaks sets every peak to its current value, as
 // torch.cuda.reset_peak_memory_stats does.

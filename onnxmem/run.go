@@ -163,7 +163,7 @@ func runInto(s *scratch, p *schedule.Program, sc Scenario, begin func(*allocator
 		malloc(p.Input)
 	}
 	r := &Result{Scenario: sc, Events: len(p.Events), PeakLayer: -1, PeakEvent: -1}
-	r.M0 = a.Stats().Allocated
+	r.M0 = a.Allocated()
 	a.ResetPeaks()
 	if begin != nil {
 		begin(a)
@@ -178,16 +178,16 @@ func runInto(s *scratch, p *schedule.Program, sc Scenario, begin func(*allocator
 			held, err := a.Transient(p.Buffers[e.Buf].Bytes)
 			if err != nil {
 				oom = true
-			} else if cur := a.Stats().Allocated + held; cur > best {
+			} else if cur := a.Allocated() + held; cur > best {
 				best, peakAt = cur, i
 			}
 			i++ // the free, after which allocated is as it was
 			switch i + 1 {
 			case p.ForwardEnd:
-				r.AfterForward = a.Stats().Allocated
+				r.AfterForward = a.Allocated()
 				r.ForwardPeak = a.Stats().PeakAllocated
 			case p.StepEnd:
-				r.AfterBackward = a.Stats().Allocated
+				r.AfterBackward = a.Allocated()
 			}
 			continue
 		}
@@ -199,15 +199,15 @@ func runInto(s *scratch, p *schedule.Program, sc Scenario, begin func(*allocator
 		if observe != nil {
 			observe(i, a.Stats())
 		}
-		if cur := a.Stats().Allocated; cur > best {
+		if cur := a.Allocated(); cur > best {
 			best, peakAt = cur, i
 		}
 		switch i + 1 {
 		case p.ForwardEnd:
-			r.AfterForward = a.Stats().Allocated
+			r.AfterForward = a.Allocated()
 			r.ForwardPeak = a.Stats().PeakAllocated
 		case p.StepEnd:
-			r.AfterBackward = a.Stats().Allocated
+			r.AfterBackward = a.Allocated()
 		}
 	}
 	st := a.Stats()
