@@ -169,12 +169,12 @@ func (a *Allocator) getFreeBlock(p *pool, small bool, size int64) (int32, bool) 
 	if a.cs.gc && a.Capacity > 0 {
 		a.cs.calls[poolIndex(small)]++
 	}
-	q := a.search(p, size, -1)
+	q := a.search(p, size)
 	if !p.valid(q) {
 		return -1, false
 	}
 	for a.blocks[p.at(q)].expandable {
-		nq := p.next(q)
+		nq := a.next(p, q)
 		if !p.valid(nq) || a.expandableSize(p.at(nq)) >= a.expandableSize(p.at(q)) {
 			break
 		}
@@ -187,9 +187,7 @@ func (a *Allocator) getFreeBlock(p *pool, small bool, size int64) (int32, bool) 
 	if size >= a.cs.maxSplit && bs-size >= a.cs.rounding {
 		return -1, false
 	}
-	id := p.at(q)
-	p.removeAt(q)
-	return id, true
+	return a.takeAt(p, q), true
 }
 
 // allocBlock is alloc_block: the Capacity check on the segment size the
@@ -237,17 +235,17 @@ func (a *Allocator) releaseAvailable(p *pool, size int64) bool {
 		return false
 	}
 	key := max(size, a.cs.maxSplit)
-	q := a.search(p, key, -1)
+	q := a.search(p, key)
 	if p.valid(q) && !a.blocks[p.at(q)].expandable {
 		a.releaseBlock(p, p.at(q))
 		return true
 	}
-	j, ok := p.prev(q)
+	j, ok := a.prev(p, q)
 	var released int64
 	for ok && released < key && a.blocks[p.at(j)].size >= a.cs.maxSplit {
 		cur := p.at(j)
 		// The place before j stays where it is when cur goes.
-		j, ok = p.prev(j)
+		j, ok = a.prev(p, j)
 		if !a.blocks[cur].expandable {
 			released += a.blocks[cur].size
 			a.releaseBlock(p, cur)
@@ -269,7 +267,7 @@ func (a *Allocator) releaseCached() {
 // covers; a segment left with no page mapped is released.
 func (a *Allocator) releaseBlocks(p *pool, small bool) {
 	var unmap []int32
-	p.each(func(id int32) bool {
+	a.each(p, func(id int32) bool {
 		b := &a.blocks[id]
 		switch {
 		case b.expandable:
@@ -483,7 +481,7 @@ func (a *Allocator) garbageCollect() {
 	age := func(id int32) int64 { return a.cs.calls[1] - a.cs.base[id] }
 	whole := func(id int32) bool { b := &a.blocks[id]; return b.prev < 0 && b.next < 0 }
 	var total, count int64
-	for _, id := range p.ids(nil) {
+	for _, id := range a.ids(p, nil) {
 		if whole(id) {
 			total += age(id)
 			count++
@@ -493,7 +491,7 @@ func (a *Allocator) garbageCollect() {
 	for freed := true; reclaimed < target && freed && count > 0; {
 		mean := float64(total) / float64(count)
 		freed = false
-		for _, id := range p.ids(nil) {
+		for _, id := range a.ids(p, nil) {
 			if whole(id) && float64(age(id)) >= mean {
 				freed = true
 				reclaimed += a.blocks[id].size
