@@ -167,7 +167,7 @@ type block struct {
 	// order, while the block is in its pool; -1 at the ends.
 	fprev, fnext int32
 	small        bool
-	free       bool // mapped and in its pool
+	free         bool // mapped and in its pool
 	// Only with expandable segments: the block belongs to one, and (unmapped)
 	// it is a range of its address space with no pages behind it, which is
 	// in no pool and holds no reserved bytes.
