@@ -284,8 +284,9 @@ func (a *Allocator) prev(p *pool, q pos) (pos, bool) {
 // search returns the place of the first block in p of at least size bytes.
 func (a *Allocator) search(p *pool, size int64) pos {
 	k := bucketOf(size)
-	if p.mask[k>>6]&(1<<(uint(k)&63)) != 0 {
-		for id := p.head[k]; id >= 0; id = a.blocks[id].fnext {
+	// The bucket holds a block that large only when its last one is.
+	if p.mask[k>>6]&(1<<(uint(k)&63)) != 0 && a.blocks[p.tail[k]].size >= size {
+		for id := p.head[k]; ; id = a.blocks[id].fnext {
 			if a.blocks[id].size >= size {
 				return id
 			}
@@ -331,14 +332,25 @@ func (a *Allocator) insert(p *pool, id int32) {
 		b.fprev, b.fnext = -1, -1
 		return
 	}
-	// after is the last block before b, or -1.
-	after := int32(-1)
-	for x := p.head[k]; x >= 0; x = a.blocks[x].fnext {
+	// after is the last block before b, or -1: the walk goes from both
+	// ends at once, so that a block that belongs near either end (frees
+	// in address order, up or down, as a chain of layers makes them) is
+	// placed in a step or two however long the bucket is.
+	less := func(x int32) bool {
 		xb := &a.blocks[x]
-		if xb.size > b.size || (xb.size == b.size && xb.addr > b.addr) {
+		return xb.size < b.size || (xb.size == b.size && xb.addr < b.addr)
+	}
+	after := int32(-1)
+	for lo, hi := p.head[k], p.tail[k]; ; {
+		if !less(lo) {
+			after = a.blocks[lo].fprev
 			break
 		}
-		after = x
+		if less(hi) {
+			after = hi
+			break
+		}
+		lo, hi = a.blocks[lo].fnext, a.blocks[hi].fprev
 	}
 	b.fprev = after
 	if after < 0 {
