@@ -164,8 +164,10 @@ type block struct {
 	requested  int64 // the request it serves, while allocated
 	prev, next int32 // neighbours within the segment, or -1
 	// fprev and fnext link the blocks of one pool bucket, in (size, addr)
-	// order, while the block is in its pool; -1 at the ends.
+	// order, while the block is in its pool; -1 at the ends. bucket is
+	// that bucket, bucketOf(size) when it was inserted.
 	fprev, fnext int32
+	bucket       uint16
 	small        bool
 	free         bool // mapped and in its pool
 	// Only with expandable segments: the block belongs to one, and (unmapped)
@@ -259,7 +261,7 @@ func (a *Allocator) next(p *pool, q pos) pos {
 	if b.fnext >= 0 {
 		return b.fnext
 	}
-	return p.first(bucketOf(b.size) + 1)
+	return p.first(int(b.bucket) + 1)
 }
 
 // prev returns the place before q (q may be the end), or false at the
@@ -271,7 +273,7 @@ func (a *Allocator) prev(p *pool, q pos) (pos, bool) {
 		if b.fprev >= 0 {
 			return b.fprev, true
 		}
-		k = bucketOf(b.size)
+		k = int(b.bucket)
 	}
 	for k--; k >= 0; k-- {
 		if p.mask[k>>6]&(1<<(uint(k)&63)) != 0 {
@@ -324,6 +326,7 @@ func (p *pool) reset() { p.mask = [poolBuckets / 64]uint64{} }
 func (a *Allocator) insert(p *pool, id int32) {
 	b := &a.blocks[id]
 	k := bucketOf(b.size)
+	b.bucket = uint16(k)
 	bit := uint64(1) << (uint(k) & 63)
 	if p.mask[k>>6]&bit == 0 {
 		// Three inserts in four find their bucket empty.
@@ -369,7 +372,7 @@ func (a *Allocator) insert(p *pool, id int32) {
 
 // remove takes block id, which is in p, out of it.
 func (a *Allocator) remove(p *pool, id int32) {
-	a.unlink(p, bucketOf(a.blocks[id].size), id)
+	a.unlink(p, int(a.blocks[id].bucket), id)
 }
 
 // unlink takes block id out of bucket k of p.
