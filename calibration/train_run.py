@@ -247,6 +247,8 @@ def child(spec, out_path, a):
     device = torch.device("cuda:0")
     torch.cuda.init()
     torch.cuda.set_device(device)
+    if a.fraction:  # train_max_batch.py: the allocator capped before any allocation
+        torch.cuda.set_per_process_memory_fraction(a.fraction, device)
     torch.cuda.reset_peak_memory_stats()
     assert torch.cuda.memory_allocated() == 0
 
@@ -326,131 +328,138 @@ def child(spec, out_path, a):
     optimizer.zero_grad()
     end()
 
-    ni = -1
-    for epoch in range(2):
-        n_iter = a.iters1 if epoch == 0 else a.iters2
-        for i in range(n_iter):
-            ni += 1  # iterations since the start, all stepping (accumulate 1, as early in a COCO-sized run)
-            counts = box_counts(rng, B)
-            start("train", {"boxes_per_img": [int(c) for c in counts]})
-            if epoch > 0 and i == 0:  # epoch start
-                model.train()
-                mloss = torch.zeros(3, device=device)
+    n_saves, results, oom = 0, [], None
+    try:
+        ni = -1
+        for epoch in range(2):
+            n_iter = a.iters1 if epoch == 0 else a.iters2
+            for i in range(n_iter):
+                ni += 1  # iterations since the start, all stepping (accumulate 1, as early in a COCO-sized run)
+                counts = box_counts(rng, B)
+                start("train", {"boxes_per_img": [int(c) for c in counts]})
+                if epoch > 0 and i == 0:  # epoch start
+                    model.train()
+                    mloss = torch.zeros(3, device=device)
+                    optimizer.zero_grad()
+                imgs = make_images(torch, gen, B, imgsz, imgsz)
+                targets = make_targets(torch, rng, counts)
+                imgs = imgs.to(device, non_blocking=True).float() / 255
+                if ni <= nw:  # warmup (CPU only)
+                    xi = [0, nw]
+                    for j, x in enumerate(optimizer.param_groups):
+                        x["lr"] = np.interp(ni, xi, [hyp["warmup_bias_lr"] if j == 0 else 0.0, x["initial_lr"] * lf(epoch)])
+                        if "momentum" in x:
+                            x["momentum"] = np.interp(ni, xi, [hyp["warmup_momentum"], hyp["momentum"]])
+                with torch.cuda.amp.autocast(amp):
+                    pred = model(imgs)
+                    loss, loss_items = compute_loss(pred, targets.to(device))
+                scaler.scale(loss).backward()
+                s0 = scaler.get_scale()
+                n_state0 = len(optimizer.state)
+                scaler.unscale_(optimizer)
+                torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=10.0)
+                scaler.step(optimizer)
+                scaler.update()
                 optimizer.zero_grad()
-            imgs = make_images(torch, gen, B, imgsz, imgsz)
-            targets = make_targets(torch, rng, counts)
-            imgs = imgs.to(device, non_blocking=True).float() / 255
-            if ni <= nw:  # warmup (CPU only)
-                xi = [0, nw]
-                for j, x in enumerate(optimizer.param_groups):
-                    x["lr"] = np.interp(ni, xi, [hyp["warmup_bias_lr"] if j == 0 else 0.0, x["initial_lr"] * lf(epoch)])
-                    if "momentum" in x:
-                        x["momentum"] = np.interp(ni, xi, [hyp["warmup_momentum"], hyp["momentum"]])
-            with torch.cuda.amp.autocast(amp):
-                pred = model(imgs)
-                loss, loss_items = compute_loss(pred, targets.to(device))
-            scaler.scale(loss).backward()
-            s0 = scaler.get_scale()
-            n_state0 = len(optimizer.state)
-            scaler.unscale_(optimizer)
-            torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=10.0)
-            scaler.step(optimizer)
-            scaler.update()
-            optimizer.zero_grad()
-            ema.update(model)
-            s1 = scaler.get_scale()
-            stepped = (s1 >= s0) if amp else True
-            if n_state0 == 0:  # before the first real step the optimizer has no state
-                stepped = stepped and len(optimizer.state) > 0
-            mloss = (mloss * i + loss_items) / (i + 1)
-            mem = f"{torch.cuda.memory_reserved() / 1E9:.3g}G"  # noqa: F841 (train_dual's GPU_mem)
-            end(stepped=bool(stepped), scale=float(s1))
+                ema.update(model)
+                s1 = scaler.get_scale()
+                stepped = (s1 >= s0) if amp else True
+                if n_state0 == 0:  # before the first real step the optimizer has no state
+                    stepped = stepped and len(optimizer.state) > 0
+                mloss = (mloss * i + loss_items) / (i + 1)
+                mem = f"{torch.cuda.memory_reserved() / 1E9:.3g}G"  # noqa: F841 (train_dual's GPU_mem)
+                end(stepped=bool(stepped), scale=float(s1))
 
-        if epoch > 0:
-            break
+            if epoch > 0 or a.train_only:
+                break
 
-        # ------------------------------------------------------------------ val
-        shapes_hw = [(2 * B, 480, 640), (2 * B, 384, 640), (2 * B, 640, 448), (B, 512, 640)][:a.val_batches]
-        if a.val_batches < 4:
-            shapes_hw[-1] = (B, 512, 640)
-        batches, infos = [], []
-        for n, h, wd in shapes_hw:
-            counts = box_counts(rng, n)
-            im = make_images(torch, gen, n, h, wd)
-            t = make_targets(torch, rng, counts)
-            paths = [f"../datasets/coco/images/val2017/fake{len(batches)}_{k:03d}.jpg" for k in range(n)]
-            h0, w0 = (h - 32, wd) if h < wd else (h, wd - 32)
-            pad = (0.0, 16.0) if h < wd else (16.0, 0.0)
-            shp = [((h0, w0), ((1.0, 1.0), pad)) for _ in range(n)]
-            batches.append((im, t, paths, shp))
-            infos.append({"batch": n, "img_h": h, "img_w": wd, "boxes_per_img": [int(c) for c in counts]})
+            # ------------------------------------------------------------------ val
+            shapes_hw = [(2 * B, 480, 640), (2 * B, 384, 640), (2 * B, 640, 448), (B, 512, 640)][:a.val_batches]
+            if a.val_batches < 4:
+                shapes_hw[-1] = (B, 512, 640)
+            batches, infos = [], []
+            for n, h, wd in shapes_hw:
+                counts = box_counts(rng, n)
+                im = make_images(torch, gen, n, h, wd)
+                t = make_targets(torch, rng, counts)
+                paths = [f"../datasets/coco/images/val2017/fake{len(batches)}_{k:03d}.jpg" for k in range(n)]
+                h0, w0 = (h - 32, wd) if h < wd else (h, wd - 32)
+                pad = (0.0, 16.0) if h < wd else (16.0, 0.0)
+                shp = [((h0, w0), ((1.0, 1.0), pad)) for _ in range(n)]
+                batches.append((im, t, paths, shp))
+                infos.append({"batch": n, "img_h": h, "img_w": wd, "boxes_per_img": [int(c) for c in counts]})
 
-        class ValLoader:
-            """The val dataloader: len() and iteration; memory is read when run() asks for the next batch."""
-            num_workers = 0
+            class ValLoader:
+                """The val dataloader: len() and iteration; memory is read when run() asks for the next batch."""
+                num_workers = 0
 
-            def __len__(self):
-                return len(batches)
+                def __len__(self):
+                    return len(batches)
 
-            def __iter__(self):
-                for k, b in enumerate(batches):
-                    if k > 0:
-                        end(dets=dets[k - 1] if len(dets) >= k else None)
-                        start("val", infos[k])
-                    yield b
+                def __iter__(self):
+                    for k, b in enumerate(batches):
+                        if k > 0:
+                            end(dets=dets[k - 1] if len(dets) >= k else None)
+                            start("val", infos[k])
+                        yield b
 
-        val_loader = ValLoader()
-        start("val", infos[0])
-        lr = [x["lr"] for x in optimizer.param_groups]
-        scheduler.step()
-        ema.update_attr(model, include=["yaml", "nc", "hyp", "names", "stride", "class_weights"])
-        final_epoch = (epoch + 1 == epochs) or stopper.possible_stop
-        results, maps, _ = validate.run(data_dict,
-                                        batch_size=B * 2,
-                                        imgsz=imgsz,
-                                        half=amp,
-                                        model=ema.ema,
-                                        single_cls=False,
-                                        dataloader=val_loader,
-                                        save_dir=save_dir,
-                                        plots=False,
-                                        callbacks=callbacks,
-                                        compute_loss=compute_loss)
-        end(dets=dets[-1] if len(dets) == len(batches) else None)
-        del batches
+            val_loader = ValLoader()
+            start("val", infos[0])
+            lr = [x["lr"] for x in optimizer.param_groups]
+            scheduler.step()
+            ema.update_attr(model, include=["yaml", "nc", "hyp", "names", "stride", "class_weights"])
+            final_epoch = (epoch + 1 == epochs) or stopper.possible_stop
+            results, maps, _ = validate.run(data_dict,
+                                            batch_size=B * 2,
+                                            imgsz=imgsz,
+                                            half=amp,
+                                            model=ema.ema,
+                                            single_cls=False,
+                                            dataloader=val_loader,
+                                            save_dir=save_dir,
+                                            plots=False,
+                                            callbacks=callbacks,
+                                            compute_loss=compute_loss)
+            end(dets=dets[-1] if len(dets) == len(batches) else None)
+            del batches
 
-        # ------------------------------------------------------------------ ckpt
-        start("ckpt", {})
-        fi = fitness(np.array(results).reshape(1, -1))
-        stop = stopper(epoch=epoch, fitness=fi)  # noqa: F841
-        if fi > best_fitness:
-            best_fitness = fi
-        log_vals = list(mloss) + list(results) + lr  # noqa: F841 (lives on, as in train())
-        ckpt = {
-            "epoch": epoch,
-            "best_fitness": best_fitness,
-            "model": deepcopy(de_parallel(model)).half(),
-            "ema": deepcopy(ema.ema).half(),
-            "updates": ema.updates,
-            "optimizer": optimizer.state_dict(),
-            "opt": opt,
-            "git": None,
-            "date": datetime.now().isoformat()}
-        torch.save(ckpt, last)
-        n_saves = 1
-        if best_fitness == fi:
-            torch.save(ckpt, best)
-            n_saves += 1
-        del ckpt
-        end()
+            # ------------------------------------------------------------------ ckpt
+            start("ckpt", {})
+            fi = fitness(np.array(results).reshape(1, -1))
+            stop = stopper(epoch=epoch, fitness=fi)  # noqa: F841
+            if fi > best_fitness:
+                best_fitness = fi
+            log_vals = list(mloss) + list(results) + lr  # noqa: F841 (lives on, as in train())
+            ckpt = {
+                "epoch": epoch,
+                "best_fitness": best_fitness,
+                "model": deepcopy(de_parallel(model)).half(),
+                "ema": deepcopy(ema.ema).half(),
+                "updates": ema.updates,
+                "optimizer": optimizer.state_dict(),
+                "opt": opt,
+                "git": None,
+                "date": datetime.now().isoformat()}
+            torch.save(ckpt, last)
+            n_saves = 1
+            if best_fitness == fi:
+                torch.save(ckpt, best)
+                n_saves += 1
+            del ckpt
+            end()
 
+    except torch.OutOfMemoryError as e:  # under --fraction: the event it ran out in
+        oom = {"event": len(ev) - 1, "message": str(e).splitlines()[0][:300]}
+        print(f"  OOM in event {oom['event']}: {oom['message']}", flush=True)
     shutil.rmtree(save_dir, ignore_errors=True)
     st = torch.cuda.memory_stats()
     rec = {"kind": "train_run", "cfg": cfg, "batch": B, "img": 640, "amp": amp, "optimizer": "SGD", "ema": True,
            "segments": 0, "trainer": trainer, "model": f"yolov9/{cfg}-train.onnx", "events": ev,
            "measured": {"peak": state["peak"], "peak_reserved": state["peak_reserved"], "peak_req": state["peak_req"],
                         **meas, "ckpt_saves": n_saves, "num_alloc_retries": st.get("num_alloc_retries", 0),
-                        "num_ooms": st.get("num_ooms", 0), "val_results": [float(x) for x in results]},
+                        "num_ooms": st.get("num_ooms", 0), "val_results": [float(x) for x in results],
+                        "fraction": a.fraction, "total_memory": torch.cuda.get_device_properties(0).total_memory,
+                        "oom": oom},
            "env": {"torch": torch.__version__, "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(),
                    "gpu": torch.cuda.get_device_name(0), "python": sys.version.split()[0],
                    "deterministic": torch.are_deterministic_algorithms_enabled(),
@@ -473,6 +482,8 @@ def main():
     p.add_argument("--timeout", type=int, default=300)
     p.add_argument("--child", default=None)
     p.add_argument("--child-out", default=None)
+    p.add_argument("--fraction", type=float, default=0, help="child: set_per_process_memory_fraction right after CUDA init")
+    p.add_argument("--train-only", action="store_true", help="child: epoch 0's train iterations only (no val, ckpt, epoch 1)")
     a = p.parse_args()
     if a.child:
         child(a.child, a.child_out, a)
