@@ -21,6 +21,7 @@ import (
 	"log"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/onnxmem/onnxmem/ir"
@@ -33,6 +34,9 @@ func main() {
 	out := flag.String("o", "calibration/results/conv_configs.json", "output `file`")
 	files := flag.String("onnx", "", "comma-separated ONNX `files` to take the convolutions of, in place of the built-in models")
 	img := flag.Int64("img", 224, "the square image side for -onnx")
+	only := flag.String("models", "", "comma-separated built-in `models` to take, in place of all of them")
+	imgs := flag.String("imgs", "", "comma-separated square image `sides` for the built-in models, in place of 320 to 640 every 32")
+	allBatches := flag.Bool("all-batches", false, "every batch from 1 to 64 for the built-in models, in place of the powers of two")
 	rect := flag.Bool("rect", false, "the float16 convolutions of the built-in models' eval steps on the rectangular\nbatches of validation (long side 640 or 672, short side 384 to 576, both orientations) at batch 16, 32 and 64")
 	flag.Parse()
 	seen := map[[9]int64]bool{}
@@ -64,7 +68,32 @@ func main() {
 			}
 		}
 	}
-	for _, name := range models.Names() {
+	names := models.Names()
+	if *only != "" {
+		names = strings.Split(*only, ",")
+	}
+	var sides []int64
+	for img := int64(320); img <= 640; img += 32 {
+		sides = append(sides, img)
+	}
+	if *imgs != "" {
+		sides = nil
+		for _, f := range strings.Split(*imgs, ",") {
+			v, err := strconv.ParseInt(f, 10, 64)
+			if err != nil {
+				log.Fatalf("-imgs %q: %v", *imgs, err)
+			}
+			sides = append(sides, v)
+		}
+	}
+	batches := []int64{1, 2, 4, 8, 16, 32, 64}
+	if *allBatches {
+		batches = nil
+		for b := int64(1); b <= 64; b++ {
+			batches = append(batches, b)
+		}
+	}
+	for _, name := range names {
 		if *files != "" || *rect {
 			break
 		}
@@ -72,8 +101,8 @@ func main() {
 		if err != nil {
 			log.Fatal(err)
 		}
-		for img := int64(320); img <= 640; img += 32 {
-			for _, b := range []int64{1, 2, 4, 8, 16, 32, 64} {
+		for _, img := range sides {
+			for _, b := range batches {
 				s, err := m.Graph.Infer(ir.Binding{Batch: b, Height: img, Width: img})
 				if err != nil {
 					log.Fatal(err)

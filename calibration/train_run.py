@@ -251,6 +251,8 @@ def child(spec, out_path, a):
         torch.cuda.set_per_process_memory_fraction(a.fraction, device)
     torch.cuda.reset_peak_memory_stats()
     assert torch.cuda.memory_allocated() == 0
+    if a.trace:  # the allocator's history, dumped as a memory snapshot when the run ends
+        torch.cuda.memory._record_memory_history(enabled="all", context=None, max_entries=2000000)
 
     rng = np.random.default_rng(20240521)  # the fake data's own generator (the global RNGs stay as seeded)
     gen = torch.Generator().manual_seed(1234)
@@ -452,6 +454,9 @@ def child(spec, out_path, a):
         oom = {"event": len(ev) - 1, "message": str(e).splitlines()[0][:300]}
         print(f"  OOM in event {oom['event']}: {oom['message']}", flush=True)
     shutil.rmtree(save_dir, ignore_errors=True)
+    if a.trace:
+        torch.cuda.memory._dump_snapshot(a.trace)
+        torch.cuda.memory._record_memory_history(enabled=None)
     st = torch.cuda.memory_stats()
     rec = {"kind": "train_run", "cfg": cfg, "batch": B, "img": 640, "amp": amp, "optimizer": "SGD", "ema": True,
            "segments": 0, "trainer": trainer, "model": f"yolov9/{cfg}-train.onnx", "events": ev,
@@ -484,6 +489,7 @@ def main():
     p.add_argument("--child-out", default=None)
     p.add_argument("--fraction", type=float, default=0, help="child: set_per_process_memory_fraction right after CUDA init")
     p.add_argument("--train-only", action="store_true", help="child: epoch 0's train iterations only (no val, ckpt, epoch 1)")
+    p.add_argument("--trace", default=None, help="child: dump a memory snapshot of the whole run to this file")
     a = p.parse_args()
     if a.child:
         child(a.child, a.child_out, a)
