@@ -1,9 +1,7 @@
 package onnxmem_test
 
 import (
-	"encoding/json"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 
@@ -23,27 +21,16 @@ import (
 // bytes within the 1 KiB that the measuring script's model holds beyond the
 // built-in one (TestOwnMeasurements shows the same).
 func TestAllocConfSteps(t *testing.T) {
-	b, err := os.ReadFile("../calibration/results/alloc_conf_steps.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var f struct {
-		Scenarios []struct {
-			ownRun
-			AllocConf string `json:"alloc_conf"`
-		} `json:"scenarios"`
-	}
-	if err := json.Unmarshal(b, &f); err != nil {
-		t.Fatal(err)
-	}
-	if len(f.Scenarios) != 20 {
-		t.Fatalf("alloc_conf_steps.json: %d scenarios, want 20", len(f.Scenarios))
+	runs := ownRuns(t, "alloc_conf_steps.json")
+	if len(runs) != 20 {
+		t.Fatalf("alloc_conf_steps.json: %d scenarios, want 20", len(runs))
 	}
 	models := map[string]*onnxmem.Model{}
 	var table strings.Builder
-	for _, s := range f.Scenarios {
+	for _, s := range runs {
 		m := models[s.Cfg]
 		if m == nil {
+			var err error
 			if m, err = onnxmem.Builtin(s.Cfg); err != nil {
 				t.Fatal(err)
 			}

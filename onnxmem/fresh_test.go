@@ -18,6 +18,9 @@ type ownRun struct {
 	AMP      bool             `json:"amp"`
 	Segments int              `json:"segments"`
 	Result   map[string]int64 `json:"result"`
+	// AllocConf is the PYTORCH_CUDA_ALLOC_CONF it ran under
+	// (calibration/alloc_conf_steps.py), empty for the default.
+	AllocConf string `json:"alloc_conf"`
 }
 
 func ownRuns(t *testing.T, name string) []ownRun {

@@ -182,25 +182,18 @@ func runInto(s *scratch, p *schedule.Program, sc Scenario, begin func(*allocator
 				best, peakAt = cur, i
 			}
 			i++ // the free, after which allocated is as it was
-			switch i + 1 {
-			case p.ForwardEnd:
-				r.AfterForward = a.Allocated()
-				r.ForwardPeak = a.Stats().PeakAllocated
-			case p.StepEnd:
-				r.AfterBackward = a.Allocated()
-			}
-			continue
-		}
-		if e.Free {
-			free(e.Buf)
 		} else {
-			malloc(e.Buf)
-		}
-		if observe != nil {
-			observe(i, a.Stats())
-		}
-		if cur := a.Allocated(); cur > best {
-			best, peakAt = cur, i
+			if e.Free {
+				free(e.Buf)
+			} else {
+				malloc(e.Buf)
+			}
+			if observe != nil {
+				observe(i, a.Stats())
+			}
+			if cur := a.Allocated(); cur > best {
+				best, peakAt = cur, i
+			}
 		}
 		switch i + 1 {
 		case p.ForwardEnd:

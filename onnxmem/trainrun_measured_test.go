@@ -31,7 +31,64 @@ type measuredRun struct {
 		// Stepped says, for each train event, whether the optimizer
 		// stepped: under AMP GradScaler skips the first iterations' steps.
 		Stepped []*bool `json:"optimizer_stepped"`
+		// A run of calibration/train_max_batch.py ran under
+		// set_per_process_memory_fraction(Fraction) of TotalMemory; OOM,
+		// when it ran out of memory, names the event.
+		Fraction    float64 `json:"fraction"`
+		TotalMemory int64   `json:"total_memory"`
+		OOM         *struct {
+			Event int `json:"event"`
+		} `json:"oom"`
 	} `json:"measured"`
+}
+
+// measuredRuns reads a file of calibration/results that holds one measured
+// run a line.
+func measuredRuns(t *testing.T, name string) []measuredRun {
+	t.Helper()
+	f, err := os.Open("../calibration/results/" + name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var runs []measuredRun
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 1<<24)
+	for sc.Scan() {
+		var run measuredRun
+		if err := json.Unmarshal(sc.Bytes(), &run); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		runs = append(runs, run)
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	return runs
+}
+
+// replay returns the built-in model of a measured run, its scenario and its
+// events, each train event skipped where GradScaler skipped the measured
+// one's optimizer step.
+func (run *measuredRun) replay(t *testing.T) (*onnxmem.Model, onnxmem.Scenario, []onnxmem.RunEvent) {
+	t.Helper()
+	m, err := onnxmem.Builtin(run.Cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	trainer := run.Trainer
+	if trainer == "train_dual" {
+		trainer = ""
+	}
+	s := onnxmem.Scenario{Batch: run.Batch, Height: run.Img, Width: run.Img, AMP: run.AMP, Train: true,
+		Optimizer: onnxmem.Optimizer(run.Optimizer), EMA: run.EMA, Trainer: trainer}
+	events := runEvents(t, run.Events)
+	for i, st := range run.Measured.Stepped {
+		if st != nil && !*st {
+			events[i].Skipped = true
+		}
+	}
+	return m, s, events
 }
 
 // runEvents turns a measured run's events into RunEvents.
@@ -62,38 +119,11 @@ func runEvents(t *testing.T, raw []map[string]json.RawMessage) []onnxmem.RunEven
 // recorded them: under AMP the first 3 to 8 (and a few later ones), which
 // delays the optimizer's state.
 func TestRunMeasured(t *testing.T) {
-	f, err := os.Open("../calibration/results/train_run.jsonl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
 	var table strings.Builder
 	fmt.Fprintf(&table, "%-9s %3s %4s  %9s %9s %6s  %9s %9s %6s  %s\n", "cfg", "B", "prec", "peak MiB", "measured", "err", "reserved", "measured", "err", "worst reserved_after")
-	sc := bufio.NewScanner(f)
-	sc.Buffer(nil, 1<<24)
-	n := 0
-	for sc.Scan() {
-		var run measuredRun
-		if err := json.Unmarshal(sc.Bytes(), &run); err != nil {
-			t.Fatal(err)
-		}
-		n++
-		m, err := onnxmem.Builtin(run.Cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		trainer := run.Trainer
-		if trainer == "train_dual" {
-			trainer = ""
-		}
-		s := onnxmem.Scenario{Batch: run.Batch, Height: run.Img, Width: run.Img, AMP: run.AMP, Train: true,
-			Optimizer: onnxmem.Optimizer(run.Optimizer), EMA: run.EMA, Trainer: trainer}
-		events := runEvents(t, run.Events)
-		for i, st := range run.Measured.Stepped {
-			if st != nil && !*st {
-				events[i].Skipped = true
-			}
-		}
+	runs := measuredRuns(t, "train_run.jsonl")
+	for _, run := range runs {
+		m, s, events := run.replay(t)
 		r, err := m.Run(s, events)
 		if err != nil {
 			t.Fatal(err)
@@ -126,7 +156,7 @@ func TestRunMeasured(t *testing.T) {
 			t.Errorf("%s batch %d %s: reserved peak %d, measured %d (%+.2f%%)", run.Cfg, run.Batch, prec, r.PeakReserved, run.Measured.PeakReserved, e)
 		}
 	}
-	if n == 0 {
+	if len(runs) == 0 {
 		t.Fatal("train_run.jsonl: no runs")
 	}
 	t.Log("\n" + table.String())
