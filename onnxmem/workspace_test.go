@@ -117,8 +117,9 @@ func TestCuDNNRule(t *testing.T) {
 	}
 	// float16, float32. The backward filter's floors are the lowest: its
 	// algorithms vary the most (the rule before the partial sums of 1×1
-	// convs held for about 20% and 10%).
-	floors := [2][3]float64{{0.85, 0.85, 0.55}, {0.70, 0.80, 0.50}}
+	// convs held for about 20% and 10%; with every batch from 1 to 64 at
+	// 320, 384, 416, 512 and 640 swept, 54% and 51%).
+	floors := [2][3]float64{{0.85, 0.85, 0.50}, {0.70, 0.80, 0.50}}
 	var b strings.Builder
 	for p, name := range []string{"float16", "float32"} {
 		for i, which := range passes {
