@@ -2,19 +2,21 @@
 
 // Conv_table turns the measured cuDNN workspaces of conv_sweep.py
 // (calibration/results/conv_sweep.json) into the table that
-// onnxmem.CuDNNWorkspace embeds (onnxmem/cudnn_h200.tsv.gz): one line per
+// onnxmem.CuDNNWorkspace embeds (onnxmem/cudnn_h200.tsv): one line per
 // convolution, "N Cin Cout H W K stride groups elemsize fwd bwd-data
-// bwd-filter pad", tab-separated, in the sweep's order (padding k/2), then
+// bwd-filter pad", tab-separated, or "N fwd bwd-data bwd-filter" when all
+// but N is the line before's (a shape's batches, measured one after
+// another: the text is half as long), in the sweep's order (padding k/2), then
 // patchify_sweep.py's (padding 0), after a header of # comments naming the
-// environment. gzip's header carries no name or time, so
-// the same sweep gives the same bytes.
+// environment; the same sweep gives the same bytes. It is embedded as
+// text, not gzipped: inflating it took two fifths of the decode that the
+// first simulation in a process waits for.
 //
 //	go run calibration/conv_table.go
 package main
 
 import (
 	"bytes"
-	"compress/gzip"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -25,7 +27,7 @@ import (
 func main() {
 	in := flag.String("in", "calibration/results/conv_sweep.json", "the sweep's `file` (padding k/2)")
 	pad0 := flag.String("pad0", "calibration/results/patchify_sweep.json", "a sweep `file` of convolutions without padding (calibration/patchify_sweep.py)")
-	out := flag.String("o", "onnxmem/cudnn_h200.tsv.gz", "the table's `file`")
+	out := flag.String("o", "onnxmem/cudnn_h200.tsv", "the table's `file`")
 	flag.Parse()
 	b, err := os.ReadFile(*in)
 	if err != nil {
@@ -42,8 +44,18 @@ func main() {
 	fmt.Fprintf(&txt, "# cuDNN workspaces measured by calibration/conv_sweep.py (do not edit; go run calibration/conv_table.go)\n")
 	fmt.Fprintf(&txt, "# torch %v, CUDA %v, cuDNN %v, %v, cudnn.benchmark %v\n",
 		sweep.Env["torch"], sweep.Env["cuda"], sweep.Env["cudnn"], sweep.Env["gpu"], sweep.Env["benchmark"])
-	fmt.Fprintf(&txt, "# N\tCin\tCout\tH\tW\tK\tstride\tgroups\telemsize\tfwd\tbwd-data\tbwd-filter\tpad\n")
+	fmt.Fprintf(&txt, "# N\tCin\tCout\tH\tW\tK\tstride\tgroups\telemsize\tfwd\tbwd-data\tbwd-filter\tpad, or N\tfwd\tbwd-data\tbwd-filter for the shape of the line before\n")
+	// A row whose shape but for N is the previous row's is written short:
+	// "N fwd bwd-data bwd-filter".
+	var prev [9]int64
+	first := true
 	row := func(r [12]int64, pad int64) {
+		shape := [9]int64{r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], pad}
+		if !first && shape == prev {
+			fmt.Fprint(&txt, r[0], "\t", r[9], "\t", r[10], "\t", r[11], "\n")
+			return
+		}
+		first, prev = false, shape
 		for _, v := range r {
 			fmt.Fprint(&txt, v, "\t")
 		}
@@ -70,17 +82,8 @@ func main() {
 		}
 		n += len(p.Rows)
 	}
-	var gz bytes.Buffer
-	w, err := gzip.NewWriterLevel(&gz, gzip.BestCompression)
-	if err != nil {
+	if err := os.WriteFile(*out, txt.Bytes(), 0o644); err != nil {
 		log.Fatal(err)
 	}
-	w.Write(txt.Bytes())
-	if err := w.Close(); err != nil {
-		log.Fatal(err)
-	}
-	if err := os.WriteFile(*out, gz.Bytes(), 0o644); err != nil {
-		log.Fatal(err)
-	}
-	log.Printf("%d convolutions, %d bytes", n, gz.Len())
+	log.Printf("%d convolutions, %d bytes", n, txt.Len())
 }

@@ -2,10 +2,8 @@ package onnxmem
 
 import (
 	"bytes"
-	"compress/gzip"
 	_ "embed"
 	"fmt"
-	"io"
 	"math"
 	"sync"
 
@@ -41,11 +39,12 @@ func CuDNNWorkspace(c schedule.ConvCall) int64 {
 }
 
 // cudnnTable is calibration/conv_sweep.py's measurement, as
-// calibration/conv_table.go writes it: a gzipped list of tab-separated lines
-// "N Cin Cout H W K stride groups elemsize fwd bwd-data bwd-filter pad" after
-// # comments.
+// calibration/conv_table.go writes it: a list of tab-separated lines
+// "N Cin Cout H W K stride groups elemsize fwd bwd-data bwd-filter pad", or
+// "N fwd bwd-data bwd-filter" for the shape of the line before, after #
+// comments.
 //
-//go:embed cudnn_h200.tsv.gz
+//go:embed cudnn_h200.tsv
 var cudnnTable []byte
 
 // convKey is the shape of a convolution call, as the table keys it: int32
@@ -66,9 +65,74 @@ func keyOf(v ...int64) (convKey, bool) {
 	return convKey{k[0], k[1], k[2], k[3], k[4], k[5], k[6], k[7], k[8], k[9]}, true
 }
 
+// wsTable is the decoded table. Its rows are grouped by their shape but for
+// the batch (the key with n = 0): a sweep measures each shape at up to 64
+// batches, one after another, so the decode makes one map entry per shape,
+// not per row, and a lookup scans the shape's few batches.
+type wsTable struct {
+	shapes map[convKey]int32 // the shape (n = 0) to its group
+	keys   []convKey         // by group: its shape
+	groups [][]wsRow
+	rows   int // distinct (shape, batch) rows
+}
+
+// wsRow is one batch of a shape: the workspaces of its three calls.
+type wsRow struct {
+	n  int32
+	ws [3]int64 // fwd, bwd-data, bwd-filter
+}
+
+// get returns the row of a key, if the table has it.
+func (t *wsTable) get(k convKey) ([3]int64, bool) {
+	n := k.n
+	k.n = 0
+	g, ok := t.shapes[k]
+	if !ok {
+		return [3]int64{}, false
+	}
+	for _, r := range t.groups[g] {
+		if r.n == n {
+			return r.ws, true
+		}
+	}
+	return [3]int64{}, false
+}
+
+// set adds a row, or replaces the row of the same key (the later wins).
+// last is the group of the previous row set, which the next row most often
+// shares: it is looked up in the map only when its shape is new.
+func (t *wsTable) set(k convKey, ws [3]int64, last *int32) {
+	n := k.n
+	k.n = 0
+	g := *last
+	if g < 0 || t.keys[g] != k {
+		var ok bool
+		if g, ok = t.shapes[k]; !ok {
+			g = int32(len(t.groups))
+			t.shapes[k] = g
+			t.groups = append(t.groups, nil)
+			t.keys = append(t.keys, k)
+		}
+		*last = g
+	}
+	rows := t.groups[g]
+	// A sweep measures a shape's batches in rising order, so most rows
+	// come after their group's last; only the others are looked for.
+	if len(rows) > 0 && rows[len(rows)-1].n >= n {
+		for i := range rows {
+			if rows[i].n == n {
+				rows[i].ws = ws
+				return
+			}
+		}
+	}
+	t.groups[g] = append(rows, wsRow{n: n, ws: ws})
+	t.rows++
+}
+
 var (
 	workspaceOnce sync.Once
-	workspaces    map[convKey][3]int64 // fwd, bwd-data, bwd-filter
+	workspaces    *wsTable
 )
 
 // lookupWorkspace returns the measured workspace of a call, if the table has
@@ -128,50 +192,53 @@ func lookupShape(c schedule.ConvCall) ([3]int64, bool) {
 	if !ok {
 		return [3]int64{}, false
 	}
-	v, ok := workspaces[key]
-	return v, ok
+	return workspaces.get(key)
 }
 
 // parseWorkspaces decodes the embedded table.
-func parseWorkspaces(gz []byte) (map[convKey][3]int64, error) {
-	r, err := gzip.NewReader(bytes.NewReader(gz))
-	if err != nil {
-		return nil, fmt.Errorf("onnxmem: cuDNN table: %w", err)
-	}
-	txt, err := io.ReadAll(r)
-	if err != nil {
-		return nil, fmt.Errorf("onnxmem: cuDNN table: %w", err)
-	}
-	m := make(map[convKey][3]int64, bytes.Count(txt, []byte{'\n'}))
+func parseWorkspaces(txt []byte) (*wsTable, error) {
+	t := &wsTable{shapes: make(map[convKey]int32)}
+	last := int32(-1)
+	var prev [13]int64 // the last full line
 	for line := 1; len(txt) > 0; line++ {
-		var t []byte
-		t, txt, _ = bytes.Cut(txt, []byte{'\n'})
-		if len(t) == 0 || t[0] == '#' {
+		var l []byte
+		l, txt, _ = bytes.Cut(txt, []byte{'\n'})
+		if len(l) == 0 || l[0] == '#' {
 			continue
 		}
 		var v [13]int64
 		n, digits := 0, 0
-		for _, c := range t {
+		for _, c := range l {
 			switch {
 			case c == '\t' && digits > 0 && n < len(v)-1:
 				n, digits = n+1, 0
-			case c >= '0' && c <= '9':
+			case c >= '0' && c <= '9' && digits < 18:
 				v[n] = 10*v[n] + int64(c-'0')
 				digits++
 			default:
-				return nil, fmt.Errorf("onnxmem: cuDNN table line %d: want 13 tab-separated numbers", line)
+				return nil, fmt.Errorf("onnxmem: cuDNN table line %d: want 13 tab-separated numbers of at most 18 digits", line)
 			}
 		}
-		if n != len(v)-1 || digits == 0 {
-			return nil, fmt.Errorf("onnxmem: cuDNN table line %d: %d fields, want 13", line, n+1)
+		switch {
+		case digits == 0 || (n != 3 && n != len(v)-1):
+			return nil, fmt.Errorf("onnxmem: cuDNN table line %d: %d fields, want 13, or 4 after a line of 13", line, n+1)
+		case n == 3 && last < 0:
+			return nil, fmt.Errorf("onnxmem: cuDNN table line %d: 4 fields with no line of 13 before", line)
+		case n == 3:
+			// N and the workspaces of the line before's shape.
+			nb, fwd, bwdData, bwdFilter := v[0], v[1], v[2], v[3]
+			v = prev
+			v[0], v[9], v[10], v[11] = nb, fwd, bwdData, bwdFilter
+		default:
+			prev = v
 		}
 		key, ok := keyOf(v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[12])
 		if !ok {
 			return nil, fmt.Errorf("onnxmem: cuDNN table line %d: a shape beyond the int32 range", line)
 		}
-		m[key] = [3]int64{v[9], v[10], v[11]}
+		t.set(key, [3]int64{v[9], v[10], v[11]}, &last)
 	}
-	return m, nil
+	return t, nil
 }
 
 // cuDNNWorkspaceRule approximates the workspace of a call that the measured

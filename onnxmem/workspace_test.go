@@ -2,7 +2,6 @@ package onnxmem
 
 import (
 	"bytes"
-	"compress/gzip"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -58,8 +57,8 @@ func TestCuDNNTable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(tab) != len(rows) {
-		t.Fatalf("embedded table has %d convolutions, conv_sweep.json %d: run go run calibration/conv_table.go", len(tab), len(rows))
+	if tab.rows != len(rows) {
+		t.Fatalf("embedded table has %d convolutions, conv_sweep.json %d: run go run calibration/conv_table.go", tab.rows, len(rows))
 	}
 	for _, r := range rows {
 		for i, which := range passes {
@@ -134,33 +133,38 @@ func TestCuDNNRule(t *testing.T) {
 	t.Log("calls whose workspace the rule gets within 1 KiB:\n" + b.String())
 }
 
+// TestParseWorkspacesErrors checks the table's parser on malformed lines
+// and on a table written short.
 func TestParseWorkspacesErrors(t *testing.T) {
-	gz := func(s string) []byte {
-		var b bytes.Buffer
-		w := gzip.NewWriter(&b)
-		w.Write([]byte(s))
-		w.Close()
-		return b.Bytes()
-	}
+	txt := func(s string) []byte { return []byte(s) }
 	for _, tc := range []struct {
 		name string
 		in   []byte
 		want string
 	}{
-		{"not gzip", []byte("1\t2"), "cuDNN table"},
-		{"short line", gz("# header\n1\t2\t3\n"), "line 2: 3 fields"},
-		{"letters", gz("1\t2\t3\t4\t5\t6\t7\t8\t9\t10\t11\t12\tx\n"), "line 1: want 13"},
-		{"too many", gz("1\t2\t3\t4\t5\t6\t7\t8\t9\t10\t11\t12\t13\t14\n"), "line 1: want 13"},
-		{"empty field", gz("1\t\t3\t4\t5\t6\t7\t8\t9\t10\t11\t12\t13\n"), "line 1: want 13"},
+		{"short line", txt("# header\n1\t2\t3\n"), "line 2: 3 fields"},
+		{"letters", txt("1\t2\t3\t4\t5\t6\t7\t8\t9\t10\t11\t12\tx\n"), "line 1: want 13"},
+		{"too many", txt("1\t2\t3\t4\t5\t6\t7\t8\t9\t10\t11\t12\t13\t14\n"), "line 1: want 13"},
+		{"empty field", txt("1\t\t3\t4\t5\t6\t7\t8\t9\t10\t11\t12\t13\n"), "line 1: want 13"},
+		{"short form first", txt("# header\n2\t10\t11\t12\n"), "line 2: 4 fields with no line of 13 before"},
+		{"19 digits", txt("1234567890123456789\t2\t3\t4\t5\t6\t7\t8\t9\t10\t11\t12\t0\n"), "line 1: want 13"},
 	} {
 		_, err := parseWorkspaces(tc.in)
 		if err == nil || !strings.HasPrefix(err.Error(), "onnxmem: ") || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: error %v, want one with %q", tc.name, err, tc.want)
 		}
 	}
-	m, err := parseWorkspaces(gz("# c\n\n1\t2\t3\t4\t5\t6\t7\t8\t9\t10\t11\t12\t0\n"))
-	if err != nil || len(m) != 1 || m[func() convKey { k, _ := keyOf(1, 2, 3, 4, 5, 6, 7, 8, 9, 0); return k }()] != [3]int64{10, 11, 12} {
-		t.Errorf("parse: %v, %v", m, err)
+	// The second row is written short, as conv_table.go writes a shape's
+	// next batch.
+	m, err := parseWorkspaces(txt("# c\n\n1\t2\t3\t4\t5\t6\t7\t8\t9\t10\t11\t12\t0\n2\t13\t14\t15\n" +
+		"1\t2\t3\t4\t5\t6\t7\t8\t9\t16\t17\t18\t0\n"))
+	key := func(n int64) convKey { k, _ := keyOf(n, 2, 3, 4, 5, 6, 7, 8, 9, 0); return k }
+	v1, ok1 := m.get(key(1))
+	v2, ok2 := m.get(key(2))
+	_, ok3 := m.get(key(3))
+	// The later row of a key wins, as it did when the table was one map.
+	if err != nil || m.rows != 2 || !ok1 || v1 != [3]int64{16, 17, 18} || !ok2 || v2 != [3]int64{13, 14, 15} || ok3 {
+		t.Errorf("parse: %+v, %v", m, err)
 	}
 }
 
@@ -186,4 +190,25 @@ func TestCuDNNWorkspacePadding(t *testing.T) {
 	if _, ok := lookupWorkspace(c); ok {
 		t.Errorf("%+v: looked up with another padding", c)
 	}
+}
+
+// FuzzParseWorkspaces feeds the cuDNN table's parser arbitrary text: it
+// returns an error or a table, never panics, and a table holds at most one
+// row a line.
+func FuzzParseWorkspaces(f *testing.F) {
+	f.Add([]byte("# c\n1\t2\t3\t4\t5\t6\t7\t8\t9\t10\t11\t12\t0\n2\t13\t14\t15\n"))
+	f.Add([]byte("2\t13\t14\t15\n"))
+	f.Add([]byte("1\t2\t3\t4\t5\t6\t7\t8\t9\t10\t11\t12\t0\n1\t2\t3\t4\t5\t6\t7\t8\t9\t10\t11\t12\t0\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		tab, err := parseWorkspaces(b)
+		if err != nil {
+			if !strings.HasPrefix(err.Error(), "onnxmem: cuDNN table") {
+				t.Fatalf("error %q: want the package and the table named", err)
+			}
+			return
+		}
+		if lines := bytes.Count(b, []byte{'\n'}) + 1; tab.rows > lines {
+			t.Fatalf("%d rows from %d lines", tab.rows, lines)
+		}
+	})
 }
