@@ -493,10 +493,11 @@ def step(model, x, k, amp, dtype=torch.float16):
     return after_fwd, fwd_peak
 
 
-def scenario(model, cfg, batch, img, amp, k, trace, dtype=torch.float16):
-    """dtype: autocast's type when amp (float16, or bfloat16 for the "bf16" precision)."""
+def scenario(model, cfg, batch, img, amp, k, trace, dtype=torch.float16, half=False):
+    """dtype: autocast's type when amp (float16, or bfloat16 for the "bf16" precision); half: the
+    model was made half (model.half()) and the input is half too."""
     torch.cuda.empty_cache()
-    x = torch.randn(batch, 3, img, img, device=DEV)
+    x = torch.randn(batch, 3, img, img, device=DEV, dtype=torch.float16 if half else torch.float32)
     step(model, x, k, amp, dtype=dtype)  # warm-up
     torch.cuda.synchronize()
     if trace:
@@ -561,22 +562,28 @@ def main():
     models = {}
     for spec in a.scenarios.split(","):
         cfg, batch, img, prec, k, tr = spec.split(":")
-        if prec not in ("fp32", "amp", "bf16"):
-            raise ValueError("%s: precision %r: want fp32, amp (autocast float16) or bf16 (autocast bfloat16)" % (spec, prec))
-        batch, img, k, amp = int(batch), int(img), int(k), prec != "fp32"
+        if prec not in ("fp32", "amp", "bf16", "half"):
+            raise ValueError("%s: precision %r: want fp32, amp (autocast float16), bf16 (autocast bfloat16) "
+                             "or half (model.half(), a half input, no autocast)" % (spec, prec))
+        half = prec == "half"
+        batch, img, k, amp = int(batch), int(img), int(k), prec in ("amp", "bf16")
         dtype = torch.bfloat16 if prec == "bf16" else torch.float16
-        if cfg not in models:
+        if (cfg, half) not in models:
             models.clear()
             torch.cuda.empty_cache()
             torch.manual_seed(0)
             m = Model(TABLES[cfg]).to(DEV).train()
-            models[cfg] = m
+            if half:
+                m.half()  # the ground truth's "half": BatchNorm in float16 too
+            models[(cfg, half)] = m
             print("%s: %d params, %d layers, save %s" % (cfg, sum(p.numel() for p in m.parameters()), len(m.model), m.save))
-        res, ev = scenario(models[cfg], cfg, batch, img, amp, k, tr == "t", dtype=dtype)
-        g = {} if prec == "bf16" else gt.get((cfg, batch, img, amp, k), {})  # the ground truth's amp is float16
+        res, ev = scenario(models[(cfg, half)], cfg, batch, img, amp, k, tr == "t", dtype=dtype, half=half)
+        g = {} if prec in ("bf16", "half") else gt.get((cfg, batch, img, amp, k), {})  # the ground truth's amp is float16
         line = {"cfg": cfg, "batch": batch, "img": img, "amp": amp, "segments": k, "result": res, "groundtruth": g}
         if prec == "bf16":
             line["amp_dtype"] = "bfloat16"
+        if half:
+            line["half"] = True
         results["scenarios"].append(line)
         print("%s b%d %d %s k%d:" % (cfg, batch, img, prec, k),
               " ".join("%s %.1f (gt %s)" % (f, res[f] / 2**20, "%.1f" % (g[f] / 2**20) if f in g else "-") for f in
