@@ -13,11 +13,12 @@ import (
 // with calibration/yolov9_segments.py's, each in a fresh process on the
 // H200: yolov9-t, -s and -c, with and without segments, one at 512 and
 // batch 12. The requested peak is the program's and matches within the
-// script's 64 bytes; allocated peaks are within 0.25% and reserved within
-// 0.5%. What is allocated before the step reads up to 4.3% low on yolov9-c
-// (5 MiB): the real model is made float32 and then halved tensor by tensor
-// (Module._apply), each half tensor landing in the blocks that the float32
-// ones left, and onnxmem loads the half tensors directly.
+// script's 64 bytes; the allocated and reserved peaks and what is allocated
+// before the step are exact, now that the load is replayed as it runs: the
+// model made in float32, then halved tensor by tensor (Module._apply), each
+// half tensor landing in the blocks that the float32 ones left
+// (Program.ResidentLoad). Loading the half tensors directly read yolov9-c's
+// bytes before the step 4.3% low and its peak 0.2% low.
 func TestHalfMeasured(t *testing.T) {
 	runs := ownRuns(t, "half_steps.json")
 	if len(runs) != 6 {
@@ -41,11 +42,13 @@ func TestHalfMeasured(t *testing.T) {
 		if d := r.PeakRequested - me["peak_req"]; d < -512 || d > 512 {
 			t.Errorf("%s: requested peak %d, measured %d", what, r.PeakRequested, me["peak_req"])
 		}
-		if e := pct(r.Peak, me["peak"]); e < -0.25 || e > 0.25 {
-			t.Errorf("%s: peak %+.2f%%, beyond 0.25%%", what, e)
-		}
-		if e := pct(r.PeakReserved, me["peak_reserved"]); e < -0.5 || e > 0.5 {
-			t.Errorf("%s: reserved peak %+.2f%%, beyond 0.5%%", what, e)
+		for _, c := range []struct {
+			name      string
+			got, want int64
+		}{{"peak", r.Peak, me["peak"]}, {"reserved peak", r.PeakReserved, me["peak_reserved"]}, {"before the step", r.M0, me["m0"]}} {
+			if e := pct(c.got, c.want); e < -0.05 || e > 0.05 {
+				t.Errorf("%s: %s %+.2f%%, beyond 0.05%%", what, c.name, e)
+			}
 		}
 	}
 	t.Log("\n" + table.String())

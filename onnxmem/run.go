@@ -253,6 +253,9 @@ func (s *scratch) liveAt(p *schedule.Program, at int) []bool {
 // (num_batches_tracked) stays as it was cloned. It returns the allocator's
 // error when it runs out of memory, having allocated what fitted.
 func LoadResidents(a *allocator.Allocator, p *schedule.Program, ids []allocator.ID) error {
+	if p.ResidentLoad != nil {
+		return loadHalved(a, p, ids)
+	}
 	var model, copied []int32
 	for i, buf := range p.Resident {
 		switch p.ResidentRoles[i] {
@@ -298,6 +301,32 @@ func LoadResidents(a *allocator.Allocator, p *schedule.Program, ids []allocator.
 			a.Free(clones[j])
 		}
 		i += len(copied) - 1
+	}
+	return nil
+}
+
+// loadHalved loads p's residents as model.to('cuda').half() makes them:
+// each at its loaded (float32) bytes, in order, then each one that is
+// smaller now converted in turn, its half tensor allocated before its
+// float32 one is freed (Module._apply).
+func loadHalved(a *allocator.Allocator, p *schedule.Program, ids []allocator.ID) error {
+	for i, buf := range p.Resident {
+		id, err := a.TryMalloc(p.ResidentLoad[i])
+		if err != nil {
+			return err
+		}
+		ids[buf] = id
+	}
+	for i, buf := range p.Resident {
+		if p.Buffers[buf].Bytes == p.ResidentLoad[i] {
+			continue
+		}
+		id, err := a.TryMalloc(p.Buffers[buf].Bytes)
+		if err != nil {
+			return err
+		}
+		a.Free(ids[buf])
+		ids[buf] = id
 	}
 	return nil
 }
@@ -405,6 +434,7 @@ type residentState struct {
 	capacity int64
 	sizes    []int64
 	roles    []schedule.Role
+	load     []int64 // Program.ResidentLoad
 	a        *allocator.Allocator
 	ids      []allocator.ID // by index of Program.Resident
 	oom      bool
@@ -434,7 +464,8 @@ func residentsInto(a *allocator.Allocator, p *schedule.Program, conf allocator.C
 // residentStateOf returns the resident state of p, kept or made.
 func residentStateOf(p *schedule.Program, conf allocator.Config, capacity int64) *residentState {
 	same := func(st *residentState) bool {
-		if st.conf != conf || st.capacity != capacity || len(st.sizes) != len(p.Resident) || !slices.Equal(st.roles, p.ResidentRoles) {
+		if st.conf != conf || st.capacity != capacity || len(st.sizes) != len(p.Resident) || !slices.Equal(st.roles, p.ResidentRoles) ||
+			!slices.Equal(st.load, p.ResidentLoad) {
 			return false
 		}
 		for i, buf := range p.Resident {
@@ -454,7 +485,7 @@ func residentStateOf(p *schedule.Program, conf allocator.Config, capacity int64)
 		}
 	}
 	rs.mu.Unlock()
-	st := &residentState{conf: conf, capacity: capacity, roles: slices.Clone(p.ResidentRoles), a: allocator.New()}
+	st := &residentState{conf: conf, capacity: capacity, roles: slices.Clone(p.ResidentRoles), load: slices.Clone(p.ResidentLoad), a: allocator.New()}
 	st.a.Reset(conf)
 	st.a.Capacity = capacity
 	ids := make([]allocator.ID, len(p.Buffers))

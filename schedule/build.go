@@ -234,6 +234,7 @@ func Build(g *ir.Graph, s *ir.Shapes, cfg Config) (*Program, error) {
 	if err := b.resident(); err != nil {
 		return nil, err
 	}
+	b.halvedLoad()
 	b.noSave = cfg.Eval != nil
 	if err := b.forward(); err != nil {
 		return nil, err
@@ -359,6 +360,24 @@ func (b *builder) resident() error {
 	b.vst[x] = 0
 	b.contig[x] = true
 	return nil
+}
+
+// halvedLoad sets Program.ResidentLoad for a model step in half precision:
+// the model's tensors at their exported (float32) bytes. A train step's
+// other residents (EMA, optimizer state) are made after model.half() and
+// stay as they are; so do integer buffers.
+func (b *builder) halvedLoad() {
+	if b.cfg.Precision != Half || b.cfg.Eval != nil || b.cfg.Train != nil {
+		return
+	}
+	load := make([]int64, len(b.p.Resident))
+	for i, buf := range b.p.Resident {
+		load[i] = b.p.Buffers[buf].Bytes
+		if v := b.p.Buffers[buf].Value; b.p.ResidentRoles[i] == RoleModel && v >= 0 {
+			load[i] = b.s.Bytes(v)
+		}
+	}
+	b.p.ResidentLoad = load
 }
 
 // addResident appends a resident buffer with its role.

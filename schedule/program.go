@@ -123,6 +123,12 @@ type Program struct {
 	Resident []int32
 	// ResidentRoles says, for each buffer of Resident, what it is.
 	ResidentRoles []Role
+	// ResidentLoad, when not nil, holds for each buffer of Resident the
+	// bytes it had when it was loaded, before model.half() converted it: a
+	// model step in half precision loads the model in float32 and then
+	// halves its floating tensors one by one (Module._apply), each half
+	// tensor allocated before its float32 one is freed.
+	ResidentLoad []int64
 	// StateOrder lists a train step's optimizer-state buffers (of Resident)
 	// in the order a first optimizer step creates them, and StateAt[i] is
 	// the index of the event before which it creates StateOrder[i]: a
