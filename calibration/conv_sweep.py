@@ -60,8 +60,11 @@ def nbytes(t):
     return t.numel() * t.element_size()
 
 
+BF16 = False  # --bf16: the 2-byte calls in bfloat16 (autocast's amp_dtype bfloat16) instead of float16
+
+
 def measure(n, cin, cout, h, w, k, s, g, e):
-    dt = torch.float16 if e == 2 else torch.float32
+    dt = (torch.bfloat16 if BF16 else torch.float16) if e == 2 else torch.float32
     x = torch.randn(n, cin, h, w, device=DEV, dtype=dt)
     wt = torch.randn(cout, cin // g, k, k, device=DEV, dtype=dt)
     args = ([s, s], [k // 2, k // 2], [1, 1], False, [0, 0], g)
@@ -85,7 +88,10 @@ def main():
     ap.add_argument("--budget", type=float, default=540, help="seconds; stop early and write what was measured")
     ap.add_argument("--keep", help="an earlier conv_sweep.json whose rows are kept instead of measured again "
                     "(the heuristics are deterministic: two sweeps agreed on all 7812 shared rows)")
+    ap.add_argument("--bf16", action="store_true", help="measure the 2-byte calls in bfloat16 (write to another --out)")
     a = ap.parse_args()
+    global BF16
+    BF16 = a.bf16
     torch.backends.cudnn.benchmark = False
     configs = json.load(open(a.configs))
     kept = {}
@@ -105,7 +111,7 @@ def main():
             torch.cuda.empty_cache()
             print("%d/%d %.0fs" % (i, len(configs), time.time() - t0), file=sys.stderr, flush=True)
     env = {"torch": torch.__version__, "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(),
-           "gpu": torch.cuda.get_device_name(DEV), "benchmark": torch.backends.cudnn.benchmark,
+           "gpu": torch.cuda.get_device_name(DEV), "benchmark": torch.backends.cudnn.benchmark, "bf16": BF16,
            "configs": len(configs), "measured": len(rows), "kept": sum(1 for c in configs if tuple(c) in kept),
            "elapsed_s": round(time.time() - t0, 1)}
     os.makedirs(a.out, exist_ok=True)
