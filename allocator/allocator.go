@@ -375,9 +375,13 @@ func (a *Allocator) remove(p *pool, id int32) {
 	a.unlink(p, int(a.blocks[id].bucket), id)
 }
 
-// unlink takes block id out of bucket k of p.
+// unlink takes block id out of bucket k of p. It panics when the block is
+// not free, so in no pool: a broken invariant.
 func (a *Allocator) unlink(p *pool, k int, id int32) {
 	b := &a.blocks[id]
+	if !b.free {
+		panic("allocator: a block in no pool taken out of one")
+	}
 	if b.fprev >= 0 {
 		a.blocks[b.fprev].fnext = b.fnext
 	} else {
@@ -637,7 +641,8 @@ func (a *Allocator) TryMalloc(n int64) (ID, error) {
 // workspace, a tensor no one keeps), and returns the block size it held:
 // the counters and peaks move as they would, a segment it reserved stays
 // cached, and the pools end as they were. It takes no ID. Under a
-// configuration or with Observe set it runs TryMalloc and Free.
+// configuration or with Observe set it runs TryMalloc and Free, and so
+// takes an ID as they do.
 func (a *Allocator) Transient(n int64) (int64, error) {
 	if n < 0 {
 		panic("allocator: negative request")

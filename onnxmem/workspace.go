@@ -72,6 +72,7 @@ func keyOf(v ...int64) (convKey, bool) {
 type wsTable struct {
 	shapes map[convKey]int32 // the shape (n = 0) to its group
 	keys   []convKey         // by group: its shape
+	maxN   []int32           // by group: its largest batch
 	groups [][]wsRow
 	rows   int // distinct (shape, batch) rows
 }
@@ -112,13 +113,15 @@ func (t *wsTable) set(k convKey, ws [3]int64, last *int32) {
 			t.shapes[k] = g
 			t.groups = append(t.groups, nil)
 			t.keys = append(t.keys, k)
+			t.maxN = append(t.maxN, -1)
 		}
 		*last = g
 	}
 	rows := t.groups[g]
 	// A sweep measures a shape's batches in rising order, so most rows
-	// come after their group's last; only the others are looked for.
-	if len(rows) > 0 && rows[len(rows)-1].n >= n {
+	// come after every batch their group holds; only the others are
+	// looked for.
+	if n <= t.maxN[g] {
 		for i := range rows {
 			if rows[i].n == n {
 				rows[i].ws = ws
@@ -127,6 +130,7 @@ func (t *wsTable) set(k convKey, ws [3]int64, last *int32) {
 		}
 	}
 	t.groups[g] = append(rows, wsRow{n: n, ws: ws})
+	t.maxN[g] = max(t.maxN[g], n)
 	t.rows++
 }
 

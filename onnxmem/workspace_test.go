@@ -155,15 +155,18 @@ func TestParseWorkspacesErrors(t *testing.T) {
 		}
 	}
 	// The second row is written short, as conv_table.go writes a shape's
-	// next batch.
+	// next batch; batches 4, 3 and 4 again come after it, out of order.
 	m, err := parseWorkspaces(txt("# c\n\n1\t2\t3\t4\t5\t6\t7\t8\t9\t10\t11\t12\t0\n2\t13\t14\t15\n" +
-		"1\t2\t3\t4\t5\t6\t7\t8\t9\t16\t17\t18\t0\n"))
+		"1\t2\t3\t4\t5\t6\t7\t8\t9\t16\t17\t18\t0\n4\t1\t1\t1\n3\t2\t2\t2\n4\t3\t3\t3\n"))
 	key := func(n int64) convKey { k, _ := keyOf(n, 2, 3, 4, 5, 6, 7, 8, 9, 0); return k }
 	v1, ok1 := m.get(key(1))
 	v2, ok2 := m.get(key(2))
-	_, ok3 := m.get(key(3))
+	v3, ok3 := m.get(key(3))
+	v4, ok4 := m.get(key(4))
+	_, ok5 := m.get(key(5))
 	// The later row of a key wins, as it did when the table was one map.
-	if err != nil || m.rows != 2 || !ok1 || v1 != [3]int64{16, 17, 18} || !ok2 || v2 != [3]int64{13, 14, 15} || ok3 {
+	if err != nil || m.rows != 4 || !ok1 || v1 != [3]int64{16, 17, 18} || !ok2 || v2 != [3]int64{13, 14, 15} ||
+		!ok3 || v3 != [3]int64{2, 2, 2} || !ok4 || v4 != [3]int64{3, 3, 3} || ok5 {
 		t.Errorf("parse: %+v, %v", m, err)
 	}
 }
