@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"fmt"
 	"math"
+	"math/bits"
 	"sync"
 
 	"github.com/onnxmem/onnxmem/schedule"
@@ -22,12 +23,15 @@ import (
 // conv of 512 to 256 channels on the same map takes at most 272 bytes. So
 // CuDNNWorkspace first looks the call up in a table measured on an H200 with
 // cuDNN 9.19 and PyTorch 2.11 (calibration/conv_sweep.py: every convolution
-// that the built-in models run at batch 1 to 64 on square images of 320 to
-// 640 pixels, in float32 and float16, each of the three calls, exact to the
-// byte); it is the behaviour of the library, not of any model step. A call
-// the table does not hold (another model, image size or batch) gets the rule
-// of cuDNNWorkspaceRule. A column sum (schedule.ColumnSum) gets its
-// reduction's staging, schedule.ColumnSumBytes.
+// that the built-in models run at batch 1, 2, 4, ..., 64 on square images of
+// 320 to 640 pixels and at every batch from 1 to 64 on 320, 512 and 640, in
+// float32 and float16, each of the three calls, exact to the byte; the
+// torchvision networks' at 224); it is the behaviour of the library, not of
+// any model step. A batch that the table lacks between two powers of two it
+// holds for the shape gets the line through them (wsTable.interpolate); any
+// other call (another model, image size or batch) gets the rule of
+// cuDNNWorkspaceRule. A column sum (schedule.ColumnSum) gets its reduction's
+// staging, schedule.ColumnSumBytes.
 func CuDNNWorkspace(c schedule.ConvCall) int64 {
 	if c.Which == schedule.ColumnSum {
 		return schedule.ColumnSumBytes(c.N, c.Cout)
@@ -196,7 +200,43 @@ func lookupShape(c schedule.ConvCall) ([3]int64, bool) {
 	if !ok {
 		return [3]int64{}, false
 	}
-	return workspaces.get(key)
+	if v, ok := workspaces.get(key); ok {
+		return v, true
+	}
+	return workspaces.interpolate(key)
+}
+
+// interpolate returns the row of a batch that the table lacks from the
+// rows of the same shape at the powers of two around it, on the line
+// through them: over the 84,639 measured calls of batches between powers
+// of two (the built-in models at 320, 512 and 640) the line is within 1
+// KiB for 76% of forward, 89% of backward-data and 72% of backward-filter
+// calls, and misses by 9.5%, 6.8% and 7.1% of their bytes, where
+// cuDNNWorkspaceRule misses by 17–20% (TestCuDNNInterpolation): a shape's
+// algorithm mostly stays between two powers of two, and its workspace is
+// affine in the batch. It reports false when either row is missing, or the
+// batch is a power of two.
+func (t *wsTable) interpolate(k convKey) ([3]int64, bool) {
+	n := k.n
+	if n < 3 || n&(n-1) == 0 {
+		return [3]int64{}, false
+	}
+	lo := int32(1) << (bits.Len32(uint32(n)) - 1)
+	k.n = lo
+	a, ok := t.get(k)
+	if !ok {
+		return [3]int64{}, false
+	}
+	k.n = 2 * lo
+	b, ok := t.get(k)
+	if !ok {
+		return [3]int64{}, false
+	}
+	var v [3]int64
+	for i := range v {
+		v[i] = a[i] + (b[i]-a[i])*int64(n-lo)/int64(lo)
+	}
+	return v, true
 }
 
 // parseWorkspaces decodes the embedded table.

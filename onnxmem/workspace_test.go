@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"strings"
 	"testing"
@@ -214,4 +215,59 @@ func FuzzParseWorkspaces(f *testing.F) {
 			t.Fatalf("%d rows from %d lines", tab.rows, lines)
 		}
 	})
+}
+
+// TestCuDNNInterpolation measures the line through the powers of two (the
+// fallback for a batch the table lacks between two it holds) against every
+// measured call of such a batch, beside the rule: the share within 1 KiB
+// and the bytes missed, as a share of the calls' bytes. The line must miss
+// fewer bytes than the rule in every pass.
+func TestCuDNNInterpolation(t *testing.T) {
+	tab, err := parseWorkspaces(cudnnTable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hit, ruleHit, n [3]int
+	var miss, ruleMiss, total [3]float64
+	abs := func(x int64) float64 { return math.Abs(float64(x)) }
+	for g, k := range tab.keys {
+		for _, r := range tab.groups[g] {
+			k.n = r.n
+			v, ok := tab.interpolate(k)
+			if !ok {
+				continue
+			}
+			out := func(x int64) int64 {
+				return (x+2*int64(k.pad)-int64(k.k))/max(int64(k.stride), 1) + 1
+			}
+			for i, which := range passes {
+				c := schedule.ConvCall{Which: which, N: int64(k.n), Cin: int64(k.cin), Cout: int64(k.cout), H: int64(k.h), W: int64(k.w),
+					OutH: out(int64(k.h)), OutW: out(int64(k.w)), KH: int64(k.k), KW: int64(k.k), StrideH: int64(k.stride), StrideW: int64(k.stride),
+					Groups: int64(k.groups), ElemSize: int64(k.elem)}
+				d, dr := v[i]-r.ws[i], cuDNNWorkspaceRule(c)-r.ws[i]
+				n[i]++
+				total[i] += float64(r.ws[i])
+				miss[i] += abs(d)
+				ruleMiss[i] += abs(dr)
+				if abs(d) <= 1024 {
+					hit[i]++
+				}
+				if abs(dr) <= 1024 {
+					ruleHit[i]++
+				}
+			}
+		}
+	}
+	var b strings.Builder
+	for i, which := range passes {
+		if n[i] < 50000 {
+			t.Fatalf("%s: %d calls between powers of two, want the sweep's 84,639", which, n[i])
+		}
+		fmt.Fprintf(&b, "%-10s %5d calls: line within 1 KiB %3.0f%%, misses %4.1f%% of the bytes; rule %3.0f%%, %4.1f%%\n", which, n[i],
+			100*float64(hit[i])/float64(n[i]), 100*miss[i]/total[i], 100*float64(ruleHit[i])/float64(n[i]), 100*ruleMiss[i]/total[i])
+		if miss[i] >= ruleMiss[i] {
+			t.Errorf("%s: the line misses %.1f%% of the bytes, the rule %.1f%%", which, 100*miss[i]/total[i], 100*ruleMiss[i]/total[i])
+		}
+	}
+	t.Log("\n" + b.String())
 }
