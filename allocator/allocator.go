@@ -589,27 +589,13 @@ func (a *Allocator) TryMalloc(n int64) (ID, error) {
 	if p.valid(found) {
 		id = a.takeAt(p, found)
 	} else {
-		seg := SegmentSize(size)
-		if a.Capacity > 0 && a.st.Reserved+seg > a.Capacity {
-			a.EmptyCache()
-			if a.st.Reserved+seg > a.Capacity {
-				if a.Observe != nil {
-					a.Observe("oom", 0, size)
-				}
-				return -1, &ErrOutOfMemory{Requested: n, Reserved: a.st.Reserved, Capacity: a.Capacity}
-			}
-		}
-		id = a.newBlock(block{addr: a.mallocAddr(seg), size: seg, small: small, prev: -1, next: -1})
-		if a.Observe != nil {
-			a.Observe("segment_alloc", a.blocks[id].addr, seg)
-		}
-		a.st.Reserved += seg
-		if a.st.Reserved > a.st.PeakReserved {
-			a.st.PeakReserved = a.st.Reserved
+		var err error
+		if id, err = a.newSegment(n, size, small); err != nil {
+			return -1, err
 		}
 	}
 	b := &a.blocks[id]
-	if rest := b.size - size; (small && rest >= MinBlockSize) || (!small && rest > SmallSize) {
+	if rest := b.size - size; splits(small, rest) {
 		r := a.newBlock(block{addr: b.addr + size, size: rest, small: small, free: true, prev: id, next: b.next})
 		b = &a.blocks[id] // newBlock may have moved the slice
 		if b.next >= 0 {
@@ -664,27 +650,53 @@ func (a *Allocator) Transient(n int64) (int64, error) {
 		// The best fit, split and merged back: the pools do not change.
 		whole = a.blocks[p.at(found)].size
 	} else {
-		seg := SegmentSize(size)
-		if a.Capacity > 0 && a.st.Reserved+seg > a.Capacity {
-			a.EmptyCache()
-			if a.st.Reserved+seg > a.Capacity {
-				return 0, &ErrOutOfMemory{Requested: n, Reserved: a.st.Reserved, Capacity: a.Capacity}
-			}
-		}
 		// The new segment, whole again once the block is freed.
-		id := a.newBlock(block{addr: a.mallocAddr(seg), size: seg, small: small, free: true, prev: -1, next: -1})
+		id, err := a.newSegment(n, size, small)
+		if err != nil {
+			return 0, err
+		}
+		a.blocks[id].free = true
 		a.insert(p, id)
-		a.st.Reserved += seg
-		a.st.PeakReserved = max(a.st.PeakReserved, a.st.Reserved)
-		whole = seg
+		whole = a.blocks[id].size
 	}
 	held := whole
-	if rest := whole - size; (small && rest >= MinBlockSize) || (!small && rest > SmallSize) {
+	if splits(small, whole-size) {
 		held = size
 	}
 	a.st.PeakAllocated = max(a.st.PeakAllocated, a.st.Allocated+held)
 	a.st.PeakRequested = max(a.st.PeakRequested, a.st.Requested+n)
 	return held, nil
+}
+
+// newSegment reserves the segment for a request of n bytes (size rounded,
+// from the small pool or the large) and returns its one block, allocated
+// and in no pool. Beyond Capacity it first releases the cache, and reports
+// out of memory when that is not enough.
+func (a *Allocator) newSegment(n, size int64, small bool) (int32, error) {
+	seg := SegmentSize(size)
+	if a.Capacity > 0 && a.st.Reserved+seg > a.Capacity {
+		a.EmptyCache()
+		if a.st.Reserved+seg > a.Capacity {
+			if a.Observe != nil {
+				a.Observe("oom", 0, size)
+			}
+			return -1, &ErrOutOfMemory{Requested: n, Reserved: a.st.Reserved, Capacity: a.Capacity}
+		}
+	}
+	id := a.newBlock(block{addr: a.mallocAddr(seg), size: seg, small: small, prev: -1, next: -1})
+	if a.Observe != nil {
+		a.Observe("segment_alloc", a.blocks[id].addr, seg)
+	}
+	a.st.Reserved += seg
+	a.st.PeakReserved = max(a.st.PeakReserved, a.st.Reserved)
+	return id, nil
+}
+
+// splits reports whether a block with rest bytes beyond a request is split
+// (should_split): a small one when at least 512 bytes remain, a large one
+// when more than 1 MiB does.
+func splits(small bool, rest int64) bool {
+	return (small && rest >= MinBlockSize) || (!small && rest > SmallSize)
 }
 
 // segmentAddr returns the address of a new segment of size bytes.

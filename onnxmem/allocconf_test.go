@@ -28,18 +28,7 @@ func TestAllocConfSteps(t *testing.T) {
 	models := map[string]*onnxmem.Model{}
 	var table strings.Builder
 	for _, s := range runs {
-		m := models[s.Cfg]
-		if m == nil {
-			var err error
-			if m, err = onnxmem.Builtin(s.Cfg); err != nil {
-				t.Fatal(err)
-			}
-			models[s.Cfg] = m
-		}
-		r, err := m.Simulate(onnxmem.Scenario{Batch: s.Batch, Height: s.Img, Width: s.Img, AMP: s.AMP, Segments: s.Segments, AllocConf: s.AllocConf})
-		if err != nil {
-			t.Fatal(err)
-		}
+		r := s.simulate(t, models)
 		me := s.Result
 		what := fmt.Sprintf("%q %s amp %v segments %d batch %d", s.AllocConf, s.Cfg, s.AMP, s.Segments, s.Batch)
 		fmt.Fprintf(&table, "%-50s reserved %11d measured %11d  peak %+6d B  requested %+5d B\n", what,

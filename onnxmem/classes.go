@@ -373,26 +373,23 @@ func (t *template) at(n int64) *schedule.Program {
 	// share it (a conv's forward, its two backward calls, its recompute).
 	rows := make([][3]int64, len(t.shapes))
 	found := make([]bool, len(t.shapes))
+	ns := make([]int64, len(t.shapes)) // the shape's batch dim: its calls share its line
 	for g, i := range t.shapes {
 		call := t.calls[i].call
 		var ok bool
 		if call.N, ok = affine(t.nk[i], n, t.nc[i]); !ok {
 			return nil
 		}
+		ns[g] = call.N
 		rows[g], found[g] = lookupShape(call)
 	}
 	ws := make([]int64, len(t.calls))
 	key := make([]uint64, (len(t.calls)+63)/64)
 	for i, cc := range t.calls {
+		g := t.shape[i]
 		call := cc.call
-		call.N, _ = affine(t.nk[i], n, t.nc[i])
-		var ok bool
-		if call.Which != schedule.ColumnSum && found[t.shape[i]] {
-			ws[i], ok = pick(rows[t.shape[i]], call.Which)
-		}
-		if !ok {
-			ws[i] = CuDNNWorkspace(call)
-		}
+		call.N = ns[g]
+		ws[i] = workspaceOf(call, rows[g], found[g])
 		if ws[i] == 0 {
 			key[i/64] |= 1 << (i % 64)
 		}

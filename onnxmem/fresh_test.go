@@ -21,6 +21,28 @@ type ownRun struct {
 	// AllocConf is the PYTORCH_CUDA_ALLOC_CONF it ran under
 	// (calibration/alloc_conf_steps.py), empty for the default.
 	AllocConf string `json:"alloc_conf"`
+	// Half says it ran in pure half precision (model.half()).
+	Half bool `json:"half"`
+}
+
+// simulate predicts a measured step on the built-in model of its cfg, kept
+// in models across calls.
+func (s ownRun) simulate(t *testing.T, models map[string]*onnxmem.Model) *onnxmem.Result {
+	t.Helper()
+	m := models[s.Cfg]
+	if m == nil {
+		var err error
+		if m, err = onnxmem.Builtin(s.Cfg); err != nil {
+			t.Fatal(err)
+		}
+		models[s.Cfg] = m
+	}
+	r, err := m.Simulate(onnxmem.Scenario{Batch: s.Batch, Height: s.Img, Width: s.Img, AMP: s.AMP, Half: s.Half,
+		Segments: s.Segments, AllocConf: s.AllocConf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
 }
 
 func ownRuns(t *testing.T, name string) []ownRun {
@@ -79,18 +101,7 @@ func TestOwnMeasurements(t *testing.T) {
 		{"yolov9_segments.json", "in sequence", 0.01, 0},
 	} {
 		for _, s := range ownRuns(t, f.file) {
-			m := models[s.Cfg]
-			if m == nil {
-				var err error
-				if m, err = onnxmem.Builtin(s.Cfg); err != nil {
-					t.Fatal(err)
-				}
-				models[s.Cfg] = m
-			}
-			r, err := m.Simulate(onnxmem.Scenario{Batch: s.Batch, Height: s.Img, Width: s.Img, AMP: s.AMP, Segments: s.Segments})
-			if err != nil {
-				t.Fatal(err)
-			}
+			r := s.simulate(t, models)
 			me := s.Result
 			pct := func(got, want int64) float64 { return 100 * float64(got-want) / float64(want) }
 			prec := map[bool]string{false: "fp32", true: "amp"}[s.AMP]

@@ -24,16 +24,13 @@ func TestHalfMeasured(t *testing.T) {
 	if len(runs) != 6 {
 		t.Fatalf("half_steps.json: %d scenarios, want 6", len(runs))
 	}
+	models := map[string]*onnxmem.Model{}
 	var table strings.Builder
 	for _, s := range runs {
-		m, err := onnxmem.Builtin(s.Cfg)
-		if err != nil {
-			t.Fatal(err)
+		if !s.Half {
+			t.Fatalf("half_steps.json: %s batch %d not in half precision", s.Cfg, s.Batch)
 		}
-		r, err := m.Simulate(onnxmem.Scenario{Batch: s.Batch, Height: s.Img, Width: s.Img, Half: true, Segments: s.Segments})
-		if err != nil {
-			t.Fatal(err)
-		}
+		r := s.simulate(t, models)
 		me := s.Result
 		pct := func(got, want int64) float64 { return 100 * float64(got-want) / float64(want) }
 		what := fmt.Sprintf("%s half segments %d batch %d at %d", s.Cfg, s.Segments, s.Batch, s.Img)

@@ -223,19 +223,14 @@ func runInto(s *scratch, p *schedule.Program, sc Scenario, begin func(*allocator
 }
 
 // liveAt returns, by buffer, whether it is alive just after event at of
-// the measured step: the buffers alive before the step (as analyze takes
-// them) and those its events have allocated and not yet freed.
+// the measured step: the buffers alive before the step (initialLive) and
+// those its events have allocated and not yet freed.
 func (s *scratch) liveAt(p *schedule.Program, at int) []bool {
 	live := s.live[:0]
 	live = append(live, make([]bool, len(p.Buffers))...)
 	s.live = live
-	for _, set := range [][]int32{p.Resident, p.Carried, p.Once} {
-		for _, b := range set {
-			live[b] = true
-		}
-	}
-	if p.Input >= 0 {
-		live[p.Input] = true
+	for _, b := range s.initialLive(p) {
+		live[b] = true
 	}
 	for _, e := range p.Events[:at+1] {
 		live[e.Buf] = !e.Free
@@ -340,18 +335,27 @@ func (s *scratch) analyze(p *schedule.Program, conf allocator.Config) *liveness.
 	for _, e := range p.Events {
 		ev = append(ev, liveness.Event{Buf: e.Buf, Free: e.Free})
 	}
+	s.ev = ev
+	initial := s.initialLive(p)
+	size := func(b int32) int64 { return conf.RoundSize(p.Buffers[b].Bytes) }
+	if err := liveness.AnalyzeInto(&s.an, ev, len(p.Buffers), initial, size); err != nil {
+		panic(fmt.Sprintf("onnxmem: schedule built a broken program: %v", err))
+	}
+	return &s.an
+}
+
+// initialLive returns the buffers alive before the measured step's first
+// event: the residents, the input, the previous step's outputs and the
+// warm-up's workspaces that stay, in s's memory.
+func (s *scratch) initialLive(p *schedule.Program) []int32 {
 	initial := append(s.initial[:0], p.Resident...)
 	if p.Input >= 0 {
 		initial = append(initial, p.Input)
 	}
 	initial = append(initial, p.Carried...)
 	initial = append(initial, p.Once...)
-	s.ev, s.initial = ev, initial
-	size := func(b int32) int64 { return conf.RoundSize(p.Buffers[b].Bytes) }
-	if err := liveness.AnalyzeInto(&s.an, ev, len(p.Buffers), initial, size); err != nil {
-		panic(fmt.Sprintf("onnxmem: schedule built a broken program: %v", err))
-	}
-	return &s.an
+	s.initial = initial
+	return initial
 }
 
 // atPeak lists the buffers that live marks (those alive after the peak's

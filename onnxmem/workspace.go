@@ -33,11 +33,24 @@ import (
 // cuDNNWorkspaceRule. A column sum (schedule.ColumnSum) gets its reduction's
 // staging, schedule.ColumnSumBytes.
 func CuDNNWorkspace(c schedule.ConvCall) int64 {
+	var row [3]int64
+	found := false
+	if c.Which != schedule.ColumnSum {
+		row, found = lookupShape(c)
+	}
+	return workspaceOf(c, row, found)
+}
+
+// workspaceOf is CuDNNWorkspace given the table's row of the call's shape,
+// when found: a template looks each shape up once for all its calls.
+func workspaceOf(c schedule.ConvCall, row [3]int64, found bool) int64 {
 	if c.Which == schedule.ColumnSum {
 		return schedule.ColumnSumBytes(c.N, c.Cout)
 	}
-	if ws, ok := lookupWorkspace(c); ok {
-		return ws
+	if found {
+		if ws, ok := pick(row, c.Which); ok {
+			return ws
+		}
 	}
 	return cuDNNWorkspaceRule(c)
 }
