@@ -40,7 +40,7 @@ func TestTraces(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			checkTrace(t, name, readTrace(t, f), m, onnxmem.Scenario{Batch: batch, Height: 640, Width: 640, AMP: prec == "amp", Segments: k})
+			checkTrace(t, name, readTrace(t, f), m, onnxmem.Scenario{Batch: batch, Height: 640, Width: 640, AMP: prec == "amp", Segments: k}, true)
 		})
 	}
 }
@@ -68,13 +68,17 @@ func TestOwnTraces(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			checkTrace(t, name, readTrace(t, f), m, onnxmem.Scenario{Batch: batch, Height: 640, Width: 640, AMP: prec == "amp", Segments: k})
+			checkTrace(t, name, readTrace(t, f), m, onnxmem.Scenario{Batch: batch, Height: 640, Width: 640, AMP: prec == "amp", Segments: k}, false)
 		})
 	}
 }
 
 // checkTrace compares the program of sc with a measured trace.
-func checkTrace(t *testing.T, name string, tr *trace, m *onnxmem.Model, sc onnxmem.Scenario) {
+//
+// fresh says the trace's process ran nothing before the step, so that its
+// reserved peak is the step's own and held to 1.5%; the traces of
+// calibration/yolov9_segments.py ran after other scenarios.
+func checkTrace(t *testing.T, name string, tr *trace, m *onnxmem.Model, sc onnxmem.Scenario, fresh bool) {
 	t.Helper()
 	p, err := m.Program(sc)
 	if err != nil {
@@ -94,6 +98,19 @@ func checkTrace(t *testing.T, name string, tr *trace, m *onnxmem.Model, sc onnxm
 	t.Logf("peak above m0: measured %.1f MiB, predicted %.1f MiB (%+.2f%%)", mib(peak), mib(pred), 100*float64(pred-peak)/float64(tr.Result["peak"]))
 	if e := float64(pred-peak) / float64(tr.Result["peak"]); e > 0.01 || e < -0.01 {
 		t.Errorf("peak off by %.2f%% of the measured peak", 100*e)
+	}
+	res := tr.Result["peak_reserved"]
+	e := float64(r.PeakReserved-res) / float64(res)
+	t.Logf("peak reserved: measured %.1f MiB, predicted %.1f MiB (%+.2f%%)", mib(res), mib(r.PeakReserved), 100*e)
+	// A trace replayed from its own requests gives its measured reserved
+	// peak (allocator.TestTraces): the step ran without an
+	// earlier scenario's cache, so the program's requests alone decide
+	// it. yolov9-s under AMP differs in the order autocast frees its
+	// weight copies; upsampling allocated its contiguous copy before its
+	// output until a trace showed otherwise, which put yolov9-c's float32
+	// step 104 MiB high.
+	if fresh && (e > 0.015 || e < -0.015) {
+		t.Errorf("peak reserved off by %+.2f%%, beyond 1.5%%", 100*e)
 	}
 	// A regression in the event model shows up as many more differences:
 	// today they are the conv-bias gradient's reduction scratch, autocast's

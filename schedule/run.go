@@ -2,6 +2,7 @@ package schedule
 
 import (
 	"math"
+	"slices"
 
 	"github.com/onnxmem/onnxmem/ir"
 )
@@ -284,9 +285,15 @@ func (b *builder) run(n *ir.Node, k opKind) {
 			freeCopy(c)
 			break
 		}
-		c := copyIn(x)
+		// upsample_nearest2d is a structured kernel: its output exists
+		// before the kernel runs, which copies a strided input to a
+		// contiguous one only when it resizes; at the input's own size
+		// it is output.copy_(input) (aten/src/ATen/native/cuda/
+		// UpSampleNearest2d.cu, upsample_nearest2d_out_cuda_template).
 		newOut(0, Activation)
-		freeCopy(c)
+		if !slices.Equal(s.Dims[x], s.Dims[out(0)]) {
+			freeCopy(copyIn(x))
+		}
 	case opView, opSelect:
 		if x := n.Inputs[0]; n.OpType == "Reshape" && b.data[x] && !b.contig[x] {
 			// reshape of a permuted view (a channel shuffle's transpose,
