@@ -393,6 +393,13 @@ class Model(nn.Module):
             ch.append(c2)
         self.model = nn.Sequential(*layers)
         self.save = sorted(set(save))
+        # The official Model.__init__ calls initialize_weights (utils/torch_utils.py), which sets
+        # inplace = True on every nn.SiLU: act(bn(conv(x))) then overwrites the batch norm's output
+        # and autograd keeps a clone of it. (Results measured before 2026-12-04 ran SiLU out of
+        # place; they were measured again.)
+        for mod in self.modules():
+            if isinstance(mod, nn.SiLU):
+                mod.inplace = True
 
 
 def run_layer(m, x, y):

@@ -41,6 +41,15 @@ func (f *Flow) Meta(i int32) bool { return f.kind[i] == opMeta }
 // shape arithmetic nor absorbed into a neighbour (the Sigmoid of a SiLU).
 func (f *Flow) Runs(i int32) bool { k := f.kind[i]; return k != opMeta && k != opSkip }
 
+// SiLU reports whether node i is a fused SiLU (a Mul of x and sigmoid(x),
+// one eager kernel) and returns its input x.
+func (f *Flow) SiLU(i int32) (ir.ValueID, bool) {
+	if f.kind[i] != opSiLU {
+		return ir.NoValue, false
+	}
+	return f.siluIn[i], true
+}
+
 // Reads lists the distinct data values that node i reads, in input order.
 func (f *Flow) Reads(i int32) []ir.ValueID { return f.readsOf(i) }
 

@@ -121,17 +121,22 @@ func (b *builder) setInPlace(ip []bool) error {
 		}
 		n := &g.Nodes[i]
 		switch b.kind[i] {
-		case opSigmoid, opSavesInput, opDropout, opAdd:
+		case opSigmoid, opSavesInput, opDropout, opAdd, opSiLU:
 		default:
 			return fmt.Errorf("schedule: node %s: %s has no in-place form onnxmem simulates", n.Name, n.OpType)
 		}
-		x := n.Inputs[0]
+		x, others := n.Inputs[0], n.Inputs[1:]
+		if b.kind[i] == opSiLU {
+			// The Mul of x and sigmoid(x): the Sigmoid, fused into it,
+			// does not run.
+			x, others = b.siluIn[i], nil
+		}
 		ok := b.data[x] && g.Values[x].Producer >= 0 && !slices.Contains(g.Outputs, x) &&
 			b.s.Elems(x) == b.s.Elems(n.Outputs[0]) && b.s.DTypes[x] == b.s.DTypes[n.Outputs[0]]
 		for _, c := range g.Values[x].Consumers {
 			ok = ok && (c == int32(i) || !b.Runs(c))
 		}
-		for _, v := range n.Inputs[1:] {
+		for _, v := range others {
 			ok = ok && v != x
 		}
 		if !ok {

@@ -64,6 +64,9 @@ func (b *builder) run(n *ir.Node, k opKind) {
 	ip := b.inplace != nil && b.inplace[i]
 	inPlace := func() {
 		x, v := n.Inputs[0], out(0)
+		if k == opSiLU {
+			x = b.siluIn[i]
+		}
 		b.vst[v], b.dt[v], b.contig[v] = b.vst[x], b.dt[x], b.contig[x]
 		b.ref(b.vst[x])
 	}
@@ -120,6 +123,22 @@ func (b *builder) run(n *ir.Node, k opKind) {
 			}
 		}
 	case opSiLU:
+		if ip {
+			// silu_ overwrites its input, which its derivative
+			// (silu_backward(grad, self)) needs: autograd saves a clone
+			// of it made before the op, and the op's result is the
+			// input's storage (calibration/silu_saved.py; the ground
+			// truth's traces free the block batch norm allocated when a
+			// Conv's output is dropped). Under no_grad there is no clone.
+			if b.cfg.Eval == nil {
+				b.own(i, b.alloc(b.bytes(b.siluIn[i]), Activation, b.siluIn[i]))
+			}
+			if b.stopAt == i {
+				return
+			}
+			inPlace()
+			break
+		}
 		save(b.siluIn[i])
 		if b.stopAt == i {
 			return

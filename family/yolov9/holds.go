@@ -1,6 +1,7 @@
 package yolov9
 
 import (
+	"slices"
 	"strings"
 
 	"github.com/onnxmem/onnxmem/ir"
@@ -31,7 +32,7 @@ import (
 // frame's holds end innermost first.
 func (Family) Holds(f *schedule.Flow) *schedule.Holds {
 	g := f.Graph()
-	h := &schedule.Holds{Until: make([][]schedule.Hold, len(g.Nodes))}
+	h := &schedule.Holds{Until: make([][]schedule.Hold, len(g.Nodes)), InPlace: inPlaceSiLU(f)}
 	f.LayerLoop(h)
 	headInputs(f, h)
 	last := f.LastInScope()
@@ -60,6 +61,29 @@ func (Family) Holds(f *schedule.Flow) *schedule.Holds {
 		}
 	}
 	return h
+}
+
+// inPlaceSiLU says, by node, which ops run in place: every SiLU whose input
+// nothing else reads. Model.__init__ (models/yolo.py) calls
+// initialize_weights (utils/torch_utils.py), which sets inplace = True on
+// every nn.SiLU of the model, so a Conv's act(bn(conv(x))) overwrites the
+// batch norm's output, and RepConvN's act(conv1(x) + conv2(x)) the sum.
+// The ONNX export cannot say so: torch.onnx writes silu_ and silu alike.
+func inPlaceSiLU(f *schedule.Flow) []bool {
+	g := f.Graph()
+	ip := make([]bool, len(g.Nodes))
+	for i := range g.Nodes {
+		x, ok := f.SiLU(int32(i))
+		if !ok || g.Values[x].Producer < 0 || slices.Contains(g.Outputs, x) {
+			continue
+		}
+		sole := true
+		for _, c := range g.Values[x].Consumers {
+			sole = sole && (c == int32(i) || !f.Runs(c))
+		}
+		ip[i] = sole
+	}
+	return ip
 }
 
 // headInputs holds the detection head's inputs to the end of the forward:

@@ -2,7 +2,6 @@ package yolov9_test
 
 import (
 	"path/filepath"
-	"slices"
 	"testing"
 
 	"github.com/onnxmem/onnxmem/family/yolov9"
@@ -11,10 +10,19 @@ import (
 	"github.com/onnxmem/onnxmem/schedule"
 )
 
-// indexOf returns the position of the first event described as want among
-// the forward's events, or -1.
-func indexOf(p *schedule.Program, want string) int {
-	return slices.Index(events(p, 0, p.ForwardEnd, nil), want)
+// lastIndexOf returns the position of the last event described as want
+// among the forward's events, or -1. A block's SiLU runs in place
+// (initialize_weights), so its output is the storage that batch norm
+// allocated, and autograd's clone of the batch norm's output, named alike,
+// is freed before it where nothing saves it.
+func lastIndexOf(p *schedule.Program, want string) int {
+	ev := events(p, 0, p.ForwardEnd, nil)
+	for i := len(ev) - 1; i >= 0; i-- {
+		if ev[i] == want {
+			return i
+		}
+	}
+	return -1
 }
 
 // TestRangeReturns checks what a checkpointed range keeps: layer 0's output
@@ -33,7 +41,7 @@ func TestRangeReturns(t *testing.T) {
 	b.Output(b.Layer(3).Block(l2, 8, 3, 1))
 	g := load(t, b)
 	const (
-		out0 = "-activation /model.0/act/Mul_output_0"
+		out0 = "-activation /model.0/bn/BatchNormalization_output_0" // the block's output: silu_ ran in place
 		in3  = "+activation /model.3/conv/Conv_output_0"
 	)
 	for _, tc := range []struct {
@@ -48,7 +56,7 @@ func TestRangeReturns(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := program(t, g, 2, schedule.Config{Checkpoint: tc.ranges})
-			free, l3 := indexOf(p, out0), indexOf(p, in3)
+			free, l3 := lastIndexOf(p, out0), lastIndexOf(p, in3)
 			if (free >= 0) != tc.freedInFw || (free >= 0 && free < l3) != tc.before3 {
 				t.Errorf("layer 0's output freed at forward event %d, layer 3 starts at %d:\n%v", free, l3, events(p, 0, p.ForwardEnd, nil))
 			}
@@ -71,9 +79,11 @@ func TestLocalChunk(t *testing.T) {
 	b.Output(s.Concat(y1, y2))
 	p := program(t, load(t, b), 2, schedule.Config{Checkpoint: []schedule.Range{{From: 0, To: 2}}})
 	got := events(p, 0, p.ForwardEnd, atNode(p, "/model.1/Concat"))
-	want := []string{"+activation /model.1/Concat_output_0", "-activation /model.1/cv2/act/Mul_output_0",
-		"-activation /model.1/cv1/act/Mul_output_0", "-activation /model.1/AveragePool_output_0",
-		"-activation /model.0/act/Mul_output_0"}
+	// Each block's output is the storage its batch norm allocated, which
+	// its SiLU overwrote in place.
+	want := []string{"+activation /model.1/Concat_output_0", "-activation /model.1/cv2/bn/BatchNormalization_output_0",
+		"-activation /model.1/cv1/bn/BatchNormalization_output_0", "-activation /model.1/AveragePool_output_0",
+		"-activation /model.0/bn/BatchNormalization_output_0"}
 	diff(t, "events of the concat", got, want)
 }
 
@@ -101,7 +111,7 @@ func TestConcatHolds(t *testing.T) {
 		freeAt string
 	}{{3, "/model.1/cv4/act/Mul"}, {2, "/model.1/Concat"}} {
 		p := program(t, load(t, elan(c.parts)), 2, schedule.Config{})
-		part := "-activation /model.1/cv3/act/Mul_output_0"
+		part := "-activation /model.1/cv3/bn/BatchNormalization_output_0" // its SiLU ran in place
 		at := "(not freed)"
 		for _, e := range p.Events[:p.ForwardEnd] {
 			if describe(p, e) != part {
@@ -181,5 +191,30 @@ func TestEvalDecode(t *testing.T) {
 	}
 	if decoded != branches {
 		t.Errorf("%d decoded outputs of %d bytes, want %d", decoded, want, branches)
+	}
+}
+
+// TestSiLUInPlace checks a block's act(bn(conv(x))) as the official model
+// runs it, its SiLU in place (initialize_weights sets inplace = True): in a
+// training forward autograd clones the batch norm's output before silu_
+// overwrites it and keeps the clone for the backward; under no_grad (the
+// eval step) there is no clone. Either way SiLU allocates no output: the
+// block's output is the batch norm's storage (../shared/groundtruth/traces
+// free that block when a Conv's output is dropped and keep the one
+// allocated after it; calibration/silu_saved.py).
+func TestSiLUInPlace(t *testing.T) {
+	b := onnxbuild.New("silu")
+	b.Output(b.Layer(1).Block(b.Layer(0).Block(b.Input("x", 8), 8, 3, 1), 8, 3, 1))
+	g := load(t, b)
+	for _, c := range []struct {
+		name string
+		cfg  schedule.Config
+		want []string
+	}{
+		{"train", schedule.Config{}, []string{"+activation /model.0/bn/BatchNormalization_output_0"}},
+		{"no_grad", schedule.Config{Eval: &schedule.Eval{Head: yolov9.Head{}}}, nil},
+	} {
+		p := program(t, g, 2, c.cfg)
+		diff(t, c.name+": events of layer 0's SiLU", events(p, 0, p.ForwardEnd, atNode(p, "/model.0/act/Mul")), c.want)
 	}
 }
