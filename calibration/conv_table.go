@@ -13,6 +13,7 @@
 // first simulation in a process waits for.
 //
 //	go run calibration/conv_table.go
+//	go run calibration/conv_table.go -in calibration/results/conv_sweep_bf16.json -pad0 '' -o onnxmem/cudnn_h200_bf16.tsv
 package main
 
 import (
@@ -44,6 +45,9 @@ func main() {
 	fmt.Fprintf(&txt, "# cuDNN workspaces measured by calibration/conv_sweep.py (do not edit; go run calibration/conv_table.go)\n")
 	fmt.Fprintf(&txt, "# torch %v, CUDA %v, cuDNN %v, %v, cudnn.benchmark %v\n",
 		sweep.Env["torch"], sweep.Env["cuda"], sweep.Env["cudnn"], sweep.Env["gpu"], sweep.Env["benchmark"])
+	if sweep.Env["bf16"] == true {
+		fmt.Fprintf(&txt, "# conv_sweep.py --bf16: elemsize 2 is bfloat16 (autocast's amp_dtype bfloat16)\n")
+	}
 	fmt.Fprintf(&txt, "# N\tCin\tCout\tH\tW\tK\tstride\tgroups\telemsize\tfwd\tbwd-data\tbwd-filter\tpad, or N\tfwd\tbwd-data\tbwd-filter for the shape of the line before\n")
 	// A row whose shape but for N is the previous row's is written short:
 	// "N fwd bwd-data bwd-filter".

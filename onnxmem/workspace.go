@@ -31,7 +31,12 @@ import (
 // holds for the shape gets the line through them (wsTable.interpolate); any
 // other call (another model, image size or batch) gets the rule of
 // cuDNNWorkspaceRule. A column sum (schedule.ColumnSum) gets its reduction's
-// staging, schedule.ColumnSumBytes.
+// staging, schedule.ColumnSumBytes. A bfloat16 call (ConvCall.BF16) is
+// looked up in a second table, the same sweep's float16 convolutions at
+// batch 1, 2, 4, ..., 64 measured in bfloat16 (conv_sweep.py --bf16), where
+// cuDNN chose another workspace in 5%, 5% and 14% of the forward,
+// backward-data and backward-filter calls; a shape that table lacks is
+// taken as float16's.
 func CuDNNWorkspace(c schedule.ConvCall) int64 {
 	var row [3]int64
 	found := false
@@ -63,6 +68,12 @@ func workspaceOf(c schedule.ConvCall, row [3]int64, found bool) int64 {
 //
 //go:embed cudnn_h200.tsv
 var cudnnTable []byte
+
+// cudnnTableBF16 is the same for the float16 convolutions measured in
+// bfloat16 (calibration/conv_sweep.py --bf16).
+//
+//go:embed cudnn_h200_bf16.tsv
+var cudnnTableBF16 []byte
 
 // convKey is the shape of a convolution call, as the table keys it: int32
 // fields, half the bytes to hash of int64s (the table's numbers are far
@@ -152,8 +163,9 @@ func (t *wsTable) set(k convKey, ws [3]int64, last *int32) {
 }
 
 var (
-	workspaceOnce sync.Once
-	workspaces    *wsTable
+	workspaceOnce  sync.Once
+	workspaces     *wsTable
+	workspacesBF16 *wsTable
 )
 
 // lookupWorkspace returns the measured workspace of a call, if the table has
@@ -190,7 +202,10 @@ func lookupShape(c schedule.ConvCall) ([3]int64, bool) {
 	workspaceOnce.Do(func() {
 		var err error
 		if workspaces, err = parseWorkspaces(cudnnTable); err != nil {
-			panic(err) // the embedded table is checked by TestCuDNNTable
+			panic(err) // the embedded tables are checked by TestCuDNNTable
+		}
+		if workspacesBF16, err = parseWorkspaces(cudnnTableBF16); err != nil {
+			panic(err)
 		}
 	})
 	if c.KH != c.KW || c.StrideH != c.StrideW {
@@ -212,6 +227,14 @@ func lookupShape(c schedule.ConvCall) ([3]int64, bool) {
 	key, ok := keyOf(c.N, c.Cin, c.Cout, c.H, c.W, c.KH, c.StrideH, max(c.Groups, 1), c.ElemSize, pad)
 	if !ok {
 		return [3]int64{}, false
+	}
+	if c.BF16 {
+		if v, ok := workspacesBF16.get(key); ok {
+			return v, true
+		}
+		if v, ok := workspacesBF16.interpolate(key); ok {
+			return v, true
+		}
 	}
 	if v, ok := workspaces.get(key); ok {
 		return v, true

@@ -71,6 +71,53 @@ func TestCuDNNTable(t *testing.T) {
 	}
 }
 
+// TestCuDNNTableBF16 checks the bfloat16 table against
+// calibration/results/conv_sweep_bf16.json (conv_sweep.py --bf16, regenerate
+// it with the -in and -o of calibration/conv_table.go's comment): a
+// bfloat16 call gets its own measurement, and a float16 call of the same
+// shape keeps float16's, which differs in some of them.
+func TestCuDNNTableBF16(t *testing.T) {
+	b, err := os.ReadFile("../calibration/results/conv_sweep_bf16.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sweep struct {
+		Env  map[string]any `json:"env"`
+		Rows [][12]int64    `json:"rows"`
+	}
+	if err := json.Unmarshal(b, &sweep); err != nil {
+		t.Fatal(err)
+	}
+	if sweep.Env["bf16"] != true {
+		t.Fatal("conv_sweep_bf16.json: not a --bf16 sweep")
+	}
+	tab, err := parseWorkspaces(cudnnTableBF16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tab.rows != len(sweep.Rows) {
+		t.Fatalf("embedded bfloat16 table has %d convolutions, conv_sweep_bf16.json %d", tab.rows, len(sweep.Rows))
+	}
+	differ := 0
+	for _, r := range sweep.Rows {
+		for i, which := range passes {
+			c := callOf([13]int64(append(r[:], r[5]/2)), which)
+			fp16 := CuDNNWorkspace(c)
+			c.BF16 = true
+			if got := CuDNNWorkspace(c); got != r[9+i] {
+				t.Fatalf("%+v: CuDNNWorkspace %d, measured %d", c, got, r[9+i])
+			}
+			if fp16 != r[9+i] {
+				differ++
+			}
+		}
+	}
+	if differ == 0 {
+		t.Error("no bfloat16 call differs from float16's: the lookup does not tell them apart")
+	}
+	t.Logf("%d of %d bfloat16 calls take another workspace than float16's", differ, 3*len(sweep.Rows))
+}
+
 // TestCuDNNWorkspace shows the lookup and the fallback on a few calls.
 func TestCuDNNWorkspace(t *testing.T) {
 	// The 1×1 conv that ends layer 6 of yolov9-s (384 → 192 channels, 40×40,
