@@ -27,9 +27,12 @@ func twoBlocks() *onnxbuild.Builder {
 }
 
 // TestBlockStep checks the whole step of two YOLOv9 Conv blocks against the
-// sequences of calibration/README.md section 2. Forward, per block: the conv
+// sequences of calibration/README.md section 2, with the SiLU in place as
+// both YOLOv9 (initialize_weights) and torchvision (Conv2dNormActivation)
+// build it after a batch norm (section 9). Forward, per block: the conv
 // output, the conv's workspace, the batch-norm output and its two fp32
-// statistics (4·C bytes each), the SiLU output, and no free (every
+// statistics (4·C bytes each), silu_'s clone of the batch-norm output (the
+// block's output is the batch norm's storage), and no free (every
 // intermediate is saved). Backward, per op: SiLU +dX −dY −saved input; batch
 // norm +dX +dW +dB −dY −saved input −mean −invstd; conv +dX with its
 // backward-data workspace, +dW with its backward-filter workspace, −dY,
@@ -48,7 +51,7 @@ func TestBlockStep(t *testing.T) {
 			if ws {
 				out = append(out, "+workspace 1001", "-workspace 1001")
 			}
-			out = append(out, "+activation "+v[1], "+stats 64", "+stats 64", "+activation "+v[2])
+			out = append(out, "+activation "+v[1], "+stats 64", "+stats 64", "+activation "+v[1])
 		}
 		return out
 	}
@@ -68,7 +71,7 @@ func TestBlockStep(t *testing.T) {
 		out = append(out, w(1002)...)
 		out = append(out, "+param-grad model.1.conv.weight")
 		out = append(out, w(1003)...)
-		out = append(out, "-grad "+conv1, "-activation "+act0,
+		out = append(out, "-grad "+conv1, "-activation "+bn0,
 			"+grad "+bn0, "-grad "+act0, "-activation "+bn0,
 			"+grad "+conv0, "+param-grad model.0.bn.weight", "+param-grad model.0.bn.bias",
 			"-grad "+bn0, "-activation "+conv0, "-stats 64", "-stats 64",
@@ -87,7 +90,7 @@ func TestBlockStep(t *testing.T) {
 			// One output: loss = out.sum(), a single 4-byte scalar.
 			diff(t, "loss", events(p, p.ForwardEnd, p.BackwardStart, nil), []string{"+scalar 4"})
 			diff(t, "backward", events(p, p.BackwardStart, p.BackwardEnd, nil), backward(ws))
-			diff(t, "cleanup", events(p, p.BackwardEnd, len(p.Events), nil), []string{"-scalar 4", "-activation " + act1, "-input x"})
+			diff(t, "cleanup", events(p, p.BackwardEnd, len(p.Events), nil), []string{"-scalar 4", "-activation " + bn1, "-input x"})
 		})
 	}
 }
@@ -129,7 +132,7 @@ func TestSliceCopy(t *testing.T) {
 		conv  = "/model.1/cv/conv/Conv"
 		out   = "/model.1/cv/conv/Conv_output_0"
 		slice = "/model.1/Slice_output_0"
-		in    = "/model.0/act/Mul_output_0"
+		in    = "/model.0/bn/BatchNormalization_output_0" // layer 0's output: its SiLU ran in place
 	)
 	for _, c := range []struct {
 		batch    int64
@@ -166,7 +169,9 @@ func TestMaxPoolIndices(t *testing.T) {
 	diff(t, "forward", events(p, 0, p.ForwardEnd, atNode(p, node)),
 		[]string{"+activation /model.1/MaxPool_output_0", fmt.Sprintf("+indices %d", indices)})
 	diff(t, "backward", events(p, p.BackwardStart, p.BackwardEnd, atNode(p, node)),
-		[]string{"+grad /model.0/act/Mul_output_0", "-grad /model.1/MaxPool_output_0", "-activation /model.0/act/Mul_output_0", fmt.Sprintf("-indices %d", indices)})
+		// The saved input is layer 0's output, the batch norm's storage
+		// that its SiLU overwrote in place.
+		[]string{"+grad /model.0/act/Mul_output_0", "-grad /model.1/MaxPool_output_0", "-activation /model.0/bn/BatchNormalization_output_0", fmt.Sprintf("-indices %d", indices)})
 }
 
 // TestOutputsLiveUntilCleanup checks that the graph outputs, which the

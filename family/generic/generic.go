@@ -163,6 +163,10 @@ func (Family) Holds(f *schedule.Flow) *schedule.Holds {
 //     relu after out += identity), MobileNetV3's classifier
 //     Linear → Hardswish(inplace=True) → Dropout(inplace=True), VGG's
 //     Linear → ReLU(True);
+//   - a SiLU runs in place when its input is a BatchNormalization output
+//     that nothing else reads: Conv2dNormActivation builds its activation
+//     with inplace=True (EfficientNet's nn.SiLU); autograd keeps a clone
+//     of the input, as for hardswish_;
 //   - an Add runs in place into its first operand (x += y) when that
 //     operand is a BatchNormalization output that no other op reads:
 //     ResNet's out += identity and MobileNetV3's result += input, whose
@@ -188,9 +192,14 @@ func InPlace(f *schedule.Flow) []bool {
 		if !f.Runs(int32(i)) || len(n.Inputs) == 0 || !f.Data(n.Inputs[0]) {
 			continue
 		}
-		x := n.Inputs[0]
+		x, others := n.Inputs[0], n.Inputs[1:]
+		silu := false
+		if in, ok := f.SiLU(int32(i)); ok {
+			// The Mul of x and sigmoid(x), one kernel: x is its input.
+			x, others, silu = in, nil, true
+		}
 		p := g.Values[x].Producer
-		if p < 0 || slices.Contains(g.Outputs, x) || slices.Contains(n.Inputs[1:], x) {
+		if p < 0 || slices.Contains(g.Outputs, x) || slices.Contains(others, x) {
 			continue
 		}
 		sole := true
@@ -201,6 +210,13 @@ func InPlace(f *schedule.Flow) []bool {
 			continue
 		}
 		from := g.Nodes[p].OpType
+		if silu {
+			// Conv2dNormActivation's nn.SiLU(inplace=True) after its norm
+			// (EfficientNet's blocks); the squeeze-excitation's SiLU,
+			// after a Conv, is built out of place.
+			ip[i] = from == "BatchNormalization"
+			continue
+		}
 		switch n.OpType {
 		case "Relu", "HardSwish", "Dropout":
 			ip[i] = from == "BatchNormalization" || from == "Gemm" || from == "Add" || ip[p]
