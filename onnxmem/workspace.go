@@ -24,7 +24,8 @@ import (
 // CuDNNWorkspace first looks the call up in a table measured on an H200 with
 // cuDNN 9.19 and PyTorch 2.11 (calibration/conv_sweep.py: every convolution
 // that the built-in models run at batch 1, 2, 4, ..., 64 on square images of
-// 320 to 640 pixels and at every batch from 1 to 64 on 320, 512 and 640, in
+// 320 to 640 pixels and at every batch from 1 to 64 on 320, 352, 384, 416,
+// 448, 512 and 640 (and most of 480), in
 // float32 and float16, each of the three calls, exact to the byte; the
 // torchvision networks' at 224); it is the behaviour of the library, not of
 // any model step. A batch that the table lacks between two powers of two it
@@ -96,12 +97,17 @@ func keyOf(v ...int64) (convKey, bool) {
 // wsTable is the decoded table. Its rows are grouped by their shape but for
 // the batch (the key with n = 0): a sweep measures each shape at up to 64
 // batches, one after another, so the decode makes one map entry per shape,
-// not per row, and a lookup scans the shape's few batches.
+// not per row, and a lookup scans the shape's few batches. The rows lie in
+// one slice in the table's order; a group holds the runs of it that are its
+// rows (most groups one run, a shape that a later sweep measured again or
+// at more batches one run per sweep).
 type wsTable struct {
 	shapes map[convKey]int32 // the shape (n = 0) to its group
 	keys   []convKey         // by group: its shape
 	maxN   []int32           // by group: its largest batch
-	groups [][]wsRow
+	runs   [][]wsRun         // by group: its runs of all, in table order
+	small  [][2]uint64       // by group: which batches below 128 it holds
+	all    []wsRow
 	rows   int // distinct (shape, batch) rows
 }
 
@@ -111,7 +117,11 @@ type wsRow struct {
 	ws [3]int64 // fwd, bwd-data, bwd-filter
 }
 
-// get returns the row of a key, if the table has it.
+// wsRun is the rows all[from:to].
+type wsRun struct{ from, to int32 }
+
+// get returns the row of a key, if the table has it: the last of its
+// rows, as a later line of the table replaces an earlier one.
 func (t *wsTable) get(k convKey) ([3]int64, bool) {
 	n := k.n
 	k.n = 0
@@ -119,17 +129,42 @@ func (t *wsTable) get(k convKey) ([3]int64, bool) {
 	if !ok {
 		return [3]int64{}, false
 	}
-	for _, r := range t.groups[g] {
-		if r.n == n {
-			return r.ws, true
+	return t.find(g, n)
+}
+
+// find returns the last row of batch n in group g.
+func (t *wsTable) find(g, n int32) ([3]int64, bool) {
+	runs := t.runs[g]
+	for j := len(runs) - 1; j >= 0; j-- {
+		for i := runs[j].to - 1; i >= runs[j].from; i-- {
+			if t.all[i].n == n {
+				return t.all[i].ws, true
+			}
 		}
 	}
 	return [3]int64{}, false
 }
 
-// set adds a row, or replaces the row of the same key (the later wins).
-// last is the group of the previous row set, which the next row most often
-// shares: it is looked up in the map only when its shape is new.
+// groupRows returns group g's distinct rows, each batch's last, in the
+// order their batches first appear.
+func (t *wsTable) groupRows(g int32) []wsRow {
+	var out []wsRow
+	seen := map[int32]bool{}
+	for _, r := range t.runs[g] {
+		for _, row := range t.all[r.from:r.to] {
+			if !seen[row.n] {
+				seen[row.n] = true
+				ws, _ := t.find(g, row.n)
+				out = append(out, wsRow{n: row.n, ws: ws})
+			}
+		}
+	}
+	return out
+}
+
+// set adds a row; a later row of the same key replaces it (get returns the
+// last). last is the group of the previous row set, which the next row most
+// often shares: it is looked up in the map only when its shape is new.
 func (t *wsTable) set(k convKey, ws [3]int64, last *int32) {
 	n := k.n
 	k.n = 0
@@ -137,35 +172,46 @@ func (t *wsTable) set(k convKey, ws [3]int64, last *int32) {
 	if g < 0 || t.keys[g] != k {
 		var ok bool
 		if g, ok = t.shapes[k]; !ok {
-			g = int32(len(t.groups))
+			g = int32(len(t.keys))
 			t.shapes[k] = g
-			t.groups = append(t.groups, nil)
+			t.runs = append(t.runs, nil)
+			t.small = append(t.small, [2]uint64{})
 			t.keys = append(t.keys, k)
 			t.maxN = append(t.maxN, -1)
 		}
 		*last = g
 	}
-	rows := t.groups[g]
-	// A sweep measures a shape's batches in rising order, so most rows
-	// come after every batch their group holds; only the others are
-	// looked for.
-	if n <= t.maxN[g] {
-		for i := range rows {
-			if rows[i].n == n {
-				rows[i].ws = ws
-				return
-			}
+	// Whether the batch is new to the group: a bit for those below 128
+	// (all the built-in models' sweeps), else a sweep measures a shape's
+	// batches in rising order, so most rows come after every batch their
+	// group holds; only the others are looked for.
+	switch {
+	case n < 128:
+		if b := &t.small[g][n/64]; *b&(1<<(n%64)) == 0 {
+			*b |= 1 << (n % 64)
+			t.rows++
+		}
+	case n > t.maxN[g]:
+		t.rows++
+	default:
+		if _, dup := t.find(g, n); !dup {
+			t.rows++
 		}
 	}
-	t.groups[g] = append(rows, wsRow{n: n, ws: ws})
 	t.maxN[g] = max(t.maxN[g], n)
-	t.rows++
+	i := int32(len(t.all))
+	t.all = append(t.all, wsRow{n: n, ws: ws})
+	runs := t.runs[g]
+	if j := len(runs) - 1; j >= 0 && runs[j].to == i {
+		runs[j].to++
+		return
+	}
+	t.runs[g] = append(runs, wsRun{i, i + 1})
 }
 
 var (
-	workspaceOnce  sync.Once
-	workspaces     *wsTable
-	workspacesBF16 *wsTable
+	workspaceOnce, workspaceBF16Once sync.Once
+	workspaces, workspacesBF16       *wsTable
 )
 
 // lookupWorkspace returns the measured workspace of a call, if the table has
@@ -204,9 +250,6 @@ func lookupShape(c schedule.ConvCall) ([3]int64, bool) {
 		if workspaces, err = parseWorkspaces(cudnnTable); err != nil {
 			panic(err) // the embedded tables are checked by TestCuDNNTable
 		}
-		if workspacesBF16, err = parseWorkspaces(cudnnTableBF16); err != nil {
-			panic(err)
-		}
 	})
 	if c.KH != c.KW || c.StrideH != c.StrideW {
 		return [3]int64{}, false
@@ -229,6 +272,13 @@ func lookupShape(c schedule.ConvCall) ([3]int64, bool) {
 		return [3]int64{}, false
 	}
 	if c.BF16 {
+		// Decoded on a bfloat16 step's first call only.
+		workspaceBF16Once.Do(func() {
+			var err error
+			if workspacesBF16, err = parseWorkspaces(cudnnTableBF16); err != nil {
+				panic(err) // checked by TestCuDNNTableBF16
+			}
+		})
 		if v, ok := workspacesBF16.get(key); ok {
 			return v, true
 		}
@@ -244,11 +294,11 @@ func lookupShape(c schedule.ConvCall) ([3]int64, bool) {
 
 // interpolate returns the row of a batch that the table lacks from the
 // rows of the same shape at the powers of two around it, on the line
-// through them: over the 84,639 measured calls of batches between powers
-// of two (the built-in models at 320, 512 and 640) the line is within 1
-// KiB for 76% of forward, 89% of backward-data and 72% of backward-filter
-// calls, and misses by 9.5%, 6.8% and 7.1% of their bytes, where
-// cuDNNWorkspaceRule misses by 17–20% (TestCuDNNInterpolation): a shape's
+// through them: over the 158,202 measured calls of batches between powers
+// of two (the built-in models at eight image sizes) the line is within 1
+// KiB for 74% of forward, 88% of backward-data and 72% of backward-filter
+// calls, and misses by 15.1%, 7.9% and 8.4% of their bytes, where
+// cuDNNWorkspaceRule misses by 18–23% (TestCuDNNInterpolation): a shape's
 // algorithm mostly stays between two powers of two, and its workspace is
 // affine in the batch. It reports false when either row is missing, or the
 // batch is a power of two.
@@ -277,7 +327,8 @@ func (t *wsTable) interpolate(k convKey) ([3]int64, bool) {
 
 // parseWorkspaces decodes the embedded table.
 func parseWorkspaces(txt []byte) (*wsTable, error) {
-	t := &wsTable{shapes: make(map[convKey]int32)}
+	// One row a line: the count is a fast upper bound of the rows.
+	t := &wsTable{shapes: make(map[convKey]int32), all: make([]wsRow, 0, bytes.Count(txt, []byte{'\n'})+1)}
 	last := int32(-1)
 	var prev [13]int64 // the last full line
 	for line := 1; len(txt) > 0; line++ {
@@ -288,17 +339,23 @@ func parseWorkspaces(txt []byte) (*wsTable, error) {
 		}
 		var v [13]int64
 		n, digits := 0, 0
+		var cur int64 // the number being read, stored at its end
 		for _, c := range l {
-			switch {
-			case c == '\t' && digits > 0 && n < len(v)-1:
-				n, digits = n+1, 0
-			case c >= '0' && c <= '9' && digits < 18:
-				v[n] = 10*v[n] + int64(c-'0')
+			if d := c - '0'; d < 10 {
+				cur = 10*cur + int64(d)
 				digits++
-			default:
+				continue
+			}
+			if c != '\t' || digits == 0 || digits > 18 || n == len(v)-1 {
 				return nil, fmt.Errorf("onnxmem: cuDNN table line %d: want 13 tab-separated numbers of at most 18 digits", line)
 			}
+			v[n] = cur
+			n, digits, cur = n+1, 0, 0
 		}
+		if digits > 18 {
+			return nil, fmt.Errorf("onnxmem: cuDNN table line %d: want 13 tab-separated numbers of at most 18 digits", line)
+		}
+		v[n] = cur
 		switch {
 		case digits == 0 || (n != 3 && n != len(v)-1):
 			return nil, fmt.Errorf("onnxmem: cuDNN table line %d: %d fields, want 13, or 4 after a line of 13", line, n+1)

@@ -165,8 +165,9 @@ func TestCuDNNRule(t *testing.T) {
 	// float16, float32. The backward filter's floors are the lowest: its
 	// algorithms vary the most (the rule before the partial sums of 1×1
 	// convs held for about 20% and 10%; with every batch from 1 to 64 at
-	// 320, 384, 416, 512 and 640 swept, 54% and 51%).
-	floors := [2][3]float64{{0.85, 0.85, 0.50}, {0.70, 0.80, 0.50}}
+	// 320, 384, 416, 512 and 640 swept, 54% and 51%). With 352, 448 and
+	// 480 swept as well the float16 forward fell from 85% to 84%.
+	floors := [2][3]float64{{0.80, 0.85, 0.50}, {0.70, 0.80, 0.50}}
 	var b strings.Builder
 	for p, name := range []string{"float16", "float32"} {
 		for i, which := range passes {
@@ -278,7 +279,7 @@ func TestCuDNNInterpolation(t *testing.T) {
 	var miss, ruleMiss, total [3]float64
 	abs := func(x int64) float64 { return math.Abs(float64(x)) }
 	for g, k := range tab.keys {
-		for _, r := range tab.groups[g] {
+		for _, r := range tab.groupRows(int32(g)) {
 			k.n = r.n
 			v, ok := tab.interpolate(k)
 			if !ok {
@@ -307,8 +308,8 @@ func TestCuDNNInterpolation(t *testing.T) {
 	}
 	var b strings.Builder
 	for i, which := range passes {
-		if n[i] < 50000 {
-			t.Fatalf("%s: %d calls between powers of two, want the sweep's 84,639", which, n[i])
+		if n[i] < 150000 {
+			t.Fatalf("%s: %d calls between powers of two, want the sweep's 158,202", which, n[i])
 		}
 		fmt.Fprintf(&b, "%-10s %5d calls: line within 1 KiB %3.0f%%, misses %4.1f%% of the bytes; rule %3.0f%%, %4.1f%%\n", which, n[i],
 			100*float64(hit[i])/float64(n[i]), 100*miss[i]/total[i], 100*float64(ruleHit[i])/float64(n[i]), 100*ruleMiss[i]/total[i])
