@@ -212,3 +212,77 @@ func TestOffGridBatchesMeasured(t *testing.T) {
 	}
 	t.Log("\n" + table.String())
 }
+
+// TestGPUMemUnderLimit compares what stays reserved when a step ends, the
+// GPU_mem a training loop prints, with every trial of
+// calibration/max_batch.py that ran to its end: capped by
+// set_per_process_memory_fraction (where the allocator may have released
+// its cache and retried, so that what stays depends on when it last did)
+// or uncapped. Result.ReservedAfter must be within 2% of the measured
+// reserved_bytes.all.current.
+func TestGPUMemUnderLimit(t *testing.T) {
+	b, err := os.ReadFile("../calibration/results/max_batch.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f struct {
+		Scenarios []struct {
+			Cfg      string `json:"cfg"`
+			Img      int64  `json:"img"`
+			AMP      bool   `json:"amp"`
+			Segments int    `json:"segments"`
+			Trials   []struct {
+				Batch         int64  `json:"batch"`
+				Status        string `json:"status"`
+				Capacity      *int64 `json:"capacity_bytes"`
+				ReservedAtEnd int64  `json:"reserved_at_end"`
+				Retries       int64  `json:"num_alloc_retries"`
+			} `json:"trial_details"`
+		} `json:"scenarios"`
+	}
+	if err := json.Unmarshal(b, &f); err != nil {
+		t.Fatalf("max_batch.json: %v", err)
+	}
+	var table strings.Builder
+	fmt.Fprintf(&table, "%-9s %4s %2s %5s %9s %7s  %9s %9s %7s\n", "cfg", "prec", "k", "batch", "limit GB", "retries", "GPU_mem", "predicted", "error")
+	n, worst := 0, 0.0
+	for _, s := range f.Scenarios {
+		m, err := onnxmem.Builtin(s.Cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tr := range s.Trials {
+			if tr.Status != "ok" {
+				continue
+			}
+			sc := onnxmem.Scenario{Batch: tr.Batch, Height: s.Img, Width: s.Img, AMP: s.AMP, Segments: s.Segments}
+			limit := "-"
+			if tr.Capacity != nil {
+				sc.Capacity = *tr.Capacity
+				limit = fmt.Sprintf("%.2f", float64(sc.Capacity)/1e9)
+			}
+			r, err := m.Simulate(sc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.OOM {
+				t.Errorf("%s batch %d under %s GB: the run ended, onnxmem runs out of memory", s.Cfg, tr.Batch, limit)
+				continue
+			}
+			e := 100 * float64(r.ReservedAfter-tr.ReservedAtEnd) / float64(tr.ReservedAtEnd)
+			worst = max(worst, e, -e)
+			n++
+			prec := map[bool]string{false: "fp32", true: "amp"}[s.AMP]
+			fmt.Fprintf(&table, "%-9s %4s %2d %5d %9s %7d  %9.2f %9.2f %+6.2f%%\n", s.Cfg, prec, s.Segments, tr.Batch, limit, tr.Retries,
+				float64(tr.ReservedAtEnd)/1e9, float64(r.ReservedAfter)/1e9, e)
+			if e > 2 || e < -2 {
+				t.Errorf("%s %s k%d batch %d under %s GB: reserved after the step %d, measured %d (%+.2f%%, beyond 2%%)",
+					s.Cfg, prec, s.Segments, tr.Batch, limit, r.ReservedAfter, tr.ReservedAtEnd, e)
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("max_batch.json: no trial ran to its end")
+	}
+	t.Logf("%d runs, worst %.2f%%\n%s", n, worst, table.String())
+}
