@@ -78,6 +78,9 @@ func TestGroundTruthHistory(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if len(p.Once) > 0 || len(p.Carried) > 0 {
+			t.Fatalf("%s: the model step has workspaces made once or carried outputs, which this replay does not make", l.Model)
+		}
 		ids := make([]allocator.ID, len(p.Buffers))
 		if i == 0 || l.Model != lines[i-1].Model || l.AMP != lines[i-1].AMP || l.Segments != lines[i-1].Segments {
 			// A new run: the parameters, loaded and the cache emptied.
@@ -119,7 +122,7 @@ func TestGroundTruthHistory(t *testing.T) {
 		me := l.Measured.PeakReserved
 		pct := func(x int64) float64 { return 100 * float64(x-me) / float64(me) }
 		got := a.Stats().PeakReserved
-		fresh, replay = append(fresh, abs(pct(r.PeakReserved))), append(replay, abs(pct(got)))
+		fresh, replay = append(fresh, absf(pct(r.PeakReserved))), append(replay, absf(pct(got)))
 		prec := map[bool]string{false: "fp32", true: "amp"}[l.AMP]
 		fmt.Fprintf(&table, "%-9s %4s %2d %5d  %12.0f %9.0f %+6.2f%% %9.0f %+6.2f%%\n", l.Cfg, prec, l.Segments, l.Batch,
 			float64(me)/(1<<20), float64(r.PeakReserved)/(1<<20), pct(r.PeakReserved), float64(got)/(1<<20), pct(got))
@@ -136,8 +139,8 @@ func TestGroundTruthHistory(t *testing.T) {
 	}
 }
 
-// abs returns |x|.
-func abs(x float64) float64 {
+// absf returns |x|.
+func absf(x float64) float64 {
 	if x < 0 {
 		return -x
 	}

@@ -118,6 +118,30 @@ func TestCuDNNTableBF16(t *testing.T) {
 	t.Logf("%d of %d bfloat16 calls take another workspace than float16's", differ, 3*len(sweep.Rows))
 }
 
+// TestCuDNNWorkspaceBF16Fallback checks the order of a bfloat16 lookup at
+// a batch that the bfloat16 table, measured at the powers of two, lacks:
+// float16's measured row of that batch, where the float16 table has it,
+// before the line through bfloat16's powers of two.
+func TestCuDNNWorkspaceBF16Fallback(t *testing.T) {
+	checked := 0
+	for _, r := range sweepRows(t) {
+		if r[8] != 2 || r[0] != 40 || r[12] != r[5]/2 {
+			continue
+		}
+		for i, which := range passes {
+			c := callOf(r, which)
+			c.BF16 = true
+			if got := CuDNNWorkspace(c); got != r[9+i] {
+				t.Fatalf("%+v: CuDNNWorkspace %d, float16's measured %d", c, got, r[9+i])
+			}
+			checked++
+		}
+	}
+	if checked == 0 {
+		t.Fatal("no float16 call at batch 40 in the sweep")
+	}
+}
+
 // TestCuDNNWorkspace shows the lookup and the fallback on a few calls.
 func TestCuDNNWorkspace(t *testing.T) {
 	// The 1×1 conv that ends layer 6 of yolov9-s (384 → 192 channels, 40×40,
@@ -197,6 +221,10 @@ func TestParseWorkspacesErrors(t *testing.T) {
 		{"empty field", txt("1\t\t3\t4\t5\t6\t7\t8\t9\t10\t11\t12\t13\n"), "line 1: want 13"},
 		{"short form first", txt("# header\n2\t10\t11\t12\n"), "line 2: 4 fields with no line of 13 before"},
 		{"19 digits", txt("1234567890123456789\t2\t3\t4\t5\t6\t7\t8\t9\t10\t11\t12\t0\n"), "line 1: want 13"},
+		{"19 digits last", txt("1\t2\t3\t4\t5\t6\t7\t8\t9\t10\t11\t12\t1234567890123456789\n"), "line 1: want 13"},
+		{"19 digits short", txt("1\t2\t3\t4\t5\t6\t7\t8\t9\t10\t11\t12\t0\n2\t1234567890123456789\t1\t1\n"), "line 2: want 13"},
+		{"trailing tab", txt("1\t2\t3\t4\t5\t6\t7\t8\t9\t10\t11\t12\t0\t\n"), "line 1: want 13"},
+		{"short trailing tab", txt("1\t2\t3\t4\t5\t6\t7\t8\t9\t10\t11\t12\t0\n2\t1\t1\t\n"), "line 2: 4 fields"},
 	} {
 		_, err := parseWorkspaces(tc.in)
 		if err == nil || !strings.HasPrefix(err.Error(), "onnxmem: ") || !strings.Contains(err.Error(), tc.want) {
@@ -217,6 +245,14 @@ func TestParseWorkspacesErrors(t *testing.T) {
 	if err != nil || m.rows != 4 || !ok1 || v1 != [3]int64{16, 17, 18} || !ok2 || v2 != [3]int64{13, 14, 15} ||
 		!ok3 || v3 != [3]int64{2, 2, 2} || !ok4 || v4 != [3]int64{3, 3, 3} || ok5 {
 		t.Errorf("parse: %+v, %v", m, err)
+	}
+	// Batches from 128 on are told apart by a search, not the bitmap: 200,
+	// 150 and 200 again are two rows, the later 200 winning.
+	m, err = parseWorkspaces(txt("200\t2\t3\t4\t5\t6\t7\t8\t9\t1\t1\t1\t0\n150\t2\t2\t2\n200\t3\t3\t3\n"))
+	v200, ok200 := m.get(key(200))
+	v150, ok150 := m.get(key(150))
+	if err != nil || m.rows != 2 || !ok200 || v200 != [3]int64{3, 3, 3} || !ok150 || v150 != [3]int64{2, 2, 2} {
+		t.Errorf("parse of batches past 127: %+v, %v", m, err)
 	}
 }
 

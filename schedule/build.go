@@ -69,6 +69,7 @@ type Config struct {
 	// BF16 says that AMP autocasts to bfloat16, not float16: its tensors
 	// are float16's in size, and the program is the same, but cuDNN
 	// chooses its own algorithms for it, so its 2-byte ConvCalls say BF16.
+	// It means nothing without AMP (Half is float16).
 	BF16 bool
 	// Train, when not nil, runs a full training step around the network, as
 	// the family's training script does: the batch's upload, the loss, the
@@ -460,7 +461,7 @@ func (b *builder) convCall(n *ir.Node, phase Phase, which string) ConvCall {
 	x, w, y := n.Inputs[0], n.Inputs[1], n.Outputs[0]
 	xd, wd, yd := b.s.Dims[x], b.s.Dims[w], b.s.Dims[y]
 	c := ConvCall{Phase: phase, Which: which, Groups: n.IntAttr("group", 1), ElemSize: b.dt[y].Size()}
-	c.BF16 = b.cfg.BF16 && c.ElemSize == 2
+	c.BF16 = b.cfg.BF16 && b.autocast() && c.ElemSize == 2
 	if len(xd) == 4 && len(wd) == 4 && len(yd) == 4 {
 		c.N, c.Cin, c.H, c.W = xd[0], xd[1], xd[2], xd[3]
 		c.Cout, c.KH, c.KW = wd[0], wd[2], wd[3]

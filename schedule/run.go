@@ -129,9 +129,10 @@ func (b *builder) run(n *ir.Node, k opKind) {
 			// of it made before the op, and the op's result is the
 			// input's storage (calibration/silu_saved.py; the ground
 			// truth's traces free the block batch norm allocated when a
-			// Conv's output is dropped). Under no_grad there is no clone.
-			if b.cfg.Eval == nil {
-				b.own(i, b.alloc(b.bytes(b.siluIn[i]), Activation, b.siluIn[i]))
+			// Conv's output is dropped). Under no_grad, or on an input
+			// that needs no gradient, there is no clone.
+			if x := b.siluIn[i]; b.cfg.Eval == nil && b.rg[x] {
+				b.own(i, b.alloc(b.bytes(x), Activation, x))
 			}
 			if b.stopAt == i {
 				return

@@ -182,8 +182,9 @@ func (Family) Holds(f *schedule.Flow) *schedule.Holds {
 // A module that differs (a VGG conv's ReLU(inplace=True), a plain Conv →
 // ReLU) is simulated out of place: one more activation-sized output while
 // the op runs, freed with its input right after. No op whose input anything
-// else still reads runs in place, so the rule never changes what autograd
-// saves, only those transients.
+// else still reads runs in place, so the rule changes what autograd saves
+// only for a SiLU (a clone of its input, of the same bytes, instead of the
+// input), and otherwise only those transients.
 func InPlace(f *schedule.Flow) []bool {
 	g := f.Graph()
 	ip := make([]bool, len(g.Nodes))
