@@ -2,6 +2,7 @@ package schedule
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/onnxmem/onnxmem/ir"
 )
@@ -48,6 +49,36 @@ func (f *Flow) SiLU(i int32) (ir.ValueID, bool) {
 		return ir.NoValue, false
 	}
 	return f.siluIn[i], true
+}
+
+// Overwritable returns the value that an in-place form of node i would
+// overwrite, its first data input (a fused SiLU's x), and reports whether
+// nothing else needs it: an op produced it, it is not a graph output, the
+// node reads it once, and no other running node reads it.
+func (f *Flow) Overwritable(i int32) (ir.ValueID, bool) {
+	g := f.graph
+	n := &g.Nodes[i]
+	if len(n.Inputs) == 0 {
+		return ir.NoValue, false
+	}
+	x, others := n.Inputs[0], n.Inputs[1:]
+	if f.kind[i] == opSiLU {
+		// The Mul of x and sigmoid(x): the Sigmoid, fused into it, does
+		// not run.
+		x, others = f.siluIn[i], nil
+	}
+	if !f.Data(x) {
+		return ir.NoValue, false
+	}
+	if g.Values[x].Producer < 0 || slices.Contains(g.Outputs, x) || slices.Contains(others, x) {
+		return x, false
+	}
+	for _, c := range g.Values[x].Consumers {
+		if c != i && f.Runs(c) {
+			return x, false
+		}
+	}
+	return x, true
 }
 
 // Reads lists the distinct data values that node i reads, in input order.

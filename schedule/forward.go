@@ -2,7 +2,6 @@ package schedule
 
 import (
 	"fmt"
-	"slices"
 
 	"github.com/onnxmem/onnxmem/ir"
 )
@@ -125,22 +124,13 @@ func (b *builder) setInPlace(ip []bool) error {
 		default:
 			return fmt.Errorf("schedule: node %s: %s has no in-place form onnxmem simulates", n.Name, n.OpType)
 		}
-		x, others := n.Inputs[0], n.Inputs[1:]
-		if b.kind[i] == opSiLU {
-			// The Mul of x and sigmoid(x): the Sigmoid, fused into it,
-			// does not run.
-			x, others = b.siluIn[i], nil
-		}
-		ok := b.data[x] && g.Values[x].Producer >= 0 && !slices.Contains(g.Outputs, x) &&
-			b.s.Elems(x) == b.s.Elems(n.Outputs[0]) && b.s.DTypes[x] == b.s.DTypes[n.Outputs[0]]
-		for _, c := range g.Values[x].Consumers {
-			ok = ok && (c == int32(i) || !b.Runs(c))
-		}
-		for _, v := range others {
-			ok = ok && v != x
-		}
-		if !ok {
-			return fmt.Errorf("schedule: node %s: cannot run in place on %s: it must be an activation of the output's size and type that no other op reads", n.Name, g.Values[x].Name)
+		x, ok := b.Overwritable(int32(i))
+		if !ok || b.s.Elems(x) != b.s.Elems(n.Outputs[0]) || b.s.DTypes[x] != b.s.DTypes[n.Outputs[0]] {
+			name := "its input"
+			if x != ir.NoValue {
+				name = g.Values[x].Name
+			}
+			return fmt.Errorf("schedule: node %s: cannot run in place on %s: it must be an activation of the output's size and type that no other op reads", n.Name, name)
 		}
 		b.inplace[i] = true
 	}

@@ -190,28 +190,16 @@ func InPlace(f *schedule.Flow) []bool {
 	ip := make([]bool, len(g.Nodes))
 	for i := range g.Nodes {
 		n := &g.Nodes[i]
-		if !f.Runs(int32(i)) || len(n.Inputs) == 0 || !f.Data(n.Inputs[0]) {
+		if !f.Runs(int32(i)) {
 			continue
 		}
-		x, others := n.Inputs[0], n.Inputs[1:]
-		silu := false
-		if in, ok := f.SiLU(int32(i)); ok {
-			// The Mul of x and sigmoid(x), one kernel: x is its input.
-			x, others, silu = in, nil, true
+		x, free := f.Overwritable(int32(i))
+		if !free {
+			continue
 		}
 		p := g.Values[x].Producer
-		if p < 0 || slices.Contains(g.Outputs, x) || slices.Contains(others, x) {
-			continue
-		}
-		sole := true
-		for _, c := range g.Values[x].Consumers {
-			sole = sole && (c == int32(i) || !f.Runs(c))
-		}
-		if !sole {
-			continue
-		}
 		from := g.Nodes[p].OpType
-		if silu {
+		if _, silu := f.SiLU(int32(i)); silu {
 			// Conv2dNormActivation's nn.SiLU(inplace=True) after its norm
 			// (EfficientNet's blocks); the squeeze-excitation's SiLU,
 			// after a Conv, is built out of place.

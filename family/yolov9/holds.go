@@ -1,7 +1,6 @@
 package yolov9
 
 import (
-	"slices"
 	"strings"
 
 	"github.com/onnxmem/onnxmem/ir"
@@ -73,15 +72,9 @@ func inPlaceSiLU(f *schedule.Flow) []bool {
 	g := f.Graph()
 	ip := make([]bool, len(g.Nodes))
 	for i := range g.Nodes {
-		x, ok := f.SiLU(int32(i))
-		if !ok || g.Values[x].Producer < 0 || slices.Contains(g.Outputs, x) {
-			continue
+		if _, silu := f.SiLU(int32(i)); silu {
+			_, ip[i] = f.Overwritable(int32(i))
 		}
-		sole := true
-		for _, c := range g.Values[x].Consumers {
-			sole = sole && (c == int32(i) || !f.Runs(c))
-		}
-		ip[i] = sole
 	}
 	return ip
 }
