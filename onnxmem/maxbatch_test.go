@@ -29,16 +29,22 @@ type maxBatchRun struct {
 		Peak         int64 `json:"peak"`
 		PeakReserved int64 `json:"peak_reserved"`
 	} `json:"measured"`
+	// Trials are the processes the search ran: capped (Capacity set) or,
+	// at the max batch, uncapped (Mode "uncapped").
+	Trials []struct {
+		Batch         int64            `json:"batch"`
+		Mode          string           `json:"mode"`
+		Status        string           `json:"status"`
+		Capacity      *int64           `json:"capacity_bytes"`
+		ReservedAtEnd int64            `json:"reserved_at_end"`
+		Retries       int64            `json:"num_alloc_retries"`
+		Result        map[string]int64 `json:"result"`
+	} `json:"trial_details"`
 }
 
-// TestMaxBatchMeasured predicts each measured max batch with MaxBatch under
-// the same limit, on the built-in models the script ran, and wants the same
-// batch: the allocator's release of its cache and retry included, a step
-// fits under the limit exactly when the real one does. The log also shows
-// what comparing an unlimited run's reserved peak with the limit gives:
-// fewer, in most of them, since the real allocator frees its cache and
-// retries before it gives up.
-func TestMaxBatchMeasured(t *testing.T) {
+// maxBatchRuns reads calibration/results/max_batch.json.
+func maxBatchRuns(t *testing.T) []maxBatchRun {
+	t.Helper()
 	b, err := os.ReadFile("../calibration/results/max_batch.json")
 	if err != nil {
 		t.Fatal(err)
@@ -52,15 +58,28 @@ func TestMaxBatchMeasured(t *testing.T) {
 	if len(f.Scenarios) == 0 {
 		t.Fatal("max_batch.json: no scenarios")
 	}
+	return f.Scenarios
+}
+
+// TestMaxBatchMeasured predicts each measured max batch with MaxBatch under
+// the same limit, on the built-in models the script ran, and wants the same
+// batch: the allocator's release of its cache and retry included, a step
+// fits under the limit exactly when the real one does. The log also shows
+// what comparing an unlimited run's reserved peak with the limit gives:
+// fewer, in most of them, since the real allocator frees its cache and
+// retries before it gives up.
+func TestMaxBatchMeasured(t *testing.T) {
+	runs := maxBatchRuns(t)
 	var table strings.Builder
 	fmt.Fprintf(&table, "%-9s %4s %2s %9s  %9s %9s %9s  %12s %12s\n", "cfg", "prec", "k", "limit GiB", "measured", "predicted", "uncapped", "reserved GiB", "predicted")
 	models := map[string]*onnxmem.Model{}
-	for _, s := range f.Scenarios {
+	for _, s := range runs {
 		if s.Step != "model_step" {
 			t.Fatalf("max_batch.json: step %q: only model steps were measured", s.Step)
 		}
 		m := models[s.Cfg]
 		if m == nil {
+			var err error
 			if m, err = onnxmem.Builtin(s.Cfg); err != nil {
 				t.Fatal(err)
 			}
@@ -161,27 +180,9 @@ func TestMaxBatchBoundary(t *testing.T) {
 // high. Now the allocated peaks are within 0.05% and the reserved within
 // 1.5% (nine of the ten to the byte).
 func TestOffGridBatchesMeasured(t *testing.T) {
-	b, err := os.ReadFile("../calibration/results/max_batch.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var f struct {
-		Scenarios []struct {
-			maxBatchRun
-			Trials []struct {
-				Batch  int64            `json:"batch"`
-				Mode   string           `json:"mode"`
-				Status string           `json:"status"`
-				Result map[string]int64 `json:"result"`
-			} `json:"trial_details"`
-		} `json:"scenarios"`
-	}
-	if err := json.Unmarshal(b, &f); err != nil {
-		t.Fatalf("max_batch.json: %v", err)
-	}
 	n := 0
 	var table strings.Builder
-	for _, s := range f.Scenarios {
+	for _, s := range maxBatchRuns(t) {
 		m, err := onnxmem.Builtin(s.Cfg)
 		if err != nil {
 			t.Fatal(err)
@@ -221,32 +222,10 @@ func TestOffGridBatchesMeasured(t *testing.T) {
 // or uncapped. Result.ReservedAfter must be within 2% of the measured
 // reserved_bytes.all.current.
 func TestGPUMemUnderLimit(t *testing.T) {
-	b, err := os.ReadFile("../calibration/results/max_batch.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var f struct {
-		Scenarios []struct {
-			Cfg      string `json:"cfg"`
-			Img      int64  `json:"img"`
-			AMP      bool   `json:"amp"`
-			Segments int    `json:"segments"`
-			Trials   []struct {
-				Batch         int64  `json:"batch"`
-				Status        string `json:"status"`
-				Capacity      *int64 `json:"capacity_bytes"`
-				ReservedAtEnd int64  `json:"reserved_at_end"`
-				Retries       int64  `json:"num_alloc_retries"`
-			} `json:"trial_details"`
-		} `json:"scenarios"`
-	}
-	if err := json.Unmarshal(b, &f); err != nil {
-		t.Fatalf("max_batch.json: %v", err)
-	}
 	var table strings.Builder
 	fmt.Fprintf(&table, "%-9s %4s %2s %5s %9s %7s  %9s %9s %7s\n", "cfg", "prec", "k", "batch", "limit GB", "retries", "GPU_mem", "predicted", "error")
 	n, worst := 0, 0.0
-	for _, s := range f.Scenarios {
+	for _, s := range maxBatchRuns(t) {
 		m, err := onnxmem.Builtin(s.Cfg)
 		if err != nil {
 			t.Fatal(err)
