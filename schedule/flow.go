@@ -57,16 +57,7 @@ func (f *Flow) SiLU(i int32) (ir.ValueID, bool) {
 // node reads it once, and no other running node reads it.
 func (f *Flow) Overwritable(i int32) (ir.ValueID, bool) {
 	g := f.graph
-	n := &g.Nodes[i]
-	if len(n.Inputs) == 0 {
-		return ir.NoValue, false
-	}
-	x, others := n.Inputs[0], n.Inputs[1:]
-	if f.kind[i] == opSiLU {
-		// The Mul of x and sigmoid(x): the Sigmoid, fused into it, does
-		// not run.
-		x, others = f.siluIn[i], nil
-	}
+	x, others := f.overwrites(i)
 	if !f.Data(x) {
 		return ir.NoValue, false
 	}
@@ -79,6 +70,21 @@ func (f *Flow) Overwritable(i int32) (ir.ValueID, bool) {
 		}
 	}
 	return x, true
+}
+
+// overwrites returns the input that an in-place form of node i writes
+// into, and its other inputs (ir.NoValue when it has none).
+func (f *Flow) overwrites(i int32) (x ir.ValueID, others []ir.ValueID) {
+	n := &f.graph.Nodes[i]
+	switch {
+	case f.kind[i] == opSiLU:
+		// The Mul of x and sigmoid(x): the Sigmoid, fused into it, does
+		// not run.
+		return f.siluIn[i], nil
+	case len(n.Inputs) == 0:
+		return ir.NoValue, nil
+	}
+	return n.Inputs[0], n.Inputs[1:]
 }
 
 // Reads lists the distinct data values that node i reads, in input order.

@@ -63,10 +63,8 @@ func (b *builder) run(n *ir.Node, k opKind) {
 	// overwrites (relu_, add_, …): it allocates nothing.
 	ip := b.inplace != nil && b.inplace[i]
 	inPlace := func() {
-		x, v := n.Inputs[0], out(0)
-		if k == opSiLU {
-			x = b.siluIn[i]
-		}
+		x, _ := b.overwrites(i)
+		v := out(0)
 		b.vst[v], b.dt[v], b.contig[v] = b.vst[x], b.dt[x], b.contig[x]
 		b.ref(b.vst[x])
 	}
