@@ -49,7 +49,7 @@ func TestBF16Measured(t *testing.T) {
 			}
 			models[s.Cfg] = m
 		}
-		r, err := m.Simulate(onnxmem.Scenario{Batch: s.Batch, Height: s.Img, Width: s.Img, AMP: true, AMPDType: s.AMPDType, Segments: s.Segments})
+		r, err := m.Simulate(onnxmem.Scenario{Batch: s.Batch, Height: s.Img, Width: s.Img, AMP: true, AMPDType: s.AMPDType, Segments: s.Segments, EmptyCache: ownHarness})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -174,7 +174,7 @@ func TestEvalMeasured(t *testing.T) {
 			}
 			models[s.Cfg] = m
 		}
-		sc := onnxmem.Scenario{Batch: s.Batch, Height: s.ImgH, Width: s.ImgW, Eval: true}
+		sc := onnxmem.Scenario{Batch: s.Batch, Height: s.ImgH, Width: s.ImgW, Eval: true, EmptyCache: ownHarness}
 		r, err := m.Simulate(sc)
 		if err != nil {
 			t.Fatal(err)

@@ -10,133 +10,102 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/onnxmem/onnxmem/allocator"
 	"github.com/onnxmem/onnxmem/internal/onnxbuild"
 )
 
-// TestGroundTruthHistory explains the reserved peaks of the ground truth's
-// model steps, which Simulate, a fresh process, misses by a median of
-// about 0.9% and up to a third: ../shared/groundtruth ran each model's
-// scenarios one after another in one process, and a step left its
-// parameters' .grad tensors allocated until the next scenario's step
-// began (its traces open with their frees), so torch.cuda.empty_cache()
-// before the scenario could not release the segments holding them. The
-// next step then started with those segments cached.
-//
-// The test replays calibration.jsonl's model steps in file order per model
-// that way: within a run of scenarios of the same precision and segments
-// (batch 1, 2, 4, …, 64), each step starts from the previous one's state
-// with its gradients alive through empty_cache, freed as the step begins;
-// a new run starts from the parameters alone. It wants that replay's
-// median error of the reserved peak below Simulate's, and below 0.75%.
-// This is the harness's history, which a scenario does not carry: Simulate
-// stays a fresh process.
+// TestGroundTruthHistory replays the ground truth's model steps as it
+// measured them, one after another in one process per model, in file order
+// (Process), and wants their reserved peaks closer than each scenario
+// predicted alone, within the bounds below. Its harnesses differ in where
+// they empty the cache: the YOLOv9 steps (calibration.jsonl) empty it before
+// the warm-up and again before the measured step (EmptyCacheStep), the
+// torchvision steps only before the warm-up (EmptyCacheWarmUp). Both were
+// found by replaying every combination: each other one leaves the median
+// error above 0.1%.
 func TestGroundTruthHistory(t *testing.T) {
-	f, err := os.Open(onnxbuild.Shared(t, "groundtruth/calibration.jsonl"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	type line struct {
-		Cfg, Model, Kind string
-		Batch, Img       int64
-		AMP              bool
-		Segments         int
-		Measured         struct {
-			PeakReserved int64 `json:"peak_reserved"`
-		}
-	}
-	var lines []line
-	sc := bufio.NewScanner(f)
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		var l line
-		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
-			t.Fatal(err)
-		}
-		if l.Kind == "model_step" {
-			lines = append(lines, l)
-		}
-	}
-	var fresh, replay []float64
-	var table strings.Builder
-	fmt.Fprintf(&table, "%-9s %4s %2s %5s  %12s %9s %7s %9s %7s\n", "cfg", "prec", "k", "batch", "reserved MiB", "fresh", "error", "in order", "error")
-	var (
-		m     *Model
-		a     *allocator.Allocator
-		res   []allocator.ID // the parameters' allocations, in Resident order
-		grads []allocator.ID // the previous step's .grad tensors
-	)
-	for i, l := range lines {
-		if i == 0 || l.Model != lines[i-1].Model {
-			if m, err = Load(filepath.Join(onnxbuild.SharedDir, l.Model)); err != nil {
-				t.Fatal(err)
-			}
-		}
-		s := Scenario{Batch: l.Batch, Height: l.Img, Width: l.Img, AMP: l.AMP, Segments: l.Segments}
-		p, err := m.program(s)
+	for _, c := range []struct {
+		file                string
+		mode                EmptyCache
+		maxMedian, maxWorst float64 // percent, in order
+		minExact            int     // scenarios within 0.01%, in order
+	}{
+		{"groundtruth/calibration.jsonl", EmptyCacheStep, 0.05, 3.5, 40},
+		{"groundtruth/torchvision.jsonl", EmptyCacheWarmUp, 0.05, 7.2, 28},
+	} {
+		f, err := os.Open(onnxbuild.Shared(t, c.file))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(p.Once) > 0 || len(p.Carried) > 0 {
-			t.Fatalf("%s: the model step has workspaces made once or carried outputs, which this replay does not make", l.Model)
+		type line struct {
+			Cfg, Model, Kind string
+			Batch, Img       int64
+			AMP              bool
+			Segments         int
+			Measured         struct {
+				PeakReserved int64 `json:"peak_reserved"`
+			}
 		}
-		ids := make([]allocator.ID, len(p.Buffers))
-		if i == 0 || l.Model != lines[i-1].Model || l.AMP != lines[i-1].AMP || l.Segments != lines[i-1].Segments {
-			// A new run: the parameters, loaded and the cache emptied.
-			a = allocator.New()
-			if err := LoadResidents(a, p, ids); err != nil {
+		var lines []line
+		sc := bufio.NewScanner(f)
+		sc.Buffer(nil, 1<<20)
+		for sc.Scan() {
+			var l line
+			if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
 				t.Fatal(err)
 			}
-			a.EmptyCache()
-			res = res[:0]
-			for _, b := range p.Resident {
-				res = append(res, ids[b])
-			}
-			grads = nil
-		}
-		for j, b := range p.Resident {
-			ids[b] = res[j]
-		}
-		a.EmptyCache()
-		for _, id := range grads {
-			a.Free(id)
-		}
-		ids[p.Input] = a.Malloc(p.Buffers[p.Input].Bytes)
-		a.ResetPeaks()
-		for _, e := range p.Events {
-			if e.Free {
-				a.Free(ids[e.Buf])
-			} else {
-				ids[e.Buf] = a.Malloc(p.Buffers[e.Buf].Bytes)
+			if l.Kind == "model_step" {
+				lines = append(lines, l)
 			}
 		}
-		grads = grads[:0]
-		for _, b := range p.ParamGrads {
-			grads = append(grads, ids[b])
+		f.Close()
+		var alone, inOrder []float64
+		exact := 0
+		var table strings.Builder
+		fmt.Fprintf(&table, "%-18s %4s %2s %5s  %12s %9s %7s %9s %7s\n", "cfg", "prec", "k", "batch", "reserved MiB", "alone", "error", "in order", "error")
+		var (
+			m  *Model
+			pr *Process
+		)
+		for i, l := range lines {
+			if i == 0 || l.Model != lines[i-1].Model {
+				if m, err = Load(filepath.Join(onnxbuild.SharedDir, l.Model)); err != nil {
+					t.Fatal(err)
+				}
+				pr = m.NewProcess()
+			}
+			s := Scenario{Batch: l.Batch, Height: l.Img, Width: l.Img, AMP: l.AMP, Segments: l.Segments, EmptyCache: c.mode}
+			got, err := pr.Simulate(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err := m.Simulate(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			me := l.Measured.PeakReserved
+			pct := func(x int64) float64 { return 100 * float64(x-me) / float64(me) }
+			alone, inOrder = append(alone, absf(pct(r.PeakReserved))), append(inOrder, absf(pct(got.PeakReserved)))
+			if got.PeakReserved == me {
+				exact++
+			}
+			prec := map[bool]string{false: "fp32", true: "amp"}[l.AMP]
+			fmt.Fprintf(&table, "%-18s %4s %2d %5d  %12.0f %9.0f %+6.2f%% %9.0f %+6.2f%%\n", l.Cfg, prec, l.Segments, l.Batch,
+				float64(me)/(1<<20), float64(r.PeakReserved)/(1<<20), pct(r.PeakReserved), float64(got.PeakReserved)/(1<<20), pct(got.PeakReserved))
 		}
-		r, err := m.Simulate(s)
-		if err != nil {
-			t.Fatal(err)
+		ma, mo, wo := median(alone), median(inOrder), slices.Max(inOrder)
+		t.Logf("%s, %d model steps: reserved peak median error %.2f%% alone, %.2f%% in order (worst %.2f%%, %d to the byte)\n%s", c.file, len(lines), ma, mo, wo, exact, table.String())
+		if mo >= ma || mo > c.maxMedian || wo > c.maxWorst || exact < c.minExact {
+			t.Errorf("%s replayed in order: median error %.2f%% (alone %.2f%%), worst %.2f%%, %d to the byte: want the median below alone's and %.2f%%, the worst below %.1f%%, at least %d to the byte",
+				c.file, mo, ma, wo, exact, c.maxMedian, c.maxWorst, c.minExact)
 		}
-		me := l.Measured.PeakReserved
-		pct := func(x int64) float64 { return 100 * float64(x-me) / float64(me) }
-		got := a.Stats().PeakReserved
-		fresh, replay = append(fresh, absf(pct(r.PeakReserved))), append(replay, absf(pct(got)))
-		prec := map[bool]string{false: "fp32", true: "amp"}[l.AMP]
-		fmt.Fprintf(&table, "%-9s %4s %2d %5d  %12.0f %9.0f %+6.2f%% %9.0f %+6.2f%%\n", l.Cfg, prec, l.Segments, l.Batch,
-			float64(me)/(1<<20), float64(r.PeakReserved)/(1<<20), pct(r.PeakReserved), float64(got)/(1<<20), pct(got))
 	}
-	median := func(x []float64) float64 {
-		y := slices.Clone(x)
-		slices.Sort(y)
-		return y[len(y)/2]
-	}
-	mf, mr := median(fresh), median(replay)
-	t.Logf("%d model steps: reserved peak median error %.2f%% fresh, %.2f%% replayed in order\n%s", len(lines), mf, mr, table.String())
-	if mr >= mf || mr > 0.75 {
-		t.Errorf("replayed in the ground truth's order the median error is %.2f%% (fresh %.2f%%): want it lower, and below 0.75%%", mr, mf)
-	}
+}
+
+// median returns the median of x (the upper one of an even count).
+func median(x []float64) float64 {
+	y := slices.Clone(x)
+	slices.Sort(y)
+	return y[len(y)/2]
 }
 
 // absf returns |x|.

@@ -85,7 +85,7 @@ func TestMaxBatchMeasured(t *testing.T) {
 			}
 			models[s.Cfg] = m
 		}
-		sc := onnxmem.Scenario{Height: s.Img, Width: s.Img, AMP: s.AMP, Segments: s.Segments}
+		sc := onnxmem.Scenario{Height: s.Img, Width: s.Img, AMP: s.AMP, Segments: s.Segments, EmptyCache: ownHarness}
 		n, r, err := m.MaxBatch(sc, s.Capacity, 1024)
 		if err != nil {
 			t.Fatal(err)
@@ -192,7 +192,7 @@ func TestOffGridBatchesMeasured(t *testing.T) {
 				continue
 			}
 			n++
-			r, err := m.Simulate(onnxmem.Scenario{Batch: tr.Batch, Height: s.Img, Width: s.Img, AMP: s.AMP, Segments: s.Segments})
+			r, err := m.Simulate(onnxmem.Scenario{Batch: tr.Batch, Height: s.Img, Width: s.Img, AMP: s.AMP, Segments: s.Segments, EmptyCache: ownHarness})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -234,7 +234,7 @@ func TestGPUMemUnderLimit(t *testing.T) {
 			if tr.Status != "ok" {
 				continue
 			}
-			sc := onnxmem.Scenario{Batch: tr.Batch, Height: s.Img, Width: s.Img, AMP: s.AMP, Segments: s.Segments}
+			sc := onnxmem.Scenario{Batch: tr.Batch, Height: s.Img, Width: s.Img, AMP: s.AMP, Segments: s.Segments, EmptyCache: ownHarness}
 			limit := "-"
 			if tr.Capacity != nil {
 				sc.Capacity = *tr.Capacity

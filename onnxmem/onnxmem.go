@@ -297,14 +297,53 @@ type Scenario struct {
 	// Family, when not empty, names the model family to simulate the graph
 	// as (see Families), in place of the one detected.
 	Family string `json:",omitempty"`
+	// EmptyCache says where the measuring harness calls
+	// torch.cuda.empty_cache() around the warm-up step that runs before
+	// the measured one: EmptyCacheStep, EmptyCacheWarmUp or
+	// EmptyCacheNever; "" is the default of the kind of step (Defaults).
+	// The bytes requested are the same; where the cached blocks lie, and
+	// so the reserved peak and the blocks' rounding, are not.
+	EmptyCache EmptyCache `json:",omitempty"`
 }
 
+// EmptyCache is where a harness empties the caching allocator's cache
+// (torch.cuda.empty_cache()) before a measured step.
+type EmptyCache string
+
+const (
+	// EmptyCacheStep empties the cache before the warm-up and again just
+	// before the measured step, while the warm-up's .grad tensors are
+	// alive, so that the segments holding them stay cached and the others
+	// go: ../shared/groundtruth's harness ("empty_cache() ran before each
+	// scenario"), whose model and eval steps this reproduces. It is the
+	// default of model and eval steps.
+	EmptyCacheStep EmptyCache = "before_step"
+	// EmptyCacheWarmUp empties it before the warm-up only: the measured step
+	// runs in the cache the warm-up left, as a training loop's next step
+	// does and as a harness that runs a step twice in a row measures it.
+	// It is the default of train steps.
+	EmptyCacheWarmUp EmptyCache = "before_warmup"
+	// EmptyCacheNever never empties it, not even after loading the model: a
+	// process's scenarios then run in what every earlier one cached
+	// (SimulateAfter).
+	EmptyCacheNever EmptyCache = "never"
+)
+
 // Defaults returns sc with every zero field that has a default set to it:
-// the SGD optimizer for train steps and DefaultCuBLASWorkspace. It is the
-// one place that says what a Scenario's zero fields mean.
+// the SGD optimizer for train steps, DefaultCuBLASWorkspace, and where the
+// harness empties the cache (EmptyCacheWarmUp for a train step, as a
+// training loop runs its steps; EmptyCacheStep for the others, as
+// ../shared/groundtruth measured them). It is the one place that says what
+// a Scenario's zero fields mean.
 func (sc Scenario) Defaults() Scenario {
 	if sc.Train && sc.Optimizer == "" {
 		sc.Optimizer = SGD
+	}
+	if sc.EmptyCache == "" {
+		sc.EmptyCache = EmptyCacheStep
+		if sc.Train {
+			sc.EmptyCache = EmptyCacheWarmUp
+		}
 	}
 	if sc.CuBLASWorkspace == 0 {
 		sc.CuBLASWorkspace = DefaultCuBLASWorkspace
@@ -436,6 +475,8 @@ func (sc Scenario) Supported() error {
 		return fmt.Errorf("onnxmem: image %dx%d: both sides must be at least 1", sc.Height, sc.Width)
 	case sc.Family != "" && !slices.Contains(Families(), sc.Family):
 		return fmt.Errorf("onnxmem: unknown family %q: want one of %s", sc.Family, strings.Join(Families(), ", "))
+	case sc.EmptyCache != "" && sc.EmptyCache != EmptyCacheStep && sc.EmptyCache != EmptyCacheWarmUp && sc.EmptyCache != EmptyCacheNever:
+		return fmt.Errorf("onnxmem: empty cache %q: want %s, %s or %s", sc.EmptyCache, EmptyCacheStep, EmptyCacheWarmUp, EmptyCacheNever)
 	case sc.Optimizer != "" && !slices.Contains(Optimizers(), sc.Optimizer):
 		return fmt.Errorf("onnxmem: unknown optimizer %q: want SGD, Adam, AdamW, Lion or none", sc.Optimizer)
 	}

@@ -112,7 +112,7 @@ func TestPlanMeasured(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		sc := onnxmem.Scenario{Batch: p.Batch, Height: p.Img, Width: p.Img, AMP: p.AMP}
+		sc := onnxmem.Scenario{Batch: p.Batch, Height: p.Img, Width: p.Img, AMP: p.AMP, EmptyCache: ownHarness}
 		for _, r := range p.Checkpoint {
 			sc.Checkpoint = append(sc.Checkpoint, onnxmem.Range{From: r[0], To: r[1] + 1})
 		}

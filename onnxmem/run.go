@@ -13,9 +13,10 @@ import (
 
 // Run replays a step's program through the simulated caching allocator the
 // way the measurement harness runs it: load the parameters, empty the cache,
-// run one warm-up step (which makes the cuBLAS workspaces that stay), then
-// free the warm-up's .grad buffers, allocate the input and measure the next
-// step. p must be a program that schedule.Build
+// run one warm-up step (which makes the cuBLAS workspaces that stay), empty
+// the cache again where sc.EmptyCache says (the warm-up's .grad tensors still
+// alive), then free the warm-up's .grad buffers, allocate the input and
+// measure the next step. p must be a program that schedule.Build
 // made: Run panics on one whose events are not balanced, a broken invariant,
 // and on a scenario whose allocator options Supported refuses.
 func Run(p *schedule.Program, sc Scenario) *Result {
@@ -93,10 +94,104 @@ func runInto(s *scratch, p *schedule.Program, sc Scenario, begin func(*allocator
 	defer allocators.Put(a)
 	a.Reset(conf)
 	a.Capacity = sc.Capacity
+	ps := process{rp: replayer{a: a}, mode: sc.Defaults().EmptyCache}
 	ids := s.ids[:0]
 	ids = append(ids, make([]allocator.ID, len(p.Buffers))...)
 	s.ids = ids
-	oom := false
+	ps.warmUp(p, conf, sc.Capacity, ids)
+	return s.measure(p, sc, conf, &ps.rp, ids, begin, observe, analyze)
+}
+
+// process is what a simulated process keeps from one scenario to the next:
+// its allocator, the parameters, and the last measured step's gradients.
+type process struct {
+	rp   replayer
+	mode EmptyCache // Scenario.EmptyCache, its default set
+	// res are the resident tensors' allocations, by index of
+	// Program.Resident, once the first scenario has loaded them.
+	res   []allocator.ID
+	grads []allocator.ID // the .grad tensors the last measured step left
+}
+
+// warmUp runs a scenario of the process up to its measured step, as Run
+// says: the first one loads the parameters; each empties the cache (but
+// with EmptyCacheNever) and runs the warm-up, whose zero_grad drops the
+// last step's gradients and which makes the workspaces that stay
+// (Program.Once) the first time the process runs one; then it empties the
+// cache again with EmptyCacheStep, frees the warm-up's gradients and
+// allocates the measured step's input. ids receives q's allocations.
+func (ps *process) warmUp(q *schedule.Program, conf allocator.Config, capacity int64, ids []allocator.ID) {
+	rp := &ps.rp
+	empty := func() {
+		if !rp.oom {
+			rp.a.EmptyCache()
+		}
+	}
+	first := ps.res == nil
+	if first {
+		// The cache is emptied after loading unless the harness never
+		// empties it.
+		rp.oom = residentsInto(rp.a, q, conf, capacity, ids, ps.mode != EmptyCacheNever)
+		ps.res = make([]allocator.ID, len(q.Resident))
+		for i, buf := range q.Resident {
+			ps.res[i] = ids[buf]
+		}
+	} else {
+		for i, buf := range q.Resident {
+			ids[buf] = ps.res[i]
+		}
+		if ps.mode != EmptyCacheNever {
+			empty()
+		}
+	}
+	for _, id := range ps.grads {
+		rp.free(id)
+	}
+	ps.grads = ps.grads[:0]
+	// The outputs of the step before the warm-up are alive until its
+	// forward.
+	for _, buf := range q.Carried {
+		rp.malloc(q, ids, buf)
+	}
+	if q.Input >= 0 {
+		rp.malloc(q, ids, q.Input)
+	}
+	rp.step(q, ids, first)
+	// The measured step's: the warm-up's outputs are the ones it carries.
+	for i, buf := range q.Carried {
+		ids[buf] = ids[q.CarriedFrom[i]]
+	}
+	if ps.mode == EmptyCacheStep {
+		empty()
+	}
+	for _, buf := range q.ParamGrads {
+		rp.free(ids[buf])
+	}
+	if q.Input >= 0 {
+		rp.malloc(q, ids, q.Input)
+	}
+}
+
+// ended records what q's measured step, run over ids, leaves to the next
+// scenario: its gradients, alive until the next warm-up's zero_grad; the
+// harness drops its outputs.
+func (ps *process) ended(q *schedule.Program, ids []allocator.ID) {
+	for _, buf := range q.ParamGrads {
+		ps.grads = append(ps.grads, ids[buf])
+	}
+	for _, buf := range q.CarriedFrom {
+		ps.rp.free(ids[buf])
+	}
+}
+
+// measure runs p's measured step over ids from the allocator's state rp
+// leaves (the step's input allocated) and returns its Result, with the
+// liveness analysis of the step when analyze is set; begin and observe are
+// run's. It leaves rp.oom set when the step ran out of memory.
+func (s *scratch) measure(p *schedule.Program, sc Scenario, conf allocator.Config, rp *replayer, ids []allocator.ID, begin func(*allocator.Allocator), observe func(int, allocator.Stats), analyze bool) (*Result, *liveness.Analysis) {
+	a := rp.a
+	oom := rp.oom
+	defer func() { rp.oom = oom }()
 	malloc := func(buf int32) {
 		if oom {
 			return
@@ -113,55 +208,7 @@ func runInto(s *scratch, p *schedule.Program, sc Scenario, begin func(*allocator
 			a.Free(ids[buf])
 		}
 	}
-	oom = residentsInto(a, p, conf, sc.Capacity, ids)
-	// The outputs of the step before the warm-up, alive until its forward
-	// returns.
-	for _, buf := range p.Carried {
-		malloc(buf)
-	}
-	// Warm-up step: it also makes the workspaces that stay (Program.Once),
-	// each just before its event.
-	if p.Input >= 0 {
-		malloc(p.Input)
-	}
-	// transient reports whether event i allocates a buffer that event
-	// i+1 frees: the pair is one Allocator.Transient.
-	transient := func(i int) bool {
-		e := p.Events[i]
-		return !e.Free && i+1 < len(p.Events) && p.Events[i+1].Free && p.Events[i+1].Buf == e.Buf
-	}
-	once := 0
-	for i := 0; i < len(p.Events); i++ {
-		for ; once < len(p.Once) && p.OnceAt[once] <= i; once++ {
-			malloc(p.Once[once])
-		}
-		e := p.Events[i]
-		switch {
-		case oom:
-		case transient(i) && (once == len(p.Once) || p.OnceAt[once] > i+1):
-			if _, err := a.Transient(p.Buffers[e.Buf].Bytes); err != nil {
-				oom = true
-			}
-			i++
-		case e.Free:
-			free(e.Buf)
-		default:
-			malloc(e.Buf)
-		}
-	}
-	for ; once < len(p.Once); once++ {
-		malloc(p.Once[once])
-	}
-	// Measured step. The warm-up's outputs are the ones it carries.
-	for i, buf := range p.Carried {
-		ids[buf] = ids[p.CarriedFrom[i]]
-	}
-	for _, buf := range p.ParamGrads {
-		free(buf)
-	}
-	if p.Input >= 0 {
-		malloc(p.Input)
-	}
+	transient := func(i int) bool { return isTransient(p, i) }
 	r := &Result{Scenario: sc, Events: len(p.Events), PeakLayer: -1, PeakEvent: -1}
 	r.M0 = a.Allocated()
 	a.ResetPeaks()
@@ -436,6 +483,7 @@ func atPeak(p *schedule.Program, live []bool, conf allocator.Config) ([]Tensor, 
 type residentState struct {
 	conf     allocator.Config
 	capacity int64
+	emptied  bool // the cache emptied after loading
 	sizes    []int64
 	roles    []schedule.Role
 	load     []int64 // Program.ResidentLoad
@@ -456,8 +504,8 @@ var residentStates struct {
 // residentsInto sets a to the state of an allocator with conf and capacity
 // after LoadResidents(p) and EmptyCache, and ids[buf] for each resident
 // buffer, and reports whether loading ran out of memory.
-func residentsInto(a *allocator.Allocator, p *schedule.Program, conf allocator.Config, capacity int64, ids []allocator.ID) bool {
-	st := residentStateOf(p, conf, capacity)
+func residentsInto(a *allocator.Allocator, p *schedule.Program, conf allocator.Config, capacity int64, ids []allocator.ID, emptied bool) bool {
+	st := residentStateOf(p, conf, capacity, emptied)
 	a.CopyFrom(st.a)
 	for i, buf := range p.Resident {
 		ids[buf] = st.ids[i]
@@ -466,9 +514,9 @@ func residentsInto(a *allocator.Allocator, p *schedule.Program, conf allocator.C
 }
 
 // residentStateOf returns the resident state of p, kept or made.
-func residentStateOf(p *schedule.Program, conf allocator.Config, capacity int64) *residentState {
+func residentStateOf(p *schedule.Program, conf allocator.Config, capacity int64, emptied bool) *residentState {
 	same := func(st *residentState) bool {
-		if st.conf != conf || st.capacity != capacity || len(st.sizes) != len(p.Resident) || !slices.Equal(st.roles, p.ResidentRoles) ||
+		if st.conf != conf || st.emptied != emptied || st.capacity != capacity || len(st.sizes) != len(p.Resident) || !slices.Equal(st.roles, p.ResidentRoles) ||
 			!slices.Equal(st.load, p.ResidentLoad) {
 			return false
 		}
@@ -489,12 +537,14 @@ func residentStateOf(p *schedule.Program, conf allocator.Config, capacity int64)
 		}
 	}
 	rs.mu.Unlock()
-	st := &residentState{conf: conf, capacity: capacity, roles: slices.Clone(p.ResidentRoles), load: slices.Clone(p.ResidentLoad), a: allocator.New()}
+	st := &residentState{conf: conf, capacity: capacity, emptied: emptied, roles: slices.Clone(p.ResidentRoles), load: slices.Clone(p.ResidentLoad), a: allocator.New()}
 	st.a.Reset(conf)
 	st.a.Capacity = capacity
 	ids := make([]allocator.ID, len(p.Buffers))
 	st.oom = LoadResidents(st.a, p, ids) != nil
-	st.a.EmptyCache()
+	if emptied {
+		st.a.EmptyCache()
+	}
 	for _, buf := range p.Resident {
 		st.sizes = append(st.sizes, p.Buffers[buf].Bytes)
 		st.ids = append(st.ids, ids[buf])
@@ -506,4 +556,68 @@ func residentStateOf(p *schedule.Program, conf allocator.Config, capacity int64)
 	rs.states = append(rs.states, st)
 	rs.mu.Unlock()
 	return st
+}
+
+// replayer runs steps through an allocator until the first request that it
+// cannot serve, after which it does nothing.
+type replayer struct {
+	a   *allocator.Allocator
+	oom bool
+}
+
+// malloc allocates q's buffer buf and records it in ids.
+func (rp *replayer) malloc(q *schedule.Program, ids []allocator.ID, buf int32) {
+	if rp.oom {
+		return
+	}
+	id, err := rp.a.TryMalloc(q.Buffers[buf].Bytes)
+	if err != nil {
+		rp.oom = true
+		return
+	}
+	ids[buf] = id
+}
+
+// free frees an allocation.
+func (rp *replayer) free(id allocator.ID) {
+	if !rp.oom {
+		rp.a.Free(id)
+	}
+}
+
+// step runs q's events over ids; with once it also makes the workspaces
+// that stay (Program.Once), each just before its event, as the first step
+// of a process does.
+func (rp *replayer) step(q *schedule.Program, ids []allocator.ID, once bool) {
+	next, end := 0, 0
+	if once {
+		end = len(q.Once)
+	}
+	for i := 0; i < len(q.Events) && !rp.oom; i++ {
+		for ; next < end && q.OnceAt[next] <= i; next++ {
+			rp.malloc(q, ids, q.Once[next])
+		}
+		e := q.Events[i]
+		switch {
+		case isTransient(q, i) && (next == end || q.OnceAt[next] > i+1):
+			if _, err := rp.a.Transient(q.Buffers[e.Buf].Bytes); err != nil {
+				rp.oom = true
+			}
+			i++
+		case e.Free:
+			rp.free(ids[e.Buf])
+		default:
+			rp.malloc(q, ids, e.Buf)
+		}
+	}
+	for ; next < end; next++ {
+		rp.malloc(q, ids, q.Once[next])
+	}
+}
+
+// isTransient reports whether event i of q allocates a buffer that event
+// i+1 frees: the pair is one Allocator.Transient.
+func isTransient(q *schedule.Program, i int) bool {
+	e := q.Events[i]
+	return !e.Free && i+1 < len(q.Events) && q.Events[i+1].Free && q.Events[i+1].Buf == e.Buf
 }

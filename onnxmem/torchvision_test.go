@@ -216,7 +216,7 @@ func TestTorchvisionTraces(t *testing.T) {
 	}
 	models := map[string]*onnxmem.Model{}
 	for _, s := range steps {
-		sc := onnxmem.Scenario{Batch: s.B, Height: 224, Width: 224, AMP: s.AMP}
+		sc := onnxmem.Scenario{Batch: s.B, Height: 224, Width: 224, AMP: s.AMP, EmptyCache: ownHarness}
 		m := models[s.Model]
 		if m == nil {
 			if m, err = onnxmem.Load(onnxbuild.Shared(t, "torchvision/"+s.Model+"-train.onnx")); err != nil {
@@ -330,7 +330,7 @@ func TestTorchvisionFreshSteps(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r, err := m.Simulate(onnxmem.Scenario{Batch: s.B, Height: 224, Width: 224, AMP: s.AMP})
+		r, err := m.Simulate(onnxmem.Scenario{Batch: s.B, Height: 224, Width: 224, AMP: s.AMP, EmptyCache: ownHarness})
 		if err != nil {
 			t.Fatal(err)
 		}

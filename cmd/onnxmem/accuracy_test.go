@@ -15,12 +15,17 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/onnxmem/onnxmem/internal/onnxbuild"
+	"github.com/onnxmem/onnxmem/onnxmem"
 )
 
 // accuracySource is one file of measured scenarios in predict's line
-// format, and the root its model paths are relative to.
+// format, the root its model paths are relative to, and where its harness
+// emptied the cache (predict's empty_cache; "" for the default); inOrder
+// says it ran each model's model steps one after another in one process.
 type accuracySource struct {
 	name, file, root string
+	emptyCache       string
+	inOrder          bool
 }
 
 // TestAccuracyDoc predicts every measured scenario that onnxmem has, the
@@ -31,12 +36,12 @@ type accuracySource struct {
 func TestAccuracyDoc(t *testing.T) {
 	shared := onnxbuild.Shared(t, "groundtruth")
 	sources := []accuracySource{
-		{"ground truth: YOLOv9 steps", filepath.Join(shared, "calibration.jsonl"), filepath.Dir(shared)},
-		{"ground truth: torchvision model steps", filepath.Join(shared, "torchvision.jsonl"), filepath.Dir(shared)},
-		{"own H200 measurements: torchvision model steps (calibration/torchvision_more.py)", "../../calibration/results/torchvision_more.jsonl", "../../calibration/results"},
-		{"own H200 measurements: more torchvision model steps, the cache emptied before each (calibration/torchvision_more.py --empty-cache)", "../../calibration/results/torchvision_wide.jsonl", "../../calibration/results"},
-		{"own H200 measurements: whole training runs (calibration/train_run.py)", "../../calibration/results/train_run.jsonl", filepath.Dir(shared)},
-		{"own H200 measurements: model steps under PYTORCH_CUDA_ALLOC_CONF options, each in a fresh process (calibration/alloc_conf_steps.py: the default allocator, expandable_segments:True, max_split_size_mb:128, max_split_size_mb:64 with roundup_power2_divisions:4)", "../../calibration/results/alloc_conf_steps.jsonl", "../../calibration/results"},
+		{"ground truth: YOLOv9 steps", filepath.Join(shared, "calibration.jsonl"), filepath.Dir(shared), "", true},
+		{"ground truth: torchvision model steps", filepath.Join(shared, "torchvision.jsonl"), filepath.Dir(shared), "before_warmup", true},
+		{"own H200 measurements: torchvision model steps (calibration/torchvision_more.py)", "../../calibration/results/torchvision_more.jsonl", "../../calibration/results", "never", true},
+		{"own H200 measurements: more torchvision model steps, the cache emptied before each (calibration/torchvision_more.py --empty-cache)", "../../calibration/results/torchvision_wide.jsonl", "../../calibration/results", "before_warmup", true},
+		{"own H200 measurements: whole training runs (calibration/train_run.py)", "../../calibration/results/train_run.jsonl", filepath.Dir(shared), "", false},
+		{"own H200 measurements: model steps under PYTORCH_CUDA_ALLOC_CONF options, each in a fresh process (calibration/alloc_conf_steps.py: the default allocator, expandable_segments:True, max_split_size_mb:128, max_split_size_mb:64 with roundup_power2_divisions:4)", "../../calibration/results/alloc_conf_steps.jsonl", "../../calibration/results", "before_warmup", false},
 	}
 	var doc bytes.Buffer
 	doc.WriteString("# Accuracy against measurements\n\n" +
@@ -44,14 +49,17 @@ func TestAccuracyDoc(t *testing.T) {
 		"onnxmem has, each predicted through `onnxmem predict` as a user would send it (a train run's\n" +
 		"events without the GradScaler skips that the measurement recorded). Errors are (predicted −\n" +
 		"measured) / measured. `peak` is `max_memory_allocated`, the figure onnxmem targets;\n" +
-		"`peak_reserved` is the caching allocator's segments, which also depend on what the measuring\n" +
-		"process did before (the ground truth ran a model's scenarios one after another; the torchvision\n" +
-		"measurements ran fp32 and then AMP in one process without emptying the cache, but for the\n" +
-		"second set of our own, which emptied it before each scenario).\n")
+		"`peak_reserved` is the caching allocator's segments, which also depend on where the measuring\n" +
+		"harness emptied the cache (each line is sent with its harness's `empty_cache`: the YOLOv9 ground\n" +
+		"truth's default, `before_warmup` for the torchvision ground truth and our own fresh-process and\n" +
+		"`--empty-cache` scripts, `never` for `torchvision_more.py`) and on what the process ran before:\n" +
+		"each measured a model's scenarios one after another in one process. `peak_reserved, in order`\n" +
+		"replays a file's model steps that way, in file order, one process per model\n" +
+		"(`onnxmem.Process`); `peak_reserved` is each scenario alone, what a line gets.\n")
 	p := &predictor{root: ".", models: map[string]loaded{}}
 	for _, src := range sources {
 		p.root = src.root
-		rows, unsupported := accuracyRows(t, p, src.file)
+		rows, unsupported := accuracyRows(t, p, src)
 		fmt.Fprintf(&doc, "\n## %s\n\n%d scenarios (`%s`).\n\n", src.name, len(rows), filepath.Base(src.file))
 		writeAccuracyTable(&doc, rows)
 		if len(unsupported) > 0 {
@@ -80,10 +88,15 @@ type accuracyRow struct {
 	errs         map[string]float64
 }
 
-var accuracyFields = []string{"peak", "peak_req", "peak_reserved", "after_fwd", "m0"}
+var accuracyFields = []string{"peak", "peak_req", "peak_reserved", "peak_reserved, in order", "after_fwd", "m0"}
 
-func accuracyRows(t *testing.T, p *predictor, file string) (rows []accuracyRow, unsupported []string) {
+func accuracyRows(t *testing.T, p *predictor, src accuracySource) (rows []accuracyRow, unsupported []string) {
 	t.Helper()
+	file := src.file
+	var (
+		proc      *onnxmem.Process
+		procModel string
+	)
 	f, err := os.Open(file)
 	if err != nil {
 		t.Fatal(err)
@@ -113,6 +126,9 @@ func accuracyRows(t *testing.T, p *predictor, file string) (rows []accuracyRow, 
 			if k != "env" && k != "measured" {
 				line[k] = v
 			}
+		}
+		if src.emptyCache != "" && strings.HasSuffix(kind, "_step") {
+			line["empty_cache"], _ = json.Marshal(src.emptyCache)
 		}
 		b, _ := json.Marshal(line)
 		out := p.predict(b, 0)
@@ -153,6 +169,30 @@ func accuracyRows(t *testing.T, p *predictor, file string) (rows []accuracyRow, 
 				continue
 			}
 			r.errs[fld] = 100 * (q - m) / m
+		}
+		if kind == "model_step" && src.inOrder {
+			// In order: the model's process goes on from its last model step.
+			var model string
+			json.Unmarshal(obj["model"], &model)
+			m, err := p.model(line)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if proc == nil || model != procModel {
+				proc, procModel = m.NewProcess(), model
+			}
+			sc, err := stepScenario(line, kind, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := proc.Simulate(sc)
+			if err != nil {
+				t.Fatalf("%s: %v", b, err)
+			}
+			var me float64
+			if json.Unmarshal(measured["peak_reserved"], &me) == nil && me > 0 {
+				r.errs["peak_reserved, in order"] = 100 * (float64(res.PeakReserved) - me) / me
+			}
 		}
 		rows = append(rows, r)
 	}

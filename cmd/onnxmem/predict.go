@@ -20,7 +20,7 @@ import (
 func cmdPredict(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	f := newFlagSet("predict",
 		"onnxmem predict [-root DIR] < SCENARIOS.jsonl",
-		"Predict reads scenarios as JSON Lines on stdin and writes one line for each\n(blank lines are skipped): the same object with \"predicted\" added, or with\n\"error\" when the scenario cannot be simulated. Model paths are relative to\n-root and stay inside it (no absolute path, no \"..\", no symbolic link out of\nit); a model that names no file there but a built-in model (onnxmem models)\nis that model, and \"model\": null means the built-in model of \"cfg\".\n\nKinds: model_step, train_step and eval_step (the ground truth's fields: batch,\nimg or img_h and img_w, amp, half, segments, nc, boxes_per_img (a number or each\nimage's count), optimizer, ema, trainer, prev_pred_alive,\n...); max_batch with \"step\" and \"capacity_bytes\", the caching allocator's\nlimit (int(f × total_memory) for set_per_process_memory_fraction(f)), which\nanswers {\"max_batch\", and the step's figures at it}; train_run with \"events\"\n(setup, train, val and ckpt), which answers the run's peaks and the memory after\neach event; and model, what the model holds once loaded: {\"params\",\n\"param_bytes\", \"buffer_bytes\", \"alloc_after_load\", \"n_layers\"}. A field that\na kind does not take, or a value that onnxmem does not simulate, is an error\nthat names it: never ignored.",
+		"Predict reads scenarios as JSON Lines on stdin and writes one line for each\n(blank lines are skipped): the same object with \"predicted\" added, or with\n\"error\" when the scenario cannot be simulated. Model paths are relative to\n-root and stay inside it (no absolute path, no \"..\", no symbolic link out of\nit); a model that names no file there but a built-in model (onnxmem models)\nis that model, and \"model\": null means the built-in model of \"cfg\".\n\nKinds: model_step, train_step and eval_step (the ground truth's fields: batch,\nimg or img_h and img_w, amp, half, segments, nc, boxes_per_img (a number or each\nimage's count), optimizer, ema, trainer, prev_pred_alive,\n...; and empty_cache, where the measuring harness empties the cache:\nbefore_step, the default of model and eval steps, as the ground truth's does;\nbefore_warmup, the default of train steps, as a training loop runs; or never);\nmax_batch with \"step\" and \"capacity_bytes\", the caching allocator's\nlimit (int(f × total_memory) for set_per_process_memory_fraction(f)), which\nanswers {\"max_batch\", and the step's figures at it}; train_run with \"events\"\n(setup, train, val and ckpt), which answers the run's peaks and the memory after\neach event; and model, what the model holds once loaded: {\"params\",\n\"param_bytes\", \"buffer_bytes\", \"alloc_after_load\", \"n_layers\"}. A field that\na kind does not take, or a value that onnxmem does not simulate, is an error\nthat names it: never ignored.",
 		"onnxmem predict -root ../shared < ../shared/groundtruth/calibration.jsonl")
 	root := f.String("root", ".", "`dir`ectory the scenarios' model paths are relative to")
 	pos, code, ok := f.parse(args, stdout, stderr)
@@ -137,9 +137,9 @@ var commonFields = []string{"kind", "cfg", "model", "measured", "family", "deter
 // stepFields are the fields of each kind of step beyond commonFields; a
 // max_batch line takes those of its "step" but "batch", plus its own.
 var stepFields = map[string][]string{
-	"model_step": {"batch", "img", "img_h", "img_w", "amp", "amp_dtype", "half", "segments", "checkpoint", "nc"},
-	"eval_step":  {"batch", "img", "img_h", "img_w", "amp", "amp_dtype", "half", "segments", "nc"},
-	"train_step": {"batch", "img", "img_h", "img_w", "amp", "amp_dtype", "segments", "checkpoint", "nc", "boxes_per_img", "optimizer", "ema", "trainer", "prev_pred_alive"},
+	"model_step": {"batch", "img", "img_h", "img_w", "amp", "amp_dtype", "half", "segments", "checkpoint", "nc", "empty_cache"},
+	"eval_step":  {"batch", "img", "img_h", "img_w", "amp", "amp_dtype", "half", "segments", "nc", "empty_cache"},
+	"train_step": {"batch", "img", "img_h", "img_w", "amp", "amp_dtype", "segments", "checkpoint", "nc", "boxes_per_img", "optimizer", "ema", "trainer", "prev_pred_alive", "empty_cache"},
 }
 
 // maxBatchFields are a max_batch line's own fields: the step it searches
@@ -299,7 +299,7 @@ const maxBatchSearch = 1 << 16
 func stepScenario(obj map[string]json.RawMessage, step string, search bool) (onnxmem.Scenario, error) {
 	var sc onnxmem.Scenario
 	var img, h, w int64
-	var ampDType, opt, trainer, allocConf string
+	var ampDType, opt, trainer, allocConf, emptyCache string
 	var half, prevPred bool
 	nc := int64(0)
 	fields := []error{
@@ -314,6 +314,7 @@ func stepScenario(obj map[string]json.RawMessage, step string, search bool) (onn
 		field(obj, "nc", &nc, false),
 		field(obj, "alloc_conf", &allocConf, false),
 		field(obj, "deterministic", new(bool), false),
+		field(obj, "empty_cache", &emptyCache, false),
 	}
 	if !search {
 		fields = append(fields, field(obj, "batch", &sc.Batch, true))
@@ -369,6 +370,7 @@ func stepScenario(obj map[string]json.RawMessage, step string, search bool) (onn
 		return sc, fmt.Errorf("onnxmem: amp_dtype %q: want float16 or bfloat16", ampDType)
 	}
 	sc.AllocConf = allocConf
+	sc.EmptyCache = onnxmem.EmptyCache(emptyCache)
 	if nc != 0 {
 		if _, hasModel := obj["model"]; hasModel && string(obj["model"]) != "null" {
 			return sc, fmt.Errorf("onnxmem: nc %d with a model file: the export fixes its classes; give \"model\": null to build the built-in cfg with nc classes", nc)

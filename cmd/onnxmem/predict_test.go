@@ -80,7 +80,7 @@ func TestPredict(t *testing.T) {
 	want := []map[string]string{{
 		"model": `"yolov9/yolov9-s-train.onnx"`, "kind": `"model_step"`, "batch": "2", "img": "640", "amp": "false", "segments": "0",
 		"extra": `{"n":1.50e3,"s":"<a&b>","l":[1,2.0]}`, "measured": `{"peak":123}`,
-		"error": s(`onnxmem: model_step line: unknown field "extra" (a model_step line takes cfg, model, measured, family, deterministic, alloc_conf, batch, img, img_h, img_w, amp, amp_dtype, half, segments, checkpoint, nc)`),
+		"error": s(`onnxmem: model_step line: unknown field "extra" (a model_step line takes cfg, model, measured, family, deterministic, alloc_conf, batch, img, img_h, img_w, amp, amp_dtype, half, segments, checkpoint, nc, empty_cache)`),
 	}, withOutcome(map[string]string{
 		"model": `"yolov9/yolov9-s-train.onnx"`, "kind": `"train_step"`, "batch": "2", "img": "640", "amp": "false", "segments": "0",
 		"boxes_per_img": "16", "optimizer": `"SGD"`, "ema": "true",
