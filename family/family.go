@@ -60,6 +60,10 @@ type Family interface {
 	// graph's initializers, for a graph with these outputs, in the order
 	// it moves them.
 	Unseen(outs []schedule.Output) []schedule.Unseen
+	// Harness says where the reference measurements of the family's model
+	// and eval steps empty the cache around the warm-up step
+	// (schedule.Program.Harness).
+	Harness() string
 }
 
 // all are the families, in the order Detect tries them: the generic family,

@@ -300,7 +300,10 @@ type Scenario struct {
 	// EmptyCache says where the measuring harness calls
 	// torch.cuda.empty_cache() around the warm-up step that runs before
 	// the measured one: EmptyCacheStep, EmptyCacheWarmUp or
-	// EmptyCacheNever; "" is the default of the kind of step (Defaults).
+	// EmptyCacheNever. "" is EmptyCacheWarmUp for a train step, as a
+	// training loop runs its steps, and for a model or eval step the
+	// harness of the model family's reference measurements (the family's
+	// Harness: EmptyCacheStep or EmptyCacheWarmUp).
 	// The bytes requested are the same; where the cached blocks lie, and
 	// so the reserved peak and the blocks' rounding, are not.
 	EmptyCache EmptyCache `json:",omitempty"`
@@ -315,13 +318,12 @@ const (
 	// before the measured step, while the warm-up's .grad tensors are
 	// alive, so that the segments holding them stay cached and the others
 	// go: ../shared/groundtruth's harness ("empty_cache() ran before each
-	// scenario"), whose model and eval steps this reproduces. It is the
-	// default of model and eval steps.
+	// scenario"), whose model and eval steps this reproduces.
 	EmptyCacheStep EmptyCache = "before_step"
 	// EmptyCacheWarmUp empties it before the warm-up only: the measured step
 	// runs in the cache the warm-up left, as a training loop's next step
-	// does and as a harness that runs a step twice in a row measures it.
-	// It is the default of train steps.
+	// does and as a harness that runs a step twice in a row measures it
+	// (the torchvision ground truth's). It is the default of train steps.
 	EmptyCacheWarmUp EmptyCache = "before_warmup"
 	// EmptyCacheNever never empties it, not even after loading the model: a
 	// process's scenarios then run in what every earlier one cached
@@ -330,20 +332,13 @@ const (
 )
 
 // Defaults returns sc with every zero field that has a default set to it:
-// the SGD optimizer for train steps, DefaultCuBLASWorkspace, and where the
-// harness empties the cache (EmptyCacheWarmUp for a train step, as a
-// training loop runs its steps; EmptyCacheStep for the others, as
-// ../shared/groundtruth measured them). It is the one place that says what
-// a Scenario's zero fields mean.
+// the SGD optimizer for train steps and DefaultCuBLASWorkspace. It is the
+// one place that says what a Scenario's zero fields mean, but for
+// EmptyCache, whose default depends on the model's family too
+// (emptyCacheOf).
 func (sc Scenario) Defaults() Scenario {
 	if sc.Train && sc.Optimizer == "" {
 		sc.Optimizer = SGD
-	}
-	if sc.EmptyCache == "" {
-		sc.EmptyCache = EmptyCacheStep
-		if sc.Train {
-			sc.EmptyCache = EmptyCacheWarmUp
-		}
 	}
 	if sc.CuBLASWorkspace == 0 {
 		sc.CuBLASWorkspace = DefaultCuBLASWorkspace
@@ -580,6 +575,7 @@ func (m *Model) build(p *prepared, sc Scenario, workspace func(schedule.ConvCall
 	if err != nil {
 		return nil, nil, fmt.Errorf("onnxmem: %s: %w", m.Name, err)
 	}
+	prog.Harness = p.fam.Harness()
 	return prog, calls, nil
 }
 

@@ -51,7 +51,7 @@ func (pr *Process) Simulate(sc Scenario) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	mode := sc.Defaults().EmptyCache
+	mode := emptyCacheOf(sc, p)
 	if pr.steps == 0 {
 		if pr.conf, err = sc.allocConfig(); err != nil {
 			return nil, err

@@ -94,12 +94,29 @@ func runInto(s *scratch, p *schedule.Program, sc Scenario, begin func(*allocator
 	defer allocators.Put(a)
 	a.Reset(conf)
 	a.Capacity = sc.Capacity
-	ps := process{rp: replayer{a: a}, mode: sc.Defaults().EmptyCache}
+	ps := process{rp: replayer{a: a}, mode: emptyCacheOf(sc, p)}
 	ids := s.ids[:0]
 	ids = append(ids, make([]allocator.ID, len(p.Buffers))...)
 	s.ids = ids
 	ps.warmUp(p, conf, sc.Capacity, ids)
 	return s.measure(p, sc, conf, &ps.rp, ids, begin, observe, analyze)
+}
+
+// emptyCacheOf returns where the harness empties the cache for sc's step,
+// whose program is p: sc.EmptyCache when given; for a train step
+// EmptyCacheWarmUp, as a training loop runs its steps; for the others the
+// harness of the model family's reference measurements (Program.Harness),
+// or EmptyCacheStep.
+func emptyCacheOf(sc Scenario, p *schedule.Program) EmptyCache {
+	switch {
+	case sc.EmptyCache != "":
+		return sc.EmptyCache
+	case sc.Train:
+		return EmptyCacheWarmUp
+	case p.Harness != "":
+		return EmptyCache(p.Harness)
+	}
+	return EmptyCacheStep
 }
 
 // process is what a simulated process keeps from one scenario to the next:

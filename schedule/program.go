@@ -177,6 +177,11 @@ type Program struct {
 	// it is alive from the start.
 	Once   []int32
 	OnceAt []int
+	// Harness, when not empty, is where the reference measurements of the
+	// model's family empty the caching allocator's cache around a model or
+	// eval step's warm-up: "before_step" or "before_warmup" (the values of
+	// onnxmem's Scenario.EmptyCache). The caller of Build sets it.
+	Harness string
 }
 
 // Unseen is a tensor that a model moves to the device when it loads and

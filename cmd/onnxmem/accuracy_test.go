@@ -37,9 +37,9 @@ func TestAccuracyDoc(t *testing.T) {
 	shared := onnxbuild.Shared(t, "groundtruth")
 	sources := []accuracySource{
 		{"ground truth: YOLOv9 steps", filepath.Join(shared, "calibration.jsonl"), filepath.Dir(shared), "", true},
-		{"ground truth: torchvision model steps", filepath.Join(shared, "torchvision.jsonl"), filepath.Dir(shared), "before_warmup", true},
+		{"ground truth: torchvision model steps", filepath.Join(shared, "torchvision.jsonl"), filepath.Dir(shared), "", true},
 		{"own H200 measurements: torchvision model steps (calibration/torchvision_more.py)", "../../calibration/results/torchvision_more.jsonl", "../../calibration/results", "never", true},
-		{"own H200 measurements: more torchvision model steps, the cache emptied before each (calibration/torchvision_more.py --empty-cache)", "../../calibration/results/torchvision_wide.jsonl", "../../calibration/results", "before_warmup", true},
+		{"own H200 measurements: more torchvision model steps, the cache emptied before each (calibration/torchvision_more.py --empty-cache)", "../../calibration/results/torchvision_wide.jsonl", "../../calibration/results", "", true},
 		{"own H200 measurements: whole training runs (calibration/train_run.py)", "../../calibration/results/train_run.jsonl", filepath.Dir(shared), "", false},
 		{"own H200 measurements: model steps under PYTORCH_CUDA_ALLOC_CONF options, each in a fresh process (calibration/alloc_conf_steps.py: the default allocator, expandable_segments:True, max_split_size_mb:128, max_split_size_mb:64 with roundup_power2_divisions:4)", "../../calibration/results/alloc_conf_steps.jsonl", "../../calibration/results", "before_warmup", false},
 	}
@@ -50,9 +50,9 @@ func TestAccuracyDoc(t *testing.T) {
 		"events without the GradScaler skips that the measurement recorded). Errors are (predicted −\n" +
 		"measured) / measured. `peak` is `max_memory_allocated`, the figure onnxmem targets;\n" +
 		"`peak_reserved` is the caching allocator's segments, which also depend on where the measuring\n" +
-		"harness emptied the cache (each line is sent with its harness's `empty_cache`: the YOLOv9 ground\n" +
-		"truth's default, `before_warmup` for the torchvision ground truth and our own fresh-process and\n" +
-		"`--empty-cache` scripts, `never` for `torchvision_more.py`) and on what the process ran before:\n" +
+		"harness emptied the cache (each line is sent with its harness's `empty_cache` where it is not\n" +
+		"the default, which is the ground truth's harness of the model's family: `before_warmup` for\n" +
+		"our own YOLOv9 scripts, `never` for `torchvision_more.py`) and on what the process ran before:\n" +
 		"each measured a model's scenarios one after another in one process. `peak_reserved, in order`\n" +
 		"replays a file's model steps that way, in file order, one process per model\n" +
 		"(`onnxmem.Process`); `peak_reserved` is each scenario alone, what a line gets.\n")
