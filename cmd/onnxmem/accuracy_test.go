@@ -15,7 +15,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/onnxmem/onnxmem/internal/onnxbuild"
-	"github.com/onnxmem/onnxmem/onnxmem"
 )
 
 // accuracySource is one file of measured scenarios in predict's line
@@ -53,12 +52,13 @@ func TestAccuracyDoc(t *testing.T) {
 		"harness emptied the cache (each line is sent with its harness's `empty_cache` where it is not\n" +
 		"the default, which is the ground truth's harness of the model's family: `before_warmup` for\n" +
 		"our own YOLOv9 scripts, `never` for `torchvision_more.py`) and on what the process ran before:\n" +
-		"each measured a model's scenarios one after another in one process. `peak_reserved, in order`\n" +
-		"replays a file's model steps that way, in file order, one process per model\n" +
-		"(`onnxmem.Process`); `peak_reserved` is each scenario alone, what a line gets.\n")
+		"each measured a model's scenarios one after another in one process, which predict simulates\n" +
+		"by default: a model's consecutive model_step lines run in one process, in order\n" +
+		"(`onnxmem.Process`). `peak_reserved, alone` is each model step by itself (`predict -alone`), what a\n" +
+		"line sent on its own gets. The files measured in fresh processes are predicted `-alone`.\n")
 	p := &predictor{root: ".", models: map[string]loaded{}}
 	for _, src := range sources {
-		p.root = src.root
+		p.root, p.alone, p.proc = src.root, !src.inOrder, nil
 		rows, unsupported := accuracyRows(t, p, src)
 		fmt.Fprintf(&doc, "\n## %s\n\n%d scenarios (`%s`).\n\n", src.name, len(rows), filepath.Base(src.file))
 		writeAccuracyTable(&doc, rows)
@@ -88,15 +88,12 @@ type accuracyRow struct {
 	errs         map[string]float64
 }
 
-var accuracyFields = []string{"peak", "peak_req", "peak_reserved", "peak_reserved, in order", "after_fwd", "m0"}
+var accuracyFields = []string{"peak", "peak_req", "peak_reserved", "peak_reserved, alone", "after_fwd", "m0"}
 
 func accuracyRows(t *testing.T, p *predictor, src accuracySource) (rows []accuracyRow, unsupported []string) {
 	t.Helper()
 	file := src.file
-	var (
-		proc      *onnxmem.Process
-		procModel string
-	)
+	alone := &predictor{root: p.root, models: p.models, alone: true}
 	f, err := os.Open(file)
 	if err != nil {
 		t.Fatal(err)
@@ -171,27 +168,12 @@ func accuracyRows(t *testing.T, p *predictor, src accuracySource) (rows []accura
 			r.errs[fld] = 100 * (q - m) / m
 		}
 		if kind == "model_step" && src.inOrder {
-			// In order: the model's process goes on from its last model step.
-			var model string
-			json.Unmarshal(obj["model"], &model)
-			m, err := p.model(line)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if proc == nil || model != procModel {
-				proc, procModel = m.NewProcess(), model
-			}
-			sc, err := stepScenario(line, kind, false)
-			if err != nil {
-				t.Fatal(err)
-			}
-			res, err := proc.Simulate(sc)
-			if err != nil {
-				t.Fatalf("%s: %v", b, err)
+			var q struct {
+				PeakReserved float64 `json:"peak_reserved"`
 			}
 			var me float64
-			if json.Unmarshal(measured["peak_reserved"], &me) == nil && me > 0 {
-				r.errs["peak_reserved, in order"] = 100 * (float64(res.PeakReserved) - me) / me
+			if json.Unmarshal(alone.predict(b, 0)["predicted"], &q) == nil && json.Unmarshal(measured["peak_reserved"], &me) == nil && me > 0 {
+				r.errs["peak_reserved, alone"] = 100 * (q.PeakReserved - me) / me
 			}
 		}
 		rows = append(rows, r)

@@ -19,10 +19,11 @@ import (
 
 func cmdPredict(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	f := newFlagSet("predict",
-		"onnxmem predict [-root DIR] < SCENARIOS.jsonl",
-		"Predict reads scenarios as JSON Lines on stdin and writes one line for each\n(blank lines are skipped): the same object with \"predicted\" added, or with\n\"error\" when the scenario cannot be simulated. Model paths are relative to\n-root and stay inside it (no absolute path, no \"..\", no symbolic link out of\nit); a model that names no file there but a built-in model (onnxmem models)\nis that model, and \"model\": null means the built-in model of \"cfg\".\n\nKinds: model_step, train_step and eval_step (the ground truth's fields: batch,\nimg or img_h and img_w, amp, half, segments, nc, boxes_per_img (a number or each\nimage's count), optimizer, ema, trainer, prev_pred_alive,\n...; and empty_cache, where the measuring harness empties the cache:\nbefore_step, the default of model and eval steps, as the ground truth's does;\nbefore_warmup, the default of train steps, as a training loop runs; or never);\nmax_batch with \"step\" and \"capacity_bytes\", the caching allocator's\nlimit (int(f × total_memory) for set_per_process_memory_fraction(f)), which\nanswers {\"max_batch\", and the step's figures at it}; train_run with \"events\"\n(setup, train, val and ckpt), which answers the run's peaks and the memory after\neach event; and model, what the model holds once loaded: {\"params\",\n\"param_bytes\", \"buffer_bytes\", \"alloc_after_load\", \"n_layers\"}. A field that\na kind does not take, or a value that onnxmem does not simulate, is an error\nthat names it: never ignored.",
+		"onnxmem predict [-root DIR] [-alone] < SCENARIOS.jsonl",
+		"Predict reads scenarios as JSON Lines on stdin and writes one line for each\n(blank lines are skipped): the same object with \"predicted\" added, or with\n\"error\" when the scenario cannot be simulated. Model paths are relative to\n-root and stay inside it (no absolute path, no \"..\", no symbolic link out of\nit); a model that names no file there but a built-in model (onnxmem models)\nis that model, and \"model\": null means the built-in model of \"cfg\".\n\nKinds: model_step, train_step and eval_step (the ground truth's fields: batch,\nimg or img_h and img_w, amp, half, segments, nc, boxes_per_img (a number or each\nimage's count), optimizer, ema, trainer, prev_pred_alive,\n...; and empty_cache, where the measuring harness empties the cache:\nbefore_step or before_warmup, by default the one of the ground truth of the\nmodel's family for model and eval steps and before_warmup for train steps, as\na training loop runs; or never);\nmax_batch with \"step\" and \"capacity_bytes\", the caching allocator's\nlimit (int(f × total_memory) for set_per_process_memory_fraction(f)), which\nanswers {\"max_batch\", and the step's figures at it}; train_run with \"events\"\n(setup, train, val and ckpt), which answers the run's peaks and the memory after\neach event; and model, what the model holds once loaded: {\"params\",\n\"param_bytes\", \"buffer_bytes\", \"alloc_after_load\", \"n_layers\"}. A field that\na kind does not take, or a value that onnxmem does not simulate, is an error\nthat names it: never ignored.\n\nA model's model_step lines that follow each other run one after another in one\nprocess, as a harness that sweeps a model's scenarios measures them: the\ncaching allocator keeps what the earlier steps left (onnxmem.Process), which\nmoves reserved bytes. Any other line ends that process. -alone simulates every\nline by itself.",
 		"onnxmem predict -root ../shared < ../shared/groundtruth/calibration.jsonl")
 	root := f.String("root", ".", "`dir`ectory the scenarios' model paths are relative to")
+	alone := f.Bool("alone", false, "simulate every line by itself, as the first scenario of a process, instead of running a model's consecutive model_step lines one after another in one process")
 	pos, code, ok := f.parse(args, stdout, stderr)
 	if !ok {
 		return code
@@ -30,7 +31,7 @@ func cmdPredict(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(pos) > 0 {
 		return f.usageError(stderr, "predict reads stdin and takes no arguments, got: %s", pos[0])
 	}
-	p := &predictor{root: *root, models: map[string]loaded{}}
+	p := &predictor{root: *root, models: map[string]loaded{}, alone: *alone}
 	in := bufio.NewReader(stdin)
 	out := bufio.NewWriter(stdout)
 	enc := json.NewEncoder(out)
@@ -94,6 +95,14 @@ type predictor struct {
 	dirOf  string   // the root that dir is
 	dirErr error
 	models map[string]loaded // by path
+	// alone simulates every line by itself. Otherwise the model_step lines
+	// of one model that follow each other run in one process, in order, as
+	// a harness that sweeps a model's scenarios in one process measures
+	// them (onnxmem.Process): proc is that process, of model procOf, and
+	// any other line ends it.
+	alone  bool
+	proc   *onnxmem.Process
+	procOf *onnxmem.Model
 }
 
 // loaded is a model or the error loading it gave.
@@ -214,6 +223,9 @@ func (p *predictor) simulate(obj map[string]json.RawMessage) (prediction, error)
 	if err := field(obj, "kind", &kind, true); err != nil {
 		return prediction{}, err
 	}
+	if kind != "model_step" {
+		p.proc = nil // a harness's other work: the sweep's process ends
+	}
 	step, allowed := kind, []string(nil)
 	switch kind {
 	case "model_step", "eval_step", "train_step":
@@ -273,6 +285,9 @@ func (p *predictor) simulate(obj map[string]json.RawMessage) (prediction, error)
 	if family := cmp.Or(sc.Family, m.Family); scErr == errNoBoxes && family != "generic" {
 		return prediction{}, fmt.Errorf("%w: the %s family's loss assigns each image's boxes", errNoBoxes, family)
 	}
+	if kind == "model_step" && !p.alone {
+		return p.inProcess(m, sc)
+	}
 	if kind != "max_batch" {
 		r, err := m.Simulate(sc)
 		return prediction{r: r}, err
@@ -289,6 +304,26 @@ func (p *predictor) simulate(obj map[string]json.RawMessage) (prediction, error)
 		return prediction{}, fmt.Errorf("onnxmem: max_batch: batch %d, the most predict searches, still fits under capacity_bytes %d: the largest batch lies beyond it", n, capacity)
 	}
 	return prediction{r: r, maxBatch: &n}, err
+}
+
+// inProcess simulates a model step as the next scenario of m's process: the
+// one the previous lines ran, or a new one when the previous line was of
+// another model or kind, or the process cannot take the scenario (other
+// parameters, allocator options or way of emptying the cache, or a step
+// before it ran out of memory, which a harness catches and goes on from as
+// if anew).
+func (p *predictor) inProcess(m *onnxmem.Model, sc onnxmem.Scenario) (prediction, error) {
+	if p.proc != nil && p.procOf == m {
+		if r, err := p.proc.Simulate(sc); err == nil {
+			return prediction{r: r}, nil
+		}
+	}
+	p.proc, p.procOf = m.NewProcess(), m
+	r, err := p.proc.Simulate(sc)
+	if err != nil {
+		p.proc = nil
+	}
+	return prediction{r: r}, err
 }
 
 // maxBatchSearch bounds predict's search for a max batch.

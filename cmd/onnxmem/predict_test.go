@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -72,7 +73,7 @@ func TestPredict(t *testing.T) {
 		`[1, 2]`,
 	}, "\n") // no final newline: the last line counts all the same
 
-	code, stdout, stderr := runCmd(t, in, "predict", "-root", shared)
+	code, stdout, stderr := runCmd(t, in, "predict", "-alone", "-root", shared)
 	if code != 0 || stderr != "" {
 		t.Fatalf("exit code %d, stderr %q; want 0 and none", code, stderr)
 	}
@@ -133,6 +134,72 @@ func TestPredict(t *testing.T) {
 	if !strings.HasPrefix(lines[0], `{"amp":false,"batch":2,"error":"onnxmem: model_step line: unknown field \"extra\"`) ||
 		!strings.Contains(lines[0], `,"extra":{"n":1.50e3,"s":"<a&b>","l":[1,2.0]},"img":640,"kind":"model_step","measured":`) {
 		t.Errorf("first line not in sorted key order with verbatim values:\n%s", lines[0])
+	}
+}
+
+// TestPredictInProcess checks predict's default: a model's model_step lines
+// that follow each other run one after another in one process (the
+// figures of onnxmem.Process), and any other line, or another model's,
+// starts the next model step in a process of its own.
+func TestPredictInProcess(t *testing.T) {
+	m, err := onnxmem.Builtin("yolov9-s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	step := func(b int64, seg int) onnxmem.Scenario {
+		return onnxmem.Scenario{Batch: b, Height: 640, Width: 640, AMP: true, Segments: seg}
+	}
+	chain := m.NewProcess()
+	var want []int64
+	for _, sc := range []onnxmem.Scenario{step(64, 2), step(1, 4)} {
+		r, err := chain.Simulate(sc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, r.PeakReserved)
+	}
+	alone, err := m.Simulate(step(1, 4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if alone.PeakReserved == want[1] {
+		t.Fatalf("batch 1 reserves %d alone and after batch 64: pick scenarios that history moves", alone.PeakReserved)
+	}
+	want = append(want, alone.PeakReserved, alone.PeakReserved)
+	line := func(b int64, seg int) string {
+		return fmt.Sprintf(`{"model": null, "cfg": "yolov9-s", "kind": "model_step", "batch": %d, "img": 640, "amp": true, "segments": %d}`, b, seg)
+	}
+	in := strings.Join([]string{
+		line(64, 2), line(1, 4), // one process
+		`{"model": null, "cfg": "yolov9-s", "kind": "model", "measured": {}}`, line(1, 4), // another line between
+		line(64, 2), `{"model": null, "cfg": "yolov9-t", "kind": "model_step", "batch": 1, "img": 320}`, line(1, 4), // another model between
+	}, "\n")
+	code, stdout, stderr := runCmd(t, in, "predict")
+	if code != 0 || stderr != "" {
+		t.Fatalf("exit code %d, stderr %q", code, stderr)
+	}
+	var got []int64
+	for i, l := range strings.Split(strings.TrimSuffix(stdout, "\n"), "\n") {
+		var obj struct {
+			Kind      string
+			Cfg       string
+			Predicted *predicted
+		}
+		if err := json.Unmarshal([]byte(l), &obj); err != nil || (obj.Kind == "model_step" && obj.Predicted == nil) {
+			t.Fatalf("line %d: %s (%v)", i+1, l, err)
+		}
+		if obj.Kind == "model_step" && obj.Cfg == "yolov9-s" && i != 4 {
+			got = append(got, obj.Predicted.PeakReserved)
+		}
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("reserved peaks of the yolov9-s model steps but the fifth line (-want +got):\n%s", d)
+	}
+	code, stdout, _ = runCmd(t, line(64, 2)+"\n"+line(1, 4), "predict", "-alone")
+	var last struct{ Predicted *predicted }
+	lines := strings.Split(strings.TrimSuffix(stdout, "\n"), "\n")
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &last); code != 0 || err != nil || last.Predicted == nil || last.Predicted.PeakReserved != alone.PeakReserved {
+		t.Errorf("-alone: batch 1 after batch 64 answers %s, want its reserved peak alone, %d", lines[len(lines)-1], alone.PeakReserved)
 	}
 }
 
