@@ -115,3 +115,85 @@ func absf(x float64) float64 {
 	}
 	return x
 }
+
+// TestHarnessSweep replays calibration/harness_sweep.py's measurements:
+// yolov9-t, -m, -e and gelan-c, which the ground truth lacks, each swept in
+// one process by the ground truth's harness (fp32 then AMP, segments 0, 2
+// and 4, batch 1 up). In order (Process), the requested peak is the
+// measured one within 1 KiB, but for yolov9-e with two segments, which
+// misses one [B, 64, 80, 80] tensor there (0.1%, a hold at that cut that
+// onnxmem does not know yet), the allocated peak within 0.6%, and the
+// reserved peak
+// within a median of 0.06%, 55 of 144 to the byte, the worst 9.9%
+// (yolov9-e under AMP with four segments at batch 4: the requests are the
+// measured ones, where their blocks part is not found yet); each scenario
+// alone, 46 to the byte and the worst 14.9%.
+func TestHarnessSweep(t *testing.T) {
+	f, err := os.Open("../calibration/results/harness_sweep.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var inOrder, alone, peaks []float64
+	exact, exactAlone := 0, 0
+	var (
+		m   *Model
+		pr  *Process
+		cfg string
+	)
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var l struct {
+			Cfg        string
+			Batch, Img int64
+			AMP        bool
+			Segments   int
+			Measured   struct {
+				OOM          bool
+				Peak         int64
+				PeakReq      int64 `json:"peak_req"`
+				PeakReserved int64 `json:"peak_reserved"`
+			}
+		}
+		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+			t.Fatal(err)
+		}
+		if l.Measured.OOM {
+			continue
+		}
+		if l.Cfg != cfg {
+			if m, err = Builtin(l.Cfg); err != nil {
+				t.Fatal(err)
+			}
+			pr, cfg = m.NewProcess(), l.Cfg
+		}
+		s := Scenario{Batch: l.Batch, Height: l.Img, Width: l.Img, AMP: l.AMP, Segments: l.Segments}
+		got, err := pr.Simulate(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := m.Simulate(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		me := l.Measured
+		what := fmt.Sprintf("%s amp %v segments %d batch %d", l.Cfg, l.AMP, l.Segments, l.Batch)
+		if d := got.PeakRequested - me.PeakReq; (d < -1024 || d > 1024) && (l.Cfg != "yolov9-e" || l.Segments != 2 || d < -me.PeakReq/1000) {
+			t.Errorf("%s: requested peak %d, measured %d", what, got.PeakRequested, me.PeakReq)
+		}
+		pct := func(x, y int64) float64 { return absf(100 * float64(x-y) / float64(y)) }
+		peaks = append(peaks, pct(got.Peak, me.Peak))
+		inOrder, alone = append(inOrder, pct(got.PeakReserved, me.PeakReserved)), append(alone, pct(r.PeakReserved, me.PeakReserved))
+		if got.PeakReserved == me.PeakReserved {
+			exact++
+		}
+		if r.PeakReserved == me.PeakReserved {
+			exactAlone++
+		}
+	}
+	t.Logf("%d steps: allocated peak worst %.2f%%; reserved peak in order median %.2f%%, worst %.2f%%, %d to the byte; alone %.2f%%, %.2f%%, %d",
+		len(peaks), slices.Max(peaks), median(inOrder), slices.Max(inOrder), exact, median(alone), slices.Max(alone), exactAlone)
+	if len(peaks) != 144 || slices.Max(peaks) > 0.65 || median(inOrder) > 0.1 || slices.Max(inOrder) > 10 || exact < 50 || exact <= exactAlone {
+		t.Errorf("want 144 steps, the allocated peak within 0.65%%, the reserved peak in order within a median of 0.1%% and a worst of 10%%, at least 50 to the byte and more than alone")
+	}
+}
