@@ -38,6 +38,19 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import yolov9_segments as ys  # noqa: E402
 
 
+def measured_step(model, x, k, amp):
+    """Drops the warm-up's gradients and measures the next step: memory_stats() after it."""
+    model.zero_grad(set_to_none=True)
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    m0 = torch.cuda.memory_allocated()
+    after_fwd, fwd_peak = ys.step(model, x, k, amp)
+    st = torch.cuda.memory_stats()
+    return {"m0": m0, "after_fwd": after_fwd, "fwd_peak": fwd_peak, "peak": st["allocated_bytes.all.peak"],
+            "peak_req": st["requested_bytes.all.peak"], "peak_reserved": st["reserved_bytes.all.peak"],
+            "after_bwd": torch.cuda.memory_allocated()}
+
+
 def trace(spec, img, path):
     """Runs one scenario, CFG:B:amp|fp32:K, in a fresh process by the same protocol and writes
     its measured step's allocation trace as the ground truth's traces are written."""
@@ -51,15 +64,7 @@ def trace(spec, img, path):
     ys.step(model, x, k, amp)
     torch.cuda.empty_cache()
     torch.cuda.memory._record_memory_history(enabled="all", context="all", stacks="python", max_entries=2000000)
-    model.zero_grad(set_to_none=True)
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    m0 = torch.cuda.memory_allocated()
-    after_fwd, fwd_peak = ys.step(model, x, k, amp)
-    st = torch.cuda.memory_stats()
-    res = {"m0": m0, "after_fwd": after_fwd, "fwd_peak": fwd_peak, "peak": st["allocated_bytes.all.peak"],
-           "peak_req": st["requested_bytes.all.peak"], "peak_reserved": st["reserved_bytes.all.peak"],
-           "after_bwd": torch.cuda.memory_allocated()}
+    res = measured_step(model, x, k, amp)
     ev = ys.events(torch.cuda.memory._snapshot()["device_traces"][0])
     torch.cuda.memory._record_memory_history(enabled=None)
     with open(path, "w") as f:
@@ -82,15 +87,7 @@ def sweep(cfg, batches, img):
                     x = torch.randn(b, 3, img, img, device=ys.DEV)
                     ys.step(model, x, k, amp)
                     torch.cuda.empty_cache()
-                    model.zero_grad(set_to_none=True)
-                    torch.cuda.synchronize()
-                    torch.cuda.reset_peak_memory_stats()
-                    m0 = torch.cuda.memory_allocated()
-                    after_fwd, fwd_peak = ys.step(model, x, k, amp)
-                    st = torch.cuda.memory_stats()
-                    line["measured"] = {"m0": m0, "after_fwd": after_fwd, "fwd_peak": fwd_peak,
-                                        "peak": st["allocated_bytes.all.peak"], "peak_req": st["requested_bytes.all.peak"],
-                                        "peak_reserved": st["reserved_bytes.all.peak"], "after_bwd": torch.cuda.memory_allocated()}
+                    line["measured"] = measured_step(model, x, k, amp)
                     del x
                 except torch.OutOfMemoryError:
                     x = None

@@ -74,14 +74,7 @@ func TestGroundTruthHistory(t *testing.T) {
 				pr = m.NewProcess()
 			}
 			s := Scenario{Batch: l.Batch, Height: l.Img, Width: l.Img, AMP: l.AMP, Segments: l.Segments, EmptyCache: c.mode}
-			got, err := pr.Simulate(s)
-			if err != nil {
-				t.Fatal(err)
-			}
-			r, err := m.Simulate(s)
-			if err != nil {
-				t.Fatal(err)
-			}
+			got, r := inOrderAndAlone(t, pr, m, s)
 			me := l.Measured.PeakReserved
 			pct := func(x int64) float64 { return 100 * float64(x-me) / float64(me) }
 			alone, inOrder = append(alone, absf(pct(r.PeakReserved))), append(inOrder, absf(pct(got.PeakReserved)))
@@ -99,6 +92,20 @@ func TestGroundTruthHistory(t *testing.T) {
 				c.file, mo, ma, wo, exact, c.maxMedian, c.maxWorst, c.minExact)
 		}
 	}
+}
+
+// inOrderAndAlone simulates s as the next scenario of pr, a process of m,
+// and alone.
+func inOrderAndAlone(t *testing.T, pr *Process, m *Model, s Scenario) (inOrder, alone *Result) {
+	t.Helper()
+	inOrder, err := pr.Simulate(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if alone, err = m.Simulate(s); err != nil {
+		t.Fatal(err)
+	}
+	return inOrder, alone
 }
 
 // median returns the median of x (the upper one of an even count).
@@ -168,14 +175,7 @@ func TestHarnessSweep(t *testing.T) {
 			pr, cfg = m.NewProcess(), l.Cfg
 		}
 		s := Scenario{Batch: l.Batch, Height: l.Img, Width: l.Img, AMP: l.AMP, Segments: l.Segments}
-		got, err := pr.Simulate(s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r, err := m.Simulate(s)
-		if err != nil {
-			t.Fatal(err)
-		}
+		got, r := inOrderAndAlone(t, pr, m, s)
 		me := l.Measured
 		what := fmt.Sprintf("%s amp %v segments %d batch %d", l.Cfg, l.AMP, l.Segments, l.Batch)
 		if d := got.PeakRequested - me.PeakReq; (d < -1024 || d > 1024) && (l.Cfg != "yolov9-e" || l.Segments != 2 || d < -me.PeakReq/1000) {
