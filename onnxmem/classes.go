@@ -104,7 +104,7 @@ type template struct {
 // classKey names a scenario's class: everything but the batch size and the
 // allocator's limit and options, which no program depends on.
 func classKey(sc Scenario) string {
-	sc.Batch, sc.Capacity, sc.AllocConf = 0, 0, ""
+	sc.Batch, sc.Capacity, sc.AllocConf, sc.EmptyCache = 0, 0, "", ""
 	return fmt.Sprintf("%+v", sc)
 }
 

@@ -12,9 +12,11 @@
 //
 // A Result is what the measurement harness of a "model step" reads: the
 // parameters and the input batch are resident, one warm-up step has run (so
-// the allocator's cache holds its segments and the previous .grad buffers are
-// freed at the start), and the measured step runs the forward, the loss
-// sum(o.sum() for o in outputs) and the backward.
+// the allocator's cache holds its segments, or, where Scenario.EmptyCache
+// empties it again, those its .grad buffers lie in; those buffers are freed
+// at the start), and the measured step runs the forward, the loss
+// sum(o.sum() for o in outputs) and the backward. Process runs scenarios
+// one after another in one process.
 package onnxmem
 
 import (
@@ -327,7 +329,7 @@ const (
 	EmptyCacheWarmUp EmptyCache = "before_warmup"
 	// EmptyCacheNever never empties it, not even after loading the model: a
 	// process's scenarios then run in what every earlier one cached
-	// (SimulateAfter).
+	// (Process).
 	EmptyCacheNever EmptyCache = "never"
 )
 

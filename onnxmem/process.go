@@ -1,6 +1,7 @@
 package onnxmem
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 
@@ -36,6 +37,12 @@ type Process struct {
 	s     scratch
 }
 
+// ErrProcess is wrapped by the errors of a scenario that a Process cannot
+// run next although it could run first: one with other parameters,
+// workspaces, allocator options or way of emptying the cache than the
+// process's first, or any after a step that ran out of memory.
+var ErrProcess = errors.New("onnxmem: process")
+
 // NewProcess starts a simulated process of m in which nothing has run yet.
 func (m *Model) NewProcess() *Process {
 	return &Process{m: m, oom: -1}
@@ -64,13 +71,18 @@ func (pr *Process) Simulate(sc Scenario) (*Result, error) {
 	} else {
 		switch {
 		case pr.oom >= 0:
-			return nil, fmt.Errorf("onnxmem: process: step %d ran out of memory, which ends the process: start a new one", pr.oom)
+			err = fmt.Errorf("step %d ran out of memory, which ends the process: start a new one", pr.oom)
 		case sc.AllocConf != pr.sc.AllocConf || sc.Capacity != pr.sc.Capacity:
-			return nil, fmt.Errorf("onnxmem: process: allocator options %q and limit %d, and the first scenario's %q and %d: a process has one allocator", sc.AllocConf, sc.Capacity, pr.sc.AllocConf, pr.sc.Capacity)
+			err = fmt.Errorf("allocator options %q and limit %d, and the first scenario's %q and %d: a process has one allocator", sc.AllocConf, sc.Capacity, pr.sc.AllocConf, pr.sc.Capacity)
 		case mode != pr.ps.mode:
-			return nil, fmt.Errorf("onnxmem: process: empty cache %s, and the first scenario's %s: give the harness's one way to every scenario", mode, pr.ps.mode)
+			err = fmt.Errorf("empty cache %s, and the first scenario's %s: give the harness's one way to every scenario", mode, pr.ps.mode)
 		case !sameResidents(pr.first, p):
-			return nil, fmt.Errorf("onnxmem: process: the scenario holds other parameters than the first (%d resident tensors, %d): a process that reloads its model is not simulated; start a new one there", len(p.Resident), len(pr.first.Resident))
+			err = fmt.Errorf("the scenario holds other parameters than the first (%d resident tensors, %d): a process that reloads its model is not simulated; start a new one there", len(p.Resident), len(pr.first.Resident))
+		case !sameOnce(pr.first, p):
+			err = fmt.Errorf("the scenario's step keeps other workspaces for the process (cuBLAS handles) than the first's: start a new one there")
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrProcess, err)
 		}
 	}
 	ids := make([]allocator.ID, len(p.Buffers))
@@ -82,6 +94,21 @@ func (pr *Process) Simulate(sc Scenario) (*Result, error) {
 	}
 	pr.steps++
 	return r, nil
+}
+
+// sameOnce reports whether p and q keep the same workspaces for the rest
+// of the process (Program.Once): the same sizes, in the same order, which
+// the process's first step made.
+func sameOnce(p, q *schedule.Program) bool {
+	if len(p.Once) != len(q.Once) {
+		return false
+	}
+	for i, b := range p.Once {
+		if p.Buffers[b].Bytes != q.Buffers[q.Once[i]].Bytes {
+			return false
+		}
+	}
+	return true
 }
 
 // sameResidents reports whether p and q load the same resident tensors:

@@ -12,8 +12,8 @@ import (
 )
 
 // Run replays a step's program through the simulated caching allocator the
-// way the measurement harness runs it: load the parameters, empty the cache,
-// run one warm-up step (which makes the cuBLAS workspaces that stay), empty
+// way the measurement harness runs it: load the parameters, empty the cache
+// (but with EmptyCacheNever), run one warm-up step (which makes the cuBLAS workspaces that stay), empty
 // the cache again where sc.EmptyCache says (the warm-up's .grad tensors still
 // alive), then free the warm-up's .grad buffers, allocate the input and
 // measure the next step. p must be a program that schedule.Build
@@ -106,7 +106,8 @@ func runInto(s *scratch, p *schedule.Program, sc Scenario, begin func(*allocator
 // whose program is p: sc.EmptyCache when given; for a train step
 // EmptyCacheWarmUp, as a training loop runs its steps; for the others the
 // harness of the model family's reference measurements (Program.Harness),
-// or EmptyCacheStep.
+// or, for a program that names none (one that schedule.Build made for
+// another caller), EmptyCacheStep.
 func emptyCacheOf(sc Scenario, p *schedule.Program) EmptyCache {
 	switch {
 	case sc.EmptyCache != "":
@@ -519,8 +520,8 @@ var residentStates struct {
 }
 
 // residentsInto sets a to the state of an allocator with conf and capacity
-// after LoadResidents(p) and EmptyCache, and ids[buf] for each resident
-// buffer, and reports whether loading ran out of memory.
+// after LoadResidents(p), and EmptyCache when emptied is set, and ids[buf]
+// for each resident buffer, and reports whether loading ran out of memory.
 func residentsInto(a *allocator.Allocator, p *schedule.Program, conf allocator.Config, capacity int64, ids []allocator.ID, emptied bool) bool {
 	st := residentStateOf(p, conf, capacity, emptied)
 	a.CopyFrom(st.a)

@@ -120,6 +120,9 @@ func (m *Model) Run(sc Scenario, events []RunEvent) (*RunResult, error) {
 	if !sc.Train {
 		return nil, fmt.Errorf("onnxmem: run: the scenario is not a train step: a run trains (set Train)")
 	}
+	if sc.EmptyCache != "" {
+		return nil, fmt.Errorf("onnxmem: run: empty cache %s: a run's events say what it runs, and its training loop empties no cache; leave EmptyCache out", sc.EmptyCache)
+	}
 	if len(events) > MaxRunEvents {
 		return nil, fmt.Errorf("onnxmem: run: %d events, more than the %d a run simulates: a run's memory repeats from its second epoch on, so a few epochs say what a long run does", len(events), MaxRunEvents)
 	}

@@ -20,7 +20,7 @@ import (
 func cmdPredict(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	f := newFlagSet("predict",
 		"onnxmem predict [-root DIR] [-alone] < SCENARIOS.jsonl",
-		"Predict reads scenarios as JSON Lines on stdin and writes one line for each\n(blank lines are skipped): the same object with \"predicted\" added, or with\n\"error\" when the scenario cannot be simulated. Model paths are relative to\n-root and stay inside it (no absolute path, no \"..\", no symbolic link out of\nit); a model that names no file there but a built-in model (onnxmem models)\nis that model, and \"model\": null means the built-in model of \"cfg\".\n\nKinds: model_step, train_step and eval_step (the ground truth's fields: batch,\nimg or img_h and img_w, amp, half, segments, nc, boxes_per_img (a number or each\nimage's count), optimizer, ema, trainer, prev_pred_alive,\n...; and empty_cache, where the measuring harness empties the cache:\nbefore_step or before_warmup, by default the one of the ground truth of the\nmodel's family for model and eval steps and before_warmup for train steps, as\na training loop runs; or never);\nmax_batch with \"step\" and \"capacity_bytes\", the caching allocator's\nlimit (int(f × total_memory) for set_per_process_memory_fraction(f)), which\nanswers {\"max_batch\", and the step's figures at it}; train_run with \"events\"\n(setup, train, val and ckpt), which answers the run's peaks and the memory after\neach event; and model, what the model holds once loaded: {\"params\",\n\"param_bytes\", \"buffer_bytes\", \"alloc_after_load\", \"n_layers\"}. A field that\na kind does not take, or a value that onnxmem does not simulate, is an error\nthat names it: never ignored.\n\nA model's model_step lines that follow each other run one after another in one\nprocess, as a harness that sweeps a model's scenarios measures them: the\ncaching allocator keeps what the earlier steps left (onnxmem.Process), which\nmoves reserved bytes. Any other line ends that process. -alone simulates every\nline by itself.",
+		"Predict reads scenarios as JSON Lines on stdin and writes one line for each\n(blank lines are skipped): the same object with \"predicted\" added, or with\n\"error\" when the scenario cannot be simulated. Model paths are relative to\n-root and stay inside it (no absolute path, no \"..\", no symbolic link out of\nit); a model that names no file there but a built-in model (onnxmem models)\nis that model, and \"model\": null means the built-in model of \"cfg\".\n\nKinds: model_step, train_step and eval_step (the ground truth's fields: batch,\nimg or img_h and img_w, amp, half, segments, nc, boxes_per_img (a number or each\nimage's count), optimizer, ema, trainer, prev_pred_alive,\n...; and empty_cache, where the measuring harness empties the cache:\nbefore_step or before_warmup, by default the one of the ground truth of the\nmodel's family for model and eval steps and before_warmup for train steps, as\na training loop runs; or never);\nmax_batch with \"step\" and \"capacity_bytes\", the caching allocator's\nlimit (int(f × total_memory) for set_per_process_memory_fraction(f)), which\nanswers {\"max_batch\", and the step's figures at it}; train_run with \"events\"\n(setup, train, val and ckpt), which answers the run's peaks and the memory after\neach event; and model, what the model holds once loaded: {\"params\",\n\"param_bytes\", \"buffer_bytes\", \"alloc_after_load\", \"n_layers\"}. A field that\na kind does not take, or a value that onnxmem does not simulate, is an error\nthat names it: never ignored.\n\nA model's model_step lines that follow each other run one after another in one\nprocess, as a harness that sweeps a model's scenarios measures them: the\ncaching allocator keeps what the earlier steps left (onnxmem.Process), which\nmoves reserved bytes. A line of another kind or model ends that process; a line\nin error leaves it as it was. -alone simulates every line by itself.",
 		"onnxmem predict -root ../shared < ../shared/groundtruth/calibration.jsonl")
 	root := f.String("root", ".", "`dir`ectory the scenarios' model paths are relative to")
 	alone := f.Bool("alone", false, "simulate every line by itself, as the first scenario of a process, instead of running a model's consecutive model_step lines one after another in one process")
@@ -211,6 +211,7 @@ type maxBatchPredicted struct {
 func (p *predictor) guarded(obj map[string]json.RawMessage) (pr prediction, err error) {
 	defer func() {
 		if r := recover(); r != nil {
+			p.proc = nil // it may have stopped halfway through a step
 			err = fmt.Errorf("onnxmem: internal error on this line, please report it with the line: %v", r)
 		}
 	}()
@@ -308,20 +309,24 @@ func (p *predictor) simulate(obj map[string]json.RawMessage) (prediction, error)
 
 // inProcess simulates a model step as the next scenario of m's process: the
 // one the previous lines ran, or a new one when the previous line was of
-// another model or kind, or the process cannot take the scenario (other
-// parameters, allocator options or way of emptying the cache, or a step
-// before it ran out of memory, which a harness catches and goes on from as
-// if anew).
+// another model or kind, or the process cannot take the scenario
+// (onnxmem.ErrProcess: other parameters, workspaces, allocator options or
+// way of emptying the cache, or a step before it ran out of memory, which a
+// harness catches and goes on from as if anew). A line in error leaves the
+// process as it was.
 func (p *predictor) inProcess(m *onnxmem.Model, sc onnxmem.Scenario) (prediction, error) {
 	if p.proc != nil && p.procOf == m {
-		if r, err := p.proc.Simulate(sc); err == nil {
-			return prediction{r: r}, nil
+		r, err := p.proc.Simulate(sc)
+		if !errors.Is(err, onnxmem.ErrProcess) {
+			// Simulated, or a scenario error: a line that did not run
+			// leaves the process as it was.
+			return prediction{r: r}, err
 		}
 	}
-	p.proc, p.procOf = m.NewProcess(), m
-	r, err := p.proc.Simulate(sc)
-	if err != nil {
-		p.proc = nil
+	proc := m.NewProcess()
+	r, err := proc.Simulate(sc)
+	if err == nil {
+		p.proc, p.procOf = proc, m
 	}
 	return prediction{r: r}, err
 }

@@ -195,6 +195,19 @@ func TestPredictInProcess(t *testing.T) {
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("reserved peaks of the yolov9-s model steps but the fifth line (-want +got):\n%s", d)
 	}
+	// A line in error, found before or in the simulation, leaves the
+	// process as it was.
+	for _, bad := range []string{
+		`{"model": null, "cfg": "yolov9-s", "kind": "model_step", "batch": 1, "img": 640, "amp": true, "amp_dtype": "int8"}`,
+		`{"model": null, "cfg": "yolov9-s", "kind": "model_step", "batch": 1, "img": 640, "segments": 999}`,
+	} {
+		_, stdout, _ = runCmd(t, line(64, 2)+"\n"+bad+"\n"+line(1, 4), "predict")
+		lines := strings.Split(strings.TrimSuffix(stdout, "\n"), "\n")
+		var last struct{ Predicted *predicted }
+		if err := json.Unmarshal([]byte(lines[len(lines)-1]), &last); err != nil || last.Predicted == nil || last.Predicted.PeakReserved != want[1] || !strings.Contains(lines[1], `"error"`) {
+			t.Errorf("after %s: batch 1 answers %s, want %d as without it", bad, lines[len(lines)-1], want[1])
+		}
+	}
 	code, stdout, _ = runCmd(t, line(64, 2)+"\n"+line(1, 4), "predict", "-alone")
 	var last struct{ Predicted *predicted }
 	lines := strings.Split(strings.TrimSuffix(stdout, "\n"), "\n")
