@@ -128,7 +128,7 @@ func absf(x float64) float64 {
 // one process by the ground truth's harness (fp32 then AMP, segments 0, 2
 // and 4, batch 1 up). In order (Process), the requested peak is the
 // measured one within 1 KiB, but for yolov9-e with two segments, which
-// misses one [B, 64, 80, 80] tensor there (0.1%, a hold at that cut that
+// misses one [B, 256, 40, 40] tensor there (0.1%, a hold at that cut that
 // onnxmem does not know yet), the allocated peak within 0.6%, and the
 // reserved peak
 // within a median of 0.06%, 55 of 144 to the byte, the worst 9.9%
