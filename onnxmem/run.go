@@ -13,10 +13,11 @@ import (
 
 // Run replays a step's program through the simulated caching allocator the
 // way the measurement harness runs it: load the parameters, empty the cache
-// (but with EmptyCacheNever), run one warm-up step (which makes the cuBLAS workspaces that stay), empty
-// the cache again where sc.EmptyCache says (the warm-up's .grad tensors still
-// alive), then free the warm-up's .grad buffers, allocate the input and
-// measure the next step. p must be a program that schedule.Build
+// (but with EmptyCacheNever), run one warm-up step (which makes the cuBLAS
+// workspaces that stay), empty the cache again where sc.EmptyCache says (the
+// warm-up's .grad tensors still alive), then free the warm-up's .grad
+// buffers, allocate the input and measure the next step. p must be a
+// program that schedule.Build
 // made: Run panics on one whose events are not balanced, a broken invariant,
 // and on a scenario whose allocator options Supported refuses.
 func Run(p *schedule.Program, sc Scenario) *Result {
@@ -208,25 +209,6 @@ func (ps *process) ended(q *schedule.Program, ids []allocator.ID) {
 // run's. It leaves rp.oom set when the step ran out of memory.
 func (s *scratch) measure(p *schedule.Program, sc Scenario, conf allocator.Config, rp *replayer, ids []allocator.ID, begin func(*allocator.Allocator), observe func(int, allocator.Stats), analyze bool) (*Result, *liveness.Analysis) {
 	a := rp.a
-	oom := rp.oom
-	defer func() { rp.oom = oom }()
-	malloc := func(buf int32) {
-		if oom {
-			return
-		}
-		id, err := a.TryMalloc(p.Buffers[buf].Bytes)
-		if err != nil {
-			oom = true
-			return
-		}
-		ids[buf] = id
-	}
-	free := func(buf int32) {
-		if !oom {
-			a.Free(ids[buf])
-		}
-	}
-	transient := func(i int) bool { return isTransient(p, i) }
 	r := &Result{Scenario: sc, Events: len(p.Events), PeakLayer: -1, PeakEvent: -1}
 	r.M0 = a.Allocated()
 	a.ResetPeaks()
@@ -239,19 +221,19 @@ func (s *scratch) measure(p *schedule.Program, sc Scenario, conf allocator.Confi
 	best := r.M0
 	for i := 0; i < len(p.Events); i++ {
 		e := p.Events[i]
-		if observe == nil && !oom && transient(i) && i+1 != p.ForwardEnd && i+1 != p.StepEnd {
+		if observe == nil && !rp.oom && isTransient(p, i) && i+1 != p.ForwardEnd && i+1 != p.StepEnd {
 			held, err := a.Transient(p.Buffers[e.Buf].Bytes)
 			if err != nil {
-				oom = true
+				rp.oom = true
 			} else if cur := a.Allocated() + held; cur > best {
 				best, peakAt = cur, i
 			}
 			i++ // the free, after which allocated is as it was
 		} else {
 			if e.Free {
-				free(e.Buf)
+				rp.free(ids[e.Buf])
 			} else {
-				malloc(e.Buf)
+				rp.malloc(p, ids, e.Buf)
 			}
 			if observe != nil {
 				observe(i, a.Stats())
@@ -269,7 +251,7 @@ func (s *scratch) measure(p *schedule.Program, sc Scenario, conf allocator.Confi
 		}
 	}
 	st := a.Stats()
-	r.Peak, r.PeakRequested, r.PeakReserved, r.OOM = st.PeakAllocated, st.PeakRequested, st.PeakReserved, oom
+	r.Peak, r.PeakRequested, r.PeakReserved, r.OOM = st.PeakAllocated, st.PeakRequested, st.PeakReserved, rp.oom
 	r.ReservedAfter = st.Reserved
 	if peakAt >= 0 {
 		e := p.Events[peakAt]
