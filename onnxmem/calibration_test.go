@@ -4,8 +4,10 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -194,8 +196,10 @@ func TestCalibrationEvalStep(t *testing.T) {
 func TestCalibrationTrainStep(t *testing.T) {
 	const mib = 1 << 20
 	var table strings.Builder
-	fmt.Fprintf(&table, "%-9s %4s %2s %5s %5s %-5s %-3s  %10s %10s %7s  %s\n", "cfg", "prec", "k", "batch", "boxes", "opt", "ema", "peak MiB", "predicted", "error", "peak at")
+	fmt.Fprintf(&table, "%-9s %4s %2s %5s %5s %-5s %-3s  %10s %10s %7s  %10s %10s %7s  %s\n", "cfg", "prec", "k", "batch", "boxes", "opt", "ema",
+		"peak MiB", "predicted", "error", "reserved", "predicted", "error", "peak at")
 	worst := 0.0
+	var reserved []float64
 	n := calibrations(t, "train_step", func(l calibrationLine, m *onnxmem.Model) {
 		r, err := m.Simulate(l.scenario())
 		if err != nil {
@@ -204,16 +208,46 @@ func TestCalibrationTrainStep(t *testing.T) {
 		me := l.Measured.Peak
 		e := 100 * float64(r.Peak-me) / float64(me)
 		worst = max(worst, e, -e)
+		er := 100 * float64(r.PeakReserved-l.Measured.PeakReserved) / float64(l.Measured.PeakReserved)
+		reserved = append(reserved, math.Abs(er))
 		prec := "fp32"
 		if l.AMP {
 			prec = "amp"
 		}
-		fmt.Fprintf(&table, "%-9s %4s %2d %5d %5d %-5s %-3v  %10.1f %10.1f %+6.2f%%  %s\n", l.Cfg, prec, l.Segments, l.Batch, l.Boxes, l.Optimizer, l.EMA,
-			float64(me)/mib, float64(r.Peak)/mib, e, r.PeakPhase)
+		fmt.Fprintf(&table, "%-9s %4s %2d %5d %5d %-5s %-3v  %10.1f %10.1f %+6.2f%%  %10.1f %10.1f %+6.2f%%  %s\n", l.Cfg, prec, l.Segments, l.Batch, l.Boxes, l.Optimizer, l.EMA,
+			float64(me)/mib, float64(r.Peak)/mib, e, float64(l.Measured.PeakReserved)/mib, float64(r.PeakReserved)/mib, er, r.PeakPhase)
 		if e > 2 || e < -2 {
 			t.Errorf("%s %s segments %d batch %d boxes %d %s ema=%v: peak %d, measured %d (%+.2f%%, beyond 2%%)",
 				l.Cfg, prec, l.Segments, l.Batch, l.Boxes, l.Optimizer, l.EMA, r.Peak, me, e)
 		}
+		// The reserved peak, where the measurement's process did not carry
+		// something else: the first line of yolov9-s ran before the process
+		// had its cuBLAS workspace (its m_init is 32 MiB short of the next
+		// lines'), the first of yolov9-c after objects of yolov9-s's steps
+		// were still alive (it reserves more at batch 1 than at batch 2);
+		// under AMP the harness's GradScaler skipped steps before the one
+		// that made the optimizer's state (warm_steps), which moves what the
+		// cache holds by up to 3.6% (yolov9-c AdamW at batch 16 and 32, SGD
+		// at batch 2).
+		if (er > 1 || er < -1) && !(l.Batch == 1 && !l.AMP) && !(l.AMP && l.Cfg == "yolov9-c") {
+			t.Errorf("%s %s batch %d boxes %d %s ema=%v: reserved peak %d, measured %d (%+.2f%%, beyond 1%%)",
+				l.Cfg, prec, l.Batch, l.Boxes, l.Optimizer, l.EMA, r.PeakReserved, l.Measured.PeakReserved, er)
+		}
 	})
-	t.Logf("%d train steps, worst peak error %.2f%%\n%s", n, worst, table.String())
+	slices.Sort(reserved)
+	exact := 0
+	for _, e := range reserved {
+		if e < 0.05 {
+			exact++
+		}
+	}
+	// The optimizer's state is made in the warm-up step's optimizer.step(),
+	// in the segments its activations left free, as torch.optim makes it;
+	// loaded with the parameters instead, it held 154 MiB more of
+	// yolov9-c's segments (460 MiB with AdamW), median 0.12%, 24 lines
+	// within 0.05%.
+	if med := reserved[len(reserved)/2]; med > 0.02 || exact < 55 {
+		t.Errorf("reserved peaks: median error %.3f%%, %d of %d within 0.05%%; want a median within 0.02%% and 55 within 0.05%%", med, exact, len(reserved))
+	}
+	t.Logf("%d train steps, worst peak error %.2f%%; reserved median %.3f%%, %d within 0.05%%\n%s", n, worst, reserved[len(reserved)/2], exact, table.String())
 }

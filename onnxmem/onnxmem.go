@@ -259,7 +259,8 @@ type Scenario struct {
 	// (under autocast with AMP), the family's loss with Boxes ground-truth
 	// boxes in every image, the backward, GradScaler, gradient clipping, the
 	// Optimizer's step (default SGD), zero_grad and, with EMA, the EMA
-	// update. The optimizer's state exists before the step.
+	// update. The optimizer's state exists before the step: the warm-up's
+	// optimizer.step() made it, in the cache its activations left.
 	Train bool
 	Boxes int64
 	// BoxCounts, when not nil, are the ground-truth boxes of each image of

@@ -12,9 +12,12 @@ import (
 )
 
 // Run replays a step's program through the simulated caching allocator the
-// way the measurement harness runs it: load the parameters, empty the cache
+// way the measurement harness runs it: load the parameters (of a train
+// step also the EMA copy, but not the optimizer's state), empty the cache
 // (but with EmptyCacheNever), run one warm-up step (which makes the cuBLAS
-// workspaces that stay), empty the cache again where sc.EmptyCache says (the
+// workspaces that stay and, in its optimizer.step(), the optimizer's state,
+// as torch.optim makes it lazily: in the segments that the warm-up's
+// activations left free), empty the cache again where sc.EmptyCache says (the
 // warm-up's .grad tensors still alive), then free the warm-up's .grad
 // buffers, allocate the input and measure the next step. p must be a
 // program that schedule.Build
@@ -136,7 +139,8 @@ type process struct {
 // says: the first one loads the parameters; each empties the cache (but
 // with EmptyCacheNever) and runs the warm-up, whose zero_grad drops the
 // last step's gradients and which makes the workspaces that stay
-// (Program.Once) the first time the process runs one; then it empties the
+// (Program.Once) and the optimizer's state (Program.StateOrder) the first
+// time the process runs one; then it empties the
 // cache again with EmptyCacheStep, frees the warm-up's gradients and
 // allocates the measured step's input. ids receives q's allocations.
 func (ps *process) warmUp(q *schedule.Program, conf allocator.Config, capacity int64, ids []allocator.ID) {
@@ -151,10 +155,6 @@ func (ps *process) warmUp(q *schedule.Program, conf allocator.Config, capacity i
 		// The cache is emptied after loading unless the harness never
 		// empties it.
 		rp.oom = residentsInto(rp.a, q, conf, capacity, ids, ps.mode != EmptyCacheNever)
-		ps.res = make([]allocator.ID, len(q.Resident))
-		for i, buf := range q.Resident {
-			ps.res[i] = ids[buf]
-		}
 	} else {
 		for i, buf := range q.Resident {
 			ids[buf] = ps.res[i]
@@ -176,6 +176,12 @@ func (ps *process) warmUp(q *schedule.Program, conf allocator.Config, capacity i
 		rp.malloc(q, ids, q.Input)
 	}
 	rp.step(q, ids, first)
+	if first {
+		ps.res = make([]allocator.ID, len(q.Resident))
+		for i, buf := range q.Resident {
+			ps.res[i] = ids[buf]
+		}
+	}
 	// The measured step's: the warm-up's outputs are the ones it carries.
 	for i, buf := range q.Carried {
 		ids[buf] = ids[q.CarriedFrom[i]]
@@ -295,8 +301,15 @@ func (s *scratch) liveAt(p *schedule.Program, at int) []bool {
 // (num_batches_tracked) stays as it was cloned. It returns the allocator's
 // error when it runs out of memory, having allocated what fitted.
 func LoadResidents(a *allocator.Allocator, p *schedule.Program, ids []allocator.ID) error {
+	return loadResidents(a, p, ids, false)
+}
+
+// loadResidents is LoadResidents; with lazyState it leaves out the
+// optimizer's state (RoleState), which a training loop's first
+// optimizer.step() makes (Program.StateOrder).
+func loadResidents(a *allocator.Allocator, p *schedule.Program, ids []allocator.ID, lazyState bool) error {
 	if p.ResidentLoad != nil {
-		return loadHalved(a, p, ids)
+		return loadHalved(a, p, ids, lazyState)
 	}
 	var model, copied []int32
 	for i, buf := range p.Resident {
@@ -314,6 +327,9 @@ func LoadResidents(a *allocator.Allocator, p *schedule.Program, ids []allocator.
 		}
 	}
 	for i := 0; i < len(p.Resident); i++ {
+		if lazyState && p.ResidentRoles[i] == schedule.RoleState {
+			continue
+		}
 		if p.ResidentRoles[i] != schedule.RoleCopy || !converted {
 			id, err := a.TryMalloc(p.Buffers[p.Resident[i]].Bytes)
 			if err != nil {
@@ -351,8 +367,12 @@ func LoadResidents(a *allocator.Allocator, p *schedule.Program, ids []allocator.
 // each at its loaded (float32) bytes, in order, then each one that is
 // smaller now converted in turn, its half tensor allocated before its
 // float32 one is freed (Module._apply).
-func loadHalved(a *allocator.Allocator, p *schedule.Program, ids []allocator.ID) error {
+func loadHalved(a *allocator.Allocator, p *schedule.Program, ids []allocator.ID, lazyState bool) error {
+	lazy := func(i int) bool { return lazyState && p.ResidentRoles[i] == schedule.RoleState }
 	for i, buf := range p.Resident {
+		if lazy(i) {
+			continue
+		}
 		id, err := a.TryMalloc(p.ResidentLoad[i])
 		if err != nil {
 			return err
@@ -360,7 +380,7 @@ func loadHalved(a *allocator.Allocator, p *schedule.Program, ids []allocator.ID)
 		ids[buf] = id
 	}
 	for i, buf := range p.Resident {
-		if p.Buffers[buf].Bytes == p.ResidentLoad[i] {
+		if lazy(i) || p.Buffers[buf].Bytes == p.ResidentLoad[i] {
 			continue
 		}
 		id, err := a.TryMalloc(p.Buffers[buf].Bytes)
@@ -484,6 +504,7 @@ type residentState struct {
 	conf     allocator.Config
 	capacity int64
 	emptied  bool // the cache emptied after loading
+	lazy     bool // the optimizer's state left out (loadResidents)
 	sizes    []int64
 	roles    []schedule.Role
 	load     []int64 // Program.ResidentLoad
@@ -515,8 +536,9 @@ func residentsInto(a *allocator.Allocator, p *schedule.Program, conf allocator.C
 
 // residentStateOf returns the resident state of p, kept or made.
 func residentStateOf(p *schedule.Program, conf allocator.Config, capacity int64, emptied bool) *residentState {
+	lazy := len(p.StateOrder) > 0
 	same := func(st *residentState) bool {
-		if st.conf != conf || st.emptied != emptied || st.capacity != capacity || len(st.sizes) != len(p.Resident) || !slices.Equal(st.roles, p.ResidentRoles) ||
+		if st.conf != conf || st.emptied != emptied || st.lazy != lazy || st.capacity != capacity || len(st.sizes) != len(p.Resident) || !slices.Equal(st.roles, p.ResidentRoles) ||
 			!slices.Equal(st.load, p.ResidentLoad) {
 			return false
 		}
@@ -537,11 +559,11 @@ func residentStateOf(p *schedule.Program, conf allocator.Config, capacity int64,
 		}
 	}
 	rs.mu.Unlock()
-	st := &residentState{conf: conf, capacity: capacity, emptied: emptied, roles: slices.Clone(p.ResidentRoles), load: slices.Clone(p.ResidentLoad), a: allocator.New()}
+	st := &residentState{conf: conf, capacity: capacity, emptied: emptied, lazy: lazy, roles: slices.Clone(p.ResidentRoles), load: slices.Clone(p.ResidentLoad), a: allocator.New()}
 	st.a.Reset(conf)
 	st.a.Capacity = capacity
 	ids := make([]allocator.ID, len(p.Buffers))
-	st.oom = LoadResidents(st.a, p, ids) != nil
+	st.oom = loadResidents(st.a, p, ids, lazy) != nil
 	if emptied {
 		st.a.EmptyCache()
 	}
@@ -585,21 +607,28 @@ func (rp *replayer) free(id allocator.ID) {
 	}
 }
 
-// step runs q's events over ids; with once it also makes the workspaces
-// that stay (Program.Once), each just before its event, as the first step
-// of a process does.
-func (rp *replayer) step(q *schedule.Program, ids []allocator.ID, once bool) {
-	next, end := 0, 0
-	if once {
-		end = len(q.Once)
+// step runs q's events over ids; with first it is the first step of a
+// process, which also makes the workspaces that stay (Program.Once) and
+// the optimizer's state (Program.StateOrder), each just before its event.
+func (rp *replayer) step(q *schedule.Program, ids []allocator.ID, first bool) {
+	next, end, state, states := 0, 0, 0, 0
+	if first {
+		end, states = len(q.Once), len(q.StateOrder)
+	}
+	// due reports whether something is made before event i.
+	due := func(i int) bool {
+		return next < end && q.OnceAt[next] <= i || state < states && q.StateAt[state] <= i
 	}
 	for i := 0; i < len(q.Events) && !rp.oom; i++ {
 		for ; next < end && q.OnceAt[next] <= i; next++ {
 			rp.malloc(q, ids, q.Once[next])
 		}
+		for ; state < states && q.StateAt[state] <= i; state++ {
+			rp.malloc(q, ids, q.StateOrder[state])
+		}
 		e := q.Events[i]
 		switch {
-		case isTransient(q, i) && (next == end || q.OnceAt[next] > i+1):
+		case isTransient(q, i) && !due(i+1):
 			if _, err := rp.a.Transient(q.Buffers[e.Buf].Bytes); err != nil {
 				rp.oom = true
 			}
@@ -612,6 +641,9 @@ func (rp *replayer) step(q *schedule.Program, ids []allocator.ID, once bool) {
 	}
 	for ; next < end; next++ {
 		rp.malloc(q, ids, q.Once[next])
+	}
+	for ; state < states; state++ {
+		rp.malloc(q, ids, q.StateOrder[state])
 	}
 }
 
