@@ -443,3 +443,56 @@ func ckptLine(op alignOp, meas, pred []ckptEvent) string {
 	}
 	return fmt.Sprintf("%s%-40s | %s", mark, l, r)
 }
+
+// TestRecomputeStopKeepsLaterReads checks the early stop of a non-reentrant
+// checkpoint's recomputation on yolov9-e with two segments, whose first
+// range ends in an ADown (layer 23): the recomputation stops once the second
+// branch's SiLU has packed its clone, before the cat that reads the first
+// branch, so the first branch (the batch norm's storage that the in-place
+// SiLU returned) stays referenced by the module's frame until the stop
+// unwinds it, innermost first: the second branch's batch norm output, then
+// the first's. The H200 trace of that step (calibration/results/
+// harness_traces.tgz, yolov9-e fp32 K=2 batch 1) frees them so, and its
+// requested peak, which falls there, needs the first branch alive.
+func TestRecomputeStopKeepsLaterReads(t *testing.T) {
+	m, err := onnxmem.Builtin("yolov9-e")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := m.Program(onnxmem.Scenario{Batch: 1, Height: 640, Width: 640, Segments: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The recomputation's allocations of each branch's batch norm output,
+	// and where each is freed.
+	alloc := map[string]int32{}
+	lastAlloc := -1
+	frees := map[int32]int{}
+	for i, e := range p.Events {
+		if e.Phase != schedule.Recompute || e.Node < 0 {
+			continue
+		}
+		name := p.Graph.Nodes[e.Node].Name
+		if e.Free {
+			frees[e.Buf] = i
+			continue
+		}
+		if strings.HasPrefix(name, "/model.23/") {
+			lastAlloc = i
+		}
+		if name == "/model.23/cv1/bn/BatchNormalization" || name == "/model.23/cv2/bn/BatchNormalization" {
+			if p.Buffers[e.Buf].Kind == schedule.Activation {
+				alloc[name] = e.Buf
+			}
+		}
+	}
+	cv1, ok1 := alloc["/model.23/cv1/bn/BatchNormalization"]
+	cv2, ok2 := alloc["/model.23/cv2/bn/BatchNormalization"]
+	if !ok1 || !ok2 || lastAlloc < 0 {
+		t.Fatalf("no recomputation of layer 23's branches in yolov9-e's program (%v)", alloc)
+	}
+	f1, f2 := frees[cv1], frees[cv2]
+	if f1 <= lastAlloc || f2 <= lastAlloc || f2 > f1 {
+		t.Errorf("the first branch is freed at event %d and the second's batch norm output at %d; want both after the recomputation's last allocation (%d), the second first", f1, f2, lastAlloc)
+	}
+}

@@ -127,10 +127,10 @@ func absf(x float64) float64 {
 // yolov9-t, -m, -e and gelan-c, which the ground truth lacks, each swept in
 // one process by the ground truth's harness (fp32 then AMP, segments 0, 2
 // and 4, batch 1 up). In order (Process), the requested peak is the
-// measured one within 1 KiB, but for yolov9-e with two segments, which
-// misses one [B, 256, 40, 40] tensor there (0.1%, a hold at that cut that
-// onnxmem does not know yet), the allocated peak within 0.6%, and the
-// reserved peak
+// measured one within 1 KiB (yolov9-e with two segments missed one
+// [B, 256, 40, 40] tensor until the recomputation's early stop kept the
+// values that nodes after it read alive to the stop), the allocated peak
+// within 0.6%, and the reserved peak
 // within a median of 0.06%, 55 of 144 to the byte, the worst 9.9%
 // (yolov9-e under AMP with four segments at batch 4: the requests are the
 // measured ones, where their blocks part is not found yet); each scenario
@@ -178,7 +178,7 @@ func TestHarnessSweep(t *testing.T) {
 		got, r := inOrderAndAlone(t, pr, m, s)
 		me := l.Measured
 		what := fmt.Sprintf("%s amp %v segments %d batch %d", l.Cfg, l.AMP, l.Segments, l.Batch)
-		if d := got.PeakRequested - me.PeakReq; (d < -1024 || d > 1024) && (l.Cfg != "yolov9-e" || l.Segments != 2 || d < -me.PeakReq/1000) {
+		if d := got.PeakRequested - me.PeakReq; d < -1024 || d > 1024 {
 			t.Errorf("%s: requested peak %d, measured %d", what, got.PeakRequested, me.PeakReq)
 		}
 		pct := func(x, y int64) float64 { return absf(100 * float64(x-y) / float64(y)) }

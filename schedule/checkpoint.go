@@ -125,6 +125,15 @@ func (b *builder) recompute(c int) {
 	for _, v := range ch.inputs {
 		f.keep[v] = true
 	}
+	// A value that a node after the stop reads is still referenced when
+	// the stop unwinds the function: by a local of a module that has not
+	// returned (a two-branch block's first branch, until the concat that
+	// joins them) or by the layer loop's list.
+	for _, i := range ch.nodes[stop+1:] {
+		for _, v := range b.readsOf(i) {
+			f.pending[v]++
+		}
+	}
 	for _, i := range nodes {
 		b.step(f, i)
 	}
@@ -132,6 +141,14 @@ func (b *builder) recompute(c int) {
 		b.node, b.stopAt = last, last
 		b.run(&b.g.Nodes[last], b.kind[last])
 		b.stopAt = -1
+	}
+	// The unwinding frees the running modules' locals first, innermost
+	// (the latest made) first, then what the layer loop's list holds.
+	for v := len(f.alive) - 1; v >= 0; v-- {
+		if f.alive[v] && f.holds[v] == 0 {
+			f.alive[v] = false
+			b.unref(b.vst[v])
+		}
 	}
 	for v, alive := range f.alive {
 		if alive {
