@@ -148,7 +148,7 @@ var commonFields = []string{"kind", "cfg", "model", "measured", "family", "deter
 var stepFields = map[string][]string{
 	"model_step": {"batch", "img", "img_h", "img_w", "amp", "amp_dtype", "half", "segments", "checkpoint", "nc", "empty_cache"},
 	"eval_step":  {"batch", "img", "img_h", "img_w", "amp", "amp_dtype", "half", "segments", "nc", "empty_cache"},
-	"train_step": {"batch", "img", "img_h", "img_w", "amp", "amp_dtype", "segments", "checkpoint", "nc", "boxes_per_img", "optimizer", "ema", "trainer", "prev_pred_alive", "empty_cache"},
+	"train_step": {"batch", "img", "img_h", "img_w", "amp", "amp_dtype", "half", "segments", "checkpoint", "nc", "boxes_per_img", "optimizer", "ema", "trainer", "prev_pred_alive", "empty_cache"},
 }
 
 // maxBatchFields are a max_batch line's own fields: the step it searches
@@ -433,6 +433,7 @@ func stepScenario(obj map[string]json.RawMessage, step string, search bool) (onn
 		}
 		sc.Trainer = trainer
 		sc.PrevPredAlive = prevPred
+		sc.Half = half // false, or refused by Supported
 	default:
 		sc.Half = half
 	}

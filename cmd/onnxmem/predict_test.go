@@ -350,6 +350,8 @@ func TestPredictFields(t *testing.T) {
 		{`{"kind":"train_step","model":"yolov9-s","batch":2,"img":640,"boxes_per_img":[3,14]}`,
 			sim(s, onnxmem.Scenario{Batch: 2, Height: 640, Width: 640, Train: true, BoxCounts: []int64{3, 14}})},
 		{`{"kind":"train_step","model":"yolov9-s","batch":3,"img":640,"boxes_per_img":[3,4]}`, `onnxmem: 2 box counts for a batch of 3`},
+		{`{"kind":"train_step","model":"yolov9-s","batch":2,"img":640,"boxes_per_img":4,"half":true}`, `onnxmem: train steps train float32 parameters, with or without amp: half does not apply`},
+		{`{"kind":"train_step","model":"yolov9-s","batch":2,"img":640,"boxes_per_img":4,"half":false}`, sim(s, onnxmem.Scenario{Batch: 2, Height: 640, Width: 640, Train: true, Boxes: 4})},
 		{`{"kind":"train_step","model":"yolov9-s","batch":2,"img":640,"boxes_per_img":"many"}`, `onnxmem: field "boxes_per_img": "many" is neither`},
 		{`{"kind":"max_batch","step":"train_step","model":"yolov9-s","img":640,"boxes_per_img":[3,4],"capacity_bytes":1000000000}`, `onnxmem: max_batch: boxes_per_img is a list`},
 		{`{"kind":"model_step","model":"yolov9-s","batch":2,"img":640,"boxes_per_img":4}`, `onnxmem: model_step line: unknown field "boxes_per_img"`},
