@@ -416,10 +416,11 @@ func (b *builder) back(n *ir.Node, k opKind, outs []ir.ValueID) {
 	case opReduceSum:
 		pass(n.Inputs[0], false, false) // an expanded view
 	case opMaxPool:
-		c := contiguous()
+		// max_pool2d_with_indices_backward reads a strided gradient (a
+		// concat's slice) as it is: the ground truth's traces of a pool
+		// whose output only a concat reads show no copy of it.
 		fresh(n.Inputs[0])
 		freeCopy(b.copyIf(!b.contig[n.Inputs[0]], b.bytes(n.Inputs[0])))
-		freeCopy(c)
 	case opAvgPool:
 		c := contiguous()
 		fresh(n.Inputs[0])
@@ -431,10 +432,7 @@ func (b *builder) back(n *ir.Node, k opKind, outs []ir.ValueID) {
 		x := n.Inputs[0]
 		if b.dt[x] != b.dt[outs[0]] && b.rg[x] {
 			st := b.alloc(s.Elems(x)*b.dt[outs[0]].Size(), Grad, x)
-			post = append(post, func() {
-				b.accumulate(x, b.grad(x))
-				b.unref(st)
-			})
+			post = append(post, b.toCopy(st, x, false))
 			break
 		}
 		fresh(x)
@@ -579,16 +577,21 @@ func (b *builder) inputGrad(x ir.ValueID, fresh func(ir.ValueID), post []func())
 }
 
 // toCopy returns what ToCopyBackward does once the op's node has run: it
-// allocates v's float32 gradient (its .grad for a parameter) from the
-// low-precision one in st, and frees st.
+// allocates v's gradient in v's type (its .grad for a parameter) from the
+// one in st, of the op's type, and frees st. The engine releases a node's
+// inputs when the node returns, before it adds the node's output to what
+// v already has, so st is gone before that sum is allocated (the H200
+// trace of gelan-c's upsampling under autocast frees it so).
 func (b *builder) toCopy(st int32, v ir.ValueID, param bool) func() {
 	return func() {
 		if param {
 			b.paramGrad(v)
-		} else {
-			b.accumulate(v, b.grad(v))
+			b.unref(st)
+			return
 		}
+		g := b.grad(v)
 		b.unref(st)
+		b.accumulate(v, g)
 	}
 }
 
