@@ -131,8 +131,8 @@ func absf(x float64) float64 {
 // [B, 256, 40, 40] tensor until the recomputation's early stop kept the
 // values that nodes after it read alive to the stop), the allocated peak
 // within 0.6%, and the reserved peak
-// within a median of 0.06%, 55 of 144 to the byte, the worst 9.9%
-// (yolov9-e under AMP with four segments at batch 4: the requests are the
+// within a median of 0.06%, 54 of 144 to the byte, the worst 8.1%
+// (yolov9-e under AMP with four segments at batch 1: the requests are the
 // measured ones, where their blocks part is not found yet); each scenario
 // alone, 46 to the byte and the worst 14.9%.
 func TestHarnessSweep(t *testing.T) {
