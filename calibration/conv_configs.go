@@ -56,7 +56,7 @@ func main() {
 				}
 				for _, prec := range []schedule.Precision{schedule.FP32, schedule.AMP} {
 					cfg := schedule.Config{Precision: prec, Workspace: func(c schedule.ConvCall) int64 {
-						if c.Which != schedule.ColumnSum {
+						if !schedule.IsReduction(c.Which) {
 							seen[[9]int64{c.N, c.Cin, c.Cout, c.H, c.W, c.KH, c.StrideH, c.Groups, c.ElemSize}] = true
 						}
 						return 0
@@ -109,7 +109,7 @@ func main() {
 				}
 				for _, prec := range []schedule.Precision{schedule.FP32, schedule.AMP} {
 					cfg := schedule.Config{Precision: prec, Workspace: func(c schedule.ConvCall) int64 {
-						if c.Which != schedule.ColumnSum {
+						if !schedule.IsReduction(c.Which) {
 							seen[[9]int64{c.N, c.Cin, c.Cout, c.H, c.W, c.KH, c.StrideH, c.Groups, c.ElemSize}] = true
 						}
 						return 0

@@ -96,7 +96,7 @@ func ExampleModel_Timeline() {
 	// is what cached blocks hold beyond their requests.
 	fmt.Println("live at the peak:", mib(peak.Live), "in blocks of", mib(peak.Allocated))
 	// Output:
-	// events: 224
+	// events: 226
 	// peak at event 79 in the backward with 186.51 MiB allocated
 	// largest sample is the peak: true
 	// live at the peak: 186.51 MiB in blocks of 186.51 MiB

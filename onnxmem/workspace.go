@@ -31,8 +31,8 @@ import (
 // any model step. A batch that the table lacks between two powers of two it
 // holds for the shape gets the line through them (wsTable.interpolate); any
 // other call (another model, image size or batch) gets the rule of
-// cuDNNWorkspaceRule. A column sum (schedule.ColumnSum) gets its reduction's
-// staging, schedule.ColumnSumBytes. A bfloat16 call (ConvCall.BF16) is
+// cuDNNWorkspaceRule. A reduction (schedule.ColumnSum, ChannelSum) gets its
+// staging, schedule.ReductionBytes. A bfloat16 call (ConvCall.BF16) is
 // looked up in a second table, the same sweep's float16 convolutions at
 // batch 1, 2, 4, ..., 64 measured in bfloat16 (conv_sweep.py --bf16), where
 // cuDNN chose another workspace in 5%, 5% and 14% of the forward,
@@ -42,7 +42,7 @@ import (
 func CuDNNWorkspace(c schedule.ConvCall) int64 {
 	var row [3]int64
 	found := false
-	if c.Which != schedule.ColumnSum {
+	if !schedule.IsReduction(c.Which) {
 		row, found = lookupShape(c)
 	}
 	return workspaceOf(c, row, found)
@@ -51,8 +51,8 @@ func CuDNNWorkspace(c schedule.ConvCall) int64 {
 // workspaceOf is CuDNNWorkspace given the table's row of the call's shape,
 // when found: a template looks each shape up once for all its calls.
 func workspaceOf(c schedule.ConvCall, row [3]int64, found bool) int64 {
-	if c.Which == schedule.ColumnSum {
-		return schedule.ColumnSumBytes(c.N, c.Cout)
+	if schedule.IsReduction(c.Which) {
+		return schedule.ReductionBytes(c)
 	}
 	if found {
 		if ws, ok := pick(row, c.Which); ok {

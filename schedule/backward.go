@@ -53,6 +53,7 @@ func (b *builder) backward() error {
 		b.slot[i] = -1
 	}
 	ones := int32(-1)
+	b.seed = -1
 	if b.cfg.Train != nil && b.cfg.Train.Loss != nil {
 		if err := b.seedFromLoss(); err != nil {
 			return err
@@ -60,6 +61,7 @@ func (b *builder) backward() error {
 	} else {
 		// d(sum)/d(o) is a one-element tensor expanded to o's shape.
 		ones = b.alloc(b.scalarBytes(), Scalar, ir.NoValue)
+		b.seed = ones
 		for _, o := range g.Outputs {
 			if b.rg[o] {
 				b.ref(ones)
@@ -263,6 +265,11 @@ func (b *builder) back(n *ir.Node, k opKind, outs []ir.ValueID) {
 				b.workspace(b.convCall(n, Backward, "bwd-filter"))
 			}
 			freeCopy(c)
+			if j == 1 {
+				// The bias's gradient: a sum over N, H and W.
+				y := n.Outputs[0]
+				b.channelSum(b.s.Elems(y)/max(b.s.Elems(w), 1), b.s.Elems(w), gy.st >= 0 && gy.st == b.seed)
+			}
 		}
 		// The weight's cast was made after the bias's, so its
 		// ToCopyBackward runs first.

@@ -108,7 +108,7 @@ type Config struct {
 	Checkpoint []Range
 	// Workspace, when set, returns the workspace bytes that a kernel call
 	// allocates and frees around itself: a conv's cuDNN workspace, or a
-	// column sum's staging (ColumnSumBytes); nil means none.
+	// reduction's staging (ReductionBytes); nil means none.
 	Workspace func(c ConvCall) int64
 }
 
@@ -118,7 +118,9 @@ type ConvCall struct {
 	Phase Phase
 	// Which is "fwd", "bwd-data" or "bwd-filter" for a convolution, or
 	// ColumnSum for the sum over the N rows of an [N, Cout] tensor (a
-	// Linear's bias gradient), whose other fields are zero.
+	// Linear's bias gradient), or ChannelSum or ExpandedChannelSum for a
+	// conv bias's gradient (N rows of Cout columns); a reduction's other
+	// fields are zero.
 	Which                          string
 	N, Cin, Cout, H, W, OutH, OutW int64
 	KH, KW, StrideH, StrideW       int64
@@ -183,6 +185,7 @@ type builder struct {
 	paramGrads []int32 // by value: .grad buffer, or -1
 	unrun      []int32 // nodes the backward never reached
 	lossSt     int32
+	seed       int32 // the storage of loss = Σ o.sum()'s expanded seed gradient, or -1
 }
 
 // Build returns the program of one training step of g at shapes s: the

@@ -33,15 +33,22 @@ const (
 // the rows of a contiguous [rows, cols] tensor, 0 and 0 when one block of
 // threads sums each column.
 func columnSumBuffers(rows, cols int64) (staging, semaphores int64) {
-	if rows < 1 || cols < 2 {
-		return 0, 0
-	}
 	vec := int64(1) // output_vec_size
 	switch {
 	case cols%4 == 0:
 		vec = 4
 	case cols%2 == 0:
 		vec = 2
+	}
+	return reduceBuffers(rows, cols, vec)
+}
+
+// reduceBuffers is columnSumBuffers for output vectors of vec columns: 1
+// when the columns are not adjacent in memory (Reduce.cuh vectorizes
+// along the output only when its stride is the element's size).
+func reduceBuffers(rows, cols, vec int64) (staging, semaphores int64) {
+	if rows < 1 || cols < 2 {
+		return 0, 0
 	}
 	maxThreads := 512 / vec
 	pow2 := func(d int64) int64 {
@@ -89,9 +96,107 @@ func ColumnSumBytes(rows, cols int64) int64 {
 	return staging + sems
 }
 
+// ChannelSum and ExpandedChannelSum are the Whichs of a ConvCall that
+// stands for a conv bias's gradient, convolution_backward's
+// grad_output.sum({0, 2, 3}) over N·OutH·OutW rows (ConvCall.N) of Cout
+// columns; the layout of the incoming gradient picks Reduce.cuh's launch.
+//
+// A gradient with contiguous rows of OutH·OutW (a fresh gradient, or a
+// concat's slice of one) is reduced along its fastest dimension: a warp's
+// 32 lanes sum along the rows of one column, up to 16 warps take other
+// columns or split the rows, and a split over blocks stages only 4 bytes
+// a column and block (channelSumBuffers).
+//
+// The seed of loss = Σ o.sum() reaches the head's convs as one element
+// expanded to the output's shape, stride 0 everywhere; TensorIterator
+// then takes the kept C as the fastest dimension, so the kernel is the
+// column sum's with unvectorized outputs: 32 columns a block, 16 warps on
+// the rows, and a split stages 4 × C × ctas × 32 bytes. Worked example, a
+// 1×1 conv to 80 classes on 80×80 at batch 8: 51,200 rows, 80 columns; 3
+// blocks of columns, 3,200 rows a thread, split over min(⌈528/3⌉,
+// ⌈3200/16⌉) = 176 blocks: a staging of 4 × 80 × 176 × 32 = 1,802,240
+// bytes, which the ground truth's model-step traces of that conv's
+// backward allocate and free (and 512,000 and 409,600 bytes on 40×40 for
+// 80 and 64 columns, nothing on 20×20).
+const (
+	ChannelSum         = "channel-sum"
+	ExpandedChannelSum = "channel-sum-expanded"
+)
+
+// IsReduction reports whether a ConvCall's Which names a reduction's
+// buffers (ColumnSum, ChannelSum, ExpandedChannelSum) instead of a cuDNN
+// call.
+func IsReduction(which string) bool {
+	return which == ColumnSum || which == ChannelSum || which == ExpandedChannelSum
+}
+
+// ReductionBytes returns the transient bytes of a reduction's ConvCall:
+// its staging buffer and semaphores, allocated and freed together.
+func ReductionBytes(c ConvCall) int64 {
+	var staging, sems int64
+	switch c.Which {
+	case ChannelSum:
+		staging, sems = channelSumBuffers(c.N, c.Cout)
+	case ExpandedChannelSum:
+		staging, sems = reduceBuffers(c.N, c.Cout, 1)
+	default:
+		staging, sems = columnSumBuffers(c.N, c.Cout)
+	}
+	return staging + sems
+}
+
+// channelSumBuffers returns the staging and semaphore bytes of a sum of
+// cols columns whose rows lie contiguous (setReduceConfig's
+// reduction_on_fastest_striding_dimension): block_x_reduce, so the
+// staging holds one float32 a column and block.
+func channelSumBuffers(rows, cols int64) (staging, semaphores int64) {
+	const maxThreads = 512
+	pow2 := func(d int64) int64 {
+		if d >= maxThreads {
+			return maxThreads
+		}
+		p := int64(1)
+		for p*2 <= d {
+			p *= 2
+		}
+		return p
+	}
+	if rows < 1 || cols < 1 {
+		return 0, 0
+	}
+	width := min(pow2(rows), 32)
+	height := min(pow2(cols), maxThreads/width)
+	width = min(pow2(rows), maxThreads/height)
+	perThread := (rows + width - 1) / width
+	if perThread < height*16 && perThread < 256 {
+		return 0, 0 // each warp sums other columns: no split of the rows
+	}
+	perThread = (rows + width*height - 1) / (width * height)
+	grid := cols
+	target := reduceSMs * (reduceThreadsPerSM / (width * height))
+	if perThread < 256 || grid > target {
+		return 0, 0
+	}
+	ctas := max(min((target+grid-1)/grid, (perThread+15)/16), (perThread+255)/256)
+	if ctas <= 1 {
+		return 0, 0
+	}
+	return 4 * cols * ctas, 4 * grid
+}
+
 // columnSum emits the transient buffer of a sum over the rows of a
 // [rows, cols] gradient, through the Workspace policy as a conv call's,
 // so that a policy derived at other batch sizes sizes it anew.
 func (b *builder) columnSum(rows, cols int64) {
 	b.workspace(ConvCall{Phase: b.phase, Which: ColumnSum, N: rows, Cout: cols, ElemSize: 4})
+}
+
+// channelSum emits a conv bias gradient's reduction buffers: ChannelSum,
+// or ExpandedChannelSum when the incoming gradient is the expanded seed.
+func (b *builder) channelSum(rows, cols int64, expanded bool) {
+	which := ChannelSum
+	if expanded {
+		which = ExpandedChannelSum
+	}
+	b.workspace(ConvCall{Phase: b.phase, Which: which, N: rows, Cout: cols, ElemSize: 4})
 }

@@ -47,3 +47,42 @@ func TestColumnSumBuffers(t *testing.T) {
 		}
 	}
 }
+
+// TestChannelSumBuffers checks a conv bias gradient's reduction buffers
+// against the ground truth's model-step traces of yolov9-c at batch 8
+// (../shared/groundtruth/traces), where loss = Σ o.sum() hands the head's
+// 1×1 convs the expanded seed: on 80×80 and 40×40 each class conv (80
+// columns) allocates a staging and 12 bytes of semaphores (3 blocks of
+// columns), each box conv (64 columns) one and 8 bytes; on 20×20 neither
+// allocates anything. A gradient with contiguous rows splits only when a
+// thread of a 512-thread block would sum 256 rows or more.
+func TestChannelSumBuffers(t *testing.T) {
+	for _, tc := range []struct {
+		rows, cols    int64
+		expanded      bool
+		staging, sems int64
+	}{
+		{51200, 80, true, 1802240, 12},
+		{51200, 64, true, 1638400, 8},
+		{12800, 80, true, 512000, 12},
+		{12800, 64, true, 409600, 8},
+		{3200, 80, true, 0, 0},
+		{3200, 64, true, 0, 0},
+		{51200, 80, false, 0, 0},         // 100 rows a thread
+		{130560, 80, false, 0, 0},        // 255 rows a thread of 512
+		{131072, 80, false, 2240, 320},   // 256: max(min(⌈528/80⌉, ⌈256/16⌉), 1) = 7 blocks
+		{204800, 80, false, 2240, 320},   // 400 a thread: max(min(⌈528/80⌉, 25), 2) = 7 blocks
+		{204800, 512, false, 4096, 2048}, // 2 blocks
+		{204800, 1024, false, 0, 0},      // 1024 blocks of columns > 528
+	} {
+		var st, sem int64
+		if tc.expanded {
+			st, sem = reduceBuffers(tc.rows, tc.cols, 1)
+		} else {
+			st, sem = channelSumBuffers(tc.rows, tc.cols)
+		}
+		if st != tc.staging || sem != tc.sems {
+			t.Errorf("%d rows × %d columns, expanded %v: %d + %d bytes, want %d + %d", tc.rows, tc.cols, tc.expanded, st, sem, tc.staging, tc.sems)
+		}
+	}
+}
