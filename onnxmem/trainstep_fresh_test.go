@@ -1,0 +1,86 @@
+package onnxmem_test
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/onnxmem/onnxmem/onnxmem"
+)
+
+// TestTrainStepFresh replays calibration/train_step.py: train steps of the
+// official YOLOv9 code measured as the ground truth measures them (the
+// model, its EMA, SGD, GradScaler and the loss resident; warm-up steps
+// until the optimizer has state, then the measured step; 16 boxes an
+// image), each in a fresh process, for yolov9-t, -s, -m, -c, -e and
+// gelan-c (train.py's loss), fp32 and AMP. The ground truth's train
+// steps are yolov9-s and yolov9-c only, taken one after another in one
+// process; fresh, the first of them (yolov9-s at batch 1, fp32) reserves
+// what onnxmem predicts for a fresh process to the byte, where the ground
+// truth's process read 5.1% less. The allocated peak is within 0.3% of
+// each measured one; the reserved peak the measured one to the byte in 10
+// of 14, the worst yolov9-e under AMP at batch 2 (-3.1%).
+func TestTrainStepFresh(t *testing.T) {
+	f, err := os.Open("../calibration/results/train_step.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	models := map[string]*onnxmem.Model{}
+	var table strings.Builder
+	fmt.Fprintf(&table, "%-9s %5s %5s  %10s %8s  %10s %8s\n", "cfg", "prec", "batch", "peak MiB", "error", "reserved", "error")
+	n, exact := 0, 0
+	worst := 0.0
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var l struct {
+			Cfg, Trainer string
+			Batch, Img   int64
+			AMP          bool
+			Boxes        int64 `json:"boxes_per_img"`
+			Optimizer    string
+			EMA          bool
+			Measured     struct {
+				Peak         int64
+				PeakReserved int64 `json:"peak_reserved"`
+			}
+		}
+		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+			t.Fatal(err)
+		}
+		m := models[l.Cfg]
+		if m == nil {
+			if m, err = onnxmem.Builtin(l.Cfg); err != nil {
+				t.Fatal(err)
+			}
+			models[l.Cfg] = m
+		}
+		s := onnxmem.Scenario{Batch: l.Batch, Height: l.Img, Width: l.Img, AMP: l.AMP, Train: true, Boxes: l.Boxes,
+			Optimizer: onnxmem.Optimizer(l.Optimizer), EMA: l.EMA, Trainer: l.Trainer}
+		r, err := m.Simulate(s)
+		if err != nil {
+			t.Fatalf("%s batch %d: %v", l.Cfg, l.Batch, err)
+		}
+		pct := func(got, want int64) float64 { return 100 * float64(got-want) / float64(want) }
+		prec := map[bool]string{false: "fp32", true: "amp"}[l.AMP]
+		me := l.Measured
+		fmt.Fprintf(&table, "%-9s %5s %5d  %10.1f %+7.2f%%  %10.1f %+7.2f%%\n", l.Cfg, prec, l.Batch,
+			float64(me.Peak)/(1<<20), pct(r.Peak, me.Peak), float64(me.PeakReserved)/(1<<20), pct(r.PeakReserved, me.PeakReserved))
+		if e := pct(r.Peak, me.Peak); e > 0.3 || e < -0.3 {
+			t.Errorf("%s %s batch %d: allocated peak %+.2f%%, beyond 0.3%%", l.Cfg, prec, l.Batch, e)
+		}
+		e := pct(r.PeakReserved, me.PeakReserved)
+		worst = max(worst, e, -e)
+		if r.PeakReserved == me.PeakReserved {
+			exact++
+		}
+		n++
+	}
+	t.Logf("%d fresh train steps: reserved peak %d to the byte, the worst %.2f%%\n%s", n, exact, worst, table.String())
+	if n != 14 || exact < 10 || worst > 3.5 {
+		t.Errorf("want 14 steps, the reserved peak to the byte in at least 10 and within 3.5%% in all")
+	}
+}
