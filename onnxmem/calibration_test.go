@@ -32,6 +32,7 @@ type calibrationLine struct {
 		Peak         int64 `json:"peak"`
 		AfterFwd     int64 `json:"after_fwd"`
 		PeakReserved int64 `json:"peak_reserved"`
+		WarmSteps    int   `json:"warm_steps"`
 	} `json:"measured"`
 }
 
@@ -199,7 +200,7 @@ func TestCalibrationTrainStep(t *testing.T) {
 	fmt.Fprintf(&table, "%-9s %4s %2s %5s %5s %-5s %-3s  %10s %10s %7s  %10s %10s %7s  %s\n", "cfg", "prec", "k", "batch", "boxes", "opt", "ema",
 		"peak MiB", "predicted", "error", "reserved", "predicted", "error", "peak at")
 	worst := 0.0
-	var reserved []float64
+	var reserved, withWarm []float64
 	n := calibrations(t, "train_step", func(l calibrationLine, m *onnxmem.Model) {
 		r, err := m.Simulate(l.scenario())
 		if err != nil {
@@ -223,24 +224,49 @@ func TestCalibrationTrainStep(t *testing.T) {
 		// The reserved peak, where the measurement's process did not carry
 		// something else: the first line of yolov9-s ran before the process
 		// had its cuBLAS workspace (its m_init is 32 MiB short of the next
-		// lines'), the first of yolov9-c after objects of yolov9-s's steps
-		// were still alive (it reserves more at batch 1 than at batch 2);
-		// under AMP the harness's GradScaler skipped steps before the one
-		// that made the optimizer's state (warm_steps), which moves what the
-		// cache holds by up to 3.6% (yolov9-c AdamW at batch 16 and 32, SGD
-		// at batch 2).
-		if (er > 1 || er < -1) && !(l.Batch == 1 && !l.AMP) && !(l.AMP && l.Cfg == "yolov9-c") {
+		// lines'; calibration/train_step.py measured it in a fresh process
+		// as predicted), the first of yolov9-c after objects of yolov9-s's
+		// steps were still alive (it reserves more at batch 1 than at batch
+		// 2). Under AMP the prediction assumes two iterations whose
+		// optimizer step GradScaler skipped (DefaultAMPWarmSteps), where the
+		// harness's skipped none for yolov9-c at batch 1 to 8 (warm_steps
+		// 1); with the measured warm_steps yolov9-c at batch 4 is exact, and
+		// batch 2, after the process's batch 1, still reads 3.6% low.
+		// yolov9-s with 2 segments at batch 16 reads 1.3% high either way.
+		sw := l.scenario()
+		sw.WarmSteps = l.Measured.WarmSteps
+		rw, err := m.Simulate(sw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ew := 100 * float64(rw.PeakReserved-l.Measured.PeakReserved) / float64(l.Measured.PeakReserved)
+		withWarm = append(withWarm, math.Abs(ew))
+		known := l.Batch == 1 && !l.AMP || l.AMP && l.Cfg == "yolov9-c" && l.Batch <= 4 || l.Segments == 2 && l.Batch == 16 && l.Boxes == 16
+		if (er > 1 || er < -1) && !known {
 			t.Errorf("%s %s batch %d boxes %d %s ema=%v: reserved peak %d, measured %d (%+.2f%%, beyond 1%%)",
 				l.Cfg, prec, l.Batch, l.Boxes, l.Optimizer, l.EMA, r.PeakReserved, l.Measured.PeakReserved, er)
 		}
-	})
-	slices.Sort(reserved)
-	exact := 0
-	for _, e := range reserved {
-		if e < 0.05 {
-			exact++
+		if (ew > 1 || ew < -1) && !known {
+			t.Errorf("%s %s batch %d boxes %d %s ema=%v, warm steps %d: reserved peak %d, measured %d (%+.2f%%, beyond 1%%)",
+				l.Cfg, prec, l.Batch, l.Boxes, l.Optimizer, l.EMA, l.Measured.WarmSteps, rw.PeakReserved, l.Measured.PeakReserved, ew)
 		}
+		if ew := 100 * float64(rw.Peak-me) / float64(me); ew > 0.25 || ew < -0.25 {
+			if !(l.Batch == 1 && !l.AMP) {
+				t.Errorf("%s %s batch %d, warm steps %d: peak %+.2f%%, beyond 0.25%%", l.Cfg, prec, l.Batch, l.Measured.WarmSteps, ew)
+			}
+		}
+	})
+	within := func(errs []float64) int {
+		k := 0
+		for _, e := range errs {
+			if e < 0.05 {
+				k++
+			}
+		}
+		return k
 	}
+	slices.Sort(reserved)
+	exact, exactWarm := within(reserved), within(withWarm)
 	// The optimizer's state is made in the warm-up step's optimizer.step(),
 	// in the segments its activations left free, as torch.optim makes it;
 	// loaded with the parameters instead, it held 154 MiB more of
@@ -249,5 +275,8 @@ func TestCalibrationTrainStep(t *testing.T) {
 	if med := reserved[len(reserved)/2]; med > 0.02 || exact < 55 {
 		t.Errorf("reserved peaks: median error %.3f%%, %d of %d within 0.05%%; want a median within 0.02%% and 55 within 0.05%%", med, exact, len(reserved))
 	}
-	t.Logf("%d train steps, worst peak error %.2f%%; reserved median %.3f%%, %d within 0.05%%\n%s", n, worst, reserved[len(reserved)/2], exact, table.String())
+	if exactWarm < exact {
+		t.Errorf("with the measured warm_steps %d reserved peaks within 0.05%%, with the default %d: the skipped iterations should only help", exactWarm, exact)
+	}
+	t.Logf("%d train steps, worst peak error %.2f%%; reserved median %.3f%%, %d within 0.05%% (%d with the measured warm_steps)\n%s", n, worst, reserved[len(reserved)/2], exact, exactWarm, table.String())
 }

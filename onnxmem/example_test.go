@@ -40,7 +40,7 @@ func ExampleModel_MaxBatchOn() {
 	}
 	fmt.Printf("batch %d fits %s, reserving %.2f of its %.2f GiB\n", n, d.Name, float64(r.PeakReserved)/(1<<30), float64(d.Usable())/(1<<30))
 	// Output:
-	// batch 22 fits rtx4090, reserving 23.09 of its 23.15 GiB
+	// batch 22 fits rtx4090, reserving 23.06 of its 23.15 GiB
 }
 
 // Plan the checkpointing that lets a yolov9-c train step at batch 16 fit

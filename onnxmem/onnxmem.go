@@ -260,7 +260,8 @@ type Scenario struct {
 	// boxes in every image, the backward, GradScaler, gradient clipping, the
 	// Optimizer's step (default SGD), zero_grad and, with EMA, the EMA
 	// update. The optimizer's state exists before the step: the warm-up's
-	// optimizer.step() made it, in the cache its activations left.
+	// optimizer.step() made it, in the cache its activations left (see
+	// WarmSteps).
 	Train bool
 	Boxes int64
 	// BoxCounts, when not nil, are the ground-truth boxes of each image of
@@ -279,6 +280,18 @@ type Scenario struct {
 	// one is made); without it the step starts with them gone, as a
 	// harness that deletes them does.
 	PrevPredAlive bool `json:",omitempty"`
+	// WarmSteps is how many steps of a train step's loop run before the
+	// measured one: the last of them makes the optimizer's state, the ones
+	// before it are the iterations whose optimizer step GradScaler skipped
+	// (it found an inf in the gradients, scaled by 65536 at first, and
+	// halves its scale each time), which run the forward and backward and
+	// so shape the cache without making state. 0 means DefaultAMPWarmSteps
+	// under float16 AMP and 1 otherwise: float32 gradients and bfloat16's
+	// float32 range leave GradScaler nothing to skip. The first measured
+	// step after the state is made (../shared/groundtruth's) depends on it;
+	// a step of a long run, whose cache has settled, does not once it
+	// is 3 or more.
+	WarmSteps int `json:",omitempty"`
 	// CuBLASWorkspace is the cuBLAS workspace left allocated by earlier work
 	// in the process, resident in train and eval steps; 0 means
 	// DefaultCuBLASWorkspace.
@@ -347,6 +360,29 @@ func (sc Scenario) Defaults() Scenario {
 		sc.CuBLASWorkspace = DefaultCuBLASWorkspace
 	}
 	return sc
+}
+
+// DefaultAMPWarmSteps is Scenario.WarmSteps's default under float16 AMP:
+// two iterations whose optimizer step GradScaler skips, then the one that
+// makes the optimizer's state. At GradScaler's initial scale of 65536 a
+// freshly initialized detector's float16 gradients overflow: the official
+// code's steps measured on the H200 skipped 0 to 7 (../shared/groundtruth's
+// warm_steps, calibration/train_step.py), most of them 2 or more; the cache
+// the skipped iterations leave is the same after 2 as after 7
+// (TestWarmStepsSettle).
+const DefaultAMPWarmSteps = 3
+
+// warmSkips returns how many of sc's warm-up steps GradScaler skips.
+func (sc Scenario) warmSkips() int {
+	switch {
+	case !sc.Train:
+		return 0
+	case sc.WarmSteps > 0:
+		return sc.WarmSteps - 1
+	case sc.AMP && sc.AMPDType != "bfloat16":
+		return DefaultAMPWarmSteps - 1
+	}
+	return 0
 }
 
 // DefaultCuBLASWorkspace is PyTorch's default cuBLAS workspace on Hopper
@@ -449,6 +485,12 @@ func (sc Scenario) Supported() error {
 		return fmt.Errorf("onnxmem: autocast type %s without amp: the type is autocast's", sc.AMPDType)
 	case sc.PrevPredAlive && !sc.Train:
 		return fmt.Errorf("onnxmem: prev_pred_alive: the previous iteration's outputs belong to a training loop, and this is not a train step")
+	case sc.WarmSteps != 0 && !sc.Train:
+		return fmt.Errorf("onnxmem: warm steps %d: the warm-up iterations belong to a train step's loop, and this is not a train step", sc.WarmSteps)
+	case sc.WarmSteps < 0:
+		return fmt.Errorf("onnxmem: warm steps %d: must be 1 or more (0 for the default)", sc.WarmSteps)
+	case sc.WarmSteps > 1 && (!sc.AMP || sc.AMPDType == "bfloat16"):
+		return fmt.Errorf("onnxmem: warm steps %d without float16 amp: GradScaler skips no optimizer step there, so the first step makes the optimizer's state; give 1", sc.WarmSteps)
 	case sc.Trainer != "" && !sc.Train:
 		return fmt.Errorf("onnxmem: trainer %q: a trainer names a train step's script, and this is not a train step", sc.Trainer)
 	case sc.BoxCounts != nil && !sc.Train:

@@ -86,6 +86,7 @@ func (pr *Process) Simulate(sc Scenario) (*Result, error) {
 		}
 	}
 	ids := make([]allocator.ID, len(p.Buffers))
+	pr.ps.skips = sc.warmSkips()
 	pr.ps.warmUp(p, pr.conf, sc.Capacity, ids)
 	r, _ := pr.s.measure(p, sc, pr.conf, &pr.ps.rp, ids, nil, nil, false)
 	pr.ps.ended(p, ids)

@@ -98,7 +98,7 @@ func runInto(s *scratch, p *schedule.Program, sc Scenario, begin func(*allocator
 	defer allocators.Put(a)
 	a.Reset(conf)
 	a.Capacity = sc.Capacity
-	ps := process{rp: replayer{a: a}, mode: emptyCacheOf(sc, p)}
+	ps := process{rp: replayer{a: a}, mode: emptyCacheOf(sc, p), skips: sc.warmSkips()}
 	ids := s.ids[:0]
 	ids = append(ids, make([]allocator.ID, len(p.Buffers))...)
 	s.ids = ids
@@ -133,6 +133,9 @@ type process struct {
 	// Program.Resident, once the first scenario has loaded them.
 	res   []allocator.ID
 	grads []allocator.ID // the .grad tensors the last measured step left
+	// skips is the number of warm-up steps whose optimizer step
+	// GradScaler skipped before the one that makes the optimizer's state.
+	skips int
 }
 
 // warmUp runs a scenario of the process up to its measured step, as Run
@@ -175,7 +178,19 @@ func (ps *process) warmUp(q *schedule.Program, conf allocator.Config, capacity i
 	if q.Input >= 0 {
 		rp.malloc(q, ids, q.Input)
 	}
-	rp.step(q, ids, first)
+	for k := 0; k < ps.skips; k++ {
+		rp.skipped(q, ids, first && k == 0)
+		for i, buf := range q.Carried {
+			ids[buf] = ids[q.CarriedFrom[i]]
+		}
+		for _, buf := range q.ParamGrads {
+			rp.free(ids[buf])
+		}
+		if q.Input >= 0 {
+			rp.malloc(q, ids, q.Input)
+		}
+	}
+	rp.step(q, ids, first && ps.skips == 0, first)
 	if first {
 		ps.res = make([]allocator.ID, len(q.Resident))
 		for i, buf := range q.Resident {
@@ -610,21 +625,24 @@ func (rp *replayer) free(id allocator.ID) {
 // step runs q's events over ids; with first it is the first step of a
 // process, which also makes the workspaces that stay (Program.Once) and
 // the optimizer's state (Program.StateOrder), each just before its event.
-func (rp *replayer) step(q *schedule.Program, ids []allocator.ID, first bool) {
-	next, end, state, states := 0, 0, 0, 0
-	if first {
-		end, states = len(q.Once), len(q.StateOrder)
+func (rp *replayer) step(q *schedule.Program, ids []allocator.ID, once, state bool) {
+	next, end, st, states := 0, 0, 0, 0
+	if once {
+		end = len(q.Once)
+	}
+	if state {
+		states = len(q.StateOrder)
 	}
 	// due reports whether something is made before event i.
 	due := func(i int) bool {
-		return next < end && q.OnceAt[next] <= i || state < states && q.StateAt[state] <= i
+		return next < end && q.OnceAt[next] <= i || st < states && q.StateAt[st] <= i
 	}
 	for i := 0; i < len(q.Events) && !rp.oom; i++ {
 		for ; next < end && q.OnceAt[next] <= i; next++ {
 			rp.malloc(q, ids, q.Once[next])
 		}
-		for ; state < states && q.StateAt[state] <= i; state++ {
-			rp.malloc(q, ids, q.StateOrder[state])
+		for ; st < states && q.StateAt[st] <= i; st++ {
+			rp.malloc(q, ids, q.StateOrder[st])
 		}
 		e := q.Events[i]
 		switch {
@@ -642,8 +660,45 @@ func (rp *replayer) step(q *schedule.Program, ids []allocator.ID, first bool) {
 	for ; next < end; next++ {
 		rp.malloc(q, ids, q.Once[next])
 	}
-	for ; state < states; state++ {
-		rp.malloc(q, ids, q.StateOrder[state])
+	for ; st < states; st++ {
+		rp.malloc(q, ids, q.StateOrder[st])
+	}
+}
+
+// skipped replays q's step as one whose optimizer step GradScaler skipped:
+// without the events of optimizer.step(), making no state; the first step
+// of a process makes the workspaces that stay (Program.Once). A buffer the
+// skipped events would have made is not freed either, as in Model.Run.
+func (rp *replayer) skipped(q *schedule.Program, ids []allocator.ID, first bool) {
+	next, end := 0, 0
+	if first {
+		end = len(q.Once)
+	}
+	made := make([]bool, len(q.Buffers))
+	if q.Input >= 0 {
+		made[q.Input] = true
+	}
+	for _, b := range q.Carried {
+		made[b] = true
+	}
+	for i := 0; i < len(q.Events) && !rp.oom; i++ {
+		for ; next < end && q.OnceAt[next] <= i; next++ {
+			rp.malloc(q, ids, q.Once[next])
+		}
+		if i >= q.OptStep && i < q.OptStepEnd {
+			continue
+		}
+		switch e := q.Events[i]; {
+		case e.Free && made[e.Buf]:
+			rp.free(ids[e.Buf])
+			made[e.Buf] = false
+		case !e.Free:
+			rp.malloc(q, ids, e.Buf)
+			made[e.Buf] = true
+		}
+	}
+	for ; next < end; next++ {
+		rp.malloc(q, ids, q.Once[next])
 	}
 }
 

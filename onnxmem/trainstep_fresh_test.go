@@ -21,8 +21,10 @@ import (
 // process; fresh, the first of them (yolov9-s at batch 1, fp32) reserves
 // what onnxmem predicts for a fresh process to the byte, where the ground
 // truth's process read 5.1% less. The allocated peak is within 0.3% of
-// each measured one; the reserved peak the measured one to the byte in 10
-// of 14, the worst yolov9-e under AMP at batch 2 (-3.1%).
+// each measured one; the reserved peak the measured one to the byte in 11
+// of 14 and within 0.9% in all (yolov9-e under AMP at batch 2 read 3.1%
+// low until the warm-up ran the iterations GradScaler skips,
+// DefaultAMPWarmSteps).
 func TestTrainStepFresh(t *testing.T) {
 	f, err := os.Open("../calibration/results/train_step.jsonl")
 	if err != nil {
@@ -46,6 +48,7 @@ func TestTrainStepFresh(t *testing.T) {
 			Measured     struct {
 				Peak         int64
 				PeakReserved int64 `json:"peak_reserved"`
+				WarmSteps    int   `json:"warm_steps"`
 			}
 		}
 		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
@@ -80,7 +83,38 @@ func TestTrainStepFresh(t *testing.T) {
 		n++
 	}
 	t.Logf("%d fresh train steps: reserved peak %d to the byte, the worst %.2f%%\n%s", n, exact, worst, table.String())
-	if n != 14 || exact < 10 || worst > 3.5 {
-		t.Errorf("want 14 steps, the reserved peak to the byte in at least 10 and within 3.5%% in all")
+	if n != 14 || exact < 11 || worst > 1 {
+		t.Errorf("want 14 steps, the reserved peak to the byte in at least 11 and within 1%% in all")
+	}
+}
+
+// TestWarmStepsSettle checks what DefaultAMPWarmSteps rests on: the cache
+// that the iterations GradScaler skips leave settles after two of them.
+// calibration/train_step.py's yolov9-e under AMP at batch 2 skipped 7
+// before the step that made the optimizer's state; its measured step
+// reserved 3,867,148,288 bytes. Simulated with 0 or 1 skipped iterations
+// the reserved peak reads 3.1% and 2.9% low; with 2 to 7 it is the
+// measured one to the byte.
+func TestWarmStepsSettle(t *testing.T) {
+	m, err := onnxmem.Builtin("yolov9-e")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const measured = 3867148288
+	for w := 1; w <= 8; w++ {
+		r, err := m.Simulate(onnxmem.Scenario{Batch: 2, Height: 640, Width: 640, AMP: true, Train: true, Boxes: 16, EMA: true, WarmSteps: w})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if exact := r.PeakReserved == measured; exact != (w >= 3) {
+			t.Errorf("warm steps %d: reserved peak %d, measured %d", w, r.PeakReserved, int64(measured))
+		}
+	}
+	r, err := m.Simulate(onnxmem.Scenario{Batch: 2, Height: 640, Width: 640, AMP: true, Train: true, Boxes: 16, EMA: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.PeakReserved != measured {
+		t.Errorf("default warm steps: reserved peak %d, measured %d", r.PeakReserved, int64(measured))
 	}
 }
