@@ -17,7 +17,7 @@ traces are: [action, address, size] with action a (alloc), f (free_completed), s
 sf (segment_free), from the model's creation to the measured step's end, with "marks": the
 event index where each step starts.
 
-Configs: cfg:batch:amp|fp32, comma-separated. Uses the official code at --yolo (see
+Configs: cfg:batch:amp|fp32[:optimizer[:ema 1|0[:boxes]]] (default SGD, EMA, 16 boxes), comma-separated. Uses the official code at --yolo (see
 train_run.py). Rerun on a GPU machine, from the repository root:
     python3 calibration/train_step.py --out calibration/results
 which writes results/train_step.jsonl (one line a config: predict's format, kind train_step) and
@@ -41,7 +41,11 @@ def child(spec, out, a):
     sys.path.insert(0, HERE)
     import train_run
 
-    cfg, B, amp = train_run.parse(spec)
+    parts = spec.split(":")
+    cfg, B, amp = parts[0], int(parts[1]), parts[2] == "amp"
+    opt_name = parts[3] if len(parts) > 3 and parts[3] else "SGD"
+    use_ema = parts[4] != "0" if len(parts) > 4 and parts[4] else True
+    boxes = int(parts[5]) if len(parts) > 5 and parts[5] else BOXES
     train_run.install_stubs()
     sys.path.insert(0, os.path.abspath(a.yolo))
     try:
@@ -73,8 +77,8 @@ def child(spec, out, a):
     model = Model(os.path.join(a.yolo, "models/detect", cfg + ".yaml"), ch=3, nc=80).to(dev)
     model.hyp = hyp
     model.nc = 80
-    ema = ModelEMA(model)
-    optimizer = smart_optimizer(model, "SGD", hyp["lr0"], hyp["momentum"], hyp["weight_decay"])
+    ema = ModelEMA(model) if use_ema else None
+    optimizer = smart_optimizer(model, opt_name, hyp["lr0"], hyp["momentum"], hyp["weight_decay"])
     scaler = torch.cuda.amp.GradScaler(enabled=amp)
     compute_loss = ComputeLoss(model)
     torch.cuda.synchronize()
@@ -86,7 +90,7 @@ def child(spec, out, a):
     def step():
         marks.append(len(torch.cuda.memory._snapshot()["device_traces"][0]))
         imgs = train_run.make_images(torch, gen, B, 640, 640)
-        targets = train_run.make_targets(torch, rng, [BOXES] * B)
+        targets = train_run.make_targets(torch, rng, [boxes] * B)
         imgs = imgs.to(dev, non_blocking=True).float() / 255
         with torch.cuda.amp.autocast(amp):
             pred = model(imgs)
@@ -97,7 +101,8 @@ def child(spec, out, a):
         scaler.step(optimizer)
         scaler.update()
         optimizer.zero_grad()
-        ema.update(model)
+        if ema is not None:
+            ema.update(model)
         del pred, loss, loss_items, imgs
         torch.cuda.synchronize()
 
@@ -116,7 +121,7 @@ def child(spec, out, a):
     names = {"alloc": "a", "free_completed": "f", "segment_alloc": "sa", "segment_free": "sf"}
     events = [[names[e["action"]], e["addr"], e["size"]] for e in snap["device_traces"][0] if e["action"] in names]
     rec = {"kind": "train_step", "cfg": cfg, "model": None, "batch": B, "img": 640, "amp": amp, "segments": 0,
-           "boxes_per_img": BOXES, "optimizer": "SGD", "ema": True,
+           "boxes_per_img": boxes, "optimizer": opt_name, "ema": use_ema,
            "trainer": "train" if cfg.startswith("gelan") else "train_dual",
            "measured": {"m_init": m_init, "peak": st["allocated_bytes.all.peak"], "peak_req": st["requested_bytes.all.peak"],
                         "peak_reserved": st["reserved_bytes.all.peak"], "step1_peak": step1_peak, "warm_steps": warm,
@@ -130,6 +135,7 @@ def main():
     p.add_argument("--configs", default=DEFAULT)
     p.add_argument("--out", default=os.path.join(HERE, "results"))
     p.add_argument("--yolo", default=os.path.join(REPO, "third_party", "yolov9"))
+    p.add_argument("--name", default="train_step", help="writes NAME.jsonl and NAME_traces.jsonl.gz")
     p.add_argument("--child", default=None)
     p.add_argument("--child-out", default=None)
     a = p.parse_args()
@@ -138,7 +144,7 @@ def main():
         return
     recs, traces = [], []
     for spec in a.configs.split(","):
-        tmp = os.path.join(a.out, ".train_step.json")
+        tmp = os.path.join(a.out, "." + a.name + ".json")
         r = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", spec, "--child-out", tmp,
                             "--yolo", a.yolo], capture_output=True, text=True, timeout=600)
         if r.returncode != 0:
@@ -151,10 +157,10 @@ def main():
         traces.append(d["trace"])
         m = d["record"]["measured"]
         print(spec, {k: m[k] for k in ("m_init", "peak", "peak_reserved", "warm_steps")}, flush=True)
-    with open(os.path.join(a.out, "train_step.jsonl"), "w") as f:
+    with open(os.path.join(a.out, a.name + ".jsonl"), "w") as f:
         for r in recs:
             f.write(json.dumps(r) + "\n")
-    with gzip.open(os.path.join(a.out, "train_step_traces.jsonl.gz"), "wt") as f:
+    with gzip.open(os.path.join(a.out, a.name + "_traces.jsonl.gz"), "wt") as f:
         for t in traces:
             f.write(json.dumps(t) + "\n")
 
