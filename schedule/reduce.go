@@ -43,14 +43,11 @@ func columnSumBuffers(rows, cols int64) (staging, semaphores int64) {
 	return reduceBuffers(rows, cols, vec)
 }
 
-// reduceBuffers is columnSumBuffers for output vectors of vec columns: 1
-// when the columns are not adjacent in memory (Reduce.cuh vectorizes
-// along the output only when its stride is the element's size).
-func reduceBuffers(rows, cols, vec int64) (staging, semaphores int64) {
-	if rows < 1 || cols < 2 {
-		return 0, 0
-	}
-	maxThreads := 512 / vec
+// blockDims returns the reduction kernel's block, ReduceConfig's
+// set_block_dimension: up to a warp's 32 lanes along dim0 (the fastest
+// dimension), then as many warps along dim1 as maxThreads allows, each
+// side a power of two no larger than its dimension.
+func blockDims(dim0, dim1, maxThreads int64) (width, height int64) {
 	pow2 := func(d int64) int64 {
 		if d >= maxThreads {
 			return maxThreads
@@ -61,10 +58,21 @@ func reduceBuffers(rows, cols, vec int64) (staging, semaphores int64) {
 		}
 		return p
 	}
-	dim0 := cols / vec
-	width := min(pow2(dim0), 32)
-	height := min(pow2(rows), maxThreads/width)
+	width = min(pow2(dim0), 32)
+	height = min(pow2(dim1), maxThreads/width)
 	width = min(pow2(dim0), maxThreads/height)
+	return width, height
+}
+
+// reduceBuffers is columnSumBuffers for output vectors of vec columns: 1
+// when the columns are not adjacent in memory (Reduce.cuh vectorizes
+// along the output only when its stride is the element's size).
+func reduceBuffers(rows, cols, vec int64) (staging, semaphores int64) {
+	if rows < 1 || cols < 2 {
+		return 0, 0
+	}
+	dim0 := cols / vec
+	width, height := blockDims(dim0, rows, 512/vec)
 	stepOutput, stepInput := width, int64(1)
 	if rows < height*16 && rows < 256 {
 		return 0, 0 // each warp sums other outputs: no split of the rows
@@ -150,23 +158,10 @@ func ReductionBytes(c ConvCall) int64 {
 // reduction_on_fastest_striding_dimension): block_x_reduce, so the
 // staging holds one float32 a column and block.
 func channelSumBuffers(rows, cols int64) (staging, semaphores int64) {
-	const maxThreads = 512
-	pow2 := func(d int64) int64 {
-		if d >= maxThreads {
-			return maxThreads
-		}
-		p := int64(1)
-		for p*2 <= d {
-			p *= 2
-		}
-		return p
-	}
 	if rows < 1 || cols < 1 {
 		return 0, 0
 	}
-	width := min(pow2(rows), 32)
-	height := min(pow2(cols), maxThreads/width)
-	width = min(pow2(rows), maxThreads/height)
+	width, height := blockDims(rows, cols, 512)
 	perThread := (rows + width - 1) / width
 	if perThread < height*16 && perThread < 256 {
 		return 0, 0 // each warp sums other columns: no split of the rows
