@@ -101,11 +101,11 @@ func ExampleModel_Run() {
 	// Output:
 	// setup GPU_mem 0.0357G
 	// train GPU_mem 1.08G
-	// train GPU_mem 1.18G
-	// train GPU_mem 1.18G
-	// val   GPU_mem 1.18G
-	// ckpt  GPU_mem 1.18G
-	// max reserved 1.10 GiB
+	// train GPU_mem 1.16G
+	// train GPU_mem 1.17G
+	// val   GPU_mem 1.17G
+	// ckpt  GPU_mem 1.17G
+	// max reserved 1.09 GiB
 }
 
 // Run scenarios one after another in one process, as a benchmark harness

@@ -112,7 +112,10 @@ type RunResult struct {
 // box counts give the batch's boxes (its loss pads every image to the
 // largest); the previous iteration's outputs and batch stay alive until the
 // next forward has made its own, as the loop's variables hold them; the
-// optimizer's state is made by the first iteration's step. A val event is
+// optimizer's state is made by the first iteration's step that GradScaler
+// does not skip: the events' Skipped marks, or when none is marked the
+// first sc.WarmSteps-1 iterations (Scenario.WarmSteps: 3 under float16 AMP
+// by default, none otherwise). A val event is
 // one batch of the validation that the loop runs at an epoch end: the first
 // of a row of val events also halves the copy it validates (the EMA, or the
 // model without EMA) when AMP is on, and the last returns it to float32.
@@ -129,13 +132,29 @@ func (m *Model) Run(sc Scenario, events []RunEvent) (*RunResult, error) {
 	if len(events) == 0 || events[0].Kind != RunEventSetup {
 		return nil, fmt.Errorf("onnxmem: run: the events must start with one setup event")
 	}
+	marked := false
 	for i, e := range events {
 		if err := e.check(sc, i); err != nil {
 			return nil, err
 		}
+		marked = marked || e.Skipped
 	}
 	if err := sc.Supported(); err != nil {
 		return nil, err
+	}
+	if marked && sc.WarmSteps != 0 {
+		return nil, fmt.Errorf("onnxmem: run: warm steps %d with events marked skipped: give the skipped iterations one way", sc.WarmSteps)
+	}
+	if k := sc.warmSkips(); k > 0 && !marked {
+		// No event says which iterations GradScaler skipped: the first
+		// ones, as Scenario.WarmSteps says for a step.
+		events = slices.Clone(events)
+		for i := range events {
+			if k > 0 && events[i].Kind == RunEventTrain {
+				events[i].Skipped = true
+				k--
+			}
+		}
 	}
 	conf, err := sc.allocConfig()
 	if err != nil {

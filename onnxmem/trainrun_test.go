@@ -20,7 +20,8 @@ func TestRunSteadyState(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, amp := range []bool{false, true} {
-		sc := onnxmem.Scenario{Batch: 4, Height: 320, Width: 320, AMP: amp, Train: true, EMA: true}
+		// One warm step: no iteration skipped, the state made in the first.
+		sc := onnxmem.Scenario{Batch: 4, Height: 320, Width: 320, AMP: amp, Train: true, EMA: true, WarmSteps: 1}
 		counts := []int64{3, 0, 7, 1}
 		events := []onnxmem.RunEvent{{Kind: onnxmem.RunEventSetup}}
 		for range 4 {
@@ -67,7 +68,8 @@ func TestRunValEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, amp := range []bool{false, true} {
-		sc := onnxmem.Scenario{Batch: 4, Height: 320, Width: 320, AMP: amp, Train: true, EMA: true}
+		// One warm step: no iteration skipped, the state made in the first.
+		sc := onnxmem.Scenario{Batch: 4, Height: 320, Width: 320, AMP: amp, Train: true, EMA: true, WarmSteps: 1}
 		events := []onnxmem.RunEvent{{Kind: onnxmem.RunEventSetup}, {Kind: onnxmem.RunEventTrain, BoxCounts: []int64{1, 2, 3, 4}},
 			{Kind: onnxmem.RunEventVal, Batch: 8, Height: 256, Width: 320}, {Kind: onnxmem.RunEventVal, Batch: 8, Height: 320, Width: 320},
 			{Kind: onnxmem.RunEventVal, Batch: 3, Height: 320, Width: 256}, {Kind: onnxmem.RunEventCkpt}}

@@ -12,7 +12,7 @@ import (
 // runFields are a train_run line's fields beyond commonFields: the
 // training scenario, without a step's box counts (each train event has
 // its own), and the events.
-var runFields = []string{"batch", "img", "img_h", "img_w", "amp", "amp_dtype", "segments", "nc", "optimizer", "ema", "trainer", "events"}
+var runFields = []string{"batch", "img", "img_h", "img_w", "amp", "amp_dtype", "segments", "nc", "optimizer", "ema", "trainer", "warm_steps", "events"}
 
 // runEventFields are the fields each kind of run event takes.
 var runEventFields = map[string][]string{
