@@ -80,15 +80,23 @@ func reduceBuffers(rows, cols, vec int64) (staging, semaphores int64) {
 	stepInput = height
 	perThread := (rows + stepInput - 1) / stepInput
 	grid := (dim0 + stepOutput - 1) / stepOutput
-	target := reduceSMs * (reduceThreadsPerSM / (width * height))
-	if perThread < 256 || grid > target {
-		return 0, 0
-	}
-	ctas := max(min((target+grid-1)/grid, (perThread+15)/16), (perThread+255)/256)
+	ctas := blocksPerOutput(perThread, grid, width*height)
 	if ctas <= 1 {
 		return 0, 0
 	}
 	return 4 * cols * ctas * width * vec, 4 * grid
+}
+
+// blocksPerOutput returns setReduceConfig's ctas_per_output: how many
+// blocks split each output's inputs, perThread of them a thread, when the
+// grid's grid blocks of threads each leave room on the device (1: no
+// split, and no staging).
+func blocksPerOutput(perThread, grid, threads int64) int64 {
+	target := reduceSMs * (reduceThreadsPerSM / threads)
+	if perThread < 256 || grid > target {
+		return 1
+	}
+	return max(min((target+grid-1)/grid, (perThread+15)/16), (perThread+255)/256)
 }
 
 // ColumnSum is the Which of a ConvCall that stands for a column sum.
@@ -167,16 +175,11 @@ func channelSumBuffers(rows, cols int64) (staging, semaphores int64) {
 		return 0, 0 // each warp sums other columns: no split of the rows
 	}
 	perThread = (rows + width*height - 1) / (width * height)
-	grid := cols
-	target := reduceSMs * (reduceThreadsPerSM / (width * height))
-	if perThread < 256 || grid > target {
-		return 0, 0
-	}
-	ctas := max(min((target+grid-1)/grid, (perThread+15)/16), (perThread+255)/256)
+	ctas := blocksPerOutput(perThread, cols, width*height)
 	if ctas <= 1 {
 		return 0, 0
 	}
-	return 4 * cols * ctas, 4 * grid
+	return 4 * cols * ctas, 4 * cols
 }
 
 // columnSum emits the transient buffer of a sum over the rows of a
