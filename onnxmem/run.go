@@ -689,6 +689,11 @@ func (rp *replayer) skipped(q *schedule.Program, ids []allocator.ID, first bool)
 			continue
 		}
 		switch e := q.Events[i]; {
+		case isTransient(q, i) && (i+1 < q.OptStep || i >= q.OptStepEnd) && !(next < end && q.OnceAt[next] <= i+1):
+			if _, err := rp.a.Transient(q.Buffers[e.Buf].Bytes); err != nil {
+				rp.oom = true
+			}
+			i++
 		case e.Free && made[e.Buf]:
 			rp.free(ids[e.Buf])
 			made[e.Buf] = false
