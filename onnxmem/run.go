@@ -143,7 +143,8 @@ type process struct {
 // with EmptyCacheNever) and runs the warm-up, whose zero_grad drops the
 // last step's gradients and which makes the workspaces that stay
 // (Program.Once) and the optimizer's state (Program.StateOrder) the first
-// time the process runs one; then it empties the
+// time the process runs one, after the iterations whose optimizer step
+// GradScaler skips (skips of them, Scenario.WarmSteps); then it empties the
 // cache again with EmptyCacheStep, frees the warm-up's gradients and
 // allocates the measured step's input. ids receives q's allocations.
 func (ps *process) warmUp(q *schedule.Program, conf allocator.Config, capacity int64, ids []allocator.ID) {
@@ -622,9 +623,10 @@ func (rp *replayer) free(id allocator.ID) {
 	}
 }
 
-// step runs q's events over ids; with first it is the first step of a
-// process, which also makes the workspaces that stay (Program.Once) and
-// the optimizer's state (Program.StateOrder), each just before its event.
+// step runs q's events over ids, making, each just before its event, the
+// workspaces that stay (Program.Once) with once, as a process's first step
+// that uses them does, and the optimizer's state (Program.StateOrder) with
+// state, as the first step that GradScaler does not skip does.
 func (rp *replayer) step(q *schedule.Program, ids []allocator.ID, once, state bool) {
 	next, end, st, states := 0, 0, 0, 0
 	if once {
