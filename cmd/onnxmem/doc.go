@@ -210,8 +210,11 @@
 // long-tailed distribution of mean -mean-boxes (seeded by -seed), the
 // validation of -val-images images at twice the batch in the rectangular
 // shapes the family's validation gives common aspect ratios, and the
-// checkpoint save; -events reads the events from a file instead, in
-// predict's train_run format. It prints allocated and reserved memory after
+// checkpoint save; under -amp the first three iterations' optimizer steps
+// are GradScaler's skipped ones, so the optimizer's state comes with the
+// fourth. -events reads the events from a file instead, in predict's
+// train_run format ("skipped": true marks the iterations GradScaler
+// skipped, if known). It prints allocated and reserved memory after
 // each event with GPU_mem as the loop prints it, and the peaks over the
 // run; with -device, whether the run fits under the card's limit (it runs
 // to its end without running out of memory). -json writes the same with

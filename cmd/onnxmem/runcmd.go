@@ -19,8 +19,11 @@ func cmdRun(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 			"(model, optimizer, EMA), -epochs epochs of -iters iterations with per-image box\n"+
 			"counts drawn from a long-tailed distribution of mean -mean-boxes, each epoch's\n"+
 			"validation of -val-images images at twice the batch on rectangular images, and\n"+
-			"its checkpoint save. -events FILE.json gives the events instead, as a JSON list in\n"+
-			"predict's train_run format. It prints allocated and reserved memory after each\n"+
+			"its checkpoint save. Under -amp GradScaler skips the optimizer step of the first\n"+
+			"three iterations (its scale falls from 65536), so the optimizer's state comes\n"+
+			"with the fourth. -events FILE.json gives the events instead, as a JSON list in\n"+
+			"predict's train_run format (\"skipped\": true marks the iterations GradScaler\n"+
+			"skipped, if known). It prints allocated and reserved memory after each\n"+
 			"event (GPU_mem is what the training loop prints) and the run's peaks; with\n"+
 			"-device, whether the run fits under that card's limit.",
 		"onnxmem run -batch 16 -amp -epochs 2 -iters 20 -device rtx4090 yolov9-s")
