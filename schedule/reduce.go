@@ -2,10 +2,12 @@ package schedule
 
 // This file sizes the transient buffers of PyTorch's CUDA reduction kernel
 // (aten/src/ATen/native/cuda/Reduce.cuh: setReduceConfig, ReduceConfig's
-// global_memory_size and semaphore_size) for the one reduction whose
-// buffers onnxmem has seen matter: a sum over the rows of a contiguous
-// [rows, cols] gradient, which a Linear's bias gradient is (addmm's
-// backward, grad.sum(0)) and which a transformer runs over B·L rows.
+// global_memory_size and semaphore_size) for the reductions whose buffers
+// onnxmem has seen matter: a sum over the rows of a contiguous [rows, cols]
+// gradient, which a Linear's bias gradient is (addmm's backward,
+// grad.sum(0)) and which a transformer runs over B·L rows; and a conv
+// bias's gradient, grad_output.sum({0, 2, 3}), whose launch follows the
+// gradient's layout (ChannelSum, ExpandedChannelSum).
 //
 // Worked example, vit_b_32's fc1 at batch 32: rows = 32·50 = 1600, cols =
 // 3072. The kernel vectorizes 4 outputs a thread (cols divisible by 4), so
@@ -19,7 +21,9 @@ package schedule
 // allocated for the call and freed after it. At batch 8 (400 rows, 100 a
 // thread) no split happens and nothing is allocated.
 // calibration/reduce_staging.py measured 1,020 shapes (50 to 401,408 rows,
-// 64 to 4096 columns, float16 and float32): every one is this to the byte.
+// 64 to 4096 columns, float16 and float32): every one is this to the byte;
+// calibration/conv_bias_reduce.py 1,896 conv bias sums in four layouts,
+// each to the byte too.
 
 // The device the reduction runs on: an H200's streaming multiprocessors and
 // the threads each holds at once (cudaDeviceProp.multiProcessorCount and
