@@ -118,3 +118,51 @@ func TestWarmStepsSettle(t *testing.T) {
 		t.Errorf("default warm steps: reserved peak %d, measured %d", r.PeakReserved, int64(measured))
 	}
 }
+
+// TestWarmStepsCombinations runs the skipped warm-up iterations with what
+// else a train step can carry: the previous iteration's outputs alive
+// (their buffers pass from one iteration to the next), checkpoint
+// segments (the recomputation runs in each), per-image box counts, and a
+// limit that the warm-up already crosses, which ends the step out of
+// memory instead of failing. The default under float16 AMP is
+// DefaultAMPWarmSteps, and the skipped iterations leave the measured
+// step's requested peak as it is: they move only where its blocks fall.
+func TestWarmStepsCombinations(t *testing.T) {
+	m, err := onnxmem.Builtin("yolov9-t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := onnxmem.Scenario{Batch: 4, Height: 320, Width: 320, AMP: true, Train: true, BoxCounts: []int64{3, 0, 9, 1},
+		EMA: true, PrevPredAlive: true, Segments: 2}
+	def, err := m.Simulate(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	explicit := base
+	explicit.WarmSteps = onnxmem.DefaultAMPWarmSteps
+	r, err := m.Simulate(explicit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Peak != def.Peak || r.PeakReserved != def.PeakReserved {
+		t.Errorf("warm steps %d: peak %d, reserved %d; the default's %d, %d", onnxmem.DefaultAMPWarmSteps, r.Peak, r.PeakReserved, def.Peak, def.PeakReserved)
+	}
+	one := base
+	one.WarmSteps = 1
+	r1, err := m.Simulate(one)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := def.PeakRequested - r1.PeakRequested; d != 0 {
+		t.Errorf("skipped iterations moved the measured step's requested peak by %d bytes", d)
+	}
+	capped := base
+	capped.Capacity = 64 << 20
+	rc, err := m.Simulate(capped)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rc.OOM {
+		t.Errorf("a 64 MiB limit: the step ran (reserved %d)", rc.PeakReserved)
+	}
+}
