@@ -179,10 +179,17 @@ func (ps *process) warmUp(q *schedule.Program, conf allocator.Config, capacity i
 	if q.Input >= 0 {
 		rp.malloc(q, ids, q.Input)
 	}
-	for k := 0; k < ps.skips; k++ {
-		rp.skipped(q, ids, first && k == 0)
+	// The iterations whose optimizer step GradScaler skips, then the one
+	// that makes the optimizer's state; after each, the next one's batch,
+	// and its Carried are the outputs this one made.
+	for k := 0; k <= ps.skips; k++ {
+		last := k == ps.skips
+		rp.step(q, ids, first && k == 0, first && last, !last)
 		for i, buf := range q.Carried {
 			ids[buf] = ids[q.CarriedFrom[i]]
+		}
+		if last && ps.mode == EmptyCacheStep {
+			empty()
 		}
 		for _, buf := range q.ParamGrads {
 			rp.free(ids[buf])
@@ -191,25 +198,11 @@ func (ps *process) warmUp(q *schedule.Program, conf allocator.Config, capacity i
 			rp.malloc(q, ids, q.Input)
 		}
 	}
-	rp.step(q, ids, first && ps.skips == 0, first)
 	if first {
 		ps.res = make([]allocator.ID, len(q.Resident))
 		for i, buf := range q.Resident {
 			ps.res[i] = ids[buf]
 		}
-	}
-	// The measured step's: the warm-up's outputs are the ones it carries.
-	for i, buf := range q.Carried {
-		ids[buf] = ids[q.CarriedFrom[i]]
-	}
-	if ps.mode == EmptyCacheStep {
-		empty()
-	}
-	for _, buf := range q.ParamGrads {
-		rp.free(ids[buf])
-	}
-	if q.Input >= 0 {
-		rp.malloc(q, ids, q.Input)
 	}
 }
 
@@ -626,14 +619,28 @@ func (rp *replayer) free(id allocator.ID) {
 // step runs q's events over ids, making, each just before its event, the
 // workspaces that stay (Program.Once) with once, as a process's first step
 // that uses them does, and the optimizer's state (Program.StateOrder) with
-// state, as the first step that GradScaler does not skip does.
-func (rp *replayer) step(q *schedule.Program, ids []allocator.ID, once, state bool) {
+// state, as the first step that GradScaler does not skip does. With
+// skipped it replays an iteration whose optimizer step GradScaler skipped:
+// without the events of optimizer.step(), and without freeing a buffer
+// that those events would have made, as Model.Run does.
+func (rp *replayer) step(q *schedule.Program, ids []allocator.ID, once, state, skipped bool) {
 	next, end, st, states := 0, 0, 0, 0
 	if once {
 		end = len(q.Once)
 	}
-	if state {
+	if state && !skipped {
 		states = len(q.StateOrder)
+	}
+	// made marks, in a skipped iteration, the buffers that it holds.
+	var made []bool
+	if skipped {
+		made = make([]bool, len(q.Buffers))
+		if q.Input >= 0 {
+			made[q.Input] = true
+		}
+		for _, b := range q.Carried {
+			made[b] = true
+		}
 	}
 	// due reports whether something is made before event i.
 	due := func(i int) bool {
@@ -646,17 +653,28 @@ func (rp *replayer) step(q *schedule.Program, ids []allocator.ID, once, state bo
 		for ; st < states && q.StateAt[st] <= i; st++ {
 			rp.malloc(q, ids, q.StateOrder[st])
 		}
+		if skipped && i >= q.OptStep && i < q.OptStepEnd {
+			continue
+		}
 		e := q.Events[i]
 		switch {
-		case isTransient(q, i) && !due(i+1):
+		case isTransient(q, i) && !due(i+1) && !(skipped && i+1 == q.OptStep):
 			if _, err := rp.a.Transient(q.Buffers[e.Buf].Bytes); err != nil {
 				rp.oom = true
 			}
 			i++
 		case e.Free:
-			rp.free(ids[e.Buf])
+			if made == nil || made[e.Buf] {
+				rp.free(ids[e.Buf])
+			}
+			if made != nil {
+				made[e.Buf] = false
+			}
 		default:
 			rp.malloc(q, ids, e.Buf)
+			if made != nil {
+				made[e.Buf] = true
+			}
 		}
 	}
 	for ; next < end; next++ {
@@ -664,48 +682,6 @@ func (rp *replayer) step(q *schedule.Program, ids []allocator.ID, once, state bo
 	}
 	for ; st < states; st++ {
 		rp.malloc(q, ids, q.StateOrder[st])
-	}
-}
-
-// skipped replays q's step as one whose optimizer step GradScaler skipped:
-// without the events of optimizer.step(), making no state; the first step
-// of a process makes the workspaces that stay (Program.Once). A buffer the
-// skipped events would have made is not freed either, as in Model.Run.
-func (rp *replayer) skipped(q *schedule.Program, ids []allocator.ID, first bool) {
-	next, end := 0, 0
-	if first {
-		end = len(q.Once)
-	}
-	made := make([]bool, len(q.Buffers))
-	if q.Input >= 0 {
-		made[q.Input] = true
-	}
-	for _, b := range q.Carried {
-		made[b] = true
-	}
-	for i := 0; i < len(q.Events) && !rp.oom; i++ {
-		for ; next < end && q.OnceAt[next] <= i; next++ {
-			rp.malloc(q, ids, q.Once[next])
-		}
-		if i >= q.OptStep && i < q.OptStepEnd {
-			continue
-		}
-		switch e := q.Events[i]; {
-		case isTransient(q, i) && (i+1 < q.OptStep || i >= q.OptStepEnd) && !(next < end && q.OnceAt[next] <= i+1):
-			if _, err := rp.a.Transient(q.Buffers[e.Buf].Bytes); err != nil {
-				rp.oom = true
-			}
-			i++
-		case e.Free && made[e.Buf]:
-			rp.free(ids[e.Buf])
-			made[e.Buf] = false
-		case !e.Free:
-			rp.malloc(q, ids, e.Buf)
-			made[e.Buf] = true
-		}
-	}
-	for ; next < end; next++ {
-		rp.malloc(q, ids, q.Once[next])
 	}
 }
 
