@@ -301,17 +301,26 @@ func freeRuns(ev []string) []string {
 // to 1.8% low only because those measured one step after another in one
 // process; and shufflenet_v2 at batch 8 in float32, whose channel shuffle
 // (a transpose made contiguous, then a view) copies in the forward and in
-// the backward. Each requested peak must come within 0.01%.
+// the backward; and vit_trace.py's first runs, vit_b_32 at batch 8 and 32
+// and vit_b_16 at batch 8 under AMP, whose traces showed what the encoder
+// does: the cat of the float32 class token with the half patches is
+// float32 (type promotion), and so is the residual stream; q.view(bsz,
+// num_heads, tgt_len, head_dim) of a transposed q is a view (it only splits
+// a dim); the residual stream after MultiheadAttention's transpose back
+// keeps the (L, B, E) order, which each layer norm copies, forward and
+// backward. Each requested peak must come within 0.01%; vit_b_16's
+// reserved peak, which those made exact, must stay so.
 func TestTorchvisionFreshSteps(t *testing.T) {
 	type step struct {
-		Model   string `json:"model"`
-		B       int64  `json:"B"`
-		AMP     bool   `json:"amp"`
-		PeakReq int64  `json:"peak_req"`
-		M0      int64  `json:"m0"`
+		Model        string `json:"model"`
+		B            int64  `json:"B"`
+		AMP          bool   `json:"amp"`
+		PeakReq      int64  `json:"peak_req"`
+		PeakReserved int64  `json:"peak_reserved"`
+		M0           int64  `json:"m0"`
 	}
 	var all []step
-	for _, f := range []string{"vit_steps_more.json", "cnn_steps.json"} {
+	for _, f := range []string{"vit_steps_more.json", "cnn_steps.json", "vit_steps.json"} {
 		b, err := os.ReadFile("../calibration/results/" + f)
 		if err != nil {
 			t.Fatal(err)
@@ -322,8 +331,8 @@ func TestTorchvisionFreshSteps(t *testing.T) {
 		}
 		all = append(all, steps...)
 	}
-	if len(all) != 4 {
-		t.Fatalf("%d steps, want 4", len(all))
+	if len(all) != 7 {
+		t.Fatalf("%d steps, want 7", len(all))
 	}
 	for _, s := range all {
 		m, err := onnxmem.Load("../calibration/results/tv/" + s.Model + "-train.onnx")
@@ -339,6 +348,9 @@ func TestTorchvisionFreshSteps(t *testing.T) {
 		if math.Abs(e) > 0.0001 || r.M0 != s.M0 {
 			t.Errorf("%s batch %d amp %v: requested peak %d, measured %d (%+.3f%%), m0 %d, measured %d", s.Model, s.B, s.AMP, r.PeakRequested, s.PeakReq, 100*e, r.M0, s.M0)
 		}
+		if s.Model == "vit_b_16" && r.PeakReserved != s.PeakReserved {
+			t.Errorf("%s batch %d amp %v: reserved peak %d, measured %d", s.Model, s.B, s.AMP, r.PeakReserved, s.PeakReserved)
+		}
 	}
 }
 
@@ -350,9 +362,10 @@ func TestTorchvisionFreshSteps(t *testing.T) {
 // with torchvision's conventions read from its source (SqueezeNet's and
 // AlexNet's conv ReLUs in place, MNASNet's and RegNet's sums out of place,
 // EfficientNet's and ConvNeXt's result += input in place) 78 of 150 and 23
-// of 50 are exact to the byte (63 and 10 before), with medians of 0.00%
-// and 0.19%; the rest is mostly the measuring process's history
-// (calibration/README.md §10, §11).
+// of 50 were exact to the byte (63 and 10 before), with medians of 0.00%
+// and 0.19%; with the ViT encoder's layouts and types (calibration/
+// README.md §13) 79 and 23, medians 0.00% and 0.14%, worst 23% and 9.3%.
+// The rest is mostly the measuring process's history (§10, §11).
 func TestTorchvisionReservedInOrder(t *testing.T) {
 	for _, c := range []struct {
 		file          string
@@ -360,8 +373,8 @@ func TestTorchvisionReservedInOrder(t *testing.T) {
 		exact         int
 		median, worst float64
 	}{
-		{"torchvision_wide.jsonl", onnxmem.EmptyCacheWarmUp, 78, 0.0005, 0.24},
-		{"torchvision_more.jsonl", onnxmem.EmptyCacheNever, 23, 0.0025, 0.13},
+		{"torchvision_wide.jsonl", onnxmem.EmptyCacheWarmUp, 79, 0.0005, 0.24},
+		{"torchvision_more.jsonl", onnxmem.EmptyCacheNever, 23, 0.0015, 0.10},
 	} {
 		b, err := os.ReadFile("../calibration/results/" + c.file)
 		if err != nil {

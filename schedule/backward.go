@@ -344,6 +344,10 @@ func (b *builder) back(n *ir.Node, k opKind, outs []ir.ValueID) {
 				b.paramGrad(p)
 			}
 		}
+		// The kernel reads dY.contiguous() (layer_norm_backward_cuda):
+		// a strided gradient (MultiheadAttention's transposed query's)
+		// is copied after the gradients are allocated.
+		freeCopy(contiguous())
 		b.freeScratch(c)
 	case opMul, opDiv:
 		ins := n.Inputs[:2]
@@ -420,6 +424,13 @@ func (b *builder) back(n *ir.Node, k opKind, outs []ir.ValueID) {
 				pass(v, sliceContiguous(s.Dims[outs[0]], axis), false)
 			}
 		}
+		// A parameter concatenated through an expand (ViT's class token)
+		// gets the sum of its slice, ExpandBackward's, as its .grad.
+		for _, v := range n.Inputs {
+			if p := b.paramBehind(v); p != ir.NoValue && !b.data[v] {
+				b.paramGrad(p)
+			}
+		}
 	case opReduceSum:
 		pass(n.Inputs[0], false, false) // an expanded view
 	case opMaxPool:
@@ -461,12 +472,14 @@ func (b *builder) back(n *ir.Node, k opKind, outs []ir.ValueID) {
 		case "Transpose":
 			pass(n.Inputs[0], false, true)
 		case "Reshape":
-			if !gy.contig || !gy.whole {
+			if (!gy.contig || !gy.whole) && !splitsOnly(s.Dims[outs[0]], s.Dims[n.Inputs[0]]) {
 				// The gradient's reshape to the input's sizes copies a
 				// strided gradient (view's backward is grad.reshape).
 				fresh(n.Inputs[0])
 				break
 			}
+			// A dense gradient whose reshape only splits dims is a view of
+			// it, strided as it is.
 			pass(n.Inputs[0], true, true)
 		default:
 			pass(n.Inputs[0], true, true)

@@ -176,7 +176,12 @@ type builder struct {
 	// reading it restores, so that transpose is contiguous (the flash
 	// attention kernel's output).
 	restoredBy []bool
-	blasMade   [4]bool // the cuBLAS workspaces made: by blasHandle
+	// permuted[v]: v is dense but stored in another order than its dims
+	// (a transpose of a dense tensor, or an element-wise op's output that
+	// follows such an input's layout, as TensorIterator's does); it is not
+	// contiguous, and a kernel that needs it contiguous copies it.
+	permuted []bool
+	blasMade [4]bool // the cuBLAS workspaces made: by blasHandle
 
 	// Backward state.
 	give       []delivery // back's gradients to hand on, reused node after node
@@ -219,6 +224,7 @@ func Build(g *ir.Graph, s *ir.Shapes, cfg Config) (*Program, error) {
 	b.vst = make([]int32, nv)
 	b.contig = make([]bool, nv)
 	b.restoredBy = make([]bool, nv)
+	b.permuted = make([]bool, nv)
 	b.slot = make([]int32, nv)
 	b.paramGrads = make([]int32, nv)
 	b.saved = make([][]int32, nn)

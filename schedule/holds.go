@@ -92,7 +92,10 @@ func (f *Flow) LayerLoop(h *Holds) {
 		}
 		for _, c := range g.Values[v].Consumers {
 			cl := g.Nodes[c].Layer
-			if cl == l || f.Meta(c) {
+			if cl == l || cl < 0 || f.Meta(c) {
+				// A reader outside every layer is the forward's own code
+				// (ViT's torch.cat of its class token and the patches):
+				// x = cat(...) drops the layer's output when it runs.
 				continue
 			}
 			h.LastUse[v] = max(h.LastUse[v], cl)

@@ -86,3 +86,26 @@ func TestOpFLOPs(t *testing.T) {
 		t.Error("a Conv of another domain: no error")
 	}
 }
+
+// TestSplitsOnly checks which reshapes are views of a strided tensor
+// whatever its strides: those that only split dims (computeStride's case
+// where each new dim lies inside one old dim), not those that merge.
+func TestSplitsOnly(t *testing.T) {
+	for _, c := range []struct {
+		in, out []int64
+		want    bool
+	}{
+		{[]int64{96, 197, 64}, []int64{8, 12, 197, 64}, true}, // q.view(bsz, heads, L, d)
+		{[]int64{8, 768, 49}, []int64{8, 768, 7, 7}, true},    // a patch embedding's gradient
+		{[]int64{197, 8, 768}, []int64{197, 96, 64}, false},   // merges 8 and 12
+		{[]int64{2, 3}, []int64{6}, false},
+		{[]int64{4, 2}, []int64{2, 4}, false},
+		{[]int64{6, 1}, []int64{1, 2, 3}, true},
+		{[]int64{5}, []int64{5}, true},
+		{[]int64{12}, []int64{5, 2}, false},
+	} {
+		if got := splitsOnly(c.in, c.out); got != c.want {
+			t.Errorf("splitsOnly(%v, %v) = %v, want %v", c.in, c.out, got, c.want)
+		}
+	}
+}

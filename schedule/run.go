@@ -7,6 +7,52 @@ import (
 	"github.com/onnxmem/onnxmem/ir"
 )
 
+// splitsOnly reports whether a reshape from dims in to dims out only splits
+// dims (and adds or drops dims of size 1): each dim of out of size above 1
+// lies within one dim of in. Such a reshape is a view whatever the
+// strides, as at::detail::computeStride finds: a split dim takes strides
+// from its own. MultiheadAttention's q.view(bsz, num_heads, tgt_len,
+// head_dim) of a transposed q splits its first dim.
+func splitsOnly(in, out []int64) bool {
+	i, rest := 0, int64(1) // rest: what is left of in[i] to split
+	for _, d := range out {
+		if d == 1 {
+			continue
+		}
+		for rest == 1 && i < len(in) {
+			rest = in[i]
+			i++
+		}
+		if rest%d != 0 {
+			return false
+		}
+		rest /= d
+	}
+	return true
+}
+
+// paramBehind returns the parameter that value v is, or views without a
+// copy (an expand, reshape or unsqueeze of it, as ViT's
+// class_token.expand(n, -1, -1)), or ir.NoValue.
+func (b *builder) paramBehind(v ir.ValueID) ir.ValueID {
+	for v != ir.NoValue {
+		if b.param[v] {
+			return v
+		}
+		p := b.g.Values[v].Producer
+		if p < 0 || b.data[v] {
+			return ir.NoValue
+		}
+		switch b.g.Nodes[p].OpType {
+		case "Expand", "Unsqueeze", "Reshape", "Squeeze", "Identity":
+			v = b.g.Nodes[p].Inputs[0]
+		default:
+			return ir.NoValue
+		}
+	}
+	return ir.NoValue
+}
+
 // run emits the forward of one eager op: its allocations in the order the
 // kernels make them, the frees of scratch buffers, and the references that
 // autograd's saved tensors take.
@@ -37,6 +83,18 @@ func (b *builder) run(n *ir.Node, k opKind) {
 			wide = b.dt[v]
 		}
 	}
+	switch k {
+	case opAdd, opSub, opMul, opDiv, opConcat:
+		// A parameter operand takes part in type promotion too (ViT's
+		// cat of its float32 class token with float16 patches, x +
+		// pos_embedding, ConvNeXt's layer_scale * x: float32 under
+		// autocast); the operands listed in reads are only activations.
+		for _, v := range n.Inputs {
+			if p := b.paramBehind(v); p != ir.NoValue && wide != ir.Undefined && b.dt[p].Size() > wide.Size() {
+				wide = b.dt[p]
+			}
+		}
+	}
 	for _, v := range n.Outputs {
 		if b.data[v] && wide != ir.Undefined {
 			b.dt[v] = wide
@@ -65,7 +123,7 @@ func (b *builder) run(n *ir.Node, k opKind) {
 	inPlace := func() {
 		x, _ := b.overwrites(i)
 		v := out(0)
-		b.vst[v], b.dt[v], b.contig[v] = b.vst[x], b.dt[x], b.contig[x]
+		b.vst[v], b.dt[v], b.contig[v], b.permuted[v] = b.vst[x], b.dt[x], b.contig[x], b.permuted[x]
 		b.ref(b.vst[x])
 	}
 	// copyIn makes the contiguous copy that a kernel takes of a strided input.
@@ -313,7 +371,7 @@ func (b *builder) run(n *ir.Node, k opKind) {
 			freeCopy(copyIn(x))
 		}
 	case opView, opSelect:
-		if x := n.Inputs[0]; n.OpType == "Reshape" && b.data[x] && !b.contig[x] {
+		if x := n.Inputs[0]; n.OpType == "Reshape" && b.data[x] && !b.contig[x] && !splitsOnly(s.Dims[x], s.Dims[out(0)]) {
 			// reshape of a permuted view (a channel shuffle's transpose,
 			// a window partition) cannot be a view: it copies, a clone
 			// whose gradient passes through.
@@ -353,6 +411,24 @@ func (b *builder) run(n *ir.Node, k opKind) {
 			rows = rows / max(l, 1) * ((l + 31) / 32 * 32)
 		}
 		b.own(i, b.alloc(rows*4, Stats, ir.NoValue))
+	}
+	// An element-wise op's new output takes the memory order of its first
+	// operand of the output's own shape (TensorIterator: the first operand
+	// whose strides order two dims decides; a broadcast one does not):
+	// ViT's x + input after MultiheadAttention's transpose back to batch
+	// first keeps the (L, B, E) order, and the next layer norm copies it.
+	switch k {
+	case opAdd, opSub, opMul, opDiv, opSigmoid, opSiLU, opSavesInput, opDropout:
+		if y := out(0); b.data[y] && b.contig[y] && !b.permuted[y] {
+			for _, x := range reads {
+				if slices.Equal(s.Dims[x], s.Dims[y]) {
+					if b.permuted[x] && b.vst[y] != b.vst[x] {
+						b.contig[y], b.permuted[y] = false, true
+					}
+					break
+				}
+			}
+		}
 	}
 	// What only a suppressed save held goes when the op returns.
 	for _, st := range b.deferred {
@@ -399,7 +475,8 @@ func (b *builder) gemm(n *ir.Node, lower bool, save func(ir.ValueID)) {
 	// A linear on a strided input (a transposed view, or a reshape of one,
 	// as attention's output before its projection) gets a contiguous copy
 	// (matmul's reshape, or the module's own .contiguous()): the product
-	// saves the copy, and a cast made for it goes.
+	// saves the copy, and a cast made for it goes when autocast's wrapper
+	// returns, after the output (calibration/results/vit_steps.json).
 	if !b.contig[x] {
 		size := b.s.Elems(x) * b.dt[x].Size()
 		if xcast >= 0 {
@@ -407,7 +484,7 @@ func (b *builder) gemm(n *ir.Node, lower bool, save func(ir.ValueID)) {
 		}
 		c := b.alloc(size, Copy, x)
 		if xcast >= 0 {
-			b.unref(xcast)
+			b.deferred = append(b.deferred, xcast)
 		}
 		xcast = c
 	}
@@ -490,10 +567,12 @@ func (b *builder) view(n *ir.Node) {
 			od := b.s.Dims[v]
 			whole := a < len(in) && a < len(od) && in[a] == od[a]
 			b.contig[v] = b.contig[x] && (whole || sliceContiguous(in, a))
+			b.permuted[v] = b.permuted[x] && whole
 		case "Transpose":
 			b.contig[v] = b.restoredBy[x]
+			b.permuted[v] = !b.restoredBy[x] && (b.contig[x] || b.permuted[x])
 		default:
-			b.contig[v] = b.contig[x]
+			b.contig[v], b.permuted[v] = b.contig[x], b.permuted[x]
 		}
 	}
 }
