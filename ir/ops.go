@@ -57,6 +57,7 @@ var opKinds = map[string]opKind{
 	"HardSwish": opSameShape, "Mish": opSameShape, "Neg": opSameShape, "Exp": opSameShape,
 	"Log": opSameShape, "Sqrt": opSameShape, "Abs": opSameShape, "Erf": opSameShape, "Clip": opSameShape,
 	"Gelu": opSameShape, "LayerNormalization": opLayerNorm, "ScaledDotProductAttention": opAttention,
+	"Contiguous": opSameShape,
 	"Add": opBinary, "Sub": opBinary, "Mul": opBinary, "Div": opBinary, "Pow": opBinary,
 	"Less": opCompare, "Greater": opCompare, "Equal": opCompare, "Mod": opBinary, "Where": opWhere,
 	"RandomUniformLike": opRandomLike, "RandomNormalLike": opRandomLike,

@@ -331,8 +331,19 @@ func TestTorchvisionFreshSteps(t *testing.T) {
 		}
 		all = append(all, steps...)
 	}
-	if len(all) != 7 {
-		t.Fatalf("%d steps, want 7", len(all))
+	// convnext_vit_ops.py's traced steps: convnext_tiny and vit_b_16 at
+	// batch 8, float32 and AMP.
+	b, err := os.ReadFile("../calibration/results/convnext_vit_ops.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ops struct{ Steps []step }
+	if err := json.Unmarshal(b, &ops); err != nil {
+		t.Fatal(err)
+	}
+	all = append(all, ops.Steps...)
+	if len(all) != 11 {
+		t.Fatalf("%d steps, want 11", len(all))
 	}
 	for _, s := range all {
 		m, err := onnxmem.Load("../calibration/results/tv/" + s.Model + "-train.onnx")

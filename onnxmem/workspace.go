@@ -48,9 +48,30 @@ func CuDNNWorkspace(c schedule.ConvCall) int64 {
 	return workspaceOf(c, row, found)
 }
 
+// channelsLastWorkspace returns the workspace of a channels-last call that
+// the H200's traces of ConvNeXt show (calibration/results/
+// convnext_vit_ops.json, batch 8, float32 and float16; calibration/README.md
+// §14): a depthwise convolution's forward and backward-data passes take
+// none, and a dense convolution's forward and backward-data passes take
+// the filter in the call's type (cuDNN reorders it to K, R, S, C). Other
+// calls, a depthwise backward-filter pass among them, are not known: they
+// are looked up as the NCHW call of the same shape.
+func channelsLastWorkspace(c schedule.ConvCall) (int64, bool) {
+	if !c.ChannelsLast || schedule.IsReduction(c.Which) || c.Which == "bwd-filter" {
+		return 0, false
+	}
+	if c.Groups > 1 && c.Groups == c.Cin {
+		return 0, true
+	}
+	return c.Cout * c.Cin / max(c.Groups, 1) * c.KH * c.KW * c.ElemSize, true
+}
+
 // workspaceOf is CuDNNWorkspace given the table's row of the call's shape,
 // when found: a template looks each shape up once for all its calls.
 func workspaceOf(c schedule.ConvCall, row [3]int64, found bool) int64 {
+	if ws, ok := channelsLastWorkspace(c); ok {
+		return ws
+	}
 	if schedule.IsReduction(c.Which) {
 		return schedule.ReductionBytes(c)
 	}

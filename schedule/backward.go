@@ -1,6 +1,7 @@
 package schedule
 
 import (
+	"slices"
 	"sort"
 
 	"github.com/onnxmem/onnxmem/ir"
@@ -152,10 +153,24 @@ func (b *builder) sliceGroups() []int32 {
 	return leader
 }
 
-// grad allocates a fresh gradient of value v.
+// grad allocates a fresh gradient of value v: contiguous, or in the node's
+// fresh layout (freshOrder) when v has its dims.
 func (b *builder) grad(v ir.ValueID) gradT {
 	st := b.alloc(b.bytes(v), Grad, v)
-	return gradT{st: st, whole: true, contig: true, bytes: b.bytes(v)}
+	t := gradT{st: st, whole: true, contig: true, bytes: b.bytes(v)}
+	if b.freshOrder != rowMajor && slices.Equal(b.s.Dims[v], b.freshDims) {
+		t.contig, t.order = false, b.freshOrder
+	}
+	return t
+}
+
+// freshLayout sets the layout of the fresh gradients that the node being
+// run makes: a kernel that writes its input's gradient in a layout of its
+// own (cuDNN's channels-last convolution, an element-wise backward that
+// follows its incoming gradient's, as TensorIterator's output does) gives
+// the gradients of dims like dims that layout.
+func (b *builder) freshLayout(order memOrder, dims []int64) {
+	b.freshOrder, b.freshDims = order, dims
 }
 
 // paramGrad allocates the .grad of parameter v, which outlives the step.
@@ -182,6 +197,15 @@ func (b *builder) back(n *ir.Node, k opKind, outs []ir.ValueID) {
 	}
 	give := b.give[:0]
 	defer func() { b.give = give[:0] }()
+	b.freshLayout(rowMajor, nil)
+	defer b.freshLayout(rowMajor, nil)
+	switch k {
+	case opAdd, opSub, opMul, opDiv, opSigmoid, opSiLU, opSavesInput, opDropout, opBatchNorm, opBatchNormEval:
+		// The input's gradient follows the incoming one's layout.
+		if gy.whole && gy.order != rowMajor {
+			b.freshLayout(gy.order, s.Dims[outs[0]])
+		}
+	}
 	// post runs after the node has released its inputs: the ToCopyBackward
 	// nodes of autocast's casts, which the engine runs next.
 	var post []func()
@@ -199,7 +223,15 @@ func (b *builder) back(n *ir.Node, k opKind, outs []ir.ValueID) {
 		}
 		if b.rg[v] {
 			b.ref(gy.st)
-			give = append(give, delivery{v, gradT{st: gy.st, whole: whole && gy.whole, contig: contig && gy.contig, bytes: b.bytes(v)}})
+			t := gradT{st: gy.st, whole: whole && gy.whole, contig: contig && gy.contig, bytes: b.bytes(v)}
+			if contig && t.whole {
+				// A view that keeps the layout.
+				t.order = gy.order
+				if t.order == channelsLast && !slices.Equal(s.Dims[v], s.Dims[outs[0]]) {
+					t.order = permuted
+				}
+			}
+			give = append(give, delivery{v, t})
 		}
 	}
 	// contiguous makes the copy a kernel takes of a strided incoming gradient.
@@ -208,8 +240,19 @@ func (b *builder) back(n *ir.Node, k opKind, outs []ir.ValueID) {
 	switch k {
 	case opConv:
 		x := n.Inputs[0]
+		cl := b.order[x] == channelsLast
 		// A strided saved input is copied again for the whole backward.
-		xc := b.copyIf(!b.contig[x], b.bytes(x))
+		xc := int32(-1)
+		if !cl {
+			xc = b.copyIf(!b.contig[x], b.bytes(x))
+		}
+		if cl {
+			// cuDNN's channels-last convolution: the incoming gradient
+			// made channels-last (a copy unless it is), the input's
+			// gradient written channels-last.
+			contiguous = func() int32 { return b.copyIf(!gy.whole || gy.order != channelsLast, b.bytes(outs[0])) }
+			b.freshLayout(channelsLast, s.Dims[x])
+		}
 		// Under autocast the conv computes low-precision gradients of its
 		// cast input and weight; ToCopyBackward then allocates the
 		// float32 ones and frees those.
@@ -454,6 +497,8 @@ func (b *builder) back(n *ir.Node, k opKind, outs []ir.ValueID) {
 			break
 		}
 		fresh(x)
+	case opContiguous:
+		pass(n.Inputs[0], true, true) // CloneBackward: the gradient as it is
 	case opView:
 		switch n.OpType {
 		case "Slice", "Split":
@@ -470,7 +515,27 @@ func (b *builder) back(n *ir.Node, k opKind, outs []ir.ValueID) {
 				b.emit(z, true)
 			}
 		case "Transpose":
-			pass(n.Inputs[0], false, true)
+			// transpose's backward transposes the gradient back.
+			x := n.Inputs[0]
+			if b.rg[x] && b.dt[x] != b.dt[outs[0]] {
+				fresh(x)
+				break
+			}
+			if b.rg[x] {
+				perm := n.IntsAttr("perm")
+				inv := make([]int64, len(perm))
+				for j, p := range perm {
+					if p >= 0 && int(p) < len(inv) {
+						inv[p] = int64(j)
+					}
+				}
+				c, o := transposed(gy.contig && gy.whole, gy.order, inv)
+				if !gy.whole {
+					c, o = false, rowMajor
+				}
+				b.ref(gy.st)
+				give = append(give, delivery{x, gradT{st: gy.st, whole: gy.whole, contig: c, order: o, bytes: b.bytes(x)}})
+			}
 		case "Reshape":
 			if (!gy.contig || !gy.whole) && !splitsOnly(s.Dims[outs[0]], s.Dims[n.Inputs[0]]) {
 				// The gradient's reshape to the input's sizes copies a
@@ -527,6 +592,9 @@ func (b *builder) back(n *ir.Node, k opKind, outs []ir.ValueID) {
 // filter on 512 or more channels or on 256 or more at least 28 wide, or a
 // 1×1 one at batch 16 or less on 128 or more channels at most 7 wide.
 func (b *builder) nativeDepthwise(n *ir.Node) bool {
+	if b.order[n.Inputs[0]] == channelsLast {
+		return false // use_cudnn_depthwise: always cuDNN for channels-last
+	}
 	x, w := b.s.Dims[n.Inputs[0]], b.s.Dims[n.Inputs[1]]
 	g := n.IntAttr("group", 1)
 	if len(x) != 4 || len(w) != 4 || g <= 1 || g != x[1] || w[0]%x[1] != 0 {
@@ -603,7 +671,10 @@ func (b *builder) inputGrad(x ir.ValueID, fresh func(ir.ValueID), post []func())
 // v already has, so st is gone before that sum is allocated (the H200
 // trace of gelan-c's upsampling under autocast frees it so).
 func (b *builder) toCopy(st int32, v ir.ValueID, param bool) func() {
+	order, dims := b.freshOrder, b.freshDims
 	return func() {
+		b.freshLayout(order, dims) // .to() keeps the layout
+		defer b.freshLayout(rowMajor, nil)
 		if param {
 			b.paramGrad(v)
 			b.unref(st)
@@ -668,7 +739,7 @@ func (b *builder) accumulate(v ir.ValueID, t gradT) {
 	}
 	old := b.grads[b.slot[v]]
 	switch {
-	case old.whole && old.contig && b.st[old.st].refs == 1:
+	case old.whole && (old.contig || old.order != rowMajor) && b.st[old.st].refs == 1:
 		b.unref(t.st)
 	default:
 		sum := b.grad(v)

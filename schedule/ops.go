@@ -36,6 +36,7 @@ const (
 	opLayerNorm                   // native_layer_norm: saves input, weight, bias, mean, rstd
 	opSelect                      // select (a Gather of one index): a view; its backward a gradient of the whole input
 	opAttention                   // scaled_dot_product_attention, fused: saves q, k, v, the output and the logsumexp
+	opContiguous                  // x.contiguous(): the same tensor, or a contiguous copy of a strided one
 )
 
 // castClass is how torch.autocast treats an op (aten/src/ATen/autocast_mode.cpp
@@ -104,6 +105,7 @@ var opRules = map[string]opRule{
 	"Slice":                     {kind: opView, flops: free, saves: "nothing: a view"},
 	"Split":                     {kind: opView, flops: free, saves: "nothing: views"},
 	"Identity":                  {kind: opView, flops: free, saves: "nothing: the same tensor"},
+	"Contiguous":                {kind: opContiguous, flops: free, saves: "nothing: x.contiguous(), a copy of a strided x (the generic family's fusion of MultiheadAttention's packed projection)"},
 	"Reshape":                   {kind: opView, flops: free, saves: "nothing: a view of a contiguous tensor"},
 	"Unsqueeze":                 {kind: opView, flops: free, saves: "nothing: a view"},
 	"Squeeze":                   {kind: opView, flops: free, saves: "nothing: a view"},
@@ -116,8 +118,8 @@ var opRules = map[string]opRule{
 	"Cast":                      {kind: opOnlyShapes, flops: free},
 	// Comparisons and random tensors: torchvision's stochastic depth draws
 	// its noise from shapes alone (RandomUniformLike of a ConstantOfShape,
-	// Less, Cast), B elements that onnxmem leaves out (one 512-byte block
-	// in eager PyTorch); the Mul that applies it is simulated.
+	// Less, Cast): the Mul that applies it allocates its B elements, which
+	// eager PyTorch draws in place into one tensor (run.go, opMul).
 	"Less":              {kind: opOnlyShapes, flops: free},
 	"Mod":               {kind: opOnlyShapes, flops: free},
 	"Where":             {kind: opOnlyShapes, flops: free},

@@ -7,6 +7,24 @@ import (
 	"github.com/onnxmem/onnxmem/ir"
 )
 
+// transposed returns the layout of a transpose by perm of a tensor whose
+// layout is contig and order: a transpose of a contiguous N, H, W, C
+// tensor to N, C, H, W is channels-last (ConvNeXt's Permute([0, 3, 1,
+// 2]) after its layer norm), and one of a channels-last tensor back to
+// N, H, W, C is contiguous; any other transpose of a dense tensor is
+// permuted, of a strided one strided.
+func transposed(contig bool, order memOrder, perm []int64) (bool, memOrder) {
+	switch {
+	case contig && slices.Equal(perm, []int64{0, 3, 1, 2}):
+		return false, channelsLast
+	case order == channelsLast && slices.Equal(perm, []int64{0, 2, 3, 1}):
+		return true, rowMajor
+	case contig || order != rowMajor:
+		return false, permuted
+	}
+	return false, rowMajor
+}
+
 // splitsOnly reports whether a reshape from dims in to dims out only splits
 // dims (and adds or drops dims of size 1): each dim of out of size above 1
 // lies within one dim of in. Such a reshape is a view whatever the
@@ -29,6 +47,28 @@ func splitsOnly(in, out []int64) bool {
 		rest /= d
 	}
 	return true
+}
+
+// noise reports whether value v derives, within depth producers, from a
+// random draw (RandomUniformLike, RandomNormalLike).
+func (b *builder) noise(v ir.ValueID, depth int) bool {
+	if v == ir.NoValue || depth == 0 {
+		return false
+	}
+	p := b.g.Values[v].Producer
+	if p < 0 {
+		return false
+	}
+	switch b.g.Nodes[p].OpType {
+	case "RandomUniformLike", "RandomNormalLike":
+		return true
+	}
+	for _, x := range b.g.Nodes[p].Inputs {
+		if b.noise(x, depth-1) {
+			return true
+		}
+	}
+	return false
 }
 
 // paramBehind returns the parameter that value v is, or views without a
@@ -123,7 +163,7 @@ func (b *builder) run(n *ir.Node, k opKind) {
 	inPlace := func() {
 		x, _ := b.overwrites(i)
 		v := out(0)
-		b.vst[v], b.dt[v], b.contig[v], b.permuted[v] = b.vst[x], b.dt[x], b.contig[x], b.permuted[x]
+		b.vst[v], b.dt[v], b.contig[v], b.order[v] = b.vst[x], b.dt[x], b.contig[x], b.order[x]
 		b.ref(b.vst[x])
 	}
 	// copyIn makes the contiguous copy that a kernel takes of a strided input.
@@ -159,10 +199,15 @@ func (b *builder) run(n *ir.Node, k opKind) {
 		if b.stopAt == i {
 			return
 		}
-		if xcast < 0 {
+		if xcast < 0 && b.order[x] != channelsLast {
 			c = copyIn(x)
 		}
 		newOut(0, Activation)
+		if b.order[x] == channelsLast {
+			// cuDNN takes a channels-last input as it is and writes a
+			// channels-last output (cudnn_conv_suggest_memory_format).
+			b.contig[out(0)], b.order[out(0)] = false, channelsLast
+		}
 		b.workspace(b.convCall(n, Forward, "fwd"))
 		freeCopy(c)
 	case opBatchNorm, opBatchNormEval:
@@ -298,6 +343,15 @@ func (b *builder) run(n *ir.Node, k opKind) {
 		freeCopy(c)
 	case opMul:
 		a, c := n.Inputs[0], n.Inputs[1]
+		// Stochastic depth's noise, torch.empty(B, 1, 1, 1) in the
+		// input's type, bernoulli_ and div_ in place, is a tensor of its
+		// own that the product saves (torchvision.ops.stochastic_depth).
+		for _, v := range []ir.ValueID{a, c} {
+			if !b.data[v] && b.noise(v, 8) && (b.needsGrad(a) || b.needsGrad(c)) {
+				st := b.alloc(s.Elems(v)*b.dt[out(0)].Size(), Stats, ir.NoValue)
+				b.own(i, st)
+			}
+		}
 		if b.needsGrad(a) {
 			save(c)
 		}
@@ -370,6 +424,12 @@ func (b *builder) run(n *ir.Node, k opKind) {
 		if !slices.Equal(s.Dims[x], s.Dims[out(0)]) {
 			freeCopy(copyIn(x))
 		}
+	case opContiguous:
+		if x := n.Inputs[0]; !b.contig[x] {
+			newOut(0, Activation) // clone(memory_format=contiguous)
+			break
+		}
+		b.view(n)
 	case opView, opSelect:
 		if x := n.Inputs[0]; n.OpType == "Reshape" && b.data[x] && !b.contig[x] && !splitsOnly(s.Dims[x], s.Dims[out(0)]) {
 			// reshape of a permuted view (a channel shuffle's transpose,
@@ -418,12 +478,12 @@ func (b *builder) run(n *ir.Node, k opKind) {
 	// ViT's x + input after MultiheadAttention's transpose back to batch
 	// first keeps the (L, B, E) order, and the next layer norm copies it.
 	switch k {
-	case opAdd, opSub, opMul, opDiv, opSigmoid, opSiLU, opSavesInput, opDropout:
-		if y := out(0); b.data[y] && b.contig[y] && !b.permuted[y] {
+	case opAdd, opSub, opMul, opDiv, opSigmoid, opSiLU, opSavesInput, opDropout, opBatchNorm, opBatchNormEval:
+		if y := out(0); b.data[y] && b.contig[y] && b.order[y] == rowMajor {
 			for _, x := range reads {
 				if slices.Equal(s.Dims[x], s.Dims[y]) {
-					if b.permuted[x] && b.vst[y] != b.vst[x] {
-						b.contig[y], b.permuted[y] = false, true
+					if b.order[x] != rowMajor && b.vst[y] != b.vst[x] {
+						b.contig[y], b.order[y] = false, b.order[x]
 					}
 					break
 				}
@@ -567,12 +627,19 @@ func (b *builder) view(n *ir.Node) {
 			od := b.s.Dims[v]
 			whole := a < len(in) && a < len(od) && in[a] == od[a]
 			b.contig[v] = b.contig[x] && (whole || sliceContiguous(in, a))
-			b.permuted[v] = b.permuted[x] && whole
+			if whole {
+				b.order[v] = b.order[x]
+			}
 		case "Transpose":
-			b.contig[v] = b.restoredBy[x]
-			b.permuted[v] = !b.restoredBy[x] && (b.contig[x] || b.permuted[x])
+			b.contig[v], b.order[v] = transposed(b.contig[x], b.order[x], n.IntsAttr("perm"))
+			if b.restoredBy[x] {
+				b.contig[v], b.order[v] = true, rowMajor
+			}
 		default:
-			b.contig[v], b.permuted[v] = b.contig[x], b.permuted[x]
+			b.contig[v], b.order[v] = b.contig[x], b.order[x]
+			if b.order[x] == channelsLast && !slices.Equal(in, b.s.Dims[v]) {
+				b.order[v] = permuted
+			}
 		}
 	}
 }

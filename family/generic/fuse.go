@@ -18,7 +18,14 @@ import (
 //   - scaled_dot_product_attention, which the exporter writes
 //     softmax((q·√s) @ (kᵀ·√s)) @ v, becomes ScaledDotProductAttention(q, k,
 //     v): a fused kernel (flash or memory-efficient attention) that never
-//     makes the L×L scores.
+//     makes the L×L scores;
+//   - MultiheadAttention's packed in-projection (F._in_projection_packed:
+//     proj.unflatten(-1, (3, E)).unsqueeze(0).transpose(0, -2).squeeze(-2)
+//     .contiguous(), then proj[0], proj[1], proj[2]), whose .contiguous()
+//     the export drops, gets it back as a Contiguous node after the
+//     Squeeze: one copy of the packed q, k and v, of which the three are
+//     views (calibration/results/vit_steps.json), instead of a copy of
+//     each third where its reshape merges dims.
 //
 // Example: convnext_tiny's CNBlock has two linears and a GELU between them:
 // 12 nodes of the export become 3.
@@ -49,6 +56,8 @@ func fuse(g *ir.Graph) (*ir.Graph, error) {
 	}
 	drop := make([]bool, len(g.Nodes))
 	replace := map[int]ir.Node{} // by node index: the node that takes its place
+	after := map[int]ir.Node{}   // by node index: a node to insert after it
+	var values []ir.Value        // new values, after g's
 	for i := range g.Nodes {
 		n := &g.Nodes[i]
 		switch n.OpType {
@@ -124,6 +133,20 @@ func fuse(g *ir.Graph) (*ir.Graph, error) {
 			}
 			replace[int(next)] = ir.Node{Name: pv.Name, OpType: "ScaledDotProductAttention", Inputs: []ir.ValueID{q, k, pv.Inputs[1]},
 				Outputs: pv.Outputs, Layer: pv.Layer, Scopes: pv.Scopes}
+		case "Squeeze":
+			if !packedProjection(g, n) {
+				continue
+			}
+			out := n.Outputs[0]
+			v := g.Values[out]
+			mid := ir.Value{Name: v.Name + "_strided", Kind: v.Kind, DType: v.DType}
+			mid.ID = ir.ValueID(len(g.Values) + len(values))
+			values = append(values, mid)
+			sq := *n
+			sq.Outputs = []ir.ValueID{mid.ID}
+			replace[i] = sq
+			after[i] = ir.Node{Name: n.Name + "_contiguous", OpType: "Contiguous", Inputs: []ir.ValueID{mid.ID}, Outputs: []ir.ValueID{out},
+				Layer: n.Layer, Scopes: n.Scopes}
 		case "Div":
 			// x / √2 → erf → + 1 → x · → · 0.5
 			x := n.Inputs[0]
@@ -157,18 +180,45 @@ func fuse(g *ir.Graph) (*ir.Graph, error) {
 		return g, nil
 	}
 	ng := &ir.Graph{Name: g.Name, ProducerName: g.ProducerName, Opset: g.Opset,
-		Values: append([]ir.Value(nil), g.Values...), Inputs: g.Inputs, Outputs: g.Outputs}
+		Values: append(append([]ir.Value(nil), g.Values...), values...), Inputs: g.Inputs, Outputs: g.Outputs}
 	for i := range g.Nodes {
 		if n, ok := replace[i]; ok {
 			ng.Nodes = append(ng.Nodes, n)
-			continue
-		}
-		if !drop[i] {
+		} else if !drop[i] {
 			ng.Nodes = append(ng.Nodes, g.Nodes[i])
+		}
+		if n, ok := after[i]; ok {
+			ng.Nodes = append(ng.Nodes, n)
 		}
 	}
 	if err := ng.Reindex(); err != nil {
 		return nil, err
 	}
 	return ng, nil
+}
+
+// packedProjection reports whether Squeeze node n ends MultiheadAttention's
+// packed in-projection: a Squeeze of a Transpose of an Unsqueeze of a
+// Reshape (unflatten), whose output only Gathers on axis 0 read (proj[0],
+// proj[1], proj[2]).
+func packedProjection(g *ir.Graph, n *ir.Node) bool {
+	chain := []string{"Transpose", "Unsqueeze", "Reshape"}
+	v := n.Inputs[0]
+	for _, op := range chain {
+		p := g.Values[v].Producer
+		if p < 0 || g.Nodes[p].OpType != op {
+			return false
+		}
+		v = g.Nodes[p].Inputs[0]
+	}
+	readers := g.Values[n.Outputs[0]].Consumers
+	if len(readers) < 2 {
+		return false
+	}
+	for _, c := range readers {
+		if r := &g.Nodes[c]; r.OpType != "Gather" || r.IntAttr("axis", 0) != 0 {
+			return false
+		}
+	}
+	return true
 }

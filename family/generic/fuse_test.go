@@ -1,6 +1,7 @@
 package generic
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/onnxmem/onnxmem/ir"
@@ -46,7 +47,9 @@ func TestFuseConvNeXt(t *testing.T) {
 // TestFuseViT checks the attention fusion on vit_b_16's training export:
 // its 12 scaled_dot_product_attention decompositions (two scaling Muls, a
 // transposed key, MatMul, Softmax, MatMul) become ScaledDotProductAttention
-// nodes, and its 48 linears Gemms.
+// nodes, its 48 linears Gemms, and each of its 12 packed in-projections gets
+// its .contiguous() back: a Contiguous node after the Squeeze, which the
+// three Gathers of q, k and v read. Fusing again changes nothing.
 func TestFuseViT(t *testing.T) {
 	g, err := ir.LoadFile("../../calibration/results/tv/vit_b_16-train.onnx")
 	if err != nil {
@@ -60,7 +63,24 @@ func TestFuseViT(t *testing.T) {
 	for i := range f.Nodes {
 		c[f.Nodes[i].OpType]++
 	}
-	if c["ScaledDotProductAttention"] != 12 || c["Softmax"] != 0 || c["MatMul"] != 0 || c["Gelu"] != 12 {
-		t.Errorf("after fusing: %d attentions, %d Softmax, %d MatMul, %d Gelu", c["ScaledDotProductAttention"], c["Softmax"], c["MatMul"], c["Gelu"])
+	if c["ScaledDotProductAttention"] != 12 || c["Softmax"] != 0 || c["MatMul"] != 0 || c["Gelu"] != 12 || c["Contiguous"] != 12 {
+		t.Errorf("after fusing: %d attentions, %d Softmax, %d MatMul, %d Gelu, %d Contiguous", c["ScaledDotProductAttention"], c["Softmax"], c["MatMul"], c["Gelu"], c["Contiguous"])
+	}
+	for i := range f.Nodes {
+		n := &f.Nodes[i]
+		if n.OpType != "Contiguous" {
+			continue
+		}
+		from := f.Values[n.Inputs[0]].Producer
+		var readers []string
+		for _, r := range f.Values[n.Outputs[0]].Consumers {
+			readers = append(readers, f.Nodes[r].OpType)
+		}
+		if from < 0 || f.Nodes[from].OpType != "Squeeze" || !slices.Equal(readers, []string{"Gather", "Gather", "Gather"}) {
+			t.Errorf("%s: reads %v, read by %v; want a Squeeze's output, read by three Gathers", n.Name, from, readers)
+		}
+	}
+	if h, err := fuse(f); err != nil || len(h.Nodes) != len(f.Nodes) {
+		t.Errorf("fusing twice: %v, %d nodes, want %d", err, len(h.Nodes), len(f.Nodes))
 	}
 }
