@@ -58,7 +58,7 @@ var opKinds = map[string]opKind{
 	"Log": opSameShape, "Sqrt": opSameShape, "Abs": opSameShape, "Erf": opSameShape, "Clip": opSameShape,
 	"Gelu": opSameShape, "LayerNormalization": opLayerNorm, "ScaledDotProductAttention": opAttention,
 	"Contiguous": opSameShape,
-	"Add": opBinary, "Sub": opBinary, "Mul": opBinary, "Div": opBinary, "Pow": opBinary,
+	"Add":        opBinary, "Sub": opBinary, "Mul": opBinary, "Div": opBinary, "Pow": opBinary,
 	"Less": opCompare, "Greater": opCompare, "Equal": opCompare, "Mod": opBinary, "Where": opWhere,
 	"RandomUniformLike": opRandomLike, "RandomNormalLike": opRandomLike,
 	"BatchNormalization": opBatchNorm, "Cast": opCast, "Concat": opConcat, "Constant": opConstant,
