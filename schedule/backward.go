@@ -158,19 +158,20 @@ func (b *builder) sliceGroups() []int32 {
 func (b *builder) grad(v ir.ValueID) gradT {
 	st := b.alloc(b.bytes(v), Grad, v)
 	t := gradT{st: st, whole: true, contig: true, bytes: b.bytes(v)}
-	if b.freshOrder != rowMajor && slices.Equal(b.s.Dims[v], b.freshDims) {
-		t.contig, t.order = false, b.freshOrder
+	if b.freshStr != nil && slices.Equal(b.s.Dims[v], b.freshDims) {
+		t = withStrides(t, b.freshDims, b.freshStr)
 	}
 	return t
 }
 
-// freshLayout sets the layout of the fresh gradients that the node being
+// freshLayout sets the strides of the fresh gradients that the node being
 // run makes: a kernel that writes its input's gradient in a layout of its
 // own (cuDNN's channels-last convolution, an element-wise backward that
-// follows its incoming gradient's, as TensorIterator's output does) gives
-// the gradients of dims like dims that layout.
-func (b *builder) freshLayout(order memOrder, dims []int64) {
-	b.freshOrder, b.freshDims = order, dims
+// follows its incoming gradient's, as TensorIterator's output does, the
+// flash kernel's empty_like(q)) gives the gradients of dims like dims
+// those strides; nil strides make them contiguous.
+func (b *builder) freshLayout(st, dims []int64) {
+	b.freshStr, b.freshDims = st, dims
 }
 
 // paramGrad allocates the .grad of parameter v, which outlives the step.
@@ -197,13 +198,13 @@ func (b *builder) back(n *ir.Node, k opKind, outs []ir.ValueID) {
 	}
 	give := b.give[:0]
 	defer func() { b.give = give[:0] }()
-	b.freshLayout(rowMajor, nil)
-	defer b.freshLayout(rowMajor, nil)
+	b.freshLayout(nil, nil)
+	defer b.freshLayout(nil, nil)
 	switch k {
 	case opAdd, opSub, opMul, opDiv, opSigmoid, opSiLU, opSavesInput, opDropout, opBatchNorm, opBatchNormEval:
 		// The input's gradient follows the incoming one's layout.
-		if gy.whole && gy.order != rowMajor {
-			b.freshLayout(gy.order, s.Dims[outs[0]])
+		if gy.whole && !gy.contig && dense(s.Dims[outs[0]], gy.str) {
+			b.freshLayout(gy.str, s.Dims[outs[0]])
 		}
 	}
 	// post runs after the node has released its inputs: the ToCopyBackward
@@ -224,11 +225,11 @@ func (b *builder) back(n *ir.Node, k opKind, outs []ir.ValueID) {
 		if b.rg[v] {
 			b.ref(gy.st)
 			t := gradT{st: gy.st, whole: whole && gy.whole, contig: contig && gy.contig, bytes: b.bytes(v)}
-			if contig && t.whole {
-				// A view that keeps the layout.
-				t.order = gy.order
-				if t.order == channelsLast && !slices.Equal(s.Dims[v], s.Dims[outs[0]]) {
-					t.order = permuted
+			if st := gradStrides(gy, s.Dims[outs[0]]); contig && whole && st != nil {
+				// A view that keeps the layout, with the strides
+				// computeStride finds for v's dims.
+				if nst, ok := viewStrides(s.Dims[outs[0]], st, s.Dims[v]); ok {
+					t = withStrides(t, s.Dims[v], nst)
 				}
 			}
 			give = append(give, delivery{v, t})
@@ -240,7 +241,7 @@ func (b *builder) back(n *ir.Node, k opKind, outs []ir.ValueID) {
 	switch k {
 	case opConv:
 		x := n.Inputs[0]
-		cl := b.order[x] == channelsLast
+		cl := isChannelsLast(s.Dims[x], b.denseStrides(x))
 		// A strided saved input is copied again for the whole backward.
 		xc := int32(-1)
 		if !cl {
@@ -250,8 +251,10 @@ func (b *builder) back(n *ir.Node, k opKind, outs []ir.ValueID) {
 			// cuDNN's channels-last convolution: the incoming gradient
 			// made channels-last (a copy unless it is), the input's
 			// gradient written channels-last.
-			contiguous = func() int32 { return b.copyIf(!gy.whole || gy.order != channelsLast, b.bytes(outs[0])) }
-			b.freshLayout(channelsLast, s.Dims[x])
+			contiguous = func() int32 {
+				return b.copyIf(!isChannelsLast(s.Dims[outs[0]], gradStrides(gy, s.Dims[outs[0]])), b.bytes(outs[0]))
+			}
+			b.freshLayout(channelsLastStrides(s.Dims[x]), s.Dims[x])
 		}
 		// Under autocast the conv computes low-precision gradients of its
 		// cast input and weight; ToCopyBackward then allocates the
@@ -309,9 +312,17 @@ func (b *builder) back(n *ir.Node, k opKind, outs []ir.ValueID) {
 			}
 			freeCopy(c)
 			if j == 1 {
-				// The bias's gradient: a sum over N, H and W.
+				// The bias's gradient: a sum over N, H and W; over the
+				// rows of a [N·H·W, C] matrix when the gradient is
+				// channels-last (the patch embedding's, whose gradient
+				// comes back through a transpose; ConvNeXt's).
 				y := n.Outputs[0]
-				b.channelSum(b.s.Elems(y)/max(b.s.Elems(w), 1), b.s.Elems(w), gy.st >= 0 && gy.st == b.seed)
+				rows := b.s.Elems(y) / max(b.s.Elems(w), 1)
+				if isChannelsLast(s.Dims[y], gradStrides(gy, s.Dims[y])) {
+					b.columnSum(rows, b.s.Elems(w))
+				} else {
+					b.channelSum(rows, b.s.Elems(w), gy.st >= 0 && gy.st == b.seed)
+				}
 			}
 		}
 		// The weight's cast was made after the bias's, so its
@@ -345,23 +356,35 @@ func (b *builder) back(n *ir.Node, k opKind, outs []ir.ValueID) {
 		// gradient copied in.
 		fresh(n.Inputs[0])
 	case opAttention:
-		// The fused attention's backward: the output's gradient made
-		// contiguous, the gradients of q, k and v, and float32 scratch
-		// (the rows' delta; under autocast the flash kernel's float32
-		// accumulator of q's gradient), freed when the kernel returns.
+		// The fused attention's backward: the gradients of q, k and v,
+		// and float32 scratch, freed when the kernel returns. Memory-
+		// efficient attention (float32) makes the output's gradient
+		// contiguous first and takes the rows' delta; the flash kernel
+		// (autocast) reads a dense gradient in any order of its dims
+		// (MultiheadAttention's arrives in (L, B, H, D) order) and takes
+		// one float32 buffer for q's gradient accumulator and the rows'
+		// delta, 256 bytes more (calibration/results/vit_steps.json: 12
+		// such of 4,917,376 bytes at vit_b_16 batch 8, of 1,248,256 at
+		// vit_b_32).
 		q := n.Inputs[0]
 		rows := s.Elems(q) / max(s.Dims[q][len(s.Dims[q])-1], 1)
-		c := b.scratch(s.Elems(outs[0])*b.dt[outs[0]].Size(), Copy)
+		flash := b.autocast()
+		c := int32(-1)
+		if !flash || gradStrides(gy, s.Dims[outs[0]]) == nil {
+			c = b.scratch(s.Elems(outs[0])*b.dt[outs[0]].Size(), Copy)
+		}
+		if flash {
+			// Its gradients are empty_like(q): q's strides.
+			b.freshLayout(b.denseStrides(q), s.Dims[q])
+		}
 		for _, v := range n.Inputs {
 			fresh(v)
 		}
-		d := b.scratch(rows*4, Stats)
-		acc := int32(-1)
-		if b.autocast() {
-			acc = b.scratch(s.Elems(q)*4, Grad)
+		if flash {
+			b.freeScratch(b.scratch(s.Elems(q)*4+rows*4+256, Grad))
+		} else {
+			b.freeScratch(b.scratch(rows*4, Stats))
 		}
-		b.freeScratch(acc)
-		b.freeScratch(d)
 		b.freeScratch(c)
 	case opLayerNorm:
 		// native_layer_norm_backward: the saved input made contiguous
@@ -522,30 +545,28 @@ func (b *builder) back(n *ir.Node, k opKind, outs []ir.ValueID) {
 				break
 			}
 			if b.rg[x] {
-				perm := n.IntsAttr("perm")
-				inv := make([]int64, len(perm))
-				for j, p := range perm {
-					if p >= 0 && int(p) < len(inv) {
-						inv[p] = int64(j)
-					}
-				}
-				c, o := transposed(gy.contig && gy.whole, gy.order, inv)
-				if !gy.whole {
-					c, o = false, rowMajor
+				t := gradT{st: gy.st, whole: gy.whole, bytes: b.bytes(x)}
+				if st := gradStrides(gy, s.Dims[outs[0]]); st != nil {
+					t = withStrides(t, s.Dims[x], permuteStrides(st, inversePerm(n.IntsAttr("perm"))))
 				}
 				b.ref(gy.st)
-				give = append(give, delivery{x, gradT{st: gy.st, whole: gy.whole, contig: c, order: o, bytes: b.bytes(x)}})
+				give = append(give, delivery{x, t})
 			}
 		case "Reshape":
-			if (!gy.contig || !gy.whole) && !splitsOnly(s.Dims[outs[0]], s.Dims[n.Inputs[0]]) {
+			x := n.Inputs[0]
+			st := gradStrides(gy, s.Dims[outs[0]])
+			viewable := splitsOnly(s.Dims[outs[0]], s.Dims[x])
+			if st != nil {
+				_, viewable = viewStrides(s.Dims[outs[0]], st, s.Dims[x])
+			}
+			if !viewable {
 				// The gradient's reshape to the input's sizes copies a
-				// strided gradient (view's backward is grad.reshape).
-				fresh(n.Inputs[0])
+				// gradient no strides can address (view's backward is
+				// grad.reshape).
+				fresh(x)
 				break
 			}
-			// A dense gradient whose reshape only splits dims is a view of
-			// it, strided as it is.
-			pass(n.Inputs[0], true, true)
+			pass(x, true, true)
 		default:
 			pass(n.Inputs[0], true, true)
 		}
@@ -592,7 +613,7 @@ func (b *builder) back(n *ir.Node, k opKind, outs []ir.ValueID) {
 // filter on 512 or more channels or on 256 or more at least 28 wide, or a
 // 1×1 one at batch 16 or less on 128 or more channels at most 7 wide.
 func (b *builder) nativeDepthwise(n *ir.Node) bool {
-	if b.order[n.Inputs[0]] == channelsLast {
+	if isChannelsLast(b.s.Dims[n.Inputs[0]], b.denseStrides(n.Inputs[0])) {
 		return false // use_cudnn_depthwise: always cuDNN for channels-last
 	}
 	x, w := b.s.Dims[n.Inputs[0]], b.s.Dims[n.Inputs[1]]
@@ -671,10 +692,10 @@ func (b *builder) inputGrad(x ir.ValueID, fresh func(ir.ValueID), post []func())
 // v already has, so st is gone before that sum is allocated (the H200
 // trace of gelan-c's upsampling under autocast frees it so).
 func (b *builder) toCopy(st int32, v ir.ValueID, param bool) func() {
-	order, dims := b.freshOrder, b.freshDims
+	strides, dims := b.freshStr, b.freshDims
 	return func() {
-		b.freshLayout(order, dims) // .to() keeps the layout
-		defer b.freshLayout(rowMajor, nil)
+		b.freshLayout(strides, dims) // .to() keeps the layout
+		defer b.freshLayout(nil, nil)
 		if param {
 			b.paramGrad(v)
 			b.unref(st)
@@ -695,6 +716,9 @@ func (b *builder) gemmBack(n *ir.Node, gy gradT, fresh func(ir.ValueID), contigu
 	low := b.lowGrad
 	toCopy := func(st int32, v ir.ValueID, param bool) { post = append(post, b.toCopy(st, v, param)) }
 	inputGrad := func(x ir.ValueID) { post = b.inputGrad(x, fresh, post) }
+	if len(b.s.Dims[x]) > 2 && !b.contig[x] {
+		return b.matmulBack(n, gy, fresh, contiguous, post)
+	}
 	if b.rg[x] {
 		inputGrad(x)
 		c := contiguous()
@@ -710,19 +734,68 @@ func (b *builder) gemmBack(n *ir.Node, gy gradT, fresh func(ir.ValueID), contigu
 		} else {
 			b.paramGrad(p)
 		}
-		if p == bias && gy.contig {
-			// The bias's gradient sums a contiguous gy over its rows, B·L
-			// of them on a transformer's [B, L, E]: the reduction's
-			// buffers. A strided gy (ConvNeXt's second Linear, whose
-			// output a permute turns back to NCHW) is reduced along its
-			// fastest dimension, in shared memory (calibration/
-			// reduce_staging.py measured only the contiguous case).
-			b.columnSum(b.s.Elems(n.Outputs[0])/max(b.s.Elems(bias), 1), b.s.Elems(bias))
+		if p == bias {
+			b.biasSum(n, gy)
 		}
 		if p == w {
 			c := contiguous()
 			b.blasWorkspaces(false)
 			b.freeScratch(c)
+		}
+	}
+	return post
+}
+
+// biasSum emits the buffers of a Linear's bias gradient: it sums a
+// contiguous gy over its rows, B·L of them on a transformer's [B, L, E]. A
+// strided gy is reduced along its fastest dimension, in shared memory
+// (calibration/reduce_staging.py measured only the contiguous case).
+func (b *builder) biasSum(n *ir.Node, gy gradT) {
+	if bias := n.Inputs[2]; gy.contig {
+		b.columnSum(b.s.Elems(n.Outputs[0])/max(b.s.Elems(bias), 1), b.s.Elems(bias))
+	}
+}
+
+// matmulBack emits the backward of a linear on a strided input of more than
+// two dims, which aten::linear runs as matmul(x, W.t()) then add_(b)
+// instead of one addmm (MultiheadAttention's in-projection of the
+// transposed query): AddBackward's bias gradient first, then MmBackward's
+// weight gradient and the input's; autocast's ToCopyBackward nodes then
+// run the input's, the weight's and the bias's (calibration/results/
+// vit_steps.json and convnext_vit_ops.json).
+func (b *builder) matmulBack(n *ir.Node, gy gradT, fresh func(ir.ValueID), contiguous func() int32, post []func()) []func() {
+	x, w := n.Inputs[0], n.Inputs[1]
+	grad := func(p ir.ValueID, param bool) func() {
+		if !b.autocast() || (!param && b.dt[p] == b.low()) {
+			if param {
+				b.paramGrad(p)
+			} else {
+				fresh(p)
+			}
+			return nil
+		}
+		return b.toCopy(b.lowGrad(p), p, param)
+	}
+	var later [3]func() // the input's, the weight's, the bias's
+	if len(n.Inputs) > 2 && n.Inputs[2] != ir.NoValue && b.param[n.Inputs[2]] {
+		later[2] = grad(n.Inputs[2], true)
+		b.biasSum(n, gy)
+	}
+	if b.param[w] {
+		c := contiguous()
+		later[1] = grad(w, true)
+		b.blasWorkspaces(false)
+		b.freeScratch(c)
+	}
+	if b.rg[x] {
+		later[0] = grad(x, false)
+		c := contiguous()
+		b.blasWorkspaces(false)
+		b.freeScratch(c)
+	}
+	for _, f := range later {
+		if f != nil {
+			post = append(post, f)
 		}
 	}
 	return post
@@ -739,7 +812,7 @@ func (b *builder) accumulate(v ir.ValueID, t gradT) {
 	}
 	old := b.grads[b.slot[v]]
 	switch {
-	case old.whole && (old.contig || old.order != rowMajor) && b.st[old.st].refs == 1:
+	case old.whole && (old.contig || dense(b.s.Dims[v], old.str)) && b.st[old.st].refs == 1:
 		b.unref(t.st)
 	default:
 		sum := b.grad(v)

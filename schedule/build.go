@@ -139,18 +139,9 @@ type gradT struct {
 	st     int32
 	whole  bool
 	contig bool
-	order  memOrder // of a dense gradient that is not contiguous
+	str    []int64 // the strides of a dense gradient that is not contiguous (layout.go)
 	bytes  int64
 }
-
-// memOrder is how a dense tensor that is not contiguous lies in memory.
-type memOrder uint8
-
-const (
-	rowMajor     memOrder = iota // contiguous, or strided (not dense)
-	permuted                     // dense, in some other order of its dims
-	channelsLast                 // dense 4-D, in N, H, W, C order
-)
 
 type builder struct {
 	*emitter
@@ -185,21 +176,16 @@ type builder struct {
 	lossSaved []Buf         // what the training loss keeps for its backward
 	inplace   []bool        // by node: it runs in place on its first data input (Holds.InPlace)
 	state     [][]int32     // by value: the optimizer state buffers of a trainable parameter
-	// restoredBy[v]: v is stored in the memory order that the Transpose
-	// reading it restores, so that transpose is contiguous (the flash
-	// attention kernel's output).
-	restoredBy []bool
-	// order[v]: the memory order of a dense v stored in another order
-	// than its dims (a transpose of a dense tensor, or an element-wise
-	// op's output that follows such an input's layout, as TensorIterator's
-	// does); such a v is not contiguous, and a kernel that needs it
-	// contiguous copies it. Channels-last tensors are the case convolutions
-	// take as they are.
-	order    []memOrder
+	// str[v]: the strides of a dense v that is not contiguous (a
+	// transpose of a dense tensor, an element-wise op's output that
+	// follows such an input's layout as TensorIterator's does, a
+	// channels-last convolution's output); nil for a contiguous or a
+	// strided (not dense) v. A kernel that needs v contiguous copies it.
+	str      [][]int64
 	blasMade [4]bool // the cuBLAS workspaces made: by blasHandle
 
 	// Backward state.
-	freshOrder memOrder // the layout of the node's fresh gradients (freshLayout)
+	freshStr   []int64 // the strides of the node's fresh gradients (freshLayout)
 	freshDims  []int64
 	give       []delivery // back's gradients to hand on, reused node after node
 	slot       []int32    // by value: index into grads, or -1
@@ -240,8 +226,7 @@ func Build(g *ir.Graph, s *ir.Shapes, cfg Config) (*Program, error) {
 	b.st = make([]storage, 0, 6*nn+64)
 	b.vst = make([]int32, nv)
 	b.contig = make([]bool, nv)
-	b.restoredBy = make([]bool, nv)
-	b.order = make([]memOrder, nv)
+	b.str = make([][]int64, nv)
 	b.slot = make([]int32, nv)
 	b.paramGrads = make([]int32, nv)
 	b.saved = make([][]int32, nn)
@@ -488,7 +473,7 @@ func (b *builder) convCall(n *ir.Node, phase Phase, which string) ConvCall {
 	xd, wd, yd := b.s.Dims[x], b.s.Dims[w], b.s.Dims[y]
 	c := ConvCall{Phase: phase, Which: which, Groups: n.IntAttr("group", 1), ElemSize: b.dt[y].Size()}
 	c.BF16 = b.cfg.BF16 && b.autocast() && c.ElemSize == 2
-	c.ChannelsLast = b.order[x] == channelsLast
+	c.ChannelsLast = isChannelsLast(xd, b.denseStrides(x))
 	if len(xd) == 4 && len(wd) == 4 && len(yd) == 4 {
 		c.N, c.Cin, c.H, c.W = xd[0], xd[1], xd[2], xd[3]
 		c.Cout, c.KH, c.KW = wd[0], wd[2], wd[3]

@@ -109,3 +109,38 @@ func TestSplitsOnly(t *testing.T) {
 		}
 	}
 }
+
+// TestViewStrides checks the port of ATen's computeStride: which reshapes
+// of a strided tensor are views, and their strides.
+func TestViewStrides(t *testing.T) {
+	for _, c := range []struct {
+		old, st, nd []int64
+		want        []int64 // nil: no view, the reshape copies
+	}{
+		// q.view(8, 12, 197, 64) of MultiheadAttention's transposed q.
+		{[]int64{96, 197, 64}, []int64{64, 6144, 1}, []int64{8, 12, 197, 64}, []int64{768, 64, 6144, 1}},
+		// Its gradient, in the same strides, back to [96, 197, 64].
+		{[]int64{8, 12, 197, 64}, []int64{768, 64, 6144, 1}, []int64{96, 197, 64}, []int64{64, 6144, 1}},
+		// [197, 96, 64] of the transposed [96, 197, 64] to [197, 8, 768]:
+		// merges 12 heads of stride 12608 with 64 of stride 1.
+		{[]int64{197, 96, 64}, []int64{64, 12608, 1}, []int64{197, 8, 768}, nil},
+		// A contiguous tensor reshapes to anything.
+		{[]int64{2, 3, 4}, []int64{12, 4, 1}, []int64{6, 4}, []int64{4, 1}},
+		// A channels-last [N, C, H, W] is a contiguous [N, H, W, C]: its
+		// flatten to [N, C·H·W] copies.
+		{[]int64{2, 8, 4, 4}, []int64{128, 1, 32, 8}, []int64{2, 128}, nil},
+		// Size-1 dims go and come anywhere.
+		{[]int64{4, 1, 6}, []int64{6, 99, 1}, []int64{1, 4, 6, 1}, []int64{24, 6, 1, 1}},
+	} {
+		got, ok := viewStrides(c.old, c.st, c.nd)
+		if !ok {
+			got = nil
+		}
+		if !slices.Equal(got, c.want) {
+			t.Errorf("viewStrides(%v, %v, %v) = %v, %v; want %v", c.old, c.st, c.nd, got, ok, c.want)
+		}
+	}
+	if !dense([]int64{2, 8, 4, 4}, []int64{128, 1, 32, 8}) || dense([]int64{8, 768}, []int64{50 * 768, 1}) {
+		t.Error("dense: a channels-last tensor is dense, a select of every 50th row is not")
+	}
+}

@@ -7,22 +7,15 @@ import (
 	"github.com/onnxmem/onnxmem/ir"
 )
 
-// transposed returns the layout of a transpose by perm of a tensor whose
-// layout is contig and order: a transpose of a contiguous N, H, W, C
-// tensor to N, C, H, W is channels-last (ConvNeXt's Permute([0, 3, 1,
-// 2]) after its layer norm), and one of a channels-last tensor back to
-// N, H, W, C is contiguous; any other transpose of a dense tensor is
-// permuted, of a strided one strided.
-func transposed(contig bool, order memOrder, perm []int64) (bool, memOrder) {
-	switch {
-	case contig && slices.Equal(perm, []int64{0, 3, 1, 2}):
-		return false, channelsLast
-	case order == channelsLast && slices.Equal(perm, []int64{0, 2, 3, 1}):
-		return true, rowMajor
-	case contig || order != rowMajor:
-		return false, permuted
+// viewable reports whether a reshape of x to dims d is a view: x is dense
+// and computeStride finds strides for d (layout.go), or x is strided and
+// the reshape only splits dims.
+func (b *builder) viewable(x ir.ValueID, d []int64) bool {
+	if st := b.denseStrides(x); st != nil {
+		_, ok := viewStrides(b.s.Dims[x], st, d)
+		return ok
 	}
-	return false, rowMajor
+	return splitsOnly(b.s.Dims[x], d)
 }
 
 // splitsOnly reports whether a reshape from dims in to dims out only splits
@@ -163,7 +156,7 @@ func (b *builder) run(n *ir.Node, k opKind) {
 	inPlace := func() {
 		x, _ := b.overwrites(i)
 		v := out(0)
-		b.vst[v], b.dt[v], b.contig[v], b.order[v] = b.vst[x], b.dt[x], b.contig[x], b.order[x]
+		b.vst[v], b.dt[v], b.contig[v], b.str[v] = b.vst[x], b.dt[x], b.contig[x], b.str[x]
 		b.ref(b.vst[x])
 	}
 	// copyIn makes the contiguous copy that a kernel takes of a strided input.
@@ -199,14 +192,15 @@ func (b *builder) run(n *ir.Node, k opKind) {
 		if b.stopAt == i {
 			return
 		}
-		if xcast < 0 && b.order[x] != channelsLast {
+		cl := isChannelsLast(s.Dims[x], b.denseStrides(x))
+		if xcast < 0 && !cl {
 			c = copyIn(x)
 		}
 		newOut(0, Activation)
-		if b.order[x] == channelsLast {
+		if cl {
 			// cuDNN takes a channels-last input as it is and writes a
 			// channels-last output (cudnn_conv_suggest_memory_format).
-			b.contig[out(0)], b.order[out(0)] = false, channelsLast
+			b.setLayout(out(0), channelsLastStrides(s.Dims[out(0)]))
 		}
 		b.workspace(b.convCall(n, Forward, "fwd"))
 		freeCopy(c)
@@ -431,10 +425,10 @@ func (b *builder) run(n *ir.Node, k opKind) {
 		}
 		b.view(n)
 	case opView, opSelect:
-		if x := n.Inputs[0]; n.OpType == "Reshape" && b.data[x] && !b.contig[x] && !splitsOnly(s.Dims[x], s.Dims[out(0)]) {
-			// reshape of a permuted view (a channel shuffle's transpose,
-			// a window partition) cannot be a view: it copies, a clone
-			// whose gradient passes through.
+		if x := n.Inputs[0]; n.OpType == "Reshape" && b.data[x] && !b.contig[x] && !b.viewable(x, s.Dims[out(0)]) {
+			// reshape of a permuted view that no strides can address (a
+			// channel shuffle's transpose, a window partition) copies: a
+			// clone whose gradient passes through.
 			newOut(0, Activation)
 			break
 		}
@@ -462,8 +456,10 @@ func (b *builder) run(n *ir.Node, k opKind) {
 		// H, D) for a MultiheadAttention's heads, so the transpose back
 		// to (L, B, ·) is contiguous and the projection copies nothing;
 		// memory-efficient attention writes (B, L, H, D).
-		if lower {
-			b.restoredBy[out(0)] = true
+		if d := s.Dims[out(0)]; lower {
+			b.setLayout(out(0), b.denseStrides(q))
+		} else if len(d) == 4 {
+			b.setLayout(out(0), permuteStrides(rowMajor([]int64{d[0], d[2], d[1], d[3]}), []int64{0, 2, 1, 3}))
 		}
 		rows := s.Elems(q) / max(s.Dims[q][len(s.Dims[q])-1], 1)
 		if !lower {
@@ -479,11 +475,11 @@ func (b *builder) run(n *ir.Node, k opKind) {
 	// first keeps the (L, B, E) order, and the next layer norm copies it.
 	switch k {
 	case opAdd, opSub, opMul, opDiv, opSigmoid, opSiLU, opSavesInput, opDropout, opBatchNorm, opBatchNormEval:
-		if y := out(0); b.data[y] && b.contig[y] && b.order[y] == rowMajor {
+		if y := out(0); b.data[y] && b.contig[y] {
 			for _, x := range reads {
 				if slices.Equal(s.Dims[x], s.Dims[y]) {
-					if b.order[x] != rowMajor && b.vst[y] != b.vst[x] {
-						b.contig[y], b.order[y] = false, b.order[x]
+					if !b.contig[x] && dense(s.Dims[x], b.str[x]) && b.vst[y] != b.vst[x] {
+						b.setLayout(y, b.str[x])
 					}
 					break
 				}
@@ -536,8 +532,10 @@ func (b *builder) gemm(n *ir.Node, lower bool, save func(ir.ValueID)) {
 	// as attention's output before its projection) gets a contiguous copy
 	// (matmul's reshape, or the module's own .contiguous()): the product
 	// saves the copy, and a cast made for it goes when autocast's wrapper
-	// returns, after the output (calibration/results/vit_steps.json).
-	if !b.contig[x] {
+	// returns, after the output (calibration/results/vit_steps.json). A
+	// matrix with rows or columns of stride 1 (ViT's class token x[:, 0])
+	// goes to cuBLAS as it is.
+	if !b.contig[x] && !b.blasReady(x) {
 		size := b.s.Elems(x) * b.dt[x].Size()
 		if xcast >= 0 {
 			size = b.s.Elems(x) * b.low().Size()
@@ -567,6 +565,19 @@ func (b *builder) gemm(n *ir.Node, lower bool, save func(ir.ValueID)) {
 	b.vst[y] = b.alloc(b.bytes(y), Activation, y)
 	b.contig[y] = true
 	b.blasWorkspaces(gemmLt(n, b.s))
+}
+
+// blasReady reports whether a strided x reaches cuBLAS without a copy:
+// viewed as the matrix [rows, K] that aten::linear folds it to, one of its
+// two strides is 1.
+func (b *builder) blasReady(x ir.ValueID) bool {
+	d, st := b.s.Dims[x], b.denseStrides(x)
+	if st == nil || len(d) == 0 {
+		return false
+	}
+	k := d[len(d)-1]
+	m, ok := viewStrides(d, st, []int64{b.s.Elems(x) / max(k, 1), k})
+	return ok && (m[1] == 1 || m[0] == 1)
 }
 
 // gemmLt reports whether addmm runs a Gemm through cuBLASLt, as PyTorch
@@ -621,25 +632,51 @@ func (b *builder) view(n *ir.Node) {
 		b.vst[v] = b.vst[x]
 		b.dt[v] = b.dt[x]
 		b.ref(b.vst[x])
+		st := b.denseStrides(x)
 		switch n.OpType {
 		case "Slice", "Split":
 			a := b.axisOf(n)
 			od := b.s.Dims[v]
 			whole := a < len(in) && a < len(od) && in[a] == od[a]
-			b.contig[v] = b.contig[x] && (whole || sliceContiguous(in, a))
-			if whole {
-				b.order[v] = b.order[x]
+			switch {
+			case whole && st != nil:
+				b.setLayout(v, st)
+			case b.contig[x] && sliceContiguous(in, a):
+				b.setLayout(v, nil)
+			default:
+				b.setStrided(v)
 			}
 		case "Transpose":
-			b.contig[v], b.order[v] = transposed(b.contig[x], b.order[x], n.IntsAttr("perm"))
-			if b.restoredBy[x] {
-				b.contig[v], b.order[v] = true, rowMajor
+			if st == nil {
+				b.setStrided(v)
+				break
 			}
+			b.setLayout(v, permuteStrides(st, n.IntsAttr("perm")))
+		case "Gather":
+			// select(axis, i): the axis's stride goes (a strided slice
+			// of a dense tensor, ViT's class token x[:, 0]).
+			a := int(n.IntAttr("axis", 0))
+			if a < 0 {
+				a += len(in)
+			}
+			if st == nil || a < 0 || a >= len(st) {
+				b.setStrided(v)
+				break
+			}
+			b.setLayout(v, append(append([]int64(nil), st[:a]...), st[a+1:]...))
 		default:
-			b.contig[v], b.order[v] = b.contig[x], b.order[x]
-			if b.order[x] == channelsLast && !slices.Equal(in, b.s.Dims[v]) {
-				b.order[v] = permuted
+			// A reshape, squeeze or flatten: the strides computeStride
+			// finds (run.go copies where there are none).
+			if st == nil {
+				b.setStrided(v)
+				break
 			}
+			nst, ok := viewStrides(in, st, b.s.Dims[v])
+			if !ok {
+				b.setStrided(v)
+				break
+			}
+			b.setLayout(v, nst)
 		}
 	}
 }
