@@ -225,7 +225,8 @@ func (b *builder) back(n *ir.Node, k opKind, outs []ir.ValueID) {
 		if b.rg[v] {
 			b.ref(gy.st)
 			t := gradT{st: gy.st, whole: whole && gy.whole, contig: contig && gy.contig, bytes: b.bytes(v)}
-			if st := gradStrides(gy, s.Dims[outs[0]]); contig && whole && st != nil {
+			if contig && whole && gy.whole && !gy.contig && gy.str != nil {
+				st := gy.str
 				// A view that keeps the layout, with the strides
 				// computeStride finds for v's dims.
 				if nst, ok := viewStrides(s.Dims[outs[0]], st, s.Dims[v]); ok {
@@ -241,7 +242,7 @@ func (b *builder) back(n *ir.Node, k opKind, outs []ir.ValueID) {
 	switch k {
 	case opConv:
 		x := n.Inputs[0]
-		cl := isChannelsLast(s.Dims[x], b.denseStrides(x))
+		cl := b.channelsLast(x)
 		// A strided saved input is copied again for the whole backward.
 		xc := int32(-1)
 		if !cl {
@@ -252,7 +253,7 @@ func (b *builder) back(n *ir.Node, k opKind, outs []ir.ValueID) {
 			// made channels-last (a copy unless it is), the input's
 			// gradient written channels-last.
 			contiguous = func() int32 {
-				return b.copyIf(!isChannelsLast(s.Dims[outs[0]], gradStrides(gy, s.Dims[outs[0]])), b.bytes(outs[0]))
+				return b.copyIf(!gradChannelsLast(gy, s.Dims[outs[0]]), b.bytes(outs[0]))
 			}
 			b.freshLayout(channelsLastStrides(s.Dims[x]), s.Dims[x])
 		}
@@ -318,7 +319,7 @@ func (b *builder) back(n *ir.Node, k opKind, outs []ir.ValueID) {
 				// comes back through a transpose; ConvNeXt's).
 				y := n.Outputs[0]
 				rows := b.s.Elems(y) / max(b.s.Elems(w), 1)
-				if isChannelsLast(s.Dims[y], gradStrides(gy, s.Dims[y])) {
+				if gradChannelsLast(gy, s.Dims[y]) {
 					b.columnSum(rows, b.s.Elems(w))
 				} else {
 					b.channelSum(rows, b.s.Elems(w), gy.st >= 0 && gy.st == b.seed)
@@ -554,10 +555,12 @@ func (b *builder) back(n *ir.Node, k opKind, outs []ir.ValueID) {
 			}
 		case "Reshape":
 			x := n.Inputs[0]
-			st := gradStrides(gy, s.Dims[outs[0]])
-			viewable := splitsOnly(s.Dims[outs[0]], s.Dims[x])
-			if st != nil {
-				_, viewable = viewStrides(s.Dims[outs[0]], st, s.Dims[x])
+			viewable := gy.whole && gy.contig // a contiguous gradient reshapes as a view
+			if !viewable {
+				viewable = splitsOnly(s.Dims[outs[0]], s.Dims[x])
+				if st := gradStrides(gy, s.Dims[outs[0]]); st != nil {
+					_, viewable = viewStrides(s.Dims[outs[0]], st, s.Dims[x])
+				}
 			}
 			if !viewable {
 				// The gradient's reshape to the input's sizes copies a
@@ -613,7 +616,7 @@ func (b *builder) back(n *ir.Node, k opKind, outs []ir.ValueID) {
 // filter on 512 or more channels or on 256 or more at least 28 wide, or a
 // 1×1 one at batch 16 or less on 128 or more channels at most 7 wide.
 func (b *builder) nativeDepthwise(n *ir.Node) bool {
-	if isChannelsLast(b.s.Dims[n.Inputs[0]], b.denseStrides(n.Inputs[0])) {
+	if b.channelsLast(n.Inputs[0]) {
 		return false // use_cudnn_depthwise: always cuDNN for channels-last
 	}
 	x, w := b.s.Dims[n.Inputs[0]], b.s.Dims[n.Inputs[1]]

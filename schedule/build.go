@@ -473,7 +473,7 @@ func (b *builder) convCall(n *ir.Node, phase Phase, which string) ConvCall {
 	xd, wd, yd := b.s.Dims[x], b.s.Dims[w], b.s.Dims[y]
 	c := ConvCall{Phase: phase, Which: which, Groups: n.IntAttr("group", 1), ElemSize: b.dt[y].Size()}
 	c.BF16 = b.cfg.BF16 && b.autocast() && c.ElemSize == 2
-	c.ChannelsLast = isChannelsLast(xd, b.denseStrides(x))
+	c.ChannelsLast = b.channelsLast(x)
 	if len(xd) == 4 && len(wd) == 4 && len(yd) == 4 {
 		c.N, c.Cin, c.H, c.W = xd[0], xd[1], xd[2], xd[3]
 		c.Cout, c.KH, c.KW = wd[0], wd[2], wd[3]

@@ -163,6 +163,18 @@ func (b *builder) denseStrides(v ir.ValueID) []int64 {
 	return b.str[v]
 }
 
+// channelsLast reports whether value v is channels-last (a contiguous v is
+// not: the check allocates nothing for it).
+func (b *builder) channelsLast(v ir.ValueID) bool {
+	return !b.contig[v] && isChannelsLast(b.s.Dims[v], b.str[v])
+}
+
+// gradChannelsLast reports whether gradient t of a value of dims d is
+// channels-last.
+func gradChannelsLast(t gradT, d []int64) bool {
+	return t.whole && !t.contig && isChannelsLast(d, t.str)
+}
+
 // setLayout records that value v has strides st: contiguous when they are
 // its dims' own.
 func (b *builder) setLayout(v ir.ValueID, st []int64) {

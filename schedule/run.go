@@ -192,7 +192,7 @@ func (b *builder) run(n *ir.Node, k opKind) {
 		if b.stopAt == i {
 			return
 		}
-		cl := isChannelsLast(s.Dims[x], b.denseStrides(x))
+		cl := b.channelsLast(x)
 		if xcast < 0 && !cl {
 			c = copyIn(x)
 		}
@@ -632,20 +632,29 @@ func (b *builder) view(n *ir.Node) {
 		b.vst[v] = b.vst[x]
 		b.dt[v] = b.dt[x]
 		b.ref(b.vst[x])
-		st := b.denseStrides(x)
 		switch n.OpType {
 		case "Slice", "Split":
 			a := b.axisOf(n)
 			od := b.s.Dims[v]
 			whole := a < len(in) && a < len(od) && in[a] == od[a]
 			switch {
-			case whole && st != nil:
-				b.setLayout(v, st)
-			case b.contig[x] && sliceContiguous(in, a):
+			case b.contig[x] && (whole || sliceContiguous(in, a)):
 				b.setLayout(v, nil)
+			case whole && b.str[x] != nil:
+				b.setLayout(v, b.str[x])
 			default:
 				b.setStrided(v)
 			}
+			continue
+		case "Transpose", "Gather":
+		default:
+			if b.contig[x] {
+				b.setLayout(v, nil) // a view of a contiguous tensor in its order
+				continue
+			}
+		}
+		st := b.denseStrides(x)
+		switch n.OpType {
 		case "Transpose":
 			if st == nil {
 				b.setStrided(v)
