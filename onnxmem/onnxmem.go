@@ -374,6 +374,16 @@ func (sc Scenario) Defaults() Scenario {
 // reserved memory after every event is within 0.6% (TestRunMeasured).
 const DefaultAMPWarmSteps = 4
 
+// WarmStepsUsed returns how many iterations of the training loop a train
+// step's simulation runs before the measured one: WarmSteps, or its default
+// for the scenario's precision; 0 for other steps.
+func (sc Scenario) WarmStepsUsed() int {
+	if !sc.Train {
+		return 0
+	}
+	return sc.warmSkips() + 1
+}
+
 // warmSkips returns how many of sc's warm-up steps GradScaler skips.
 func (sc Scenario) warmSkips() int {
 	switch {

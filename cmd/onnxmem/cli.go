@@ -255,19 +255,21 @@ func (f *flagSet) allocConfFlag() func(setting) (setting, error) {
 	}
 }
 
-// trainFlags adds -train, -boxes, -optimizer and -ema, which make the step a
-// full training step of train_dual.py. The returned function, called after
-// parsing, adds them to the setting read by settingFlags, failing when
-// -boxes, -optimizer or -ema come without -train or -train with -half.
+// trainFlags adds -train, -boxes, -optimizer, -ema and -warm-steps, which
+// make the step a full training step of train_dual.py. The returned
+// function, called after parsing, adds them to the setting read by
+// settingFlags, failing when -boxes, -optimizer, -ema or -warm-steps come
+// without -train or -train with -half.
 func (f *flagSet) trainFlags() func(setting) (setting, error) {
 	train := f.Bool("train", false, "simulate a full training step of the model family's script (YOLOv9: train_dual.py: batch upload,\nforward, its loss, backward, gradient clipping, optimizer step and EMA update)")
 	boxes := f.Int64("boxes", 16, "`N` ground-truth boxes in each image of a -train step (0 or more)")
 	opt := optimizerValue(onnxmem.SGD)
 	f.Var(&opt, "optimizer", "`NAME` of the optimizer of a -train step: SGD, Adam, AdamW (with amsgrad), Lion or none")
 	ema := f.Bool("ema", true, "update an EMA copy of the model after the optimizer step of a -train step (-ema=false: none)")
+	warm := f.Int("warm-steps", 0, "`N` iterations of the training loop before the measured -train step, the last making the\noptimizer's state (default: "+strconv.Itoa(onnxmem.DefaultAMPWarmSteps)+" under float16 -amp, GradScaler skipping the first ones, and 1 otherwise)")
 	return func(st setting) (setting, error) {
 		if !*train {
-			for _, name := range []string{"boxes", "optimizer", "ema"} {
+			for _, name := range []string{"boxes", "optimizer", "ema", "warm-steps"} {
 				if f.isSet(name) {
 					return setting{}, fmt.Errorf("-%s applies to train steps: add -train", name)
 				}
@@ -279,8 +281,10 @@ func (f *flagSet) trainFlags() func(setting) (setting, error) {
 			return setting{}, errors.New("-half does not apply to -train: train_dual.py trains float32 parameters, with or without -amp")
 		case *boxes < 0:
 			return setting{}, errors.New("-boxes must be 0 or more")
+		case f.isSet("warm-steps") && *warm < 1:
+			return setting{}, errors.New("-warm-steps must be 1 or more: the last iteration makes the optimizer's state")
 		}
-		st.Train, st.Boxes, st.Optimizer, st.EMA = true, *boxes, onnxmem.Optimizer(opt), *ema
+		st.Train, st.Boxes, st.Optimizer, st.EMA, st.WarmSteps = true, *boxes, onnxmem.Optimizer(opt), *ema, *warm
 		return st, nil
 	}
 }

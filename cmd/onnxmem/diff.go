@@ -10,7 +10,7 @@ import (
 
 func cmdDiff(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	f := newFlagSet("diff",
-		"onnxmem diff [-batch N] [-img N] [-amp|-half] [-segments K] [-train [-boxes N] [-optimizer NAME] [-ema=false]] SNAPSHOT.pickle MODEL.onnx",
+		"onnxmem diff [-batch N] [-img N] [-amp|-half] [-segments K] [-train [-boxes N] [-optimizer NAME] [-ema=false] [-warm-steps N]] SNAPSHOT.pickle MODEL.onnx",
 		"Diff compares a memory snapshot taken on the GPU (torch.cuda.memory._dump_snapshot()\n"+
 			"after _record_memory_history was enabled just before the measured step) with the\n"+
 			"simulated step, allocation by allocation: the sizes of every alloc and free in\n"+

@@ -72,7 +72,7 @@
 // # report
 //
 //	onnxmem report [-img N] [-batches LIST] [-batch N]
-//	               [-train [-boxes N] [-optimizer NAME] [-ema=false]] [-json] [-v] [MODEL.onnx]
+//	               [-train [-boxes N] [-optimizer NAME] [-ema=false] [-warm-steps N]] [-json] [-v] [MODEL.onnx]
 //
 // Predicts the model step, or with -train the full training step of
 // train_dual.py (flags as for maxbatch), at each batch size of -batches in six settings: fp32 and
@@ -243,7 +243,7 @@
 //
 // # plan
 //
-//	onnxmem plan [-batch N] [-img N] [-budget GiB | -device NAME|SIZE] [-amp|-half] [-train [-boxes N] [-optimizer NAME] [-ema=false]]
+//	onnxmem plan [-batch N] [-img N] [-budget GiB | -device NAME|SIZE] [-amp|-half] [-train [-boxes N] [-optimizer NAME] [-ema=false] [-warm-steps N]]
 //	             [-alloc-conf OPTS] [-json] MODEL.onnx
 //
 // The checkpoint plan with the fewest recomputed FLOPs that it finds for
@@ -261,7 +261,7 @@
 //
 // # explain
 //
-//	onnxmem explain [-batch N] [-img N] [-amp|-half] [-segments K] [-train [-boxes N] [-optimizer NAME] [-ema=false]]
+//	onnxmem explain [-batch N] [-img N] [-amp|-half] [-segments K] [-train [-boxes N] [-optimizer NAME] [-ema=false] [-warm-steps N]]
 //	                [-alloc-conf OPTS] [-json] MODEL.onnx
 //
 // What makes the peak (onnxmem.Model.Explain): the bytes alive at it by
@@ -278,7 +278,7 @@
 //
 //	onnxmem maxbatch [-img N] [-budget GiB | -device NAME] [-limit N | -for-batch N]
 //	                 [-amp|-half] [-segments K]
-//	                 [-train [-boxes N] [-optimizer NAME] [-ema=false]] [-json] MODEL.onnx
+//	                 [-train [-boxes N] [-optimizer NAME] [-ema=false] [-warm-steps N]] [-json] MODEL.onnx
 //
 // Finds the largest batch size, at most -limit, whose step fits, by binary
 // search; 0 when not even batch 1 fits. The step is the model step (fp32
@@ -355,7 +355,7 @@
 // # knobs
 //
 //	onnxmem knobs [-batch N] [-img N] [-budget GiB | -device NAME]
-//	              [-train [-boxes N] [-optimizer NAME] [-ema]] [-json] MODEL.onnx
+//	              [-train [-boxes N] [-optimizer NAME] [-ema=false] [-warm-steps N]] [-json] MODEL.onnx
 //
 // What each knob buys at one batch size: the step in fp32, amp and half,
 // each with 0, 2 and 4 checkpoint segments, in that order (fp32 first, the

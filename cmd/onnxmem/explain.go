@@ -9,7 +9,7 @@ import (
 
 func cmdExplain(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	f := newFlagSet("explain",
-		"onnxmem explain [-batch N] [-img N] [-amp|-half] [-segments K] [-train [-boxes N] [-optimizer NAME] [-ema=false]]\n"+
+		"onnxmem explain [-batch N] [-img N] [-amp|-half] [-segments K] [-train [-boxes N] [-optimizer NAME] [-ema=false] [-warm-steps N]]\n"+
 			"                [-alloc-conf OPTS] [-json|-csv] MODEL.onnx",
 		"Explain says what makes a step's peak: the bytes alive at the peak by kind\n"+
 			"(parameters, the EMA or half copy, optimizer state, gradients, activations,\n"+

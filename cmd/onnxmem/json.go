@@ -61,6 +61,7 @@ type trainJSON struct {
 	Boxes     int64  `json:"boxes"`
 	Optimizer string `json:"optimizer"`
 	EMA       bool   `json:"ema"`
+	WarmSteps int    `json:"warm_steps"` // the loop's iterations before the measured step
 }
 
 type tensorJSON struct {
@@ -87,7 +88,7 @@ func newResultJSON(r *onnxmem.Result, detail bool) resultJSON {
 		Events: r.Events, OOM: r.OOM,
 	}
 	if sc := r.Scenario; sc.Train {
-		j.Train = &trainJSON{Boxes: sc.Boxes, Optimizer: string(sc.Defaults().Optimizer), EMA: sc.EMA}
+		j.Train = &trainJSON{Boxes: sc.Boxes, Optimizer: string(sc.Defaults().Optimizer), EMA: sc.EMA, WarmSteps: sc.WarmStepsUsed()}
 	}
 	if detail {
 		for _, t := range r.AtPeak {

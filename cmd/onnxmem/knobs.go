@@ -10,7 +10,7 @@ import (
 
 func cmdKnobs(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	f := newFlagSet("knobs",
-		"onnxmem knobs [-batch N] [-img N] [-budget GiB | -device NAME] [-train [-boxes N] [-optimizer NAME] [-ema]] [-alloc-conf OPTS] [-json|-csv] MODEL.onnx",
+		"onnxmem knobs [-batch N] [-img N] [-budget GiB | -device NAME] [-train [-boxes N] [-optimizer NAME] [-ema=false] [-warm-steps N]] [-alloc-conf OPTS] [-json|-csv] MODEL.onnx",
 		"Knobs shows what each memory knob buys at one batch size: the model step (or\nwith -train the full train_dual.py step) in fp32, AMP and half precision (not\nfor -train), each without checkpointing and with 2 and 4\ncheckpoint segments. For each it gives the peak, the saving against fp32\nwithout checkpointing, whether the step fits -budget GiB or the card of -device (it runs to its\nend under that limit of the caching allocator), the extra FLOPs of\nrecomputing the checkpointed layers, and where the peak falls. FLOPs are\ncounted from the graph: a multiply-add is 2, the backward twice the forward.",
 		"onnxmem knobs -batch 32 -budget 40 yolov9-c")
 	batch := f.positive("batch", 64, "batch `size`")

@@ -115,6 +115,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"maxbatch", "-ema=false", "m.onnx"}, "-ema applies to train steps: add -train"},
 		{[]string{"maxbatch", "-train", "-optimizer", "RMSprop", "m.onnx"}, `invalid value "RMSprop" for flag -optimizer: want SGD, Adam, AdamW, Lion or none`},
 		{[]string{"maxbatch", "-train", "-boxes", "-1", "m.onnx"}, "-boxes must be 0 or more"},
+		{[]string{"report", "-warm-steps", "2", "m.onnx"}, "-warm-steps applies to train steps: add -train"},
+		{[]string{"maxbatch", "-train", "-warm-steps", "0", "m.onnx"}, "-warm-steps must be 1 or more: the last iteration makes the optimizer's state"},
 		{[]string{"maxbatch", "-train", "-boxes", "x", "m.onnx"}, `invalid value "x" for flag -boxes`},
 		{[]string{"export-model", "-width", "0", "yolov9-t"}, "-width 0: want a multiplier above 0"},
 		{[]string{"export-model", "-depth", "NaN", "yolov9-t"}, "-depth NaN: want a multiplier above 0"},

@@ -14,7 +14,7 @@ import (
 func cmdMaxBatch(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	f := newFlagSet("maxbatch",
 		"onnxmem maxbatch [-img N] [-budget GiB | -device NAME] [-limit N | -for-batch N] [-amp|-half] [-segments K] [-alloc-conf OPTS]\n"+
-			"                        [-train [-boxes N] [-optimizer NAME] [-ema=false]] [-json|-csv] MODEL.onnx",
+			"                        [-train [-boxes N] [-optimizer NAME] [-ema=false] [-warm-steps N]] [-json|-csv] MODEL.onnx",
 		"Maxbatch finds the largest batch size, up to -limit, whose step fits: the model\n"+
 			"step (fp32 unless -amp or -half, checkpointed with -segments) or with -train a\n"+
 			"full training step of train_dual.py. A step fits when it runs to its end under\n"+

@@ -73,6 +73,8 @@ func TestTrainFlags(t *testing.T) {
 			setting{AMP: true, Train: true, Boxes: 0, Optimizer: onnxmem.AdamW, EMA: false}},
 		{[]string{"-optimizer", "none", "-train", "-segments", "3"},
 			setting{Segments: 3, Train: true, Boxes: 16, Optimizer: onnxmem.None, EMA: true}},
+		{[]string{"-train", "-amp", "-warm-steps", "1"},
+			setting{AMP: true, Train: true, Boxes: 16, Optimizer: onnxmem.SGD, EMA: true, WarmSteps: 1}},
 	} {
 		f := newFlagSet("test", "onnxmem test", "", "")
 		set, train := f.settingFlags(), f.trainFlags()
@@ -119,7 +121,7 @@ func TestMaxBatchTrain(t *testing.T) {
 		t.Fatal(err)
 	}
 	if mb.MaxBatch != want || mb.Result == nil || mb.Result.Train == nil ||
-		*mb.Result.Train != (trainJSON{Boxes: 8, Optimizer: "AdamW", EMA: true}) || mb.Result.PeakReserved > d.Usable() {
+		*mb.Result.Train != (trainJSON{Boxes: 8, Optimizer: "AdamW", EMA: true, WarmSteps: onnxmem.DefaultAMPWarmSteps}) || mb.Result.PeakReserved > d.Usable() {
 		t.Errorf("maxbatch -train: %+v, want max batch %d of a train step", mb, want)
 	}
 	if want < 1 {

@@ -10,7 +10,7 @@ import (
 
 func cmdPlan(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	f := newFlagSet("plan",
-		"onnxmem plan [-batch N] [-img N] [-budget GiB | -device NAME|SIZE] [-amp|-half] [-train [-boxes N] [-optimizer NAME] [-ema=false]]\n"+
+		"onnxmem plan [-batch N] [-img N] [-budget GiB | -device NAME|SIZE] [-amp|-half] [-train [-boxes N] [-optimizer NAME] [-ema=false] [-warm-steps N]]\n"+
 			"             [-alloc-conf OPTS] [-json|-csv] MODEL.onnx",
 		"Plan finds the checkpoint plan that lets the step fit with the fewest\n"+
 			"recomputed FLOPs: the ranges of top-level layers to run under\n"+

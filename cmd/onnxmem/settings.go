@@ -25,6 +25,9 @@ type setting struct {
 	Boxes      int64
 	Optimizer  onnxmem.Optimizer
 	EMA        bool
+	// WarmSteps is the loop's iterations before the measured train step
+	// (-warm-steps); 0 is onnxmem's default for the setting's precision.
+	WarmSteps int
 	// AllocConf is the caching allocator's options (-alloc-conf).
 	AllocConf string
 }
@@ -32,14 +35,15 @@ type setting struct {
 // equal reports whether two settings are the same.
 func (s setting) equal(o setting) bool {
 	return s.AMP == o.AMP && s.Half == o.Half && s.Segments == o.Segments && slices.Equal(s.Checkpoint, o.Checkpoint) &&
-		s.Train == o.Train && s.Boxes == o.Boxes && s.Optimizer == o.Optimizer && s.EMA == o.EMA && s.AllocConf == o.AllocConf
+		s.Train == o.Train && s.Boxes == o.Boxes && s.Optimizer == o.Optimizer && s.EMA == o.EMA && s.WarmSteps == o.WarmSteps &&
+		s.AllocConf == o.AllocConf
 }
 
 // settingOf is the setting of a scenario.
 func settingOf(sc onnxmem.Scenario) setting {
 	st := setting{AMP: sc.AMP, Half: sc.Half, Segments: sc.Segments, Checkpoint: sc.Checkpoint, AllocConf: sc.AllocConf}
 	if sc.Train {
-		st.Train, st.Boxes, st.Optimizer, st.EMA = true, sc.Boxes, sc.Optimizer, sc.EMA
+		st.Train, st.Boxes, st.Optimizer, st.EMA, st.WarmSteps = true, sc.Boxes, sc.Optimizer, sc.EMA, sc.WarmSteps
 	}
 	return st
 }
@@ -88,7 +92,7 @@ func (s setting) scenario(batch, img int64) onnxmem.Scenario {
 	sc.AMP, sc.Half, sc.Segments, sc.AllocConf = s.AMP, s.Half, s.Segments, s.AllocConf
 	sc.Checkpoint = s.Checkpoint
 	if s.Train {
-		sc.Train, sc.Boxes, sc.Optimizer, sc.EMA = true, s.Boxes, s.Optimizer, s.EMA
+		sc.Train, sc.Boxes, sc.Optimizer, sc.EMA, sc.WarmSteps = true, s.Boxes, s.Optimizer, s.EMA, s.WarmSteps
 	}
 	return sc
 }
