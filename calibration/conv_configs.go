@@ -12,6 +12,13 @@
 // 224 are
 //
 //	go run calibration/conv_configs.go -onnx ../shared/torchvision/resnet18-train.onnx,../shared/torchvision/mobilenet_v3_large-train.onnx -img 224 -o calibration/results/conv_configs_torchvision.json
+//
+// With -onnx and -channels-last, only the convolutions that the simulation
+// runs channels-last (ConvCall.ChannelsLast: ConvNeXt's, after its
+// LayerNorm2d), each with its padding as a tenth number, for
+// conv_sweep.py --channels-last:
+//
+//	go run calibration/conv_configs.go -onnx calibration/results/tv/convnext_tiny-train.onnx,calibration/results/tv/convnext_small-train.onnx -channels-last -o calibration/results/conv_configs_cl.json
 package main
 
 import (
@@ -37,9 +44,11 @@ func main() {
 	only := flag.String("models", "", "comma-separated built-in `models` to take, in place of all of them")
 	imgs := flag.String("imgs", "", "comma-separated square image `sides` for the built-in models, in place of 320 to 640 every 32")
 	allBatches := flag.Bool("all-batches", false, "every batch from 1 to 64 for the built-in models, in place of the powers of two")
+	channelsLast := flag.Bool("channels-last", false, "with -onnx: only the channels-last convolutions, with their padding")
 	rect := flag.Bool("rect", false, "the float16 convolutions of the built-in models' eval steps on the rectangular\nbatches of validation (long side 640 or 672, short side 384 to 576, both orientations) at batch 16, 32 and 64")
 	flag.Parse()
 	seen := map[[9]int64]bool{}
+	seenCL := map[[10]int64]bool{}
 	if *rect {
 		rectConfigs(seen)
 	}
@@ -56,7 +65,12 @@ func main() {
 				}
 				for _, prec := range []schedule.Precision{schedule.FP32, schedule.AMP} {
 					cfg := schedule.Config{Precision: prec, Workspace: func(c schedule.ConvCall) int64 {
-						if !schedule.IsReduction(c.Which) {
+						switch {
+						case schedule.IsReduction(c.Which):
+						case *channelsLast && c.ChannelsLast:
+							pad := ((c.OutH-1)*c.StrideH + c.KH - c.H) / 2
+							seenCL[[10]int64{c.N, c.Cin, c.Cout, c.H, c.W, c.KH, c.StrideH, c.Groups, c.ElemSize, pad}] = true
+						case !*channelsLast:
 							seen[[9]int64{c.N, c.Cin, c.Cout, c.H, c.W, c.KH, c.StrideH, c.Groups, c.ElemSize}] = true
 						}
 						return 0
@@ -67,6 +81,22 @@ func main() {
 				}
 			}
 		}
+	}
+	if *channelsLast {
+		var rows [][10]int64
+		for k := range seenCL {
+			rows = append(rows, k)
+		}
+		slices.SortFunc(rows, func(a, b [10]int64) int {
+			for _, i := range []int{8, 1, 2, 5, 6, 7, 3, 4, 9, 0} {
+				if c := cmp.Compare(a[i], b[i]); c != 0 {
+					return c
+				}
+			}
+			return 0
+		})
+		write(*out, rows)
+		return
 	}
 	names := models.Names()
 	if *only != "" {
@@ -135,11 +165,16 @@ func main() {
 		}
 		return 0
 	})
+	write(*out, rows)
+}
+
+// write writes the rows as JSON to file out.
+func write[T any](out string, rows []T) {
 	bs, err := json.Marshal(rows)
 	if err != nil {
 		log.Fatal(err)
 	}
-	if err := os.WriteFile(*out, append(bs, '\n'), 0o644); err != nil {
+	if err := os.WriteFile(out, append(bs, '\n'), 0o644); err != nil {
 		log.Fatal(err)
 	}
 	log.Printf("%d convolutions", len(rows))

@@ -30,6 +30,12 @@ K, stride, groups, element size, fwd, bwd-data, bwd-filter], ...]} in the same o
 Rerun on a GPU machine, from the repository root:
     python3 calibration/conv_sweep.py --configs calibration/results/conv_configs.json --out calibration/results
 (about four minutes; --keep calibration/results/conv_sweep.json measures only new configurations)
+
+--channels-last measures the same calls on channels-last x (and so channels-last y and gy),
+as ConvNeXt runs its convolutions after its LayerNorm2d; such configurations carry their
+padding as a tenth number (conv_configs.go -channels-last), and the rows keep it:
+    go run calibration/conv_configs.go -onnx calibration/results/tv/convnext_tiny-train.onnx,calibration/results/tv/convnext_small-train.onnx -channels-last -o calibration/results/conv_configs_cl.json
+    python3 calibration/conv_sweep.py --channels-last --configs calibration/results/conv_configs_cl.json --out calibration/results/cl
 """
 import argparse
 import json
@@ -61,13 +67,17 @@ def nbytes(t):
 
 
 BF16 = False  # --bf16: the 2-byte calls in bfloat16 (autocast's amp_dtype bfloat16) instead of float16
+CHANNELS_LAST = False  # --channels-last: x (so y and gy) channels-last
 
 
-def measure(n, cin, cout, h, w, k, s, g, e):
+def measure(n, cin, cout, h, w, k, s, g, e, pad=None):
     dt = (torch.bfloat16 if BF16 else torch.float16) if e == 2 else torch.float32
     x = torch.randn(n, cin, h, w, device=DEV, dtype=dt)
+    if CHANNELS_LAST:
+        x = x.contiguous(memory_format=torch.channels_last)
     wt = torch.randn(cout, cin // g, k, k, device=DEV, dtype=dt)
-    args = ([s, s], [k // 2, k // 2], [1, 1], False, [0, 0], g)
+    p = k // 2 if pad is None else pad
+    args = ([s, s], [p, p], [1, 1], False, [0, 0], g)
     y, p = peak_above(lambda: torch.ops.aten.convolution(x, wt, None, *args))
     fwd = p - nbytes(y)
     gy = torch.randn_like(y)
@@ -89,14 +99,16 @@ def main():
     ap.add_argument("--keep", help="an earlier conv_sweep.json whose rows are kept instead of measured again "
                     "(the heuristics are deterministic: two sweeps agreed on all 7812 shared rows)")
     ap.add_argument("--bf16", action="store_true", help="measure the 2-byte calls in bfloat16 (write to another --out)")
+    ap.add_argument("--channels-last", action="store_true", help="channels-last inputs; configurations of ten numbers, the last the padding")
     a = ap.parse_args()
-    global BF16
-    BF16 = a.bf16
+    global BF16, CHANNELS_LAST
+    BF16, CHANNELS_LAST = a.bf16, a.channels_last
     torch.backends.cudnn.benchmark = False
     configs = json.load(open(a.configs))
+    width = 10 if CHANNELS_LAST else 9
     kept = {}
     if a.keep:
-        kept = {tuple(r[:9]): r for r in json.load(open(a.keep))["rows"]}
+        kept = {tuple(r[:width]): r for r in json.load(open(a.keep))["rows"]}
     t0 = time.time()
     rows = []
     for i, c in enumerate(configs):
@@ -112,6 +124,7 @@ def main():
             print("%d/%d %.0fs" % (i, len(configs), time.time() - t0), file=sys.stderr, flush=True)
     env = {"torch": torch.__version__, "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(),
            "gpu": torch.cuda.get_device_name(DEV), "benchmark": torch.backends.cudnn.benchmark, "bf16": BF16,
+           "channels_last": CHANNELS_LAST,
            "configs": len(configs), "measured": len(rows), "kept": sum(1 for c in configs if tuple(c) in kept),
            "elapsed_s": round(time.time() - t0, 1)}
     os.makedirs(a.out, exist_ok=True)
