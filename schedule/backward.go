@@ -442,6 +442,14 @@ func (b *builder) back(n *ir.Node, k opKind, outs []ir.ValueID) {
 				small = append(small, v)
 				continue
 			}
+			if b.data[v] && b.rg[v] && b.dt[v] != b.dt[outs[0]] {
+				// A promoted product (ConvNeXt's float32 layer_scale * a
+				// half x under autocast): x's gradient is computed in the
+				// output's type, and the engine's validate_outputs turns it
+				// to x's once the node's gradients are made.
+				post = append(post, b.toCopy(b.alloc(s.Elems(v)*b.dt[outs[0]].Size(), Grad, v), v, false))
+				continue
+			}
 			if b.data[v] {
 				fresh(v)
 			}
@@ -463,6 +471,18 @@ func (b *builder) back(n *ir.Node, k opKind, outs []ir.ValueID) {
 			}
 			b.paramGrad(v)
 			if tmp >= 0 {
+				// The product's sum to a per-channel parameter ([C, 1, 1],
+				// ConvNeXt's layer scale) is the reduction of a conv bias's
+				// gradient: over N·H·W rows of C columns when the product
+				// is channels-last, as it follows the gradient's layout.
+				if y := outs[0]; len(s.Dims[y]) == 4 && s.Elems(v) == s.Dims[y][1] {
+					rows := s.Elems(y) / max(s.Elems(v), 1)
+					if gradChannelsLast(gy, s.Dims[y]) {
+						b.columnSum(rows, s.Elems(v))
+					} else {
+						b.channelSum(rows, s.Elems(v), false)
+					}
+				}
 				b.freeScratch(tmp)
 			}
 		}
@@ -722,6 +742,24 @@ func (b *builder) gemmBack(n *ir.Node, gy gradT, fresh func(ir.ValueID), contigu
 	if len(b.s.Dims[x]) > 2 && !b.contig[x] {
 		return b.matmulBack(n, gy, fresh, contiguous, post)
 	}
+	shared := int32(-1)
+	if y := n.Outputs[0]; len(b.s.Dims[y]) > 2 && !(gy.whole && gy.contig) {
+		// addmm on a view of an N-D input: UnsafeViewBackward's
+		// grad.reshape(rows, N) copies a gradient no strides can view
+		// so, once for both products, and the engine releases the
+		// strided gradient before AddmmBackward runs (ConvNeXt's
+		// linears, calibration/results/convnext_vit_ops.json).
+		d := b.s.Dims[y]
+		rows := b.s.Elems(y) / max(d[len(d)-1], 1)
+		if st := gradStrides(gy, d); st == nil || !b.blasView(d, st, rows) {
+			shared = b.scratch(b.bytes(y), Copy)
+			b.unref(gy.st)
+			b.slot[y] = -1
+			gy = gradT{st: shared, whole: true, contig: true, bytes: b.bytes(y)}
+			contiguous = func() int32 { return -1 }
+		}
+	}
+	defer b.freeScratch(shared)
 	if b.rg[x] {
 		inputGrad(x)
 		c := contiguous()
@@ -747,6 +785,13 @@ func (b *builder) gemmBack(n *ir.Node, gy gradT, fresh func(ir.ValueID), contigu
 		}
 	}
 	return post
+}
+
+// blasView reports whether a gradient of dims d and strides st reshapes to
+// [rows, last dim] as a view that cuBLAS takes as it is (a unit stride).
+func (b *builder) blasView(d, st []int64, rows int64) bool {
+	m, ok := viewStrides(d, st, []int64{rows, d[len(d)-1]})
+	return ok && (m[1] == 1 || m[0] == 1)
 }
 
 // biasSum emits the buffers of a Linear's bias gradient: it sums a
