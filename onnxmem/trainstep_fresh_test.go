@@ -166,3 +166,24 @@ func TestWarmStepsCombinations(t *testing.T) {
 		t.Errorf("a 64 MiB limit: the step ran (reserved %d)", rc.PeakReserved)
 	}
 }
+
+// TestWarmStepsUsed checks the warm steps a scenario simulates: its own,
+// or the default of its precision; none for a step that is not a train
+// step.
+func TestWarmStepsUsed(t *testing.T) {
+	for _, c := range []struct {
+		sc   onnxmem.Scenario
+		want int
+	}{
+		{onnxmem.Scenario{Train: true, AMP: true}, onnxmem.DefaultAMPWarmSteps},
+		{onnxmem.Scenario{Train: true, AMP: true, AMPDType: "bfloat16"}, 1},
+		{onnxmem.Scenario{Train: true}, 1},
+		{onnxmem.Scenario{Train: true, AMP: true, WarmSteps: 2}, 2},
+		{onnxmem.Scenario{Train: true, AMP: true, WarmSteps: 1}, 1},
+		{onnxmem.Scenario{AMP: true}, 0},
+	} {
+		if got := c.sc.WarmStepsUsed(); got != c.want {
+			t.Errorf("%+v: %d warm steps, want %d", c.sc, got, c.want)
+		}
+	}
+}

@@ -201,10 +201,16 @@ func (b *builder) back(n *ir.Node, k opKind, outs []ir.ValueID) {
 	b.freshLayout(nil, nil)
 	defer b.freshLayout(nil, nil)
 	switch k {
-	case opAdd, opSub, opMul, opDiv, opSigmoid, opSiLU, opSavesInput, opDropout, opBatchNorm, opBatchNormEval:
+	case opAdd, opSub, opMul, opDiv, opSigmoid, opSiLU, opSavesInput, opDropout:
 		// The input's gradient follows the incoming one's layout.
 		if gy.whole && !gy.contig && dense(s.Dims[outs[0]], gy.str) {
 			b.freshLayout(gy.str, s.Dims[outs[0]])
+		}
+	case opBatchNorm, opBatchNormEval:
+		// cuDNN's batch norm writes the input's gradient in the input's
+		// memory format.
+		if x := n.Inputs[0]; b.channelsLast(x) {
+			b.freshLayout(b.str[x], s.Dims[x])
 		}
 	}
 	// post runs after the node has released its inputs: the ToCopyBackward
@@ -371,12 +377,13 @@ func (b *builder) back(n *ir.Node, k opKind, outs []ir.ValueID) {
 		rows := s.Elems(q) / max(s.Dims[q][len(s.Dims[q])-1], 1)
 		flash := b.autocast()
 		c := int32(-1)
-		if !flash || gradStrides(gy, s.Dims[outs[0]]) == nil {
+		if st := gradStrides(gy, s.Dims[outs[0]]); !flash || !dense(s.Dims[outs[0]], st) || st[len(st)-1] != 1 {
 			c = b.scratch(s.Elems(outs[0])*b.dt[outs[0]].Size(), Copy)
 		}
-		if flash {
-			// Its gradients are empty_like(q): q's strides.
-			b.freshLayout(b.denseStrides(q), s.Dims[q])
+		if st := b.denseStrides(q); flash && dense(s.Dims[q], st) {
+			// Its gradients are empty_like of q, k and v: q's strides
+			// where, as in MultiheadAttention, the three share them.
+			b.freshLayout(st, s.Dims[q])
 		}
 		for _, v := range n.Inputs {
 			fresh(v)
@@ -682,15 +689,6 @@ func (b *builder) nativeDepthwise(n *ir.Node) bool {
 	return !cudnn()
 }
 
-// gemmBack emits AddmmBackward0 (MmBackward0 without a bias): mat1's
-// gradient grad·W, then the weight's (grad.t()·mat1, whose transpose is
-// contiguous and becomes W.grad), each an mm that takes its own contiguous
-// copy of a strided incoming gradient (prepare_matrix_for_cublas clones an
-// expanded one) and makes the autograd thread's cuBLAS workspace if it has
-// none; then validate_outputs sums the incoming gradient to the bias's
-// shape. Under autocast these are float16 gradients of the casts, which
-// ToCopyBackward turns into float32 ones after the node: mat1's, the
-// weight's, then the bias's.
 // lowGrad allocates the low-precision gradient of v that an op under
 // autocast computes for its cast input or weight.
 func (b *builder) lowGrad(v ir.ValueID) int32 {
@@ -730,6 +728,15 @@ func (b *builder) toCopy(st int32, v ir.ValueID, param bool) func() {
 	}
 }
 
+// gemmBack emits AddmmBackward0 (MmBackward0 without a bias): mat1's
+// gradient grad·W, then the weight's (grad.t()·mat1, whose transpose is
+// contiguous and becomes W.grad), each an mm that takes its own contiguous
+// copy of a strided incoming gradient (prepare_matrix_for_cublas clones an
+// expanded one) and makes the autograd thread's cuBLAS workspace if it has
+// none; then validate_outputs sums the incoming gradient to the bias's
+// shape. Under autocast these are float16 gradients of the casts, which
+// ToCopyBackward turns into float32 ones after the node: mat1's, the
+// weight's, then the bias's.
 func (b *builder) gemmBack(n *ir.Node, gy gradT, fresh func(ir.ValueID), contiguous func() int32, post []func()) []func() {
 	x, w := n.Inputs[0], n.Inputs[1]
 	bias := ir.NoValue
@@ -739,16 +746,15 @@ func (b *builder) gemmBack(n *ir.Node, gy gradT, fresh func(ir.ValueID), contigu
 	low := b.lowGrad
 	toCopy := func(st int32, v ir.ValueID, param bool) { post = append(post, b.toCopy(st, v, param)) }
 	inputGrad := func(x ir.ValueID) { post = b.inputGrad(x, fresh, post) }
-	if len(b.s.Dims[x]) > 2 && !b.contig[x] {
-		return b.matmulBack(n, gy, fresh, contiguous, post)
-	}
 	shared := int32(-1)
 	if y := n.Outputs[0]; len(b.s.Dims[y]) > 2 && !(gy.whole && gy.contig) {
-		// addmm on a view of an N-D input: UnsafeViewBackward's
-		// grad.reshape(rows, N) copies a gradient no strides can view
-		// so, once for both products, and the engine releases the
-		// strided gradient before AddmmBackward runs (ConvNeXt's
-		// linears, calibration/results/convnext_vit_ops.json).
+		// A linear on an N-D input (addmm on its view, or matmul's
+		// folded mm): UnsafeViewBackward's grad.reshape(rows, N) copies
+		// a gradient no strides can view so, once for both products,
+		// and the engine releases the strided gradient before the
+		// product's node runs (ConvNeXt's linears, calibration/results/
+		// convnext_vit_ops.json); a view cuBLAS takes as it is needs no
+		// copy.
 		d := b.s.Dims[y]
 		rows := b.s.Elems(y) / max(d[len(d)-1], 1)
 		if st := gradStrides(gy, d); st == nil || !b.blasView(d, st, rows) {
@@ -756,10 +762,13 @@ func (b *builder) gemmBack(n *ir.Node, gy gradT, fresh func(ir.ValueID), contigu
 			b.unref(gy.st)
 			b.slot[y] = -1
 			gy = gradT{st: shared, whole: true, contig: true, bytes: b.bytes(y)}
-			contiguous = func() int32 { return -1 }
 		}
+		contiguous = func() int32 { return -1 }
 	}
 	defer b.freeScratch(shared)
+	if len(b.s.Dims[x]) > 2 && !b.contig[x] {
+		return b.matmulBack(n, gy, fresh, contiguous, post)
+	}
 	if b.rg[x] {
 		inputGrad(x)
 		c := contiguous()

@@ -176,11 +176,12 @@ type builder struct {
 	lossSaved []Buf         // what the training loss keeps for its backward
 	inplace   []bool        // by node: it runs in place on its first data input (Holds.InPlace)
 	state     [][]int32     // by value: the optimizer state buffers of a trainable parameter
-	// str[v]: the strides of a dense v that is not contiguous (a
-	// transpose of a dense tensor, an element-wise op's output that
-	// follows such an input's layout as TensorIterator's does, a
-	// channels-last convolution's output); nil for a contiguous or a
-	// strided (not dense) v. A kernel that needs v contiguous copies it.
+	// str[v]: the strides of a v that is not contiguous, where they are
+	// known (a transpose of a dense tensor, an element-wise op's output
+	// that follows such an input's layout as TensorIterator's does, a
+	// channels-last convolution's output, a select; not always dense);
+	// nil for a contiguous v, or a strided one whose strides onnxmem does
+	// not follow (a slice). A kernel that needs v contiguous copies it.
 	str      [][]int64
 	blasMade [4]bool // the cuBLAS workspaces made: by blasHandle
 
@@ -376,7 +377,7 @@ func (b *builder) resident() error {
 	b.p.Input = b.newBuf(b.bytes(x), Input, x)
 	b.st = append(b.st, storage{buf: b.p.Input, refs: 1}) // held by the caller
 	b.vst[x] = 0
-	b.contig[x] = true
+	b.setLayout(x, nil)
 	return nil
 }
 

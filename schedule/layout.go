@@ -63,8 +63,15 @@ func isChannelsLast(d, st []int64) bool {
 }
 
 // permuteStrides returns the strides of a transpose by perm: dim i of the
-// result is dim perm[i] of the input.
+// result is dim perm[i] of the input; no perm reverses the dims, as ONNX's
+// Transpose does. It returns nil for a perm that is not one of st's dims.
 func permuteStrides(st, perm []int64) []int64 {
+	if len(perm) == 0 {
+		perm = make([]int64, len(st))
+		for i := range perm {
+			perm[i] = int64(len(st) - 1 - i)
+		}
+	}
 	if len(perm) != len(st) {
 		return nil
 	}
@@ -95,6 +102,9 @@ func inversePerm(perm []int64) []int64 {
 // into chunks that are contiguous among themselves, and each chunk must be
 // the product of consecutive new dims.
 func viewStrides(old, st, nd []int64) ([]int64, bool) {
+	if slices.Contains(old, 0) {
+		return rowMajor(nd), true // no elements: any view
+	}
 	if len(old) == 0 {
 		out := make([]int64, len(nd))
 		for i := range out {

@@ -140,7 +140,33 @@ func TestViewStrides(t *testing.T) {
 			t.Errorf("viewStrides(%v, %v, %v) = %v, %v; want %v", c.old, c.st, c.nd, got, ok, c.want)
 		}
 	}
-	if !dense([]int64{2, 8, 4, 4}, []int64{128, 1, 32, 8}) || dense([]int64{8, 768}, []int64{50 * 768, 1}) {
-		t.Error("dense: a channels-last tensor is dense, a select of every 50th row is not")
+	for _, c := range []struct {
+		d, st []int64
+		want  bool
+	}{
+		{[]int64{2, 8, 4, 4}, []int64{128, 1, 32, 8}, true}, // channels-last
+		{[]int64{8, 768}, []int64{50 * 768, 1}, false},      // a select of every 50th row
+		{[]int64{3, 1, 5}, []int64{5, 77, 1}, true},         // a size-1 dim's stride is free
+		{[]int64{4, 6}, []int64{1, 4}, true},                // a transpose
+		{[]int64{4, 6}, []int64{6, 2}, false},               // overlapping
+		{[]int64{4, 6}, nil, false},                         // unknown
+	} {
+		if got := dense(c.d, c.st); got != c.want {
+			t.Errorf("dense(%v, %v) = %v, want %v", c.d, c.st, got, c.want)
+		}
+	}
+	// A tensor of no elements views as anything; a Transpose without perm
+	// reverses the dims.
+	if st, ok := viewStrides([]int64{0, 4}, []int64{1, 1}, []int64{2, 0, 2}); !ok || !slices.Equal(st, rowMajor([]int64{2, 0, 2})) {
+		t.Errorf("viewStrides of no elements = %v, %v", st, ok)
+	}
+	if !splitsOnly([]int64{0, 3}, []int64{3, 0}) {
+		t.Error("splitsOnly of no elements: want a view")
+	}
+	if got := permuteStrides([]int64{24, 6, 1}, nil); !slices.Equal(got, []int64{1, 6, 24}) {
+		t.Errorf("permuteStrides without perm = %v, want the dims reversed", got)
+	}
+	if got := permuteStrides([]int64{6, 1}, []int64{0, 5}); got != nil {
+		t.Errorf("permuteStrides with a perm out of range = %v, want nil", got)
 	}
 }

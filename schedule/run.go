@@ -25,6 +25,9 @@ func (b *builder) viewable(x ir.ValueID, d []int64) bool {
 // from its own. MultiheadAttention's q.view(bsz, num_heads, tgt_len,
 // head_dim) of a transposed q splits its first dim.
 func splitsOnly(in, out []int64) bool {
+	if slices.Contains(in, 0) {
+		return true // no elements: any view
+	}
 	i, rest := 0, int64(1) // rest: what is left of in[i] to split
 	for _, d := range out {
 		if d == 1 {
@@ -136,7 +139,7 @@ func (b *builder) run(n *ir.Node, k opKind) {
 	newOut := func(j int, kind Kind) {
 		v := out(j)
 		b.vst[v] = b.alloc(b.bytes(v), kind, v)
-		b.contig[v] = true
+		b.setLayout(v, nil)
 	}
 	save := func(v ir.ValueID) {
 		if !b.data[v] {
@@ -425,7 +428,7 @@ func (b *builder) run(n *ir.Node, k opKind) {
 		}
 		b.view(n)
 	case opView, opSelect:
-		if x := n.Inputs[0]; n.OpType == "Reshape" && b.data[x] && !b.contig[x] && !b.viewable(x, s.Dims[out(0)]) {
+		if x := n.Inputs[0]; (n.OpType == "Reshape" || n.OpType == "Flatten") && b.data[x] && !b.contig[x] && !b.viewable(x, s.Dims[out(0)]) {
 			// reshape of a permuted view that no strides can address (a
 			// channel shuffle's transpose, a window partition) copies: a
 			// clone whose gradient passes through.
@@ -457,7 +460,9 @@ func (b *builder) run(n *ir.Node, k opKind) {
 		// to (L, B, ·) is contiguous and the projection copies nothing;
 		// memory-efficient attention writes (B, L, H, D).
 		if d := s.Dims[out(0)]; lower {
-			b.setLayout(out(0), b.denseStrides(q))
+			if st := b.denseStrides(q); dense(s.Dims[q], st) {
+				b.setLayout(out(0), st) // empty_like(q) keeps a dense q's strides
+			}
 		} else if len(d) == 4 {
 			b.setLayout(out(0), permuteStrides(rowMajor([]int64{d[0], d[2], d[1], d[3]}), []int64{0, 2, 1, 3}))
 		}
@@ -563,7 +568,7 @@ func (b *builder) gemm(n *ir.Node, lower bool, save func(ir.ValueID)) {
 		return
 	}
 	b.vst[y] = b.alloc(b.bytes(y), Activation, y)
-	b.contig[y] = true
+	b.setLayout(y, nil)
 	b.blasWorkspaces(gemmLt(n, b.s))
 }
 
@@ -656,11 +661,12 @@ func (b *builder) view(n *ir.Node) {
 		st := b.denseStrides(x)
 		switch n.OpType {
 		case "Transpose":
-			if st == nil {
+			pst := permuteStrides(st, n.IntsAttr("perm"))
+			if st == nil || pst == nil {
 				b.setStrided(v)
 				break
 			}
-			b.setLayout(v, permuteStrides(st, n.IntsAttr("perm")))
+			b.setLayout(v, pst)
 		case "Gather":
 			// select(axis, i): the axis's stride goes (a strided slice
 			// of a dense tensor, ViT's class token x[:, 0]).

@@ -189,7 +189,7 @@ func (b *builder) loadBatch() {
 	b.unref(u8)
 	b.vst[x] = b.alloc(n*4, Input, x)
 	b.unref(f)
-	b.contig[x] = true
+	b.setLayout(x, nil)
 }
 
 // tape records a loss fragment into the program.

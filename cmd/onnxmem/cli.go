@@ -237,7 +237,10 @@ func (f *flagSet) stepFlags() func() (setting, error) {
 		if err != nil {
 			return st, err
 		}
-		return train(st)
+		if st, err = train(st); err != nil {
+			return st, err
+		}
+		return st, st.warmNeedsAMP()
 	}
 }
 
@@ -266,7 +269,7 @@ func (f *flagSet) trainFlags() func(setting) (setting, error) {
 	opt := optimizerValue(onnxmem.SGD)
 	f.Var(&opt, "optimizer", "`NAME` of the optimizer of a -train step: SGD, Adam, AdamW (with amsgrad), Lion or none")
 	ema := f.Bool("ema", true, "update an EMA copy of the model after the optimizer step of a -train step (-ema=false: none)")
-	warm := f.Int("warm-steps", 0, "`N` iterations of the training loop before the measured -train step, the last making the\noptimizer's state (default: "+strconv.Itoa(onnxmem.DefaultAMPWarmSteps)+" under float16 -amp, GradScaler skipping the first ones, and 1 otherwise)")
+	warm := f.Int("warm-steps", 0, "`N` iterations of the training loop before the measured -train step under float16 -amp, the last making\nthe optimizer's state, GradScaler skipping the others (default: "+strconv.Itoa(onnxmem.DefaultAMPWarmSteps)+"; a step without -amp runs 1)")
 	return func(st setting) (setting, error) {
 		if !*train {
 			for _, name := range []string{"boxes", "optimizer", "ema", "warm-steps"} {

@@ -117,6 +117,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"maxbatch", "-train", "-boxes", "-1", "m.onnx"}, "-boxes must be 0 or more"},
 		{[]string{"report", "-warm-steps", "2", "m.onnx"}, "-warm-steps applies to train steps: add -train"},
 		{[]string{"maxbatch", "-train", "-warm-steps", "0", "m.onnx"}, "-warm-steps must be 1 or more: the last iteration makes the optimizer's state"},
+		{[]string{"maxbatch", "-train", "-warm-steps", "2", "m.onnx"}, "-warm-steps 2 needs -amp"},
+		{[]string{"explain", "-train", "-warm-steps", "3", "../../testdata/tiny.onnx"}, "-warm-steps 3 needs -amp"},
 		{[]string{"maxbatch", "-train", "-boxes", "x", "m.onnx"}, `invalid value "x" for flag -boxes`},
 		{[]string{"export-model", "-width", "0", "yolov9-t"}, "-width 0: want a multiplier above 0"},
 		{[]string{"export-model", "-depth", "NaN", "yolov9-t"}, "-depth NaN: want a multiplier above 0"},

@@ -43,6 +43,9 @@ func cmdMaxBatch(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	if err == nil {
 		st, err = train(st)
 	}
+	if err == nil {
+		err = st.warmNeedsAMP()
+	}
 	if err != nil {
 		return f.usageError(stderr, "%v", err)
 	}

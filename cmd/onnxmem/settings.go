@@ -26,10 +26,21 @@ type setting struct {
 	Optimizer  onnxmem.Optimizer
 	EMA        bool
 	// WarmSteps is the loop's iterations before the measured train step
-	// (-warm-steps); 0 is onnxmem's default for the setting's precision.
+	// under float16 AMP (-warm-steps); 0 is onnxmem's default. Settings
+	// without AMP run one, whatever it says (report and knobs show both).
 	WarmSteps int
 	// AllocConf is the caching allocator's options (-alloc-conf).
 	AllocConf string
+}
+
+// warmNeedsAMP fails on -warm-steps above 1 without -amp, for a command
+// whose flags fix the precision: only float16 AMP's GradScaler skips
+// iterations.
+func (s setting) warmNeedsAMP() error {
+	if s.Train && s.WarmSteps > 1 && !s.AMP {
+		return fmt.Errorf("-warm-steps %d needs -amp: GradScaler skips iterations only under float16 AMP, and a step without it makes the optimizer's state in its first", s.WarmSteps)
+	}
+	return nil
 }
 
 // equal reports whether two settings are the same.
@@ -92,7 +103,10 @@ func (s setting) scenario(batch, img int64) onnxmem.Scenario {
 	sc.AMP, sc.Half, sc.Segments, sc.AllocConf = s.AMP, s.Half, s.Segments, s.AllocConf
 	sc.Checkpoint = s.Checkpoint
 	if s.Train {
-		sc.Train, sc.Boxes, sc.Optimizer, sc.EMA, sc.WarmSteps = true, s.Boxes, s.Optimizer, s.EMA, s.WarmSteps
+		sc.Train, sc.Boxes, sc.Optimizer, sc.EMA = true, s.Boxes, s.Optimizer, s.EMA
+		if s.AMP {
+			sc.WarmSteps = s.WarmSteps
+		}
 	}
 	return sc
 }

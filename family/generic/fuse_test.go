@@ -2,6 +2,7 @@ package generic
 
 import (
 	"slices"
+	"strconv"
 	"testing"
 
 	"github.com/onnxmem/onnxmem/ir"
@@ -82,5 +83,60 @@ func TestFuseViT(t *testing.T) {
 	}
 	if h, err := fuse(f); err != nil || len(h.Nodes) != len(f.Nodes) {
 		t.Errorf("fusing twice: %v, %d nodes, want %d", err, len(h.Nodes), len(f.Nodes))
+	}
+}
+
+// TestPackedProjectionNearMiss checks that the Contiguous fusion takes only
+// MultiheadAttention's packed in-projection: a Squeeze of a
+// Transpose of an Unsqueeze of a Reshape read by Gathers on axis 0. A
+// Gather on another axis, a chain that lacks the Unsqueeze, or a single
+// reader leave the graph as it is.
+func TestPackedProjectionNearMiss(t *testing.T) {
+	build := func(unsqueeze bool, axis int64, readers int) *ir.Graph {
+		g := &ir.Graph{Name: "g"}
+		val := func(name string, kind ir.ValueKind) ir.ValueID {
+			g.Values = append(g.Values, ir.Value{Name: name, Kind: kind, DType: ir.Float32})
+			return ir.ValueID(len(g.Values) - 1)
+		}
+		node := func(op string, in []ir.ValueID, attrs ...ir.Attr) ir.ValueID {
+			out := val(op+"_out"+strconv.Itoa(len(g.Nodes)), ir.Activation)
+			g.Nodes = append(g.Nodes, ir.Node{Name: "/" + op + strconv.Itoa(len(g.Nodes)), OpType: op, Inputs: in, Outputs: []ir.ValueID{out}, Attrs: attrs})
+			return out
+		}
+		x := val("x", ir.Input)
+		g.Inputs = []ir.ValueID{x}
+		shape, idx := val("shape", ir.Initializer), val("idx", ir.Initializer)
+		v := node("Reshape", []ir.ValueID{x, shape})
+		if unsqueeze {
+			v = node("Unsqueeze", []ir.ValueID{v, idx})
+		}
+		v = node("Transpose", []ir.ValueID{v})
+		v = node("Squeeze", []ir.ValueID{v, idx})
+		for range readers {
+			g.Outputs = append(g.Outputs, node("Gather", []ir.ValueID{v, idx}, ir.Attr{Name: "axis", Kind: ir.AttrInt, Int: axis}))
+		}
+		if err := g.Reindex(); err != nil {
+			t.Fatal(err)
+		}
+		return g
+	}
+	for _, c := range []struct {
+		what      string
+		g         *ir.Graph
+		contiguous bool
+	}{
+		{"the packed projection", build(true, 0, 3), true},
+		{"Gathers on axis 1", build(true, 1, 3), false},
+		{"no Unsqueeze", build(false, 0, 3), false},
+		{"one reader", build(true, 0, 1), false},
+	} {
+		f, err := fuse(c.g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := slices.ContainsFunc(f.Nodes, func(n ir.Node) bool { return n.OpType == "Contiguous" })
+		if got != c.contiguous {
+			t.Errorf("%s: a Contiguous node %v, want %v", c.what, got, c.contiguous)
+		}
 	}
 }

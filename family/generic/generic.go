@@ -163,7 +163,7 @@ func (Family) Holds(f *schedule.Flow) *schedule.Holds {
 //     relu after out += identity, RegNet's after its sum), AlexNet's,
 //     SqueezeNet's and VGG's plain convolutions and Linears are followed by
 //     nn.ReLU(inplace=True). The exception is the squeeze-excitation
-//     block's ReLU, after a Conv of a globally pooled value:
+//     block's ReLU, after a Conv of a globally pooled value (pooledInput):
 //     torchvision.ops.SqueezeExcitation builds it out of place;
 //   - a training Dropout runs in place after an in-place HardSwish
 //     (MobileNetV3's classifier, Dropout(inplace=True)); AlexNet's, VGG's,
@@ -178,9 +178,10 @@ func (Family) Holds(f *schedule.Flow) *schedule.Holds {
 //     random noise: ResNet's out += identity, MobileNetV3's
 //     result += input after the block's last norm, EfficientNet's and
 //     ConvNeXt's result += input after stochastic depth (or ConvNeXt's
-//     layer scale, where stochastic depth is off). Three sums of the same shape are written out of
-//     place and stay so: MobileNetV2's x + conv(x), whose first operand is
-//     the block's input, read by its first conv too; RegNet's
+//     layer scale, where stochastic depth is off) (scaled). Three sums of
+//     the same shape are written out of place and stay so: MobileNetV2's
+//     x + conv(x), whose first operand is the block's input, read by its
+//     first conv too; RegNet's
 //     proj(x) + f(x), whose first operand normalizes a Conv of the block's
 //     input, which the other branch reads too (projection); and MNASNet's
 //     self.layers(input) + input, told by the scope of the norm, its
@@ -229,7 +230,7 @@ func InPlace(f *schedule.Flow) []bool {
 			ip[i] = from == "HardSwish" && ip[p]
 		case "Add":
 			into := from == "BatchNormalization" && !projection(f, p, n.Inputs[1]) && branch(n.Name, g.Nodes[p].Name) != "layers" ||
-				from == "Mul" && f.DataInputs(p) == 1
+				from == "Mul" && scaled(f, p)
 			ip[i] = into && len(n.Inputs) == 2 && f.Data(n.Inputs[1]) &&
 				slices.Equal(f.Shapes().Dims[x], f.Shapes().Dims[n.Outputs[0]])
 		}
@@ -285,8 +286,50 @@ func pooledInput(g *ir.Graph, p int32) bool {
 		return false
 	}
 	switch g.Nodes[q].OpType {
-	case "GlobalAveragePool", "ReduceMean", "AveragePool":
+	case "GlobalAveragePool", "ReduceMean":
 		return true
+	}
+	return false
+}
+
+// scaled reports whether Mul node p multiplies one activation by a
+// parameter (ConvNeXt's layer scale) or by stochastic depth's noise, drawn
+// by a RandomUniformLike or RandomNormalLike a few nodes up: the products
+// that torchvision's blocks then add their input to in place.
+func scaled(f *schedule.Flow, p int32) bool {
+	g := f.Graph()
+	if f.DataInputs(p) != 1 {
+		return false
+	}
+	for _, v := range g.Nodes[p].Inputs {
+		if f.Data(v) {
+			continue
+		}
+		if g.Values[v].Kind == ir.Initializer || drawn(g, v, 8) {
+			return true
+		}
+	}
+	return false
+}
+
+// drawn reports whether value v derives, within depth producers, from a
+// random draw.
+func drawn(g *ir.Graph, v ir.ValueID, depth int) bool {
+	if v == ir.NoValue || depth == 0 {
+		return false
+	}
+	p := g.Values[v].Producer
+	if p < 0 {
+		return false
+	}
+	switch g.Nodes[p].OpType {
+	case "RandomUniformLike", "RandomNormalLike":
+		return true
+	}
+	for _, x := range g.Nodes[p].Inputs {
+		if drawn(g, x, depth-1) {
+			return true
+		}
 	}
 	return false
 }

@@ -76,12 +76,8 @@ func TestResNet18Layers(t *testing.T) {
 	}
 }
 
-// TestInPlaceTorchvision checks which ops of torchvision's exports the
-// family runs in place: in resnet18 every ReLU (the stem's, each block's
-// two) and each block's out += identity; in mobilenet_v3_large every
-// activation after a norm layer (11 ReLU, 20 Hardswish), the ten residual
-// result += input and the classifier's Hardswish and Dropout, but not the
-// eight squeeze-excitation blocks' ReLU, Hardsigmoid and scale * input.
+// TestBranch checks branch, the child module of an Add's module that its
+// operand's node ran in.
 func TestBranch(t *testing.T) {
 	for _, c := range []struct{ name, inner, want string }{
 		{"/layers/layers.8/layers.8.1/Add", "/layers/layers.8/layers.8.1/layers/layers.7/BatchNormalization", "layers"},
@@ -97,6 +93,12 @@ func TestBranch(t *testing.T) {
 	}
 }
 
+// TestInPlaceTorchvision checks which ops of torchvision's exports the
+// family runs in place: in resnet18 every ReLU (the stem's, each block's
+// two) and each block's out += identity; in mobilenet_v3_large every
+// activation after a norm layer (11 ReLU, 20 Hardswish), the ten residual
+// result += input and the classifier's Hardswish and Dropout, but not the
+// eight squeeze-excitation blocks' ReLU, Hardsigmoid and scale * input.
 func TestInPlaceTorchvision(t *testing.T) {
 	for _, c := range []struct {
 		file        string
