@@ -121,8 +121,8 @@ func TestPackedProjectionNearMiss(t *testing.T) {
 		return g
 	}
 	for _, c := range []struct {
-		what      string
-		g         *ir.Graph
+		what       string
+		g          *ir.Graph
 		contiguous bool
 	}{
 		{"the packed projection", build(true, 0, 3), true},
