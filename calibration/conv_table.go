@@ -14,6 +14,7 @@
 //
 //	go run calibration/conv_table.go
 //	go run calibration/conv_table.go -in calibration/results/conv_sweep_bf16.json -pad0 '' -o onnxmem/cudnn_h200_bf16.tsv
+//	go run calibration/conv_table.go -in calibration/results/cl/conv_sweep.json -pad0 '' -o onnxmem/cudnn_h200_cl.tsv
 package main
 
 import (
@@ -36,7 +37,7 @@ func main() {
 	}
 	var sweep struct {
 		Env  map[string]any `json:"env"`
-		Rows [][12]int64    `json:"rows"`
+		Rows [][]int64      `json:"rows"` // 12 numbers; 13 with the padding (--channels-last)
 	}
 	if err := json.Unmarshal(b, &sweep); err != nil {
 		log.Fatalf("%s: %v", *in, err)
@@ -47,6 +48,9 @@ func main() {
 		sweep.Env["torch"], sweep.Env["cuda"], sweep.Env["cudnn"], sweep.Env["gpu"], sweep.Env["benchmark"])
 	if sweep.Env["bf16"] == true {
 		fmt.Fprintf(&txt, "# conv_sweep.py --bf16: elemsize 2 is bfloat16 (autocast's amp_dtype bfloat16)\n")
+	}
+	if sweep.Env["channels_last"] == true {
+		fmt.Fprintf(&txt, "# conv_sweep.py --channels-last: x, y and gy channels-last\n")
 	}
 	fmt.Fprintf(&txt, "# N\tCin\tCout\tH\tW\tK\tstride\tgroups\telemsize\tfwd\tbwd-data\tbwd-filter\tpad, or N\tfwd\tbwd-data\tbwd-filter for the shape of the line before\n")
 	// A row whose shape but for N is the previous row's is written short:
@@ -66,7 +70,14 @@ func main() {
 		fmt.Fprint(&txt, pad, "\n")
 	}
 	for _, r := range sweep.Rows {
-		row(r, r[5]/2)
+		switch len(r) {
+		case 12:
+			row([12]int64(r), r[5]/2)
+		case 13: // the padding tenth
+			row([12]int64(append(append([]int64(nil), r[:9]...), r[10:]...)), r[9])
+		default:
+			log.Fatalf("%s: a row of %d numbers, want 12 or 13", *in, len(r))
+		}
 	}
 	n := len(sweep.Rows)
 	if *pad0 != "" {
