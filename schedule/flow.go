@@ -249,3 +249,28 @@ func (f *Flow) opOf(n *ir.Node) (opKind, error) {
 	}
 	return r.kind, nil
 }
+
+// Drawn reports whether value v derives, within a few producers, from a
+// random draw (RandomUniformLike, RandomNormalLike): torchvision's
+// stochastic depth noise, drawn from shapes alone.
+func (f *Flow) Drawn(v ir.ValueID) bool { return drawn(f.graph, v, 8) }
+
+func drawn(g *ir.Graph, v ir.ValueID, depth int) bool {
+	if v == ir.NoValue || depth == 0 {
+		return false
+	}
+	p := g.Values[v].Producer
+	if p < 0 {
+		return false
+	}
+	switch g.Nodes[p].OpType {
+	case "RandomUniformLike", "RandomNormalLike":
+		return true
+	}
+	for _, x := range g.Nodes[p].Inputs {
+		if drawn(g, x, depth-1) {
+			return true
+		}
+	}
+	return false
+}

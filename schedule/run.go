@@ -45,28 +45,6 @@ func splitsOnly(in, out []int64) bool {
 	return true
 }
 
-// noise reports whether value v derives, within depth producers, from a
-// random draw (RandomUniformLike, RandomNormalLike).
-func (b *builder) noise(v ir.ValueID, depth int) bool {
-	if v == ir.NoValue || depth == 0 {
-		return false
-	}
-	p := b.g.Values[v].Producer
-	if p < 0 {
-		return false
-	}
-	switch b.g.Nodes[p].OpType {
-	case "RandomUniformLike", "RandomNormalLike":
-		return true
-	}
-	for _, x := range b.g.Nodes[p].Inputs {
-		if b.noise(x, depth-1) {
-			return true
-		}
-	}
-	return false
-}
-
 // paramBehind returns the parameter that value v is, or views without a
 // copy (an expand, reshape or unsqueeze of it, as ViT's
 // class_token.expand(n, -1, -1)), or ir.NoValue.
@@ -344,7 +322,7 @@ func (b *builder) run(n *ir.Node, k opKind) {
 		// input's type, bernoulli_ and div_ in place, is a tensor of its
 		// own that the product saves (torchvision.ops.stochastic_depth).
 		for _, v := range []ir.ValueID{a, c} {
-			if !b.data[v] && b.noise(v, 8) && (b.needsGrad(a) || b.needsGrad(c)) {
+			if !b.data[v] && b.Drawn(v) && (b.needsGrad(a) || b.needsGrad(c)) {
 				st := b.alloc(s.Elems(v)*b.dt[out(0)].Size(), Stats, ir.NoValue)
 				b.own(i, st)
 			}

@@ -305,29 +305,7 @@ func scaled(f *schedule.Flow, p int32) bool {
 		if f.Data(v) {
 			continue
 		}
-		if g.Values[v].Kind == ir.Initializer || drawn(g, v, 8) {
-			return true
-		}
-	}
-	return false
-}
-
-// drawn reports whether value v derives, within depth producers, from a
-// random draw.
-func drawn(g *ir.Graph, v ir.ValueID, depth int) bool {
-	if v == ir.NoValue || depth == 0 {
-		return false
-	}
-	p := g.Values[v].Producer
-	if p < 0 {
-		return false
-	}
-	switch g.Nodes[p].OpType {
-	case "RandomUniformLike", "RandomNormalLike":
-		return true
-	}
-	for _, x := range g.Nodes[p].Inputs {
-		if drawn(g, x, depth-1) {
+		if g.Values[v].Kind == ir.Initializer || f.Drawn(v) {
 			return true
 		}
 	}
