@@ -48,19 +48,41 @@ func CuDNNWorkspace(c schedule.ConvCall) int64 {
 	return workspaceOf(c, row, found)
 }
 
-// channelsLastWorkspace returns the workspace of a channels-last call that
-// the H200's traces of ConvNeXt show (calibration/results/
-// convnext_vit_ops.json, batch 8, float32 and float16; calibration/README.md
-// §14): a depthwise convolution's forward and backward-data passes take
-// none, and a dense convolution's forward and backward-data passes take
-// the filter in the call's type (cuDNN reorders it to K, R, S, C). Other
-// calls, a depthwise backward-filter pass among them, are not known: they
-// are looked up as the NCHW call of the same shape.
+// channelsLastWorkspace returns the workspace of a call on a channels-last
+// input: the measured one (cudnnTableCL, on the line between two measured
+// batches), else what the H200's traces and that sweep show of every such
+// call (calibration/README.md §14): a depthwise convolution's forward and
+// backward-data passes take none, and a dense convolution's forward and
+// backward-data passes take the filter in the call's type (cuDNN reorders
+// it to K, R, S, C; backward-data 131 bytes more in float32). A
+// backward-filter pass of a shape the sweep lacks follows no rule: it is
+// looked up as the NCHW call of the same shape.
 func channelsLastWorkspace(c schedule.ConvCall) (int64, bool) {
-	if !c.ChannelsLast || schedule.IsReduction(c.Which) || c.Which == "bwd-filter" {
+	if !c.ChannelsLast || schedule.IsReduction(c.Which) {
 		return 0, false
 	}
-	if c.Groups > 1 && c.Groups == c.Cin {
+	workspaceCLOnce.Do(func() {
+		var err error
+		if workspacesCL, err = parseWorkspaces(cudnnTableCL); err != nil {
+			panic(err) // checked by TestCuDNNTableCL
+		}
+	})
+	if c.KH == c.KW && c.StrideH == c.StrideW {
+		pad := ((c.OutH-1)*c.StrideH + c.KH - c.H) / 2
+		if key, ok := keyOf(c.N, c.Cin, c.Cout, c.H, c.W, c.KH, c.StrideH, max(c.Groups, 1), c.ElemSize, pad); ok {
+			row, found := workspacesCL.get(key)
+			if !found {
+				row, found = workspacesCL.interpolate(key)
+			}
+			if ws, ok := pick(row, c.Which); found && ok {
+				return ws, true
+			}
+		}
+	}
+	switch {
+	case c.Which == "bwd-filter":
+		return 0, false
+	case c.Groups > 1 && c.Groups == c.Cin:
 		return 0, true
 	}
 	return c.Cout * c.Cin / max(c.Groups, 1) * c.KH * c.KW * c.ElemSize, true
@@ -97,6 +119,14 @@ var cudnnTable []byte
 //
 //go:embed cudnn_h200_bf16.tsv
 var cudnnTableBF16 []byte
+
+// cudnnTableCL is the same for ConvNeXt's convolutions on channels-last
+// inputs (calibration/conv_sweep.py --channels-last: the 112 calls of
+// convnext_tiny and convnext_small at 224, batch 1 to 128, float32 and
+// float16).
+//
+//go:embed cudnn_h200_cl.tsv
+var cudnnTableCL []byte
 
 // convKey is the shape of a convolution call, as the table keys it: int32
 // fields, half the bytes to hash of int64s (the table's numbers are far
@@ -232,8 +262,8 @@ func (t *wsTable) set(k convKey, ws [3]int64, last *int32) {
 }
 
 var (
-	workspaceOnce, workspaceBF16Once sync.Once
-	workspaces, workspacesBF16       *wsTable
+	workspaceOnce, workspaceBF16Once, workspaceCLOnce sync.Once
+	workspaces, workspacesBF16, workspacesCL          *wsTable
 )
 
 // lookupWorkspace returns the measured workspace of a call, if the table has

@@ -355,3 +355,50 @@ func TestCuDNNInterpolation(t *testing.T) {
 	}
 	t.Log("\n" + b.String())
 }
+
+// TestCuDNNTableCL checks that the embedded channels-last table is the
+// measurement in calibration/results/cl/conv_sweep.json (conv_sweep.py
+// --channels-last), row for row, that CuDNNWorkspace returns it for
+// channels-last calls, and that it differs from the NCHW call's where
+// ConvNeXt's traces showed it does: the depthwise backward-filter passes.
+func TestCuDNNTableCL(t *testing.T) {
+	b, err := os.ReadFile("../calibration/results/cl/conv_sweep.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sweep struct {
+		Env  map[string]any `json:"env"`
+		Rows [][13]int64    `json:"rows"` // with the padding tenth
+	}
+	if err := json.Unmarshal(b, &sweep); err != nil {
+		t.Fatal(err)
+	}
+	if sweep.Env["channels_last"] != true {
+		t.Fatal("cl/conv_sweep.json: not a --channels-last sweep")
+	}
+	tab, err := parseWorkspaces(cudnnTableCL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tab.rows != len(sweep.Rows) {
+		t.Fatalf("embedded channels-last table has %d convolutions, the sweep %d: run go run calibration/conv_table.go -in calibration/results/cl/conv_sweep.json -pad0 '' -o onnxmem/cudnn_h200_cl.tsv", tab.rows, len(sweep.Rows))
+	}
+	differ := 0
+	for _, r := range sweep.Rows {
+		for i, which := range passes {
+			c := callOf([13]int64(append(append(append([]int64(nil), r[:9]...), r[10:]...), r[9])), which)
+			nchw := CuDNNWorkspace(c)
+			c.ChannelsLast = true
+			if got := CuDNNWorkspace(c); got != r[10+i] {
+				t.Fatalf("%+v: CuDNNWorkspace %d, measured %d", c, got, r[10+i])
+			}
+			if nchw != r[10+i] {
+				differ++
+			}
+		}
+	}
+	if differ == 0 {
+		t.Error("no channels-last call differs from its NCHW one: the lookup does not tell them apart")
+	}
+	t.Logf("%d of %d channels-last calls take another workspace than NCHW's", differ, 3*len(sweep.Rows))
+}
