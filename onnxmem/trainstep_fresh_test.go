@@ -24,67 +24,74 @@ import (
 // each measured one; the reserved peak the measured one to the byte in 11
 // of 14 and within 0.9% in all (yolov9-e under AMP at batch 2 read 3.1%
 // low until the warm-up ran the iterations GradScaler skips,
-// DefaultAMPWarmSteps).
+// DefaultAMPWarmSteps). train_step_more.jsonl (2026-12-05) adds 17 more:
+// small AMP batches of every YOLOv9 and GELAN size, AdamW, no EMA, 4 and 64
+// boxes, where GradScaler skipped 3 to 9 iterations: allocated within
+// 0.02%, reserved to the byte in 13 (yolov9-e at batch 8 0.42% high), all
+// with the default warm steps.
 func TestTrainStepFresh(t *testing.T) {
-	f, err := os.Open("../calibration/results/train_step.jsonl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
 	models := map[string]*onnxmem.Model{}
 	var table strings.Builder
 	fmt.Fprintf(&table, "%-9s %5s %5s  %10s %8s  %10s %8s\n", "cfg", "prec", "batch", "peak MiB", "error", "reserved", "error")
 	n, exact := 0, 0
 	worst := 0.0
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		var l struct {
-			Cfg, Trainer string
-			Batch, Img   int64
-			AMP          bool
-			Boxes        int64 `json:"boxes_per_img"`
-			Optimizer    string
-			EMA          bool
-			Measured     struct {
-				Peak         int64
-				PeakReserved int64 `json:"peak_reserved"`
-				WarmSteps    int   `json:"warm_steps"`
-			}
-		}
-		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+	for _, file := range []string{"train_step.jsonl", "train_step_more.jsonl"} {
+		f, err := os.Open("../calibration/results/" + file)
+		if err != nil {
 			t.Fatal(err)
 		}
-		m := models[l.Cfg]
-		if m == nil {
-			if m, err = onnxmem.Builtin(l.Cfg); err != nil {
+		defer f.Close()
+		sc := bufio.NewScanner(f)
+		sc.Buffer(nil, 1<<20)
+		for sc.Scan() {
+			var l struct {
+				Cfg, Trainer string
+				Batch, Img   int64
+				AMP          bool
+				Boxes        int64 `json:"boxes_per_img"`
+				Optimizer    string
+				EMA          bool
+				Measured     struct {
+					Peak         int64
+					PeakReserved int64 `json:"peak_reserved"`
+					WarmSteps    int   `json:"warm_steps"`
+				}
+			}
+			if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
 				t.Fatal(err)
 			}
-			models[l.Cfg] = m
+			m := models[l.Cfg]
+			if m == nil {
+				if m, err = onnxmem.Builtin(l.Cfg); err != nil {
+					t.Fatal(err)
+				}
+				models[l.Cfg] = m
+			}
+			s := onnxmem.Scenario{Batch: l.Batch, Height: l.Img, Width: l.Img, AMP: l.AMP, Train: true, Boxes: l.Boxes,
+				Optimizer: onnxmem.Optimizer(l.Optimizer), EMA: l.EMA, Trainer: l.Trainer}
+			r, err := m.Simulate(s)
+			if err != nil {
+				t.Fatalf("%s batch %d: %v", l.Cfg, l.Batch, err)
+			}
+			pct := func(got, want int64) float64 { return 100 * float64(got-want) / float64(want) }
+			prec := map[bool]string{false: "fp32", true: "amp"}[l.AMP]
+			me := l.Measured
+			fmt.Fprintf(&table, "%-9s %5s %5d  %10.1f %+7.2f%%  %10.1f %+7.2f%%\n", l.Cfg, prec, l.Batch,
+				float64(me.Peak)/(1<<20), pct(r.Peak, me.Peak), float64(me.PeakReserved)/(1<<20), pct(r.PeakReserved, me.PeakReserved))
+			if e := pct(r.Peak, me.Peak); e > 0.3 || e < -0.3 {
+				t.Errorf("%s %s batch %d: allocated peak %+.2f%%, beyond 0.3%%", l.Cfg, prec, l.Batch, e)
+			}
+			e := pct(r.PeakReserved, me.PeakReserved)
+			worst = max(worst, e, -e)
+			if r.PeakReserved == me.PeakReserved {
+				exact++
+			}
+			n++
 		}
-		s := onnxmem.Scenario{Batch: l.Batch, Height: l.Img, Width: l.Img, AMP: l.AMP, Train: true, Boxes: l.Boxes,
-			Optimizer: onnxmem.Optimizer(l.Optimizer), EMA: l.EMA, Trainer: l.Trainer}
-		r, err := m.Simulate(s)
-		if err != nil {
-			t.Fatalf("%s batch %d: %v", l.Cfg, l.Batch, err)
-		}
-		pct := func(got, want int64) float64 { return 100 * float64(got-want) / float64(want) }
-		prec := map[bool]string{false: "fp32", true: "amp"}[l.AMP]
-		me := l.Measured
-		fmt.Fprintf(&table, "%-9s %5s %5d  %10.1f %+7.2f%%  %10.1f %+7.2f%%\n", l.Cfg, prec, l.Batch,
-			float64(me.Peak)/(1<<20), pct(r.Peak, me.Peak), float64(me.PeakReserved)/(1<<20), pct(r.PeakReserved, me.PeakReserved))
-		if e := pct(r.Peak, me.Peak); e > 0.3 || e < -0.3 {
-			t.Errorf("%s %s batch %d: allocated peak %+.2f%%, beyond 0.3%%", l.Cfg, prec, l.Batch, e)
-		}
-		e := pct(r.PeakReserved, me.PeakReserved)
-		worst = max(worst, e, -e)
-		if r.PeakReserved == me.PeakReserved {
-			exact++
-		}
-		n++
 	}
 	t.Logf("%d fresh train steps: reserved peak %d to the byte, the worst %.2f%%\n%s", n, exact, worst, table.String())
-	if n != 14 || exact < 11 || worst > 1 {
-		t.Errorf("want 14 steps, the reserved peak to the byte in at least 11 and within 1%% in all")
+	if n != 31 || exact < 24 || worst > 1 {
+		t.Errorf("want 31 steps, the reserved peak to the byte in at least 24 and within 1%% in all")
 	}
 }
 

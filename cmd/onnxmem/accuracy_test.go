@@ -41,6 +41,7 @@ func TestAccuracyDoc(t *testing.T) {
 		{"own H200 measurements: more torchvision model steps, the cache emptied before each (calibration/torchvision_more.py --empty-cache)", "../../calibration/results/torchvision_wide.jsonl", "../../calibration/results", "", true},
 		{"own H200 measurements: model steps of models the ground truth lacks, swept by its harness, one process per model (calibration/harness_sweep.py)", "../../calibration/results/harness_sweep.jsonl", "../../calibration/results", "", true},
 		{"own H200 measurements: train steps of the official code, each in a fresh process (calibration/train_step.py)", "../../calibration/results/train_step.jsonl", "../../calibration/results", "", false},
+		{"own H200 measurements: more train steps of the official code, each in a fresh process (calibration/train_step.py --name train_step_more: small AMP batches of every size, AdamW, no EMA, 4 and 64 boxes)", "../../calibration/results/train_step_more.jsonl", "../../calibration/results", "", false},
 		{"own H200 measurements: whole training runs (calibration/train_run.py)", "../../calibration/results/train_run.jsonl", filepath.Dir(shared), "", false},
 		{"own H200 measurements: model steps under PYTORCH_CUDA_ALLOC_CONF options, each in a fresh process (calibration/alloc_conf_steps.py: the default allocator, expandable_segments:True, max_split_size_mb:128, max_split_size_mb:64 with roundup_power2_divisions:4)", "../../calibration/results/alloc_conf_steps.jsonl", "../../calibration/results", "before_warmup", false},
 	}
