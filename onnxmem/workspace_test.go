@@ -77,45 +77,66 @@ func TestCuDNNTable(t *testing.T) {
 // bfloat16 call gets its own measurement, and a float16 call of the same
 // shape keeps float16's, which differs in some of them.
 func TestCuDNNTableBF16(t *testing.T) {
-	b, err := os.ReadFile("../calibration/results/conv_sweep_bf16.json")
+	differ, n := checkVariantTable(t, "conv_sweep_bf16.json", "bf16", cudnnTableBF16, func(c *schedule.ConvCall) { c.BF16 = true })
+	if differ == 0 {
+		t.Error("no bfloat16 call differs from float16's: the lookup does not tell them apart")
+	}
+	t.Logf("%d of %d bfloat16 calls take another workspace than float16's", differ, n)
+}
+
+// checkVariantTable checks an embedded table of one kind of call (bfloat16,
+// channels-last) against its sweep, calibration/results/file, whose env
+// sets flag: the same convolutions, and CuDNNWorkspace of each call, marked
+// by mark, is the measured one. It returns how many of the calls take
+// another workspace unmarked, and how many calls it checked. A sweep's row
+// is 12 numbers, or 13 with the padding tenth.
+func checkVariantTable(t *testing.T, file, flag string, table []byte, mark func(*schedule.ConvCall)) (differ, calls int) {
+	t.Helper()
+	b, err := os.ReadFile("../calibration/results/" + file)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var sweep struct {
 		Env  map[string]any `json:"env"`
-		Rows [][12]int64    `json:"rows"`
+		Rows [][]int64      `json:"rows"`
 	}
 	if err := json.Unmarshal(b, &sweep); err != nil {
 		t.Fatal(err)
 	}
-	if sweep.Env["bf16"] != true {
-		t.Fatal("conv_sweep_bf16.json: not a --bf16 sweep")
+	if sweep.Env[flag] != true {
+		t.Fatalf("%s: not a sweep with %s", file, flag)
 	}
-	tab, err := parseWorkspaces(cudnnTableBF16)
+	tab, err := parseWorkspaces(table)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if tab.rows != len(sweep.Rows) {
-		t.Fatalf("embedded bfloat16 table has %d convolutions, conv_sweep_bf16.json %d", tab.rows, len(sweep.Rows))
+		t.Fatalf("embedded table has %d convolutions, %s %d: regenerate it with calibration/conv_table.go (its comment names the flags)", tab.rows, file, len(sweep.Rows))
 	}
-	differ := 0
 	for _, r := range sweep.Rows {
+		var row [13]int64 // N … elemsize, the three workspaces, the padding
+		switch len(r) {
+		case 12:
+			row = [13]int64(append(append([]int64(nil), r...), r[5]/2))
+		case 13:
+			row = [13]int64(append(append(append([]int64(nil), r[:9]...), r[10:]...), r[9]))
+		default:
+			t.Fatalf("%s: a row of %d numbers", file, len(r))
+		}
 		for i, which := range passes {
-			c := callOf([13]int64(append(r[:], r[5]/2)), which)
-			fp16 := CuDNNWorkspace(c)
-			c.BF16 = true
-			if got := CuDNNWorkspace(c); got != r[9+i] {
-				t.Fatalf("%+v: CuDNNWorkspace %d, measured %d", c, got, r[9+i])
+			c := callOf(row, which)
+			plain := CuDNNWorkspace(c)
+			mark(&c)
+			if got := CuDNNWorkspace(c); got != row[9+i] {
+				t.Fatalf("%+v: CuDNNWorkspace %d, measured %d", c, got, row[9+i])
 			}
-			if fp16 != r[9+i] {
+			if plain != row[9+i] {
 				differ++
 			}
+			calls++
 		}
 	}
-	if differ == 0 {
-		t.Error("no bfloat16 call differs from float16's: the lookup does not tell them apart")
-	}
-	t.Logf("%d of %d bfloat16 calls take another workspace than float16's", differ, 3*len(sweep.Rows))
+	return differ, calls
 }
 
 // TestCuDNNWorkspaceBF16Fallback checks the order of a bfloat16 lookup at
@@ -362,43 +383,9 @@ func TestCuDNNInterpolation(t *testing.T) {
 // channels-last calls, and that it differs from the NCHW call's where
 // ConvNeXt's traces showed it does: the depthwise backward-filter passes.
 func TestCuDNNTableCL(t *testing.T) {
-	b, err := os.ReadFile("../calibration/results/cl/conv_sweep.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sweep struct {
-		Env  map[string]any `json:"env"`
-		Rows [][13]int64    `json:"rows"` // with the padding tenth
-	}
-	if err := json.Unmarshal(b, &sweep); err != nil {
-		t.Fatal(err)
-	}
-	if sweep.Env["channels_last"] != true {
-		t.Fatal("cl/conv_sweep.json: not a --channels-last sweep")
-	}
-	tab, err := parseWorkspaces(cudnnTableCL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if tab.rows != len(sweep.Rows) {
-		t.Fatalf("embedded channels-last table has %d convolutions, the sweep %d: run go run calibration/conv_table.go -in calibration/results/cl/conv_sweep.json -pad0 '' -o onnxmem/cudnn_h200_cl.tsv", tab.rows, len(sweep.Rows))
-	}
-	differ := 0
-	for _, r := range sweep.Rows {
-		for i, which := range passes {
-			c := callOf([13]int64(append(append(append([]int64(nil), r[:9]...), r[10:]...), r[9])), which)
-			nchw := CuDNNWorkspace(c)
-			c.ChannelsLast = true
-			if got := CuDNNWorkspace(c); got != r[10+i] {
-				t.Fatalf("%+v: CuDNNWorkspace %d, measured %d", c, got, r[10+i])
-			}
-			if nchw != r[10+i] {
-				differ++
-			}
-		}
-	}
+	differ, n := checkVariantTable(t, "cl/conv_sweep.json", "channels_last", cudnnTableCL, func(c *schedule.ConvCall) { c.ChannelsLast = true })
 	if differ == 0 {
 		t.Error("no channels-last call differs from its NCHW one: the lookup does not tell them apart")
 	}
-	t.Logf("%d of %d channels-last calls take another workspace than NCHW's", differ, 3*len(sweep.Rows))
+	t.Logf("%d of %d channels-last calls take another workspace than NCHW's", differ, n)
 }

@@ -755,9 +755,7 @@ func (b *builder) gemmBack(n *ir.Node, gy gradT, fresh func(ir.ValueID), contigu
 		// product's node runs (ConvNeXt's linears, calibration/results/
 		// convnext_vit_ops.json); a view cuBLAS takes as it is needs no
 		// copy.
-		d := b.s.Dims[y]
-		rows := b.s.Elems(y) / max(d[len(d)-1], 1)
-		if st := gradStrides(gy, d); st == nil || !b.blasView(d, st, rows) {
+		if !blasMatrix(b.s.Dims[y], gradStrides(gy, b.s.Dims[y])) {
 			shared = b.scratch(b.bytes(y), Copy)
 			b.unref(gy.st)
 			b.slot[y] = -1
@@ -794,13 +792,6 @@ func (b *builder) gemmBack(n *ir.Node, gy gradT, fresh func(ir.ValueID), contigu
 		}
 	}
 	return post
-}
-
-// blasView reports whether a gradient of dims d and strides st reshapes to
-// [rows, last dim] as a view that cuBLAS takes as it is (a unit stride).
-func (b *builder) blasView(d, st []int64, rows int64) bool {
-	m, ok := viewStrides(d, st, []int64{rows, d[len(d)-1]})
-	return ok && (m[1] == 1 || m[0] == 1)
 }
 
 // biasSum emits the buffers of a Linear's bias gradient: it sums a

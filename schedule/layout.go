@@ -139,6 +139,29 @@ func viewStrides(old, st, nd []int64) ([]int64, bool) {
 	return out, true
 }
 
+// blasMatrix reports whether a tensor of dims d and strides st reaches
+// cuBLAS without a copy: viewed as the matrix [rows, last dim] that
+// aten::linear folds it to (computeStride), one of the matrix's strides is
+// 1 (ViT's class token x[:, 0], a select of every 50th row). Unknown
+// strides (nil) say no.
+func blasMatrix(d, st []int64) bool {
+	if st == nil || len(d) == 0 {
+		return false
+	}
+	k := d[len(d)-1]
+	m, ok := viewStrides(d, st, []int64{prod(d) / max(k, 1), k})
+	return ok && (m[1] == 1 || m[0] == 1)
+}
+
+// prod returns the product of dims d.
+func prod(d []int64) int64 {
+	n := int64(1)
+	for _, v := range d {
+		n *= v
+	}
+	return n
+}
+
 // dense reports whether strides st address every element of a tensor of
 // dims d once, without gaps: some order of the dims is row-major.
 func dense(d, st []int64) bool {

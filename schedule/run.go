@@ -518,7 +518,7 @@ func (b *builder) gemm(n *ir.Node, lower bool, save func(ir.ValueID)) {
 	// returns, after the output (calibration/results/vit_steps.json). A
 	// matrix with rows or columns of stride 1 (ViT's class token x[:, 0])
 	// goes to cuBLAS as it is.
-	if !b.contig[x] && !b.blasReady(x) {
+	if !b.contig[x] && !blasMatrix(b.s.Dims[x], b.denseStrides(x)) {
 		size := b.s.Elems(x) * b.dt[x].Size()
 		if xcast >= 0 {
 			size = b.s.Elems(x) * b.low().Size()
@@ -548,19 +548,6 @@ func (b *builder) gemm(n *ir.Node, lower bool, save func(ir.ValueID)) {
 	b.vst[y] = b.alloc(b.bytes(y), Activation, y)
 	b.setLayout(y, nil)
 	b.blasWorkspaces(gemmLt(n, b.s))
-}
-
-// blasReady reports whether a strided x reaches cuBLAS without a copy:
-// viewed as the matrix [rows, K] that aten::linear folds it to, one of its
-// two strides is 1.
-func (b *builder) blasReady(x ir.ValueID) bool {
-	d, st := b.s.Dims[x], b.denseStrides(x)
-	if st == nil || len(d) == 0 {
-		return false
-	}
-	k := d[len(d)-1]
-	m, ok := viewStrides(d, st, []int64{b.s.Elems(x) / max(k, 1), k})
-	return ok && (m[1] == 1 || m[0] == 1)
 }
 
 // gemmLt reports whether addmm runs a Gemm through cuBLASLt, as PyTorch
