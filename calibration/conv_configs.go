@@ -44,11 +44,14 @@ func main() {
 	only := flag.String("models", "", "comma-separated built-in `models` to take, in place of all of them")
 	imgs := flag.String("imgs", "", "comma-separated square image `sides` for the built-in models, in place of 320 to 640 every 32")
 	allBatches := flag.Bool("all-batches", false, "every batch from 1 to 64 for the built-in models, in place of the powers of two")
+	batchList := flag.String("batches", "", "comma-separated `batches` for the built-in models, in place of the powers of two to 64")
+	eval := flag.Bool("eval", false, "the built-in models' eval steps (the half model's forward), in place of their model steps")
 	channelsLast := flag.Bool("channels-last", false, "with -onnx: only the channels-last convolutions, with their padding")
 	rect := flag.Bool("rect", false, "the float16 convolutions of the built-in models' eval steps on the rectangular\nbatches of validation (long side 640 or 672, short side 384 to 576, both orientations) at batch 16, 32 and 64")
 	flag.Parse()
 	seen := map[[9]int64]bool{}
 	seenCL := map[[10]int64]bool{}
+	seenPad := map[[10]int64]bool{} // NCHW calls whose padding is not k/2
 	if *rect {
 		rectConfigs(seen)
 	}
@@ -70,7 +73,12 @@ func main() {
 						case *channelsLast && c.ChannelsLast:
 							pad := ((c.OutH-1)*c.StrideH + c.KH - c.H) / 2
 							seenCL[[10]int64{c.N, c.Cin, c.Cout, c.H, c.W, c.KH, c.StrideH, c.Groups, c.ElemSize, pad}] = true
-						case !*channelsLast:
+						case *channelsLast || c.DilationH > 1 || c.DilationW > 1 || c.PadH != c.PadW:
+						case c.PadH != c.KH/2:
+							// Another padding than k/2 (AlexNet's first conv):
+							// the tenth number, as conv_sweep.py takes it.
+							seenPad[[10]int64{c.N, c.Cin, c.Cout, c.H, c.W, c.KH, c.StrideH, c.Groups, c.ElemSize, c.PadH}] = true
+						default:
 							seen[[9]int64{c.N, c.Cin, c.Cout, c.H, c.W, c.KH, c.StrideH, c.Groups, c.ElemSize}] = true
 						}
 						return 0
@@ -82,10 +90,18 @@ func main() {
 			}
 		}
 	}
-	if *channelsLast {
+	if *channelsLast || len(seenPad) > 0 {
 		var rows [][10]int64
 		for k := range seenCL {
 			rows = append(rows, k)
+		}
+		for k := range seenPad {
+			rows = append(rows, k)
+		}
+		if !*channelsLast {
+			for k := range seen {
+				rows = append(rows, [10]int64(append(k[:], k[5]/2)))
+			}
 		}
 		slices.SortFunc(rows, func(a, b [10]int64) int {
 			for _, i := range []int{8, 1, 2, 5, 6, 7, 3, 4, 9, 0} {
@@ -123,6 +139,20 @@ func main() {
 			batches = append(batches, b)
 		}
 	}
+	if *batchList != "" {
+		batches = nil
+		for _, f := range strings.Split(*batchList, ",") {
+			v, err := strconv.ParseInt(f, 10, 64)
+			if err != nil {
+				log.Fatalf("-batches %q: %v", *batchList, err)
+			}
+			batches = append(batches, v)
+		}
+	}
+	cfgs := []schedule.Config{{Precision: schedule.FP32}, {Precision: schedule.AMP}}
+	if *eval {
+		cfgs = []schedule.Config{{Eval: &schedule.Eval{}}}
+	}
 	for _, name := range names {
 		if *files != "" || *rect {
 			break
@@ -137,13 +167,13 @@ func main() {
 				if err != nil {
 					log.Fatal(err)
 				}
-				for _, prec := range []schedule.Precision{schedule.FP32, schedule.AMP} {
-					cfg := schedule.Config{Precision: prec, Workspace: func(c schedule.ConvCall) int64 {
+				for _, cfg := range cfgs {
+					cfg.Workspace = func(c schedule.ConvCall) int64 {
 						if !schedule.IsReduction(c.Which) {
 							seen[[9]int64{c.N, c.Cin, c.Cout, c.H, c.W, c.KH, c.StrideH, c.Groups, c.ElemSize}] = true
 						}
 						return 0
-					}}
+					}
 					if _, err := schedule.Build(m.Graph, s, cfg); err != nil {
 						log.Fatal(err)
 					}

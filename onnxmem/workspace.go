@@ -67,8 +67,7 @@ func channelsLastWorkspace(c schedule.ConvCall) (int64, bool) {
 			panic(err) // checked by TestCuDNNTableCL
 		}
 	})
-	if c.KH == c.KW && c.StrideH == c.StrideW {
-		pad := ((c.OutH-1)*c.StrideH + c.KH - c.H) / 2
+	if pad, ok := squarePad(c); ok {
 		if key, ok := keyOf(c.N, c.Cin, c.Cout, c.H, c.W, c.KH, c.StrideH, max(c.Groups, 1), c.ElemSize, pad); ok {
 			row, found := workspacesCL.get(key)
 			if !found {
@@ -290,12 +289,21 @@ func pick(v [3]int64, which string) (int64, bool) {
 	return 0, false
 }
 
+// squarePad returns the padding of a call that the tables can hold: a
+// square kernel, stride and padding, and dilation 1.
+func squarePad(c schedule.ConvCall) (int64, bool) {
+	if c.KH != c.KW || c.StrideH != c.StrideW || c.PadH != c.PadW || c.DilationH > 1 || c.DilationW > 1 {
+		return 0, false
+	}
+	return c.PadH, true
+}
+
 // lookupShape returns the table's row for a call's shape: the measured
 // workspaces of its three calls (fwd, bwd-data, bwd-filter), if the table
-// has it. The table's convolutions have square kernels and strides,
-// dilation 1 and padding k/2, as the built-in models' do, or none, as a
-// patch embedding's (calibration/patchify_sweep.py); a call whose output
-// size says otherwise is not looked up.
+// has it. The table's convolutions have square kernels, strides and
+// paddings and dilation 1: padding k/2 as the built-in models', none as a
+// patch embedding's (calibration/patchify_sweep.py), or another, as
+// AlexNet's first (conv_configs.go writes the padding of such calls).
 func lookupShape(c schedule.ConvCall) ([3]int64, bool) {
 	workspaceOnce.Do(func() {
 		var err error
@@ -303,20 +311,8 @@ func lookupShape(c schedule.ConvCall) ([3]int64, bool) {
 			panic(err) // the embedded tables are checked by TestCuDNNTable
 		}
 	})
-	if c.KH != c.KW || c.StrideH != c.StrideW {
-		return [3]int64{}, false
-	}
-	// The padding that gives the call's output size: k/2 (the built-in
-	// models') or none (a patch embedding's).
-	pad := int64(-1)
-	for _, p := range []int64{c.KH / 2, 0} {
-		out := func(x int64) int64 { return (x+2*p-c.KH)/max(c.StrideH, 1) + 1 }
-		if c.OutH == out(c.H) && c.OutW == out(c.W) {
-			pad = p
-			break
-		}
-	}
-	if pad < 0 {
+	pad, ok := squarePad(c)
+	if !ok {
 		return [3]int64{}, false
 	}
 	key, ok := keyOf(c.N, c.Cin, c.Cout, c.H, c.W, c.KH, c.StrideH, max(c.Groups, 1), c.ElemSize, pad)

@@ -44,7 +44,7 @@ func sweepRows(t testing.TB) [][13]int64 {
 func callOf(r [13]int64, which string) schedule.ConvCall {
 	out := func(x int64) int64 { return (x+2*r[12]-r[5])/r[6] + 1 }
 	return schedule.ConvCall{Which: which, N: r[0], Cin: r[1], Cout: r[2], H: r[3], W: r[4], OutH: out(r[3]), OutW: out(r[4]),
-		KH: r[5], KW: r[5], StrideH: r[6], StrideW: r[6], Groups: r[7], ElemSize: r[8]}
+		KH: r[5], KW: r[5], StrideH: r[6], StrideW: r[6], PadH: r[12], PadW: r[12], Groups: r[7], ElemSize: r[8]}
 }
 
 var passes = []string{"fwd", "bwd-data", "bwd-filter"}
@@ -287,17 +287,24 @@ func BenchmarkCuDNNTable(b *testing.B) {
 	}
 }
 
-// TestCuDNNWorkspacePadding checks that a call with other padding than
-// YOLOv9's k/2 is not looked up: the table's sizes are for its shapes only.
+// TestCuDNNWorkspacePadding checks that a call is looked up with its own
+// padding and dilation: the table's sizes are for its shapes only.
 func TestCuDNNWorkspacePadding(t *testing.T) {
 	c := schedule.ConvCall{Which: "fwd", N: 32, Cin: 384, Cout: 192, H: 40, W: 40, OutH: 40, OutW: 40,
 		KH: 1, KW: 1, StrideH: 1, StrideW: 1, Groups: 1, ElemSize: 2}
 	if _, ok := lookupWorkspace(c); !ok {
 		t.Fatalf("%+v: not in the table", c)
 	}
-	c.OutH, c.OutW = 42, 42 // padding 1
-	if _, ok := lookupWorkspace(c); ok {
-		t.Errorf("%+v: looked up with another padding", c)
+	for _, mod := range []func(*schedule.ConvCall){
+		func(c *schedule.ConvCall) { c.OutH, c.OutW, c.PadH, c.PadW = 42, 42, 1, 1 },
+		func(c *schedule.ConvCall) { c.OutH, c.PadH = 42, 1 },
+		func(c *schedule.ConvCall) { c.DilationH, c.DilationW = 2, 2 },
+	} {
+		d := c
+		mod(&d)
+		if _, ok := lookupWorkspace(d); ok {
+			t.Errorf("%+v: looked up as %+v", d, c)
+		}
 	}
 }
 
@@ -348,7 +355,7 @@ func TestCuDNNInterpolation(t *testing.T) {
 			for i, which := range passes {
 				c := schedule.ConvCall{Which: which, N: int64(k.n), Cin: int64(k.cin), Cout: int64(k.cout), H: int64(k.h), W: int64(k.w),
 					OutH: out(int64(k.h)), OutW: out(int64(k.w)), KH: int64(k.k), KW: int64(k.k), StrideH: int64(k.stride), StrideW: int64(k.stride),
-					Groups: int64(k.groups), ElemSize: int64(k.elem)}
+					PadH: int64(k.pad), PadW: int64(k.pad), Groups: int64(k.groups), ElemSize: int64(k.elem)}
 				d, dr := v[i]-r.ws[i], cuDNNWorkspaceRule(c)-r.ws[i]
 				n[i]++
 				total[i] += float64(r.ws[i])

@@ -124,8 +124,13 @@ type ConvCall struct {
 	Which                          string
 	N, Cin, Cout, H, W, OutH, OutW int64
 	KH, KW, StrideH, StrideW       int64
-	Groups                         int64
-	ElemSize                       int64
+	// PadH and PadW are the zero padding before the first row and column
+	// (PyTorch pads both sides alike); DilationH and DilationW the
+	// kernel's dilation, 1 for a dense kernel.
+	PadH, PadW           int64
+	DilationH, DilationW int64
+	Groups               int64
+	ElemSize             int64
 	// BF16 says that a 2-byte call computes in bfloat16 (Config.BF16).
 	BF16 bool
 	// ChannelsLast says that the input is channels-last, so cuDNN runs the
@@ -484,6 +489,20 @@ func (b *builder) convCall(n *ir.Node, phase Phase, which string) ConvCall {
 		c.StrideH, c.StrideW = st[0], st[1]
 	} else {
 		c.StrideH, c.StrideW = 1, 1
+	}
+	c.DilationH, c.DilationW = 1, 1
+	if d := n.IntsAttr("dilations"); len(d) == 2 {
+		c.DilationH, c.DilationW = d[0], d[1]
+	}
+	if p := n.IntsAttr("pads"); len(p) == 4 {
+		c.PadH, c.PadW = p[0], p[1]
+	}
+	if a, ok := n.Attr("auto_pad"); ok && a.Kind == ir.AttrString && (a.Str == "SAME_UPPER" || a.Str == "SAME_LOWER") {
+		// The total padding that keeps ceil(in / stride) outputs, split
+		// as PyTorch's padding="same" splits it (the smaller half first).
+		total := func(in, out, k, s, d int64) int64 { return max((out-1)*s+d*(k-1)+1-in, 0) }
+		c.PadH = total(c.H, c.OutH, c.KH, c.StrideH, c.DilationH) / 2
+		c.PadW = total(c.W, c.OutW, c.KW, c.StrideW, c.DilationW) / 2
 	}
 	return c
 }
