@@ -10,15 +10,20 @@
 #   cfg_imgS.json      their model steps at batch 1 to 32 (powers of two) on SxS images,
 #                      S = 672 ... 1280 (conv_configs.go -imgs S -batches 1,2,4,8,16,32)
 #
-# in that order, each into OUT/NAME/conv_sweep.json, until BUDGET seconds are spent, and
-# packs them into OUT/big.tgz. From the repository root on the GPU machine:
+#   cfg_check.json     300 calls of results/conv_sweep.json measured again (each must agree)
 #
-#   sh calibration/conv_sweep_big.sh "$OUT" 560
+# in that order (or the NAMEs given after BUDGET), each into OUT/NAME/conv_sweep.json, until
+# BUDGET seconds are spent, and packs them into OUT/big.tgz. From the repository root on the
+# GPU machine:
+#
+#   sh calibration/conv_sweep_big.sh "$OUT" 560 [NAME ...]
 set -e
 out=${1:?usage: conv_sweep_big.sh OUT [BUDGET]}
 budget=${2:-560}
+if [ $# -ge 2 ]; then shift 2; else shift $#; fi
+names=${*:-check pad eval128 m128 img672 img704 img736 img768 img800 img832 img896 img960 img1024 img1280}
 start=$(date +%s)
-for name in pad eval128 m128 img672 img704 img736 img768 img800 img832 img896 img960 img1024 img1280; do
+for name in $names; do
 	left=$((budget - ($(date +%s) - start)))
 	if [ "$left" -lt 20 ]; then
 		echo "budget spent before $name" >&2
