@@ -361,7 +361,10 @@ func TestTorchvisionFreshSteps(t *testing.T) {
 		if math.Abs(e) > 0.0001 || r.M0 != s.M0 {
 			t.Errorf("%s batch %d amp %v: requested peak %d, measured %d (%+.3f%%), m0 %d, measured %d", s.Model, s.B, s.AMP, r.PeakRequested, s.PeakReq, 100*e, r.M0, s.M0)
 		}
-		if s.Model == "vit_b_16" && r.PeakReserved != s.PeakReserved {
+		// Reserved to the byte: the ViT steps, and AlexNet's float32 one
+		// since its first conv (11×11, padding 2) was measured
+		// (conv_sweep_big.sh; +8.8% on the rule).
+		if (s.Model == "vit_b_16" || s.Model == "alexnet" && !s.AMP) && r.PeakReserved != s.PeakReserved {
 			t.Errorf("%s batch %d amp %v: reserved peak %d, measured %d", s.Model, s.B, s.AMP, r.PeakReserved, s.PeakReserved)
 		}
 	}

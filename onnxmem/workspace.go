@@ -25,9 +25,10 @@ import (
 // cuDNN 9.19 and PyTorch 2.11 (calibration/conv_sweep.py: every convolution
 // that the built-in models run at batch 1, 2, 4, ..., 64 on square images of
 // 320 to 640 pixels and at every batch from 1 to 64 on 320, 352, 384, 416,
-// 448, 512 and 640 (and most of 480), in
+// 448, 512 and 640 (and most of 480), at batch 1 to 32 on square images of
+// 672 to 1280 (every 32) and at batch 96 and 128 on 640, in
 // float32 and float16, each of the three calls, exact to the byte; the
-// torchvision networks' at 224); it is the behaviour of the library, not of
+// torchvision networks' at 224, with their own padding); it is the behaviour of the library, not of
 // any model step. A batch that the table lacks between two powers of two it
 // holds for the shape gets the line through them (wsTable.interpolate); any
 // other call (another model, image size or batch) gets the rule of
