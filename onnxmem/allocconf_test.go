@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-
-	"github.com/onnxmem/onnxmem/onnxmem"
 )
 
 // TestAllocConfSteps compares whole model steps under PYTORCH_CUDA_ALLOC_CONF
@@ -25,7 +23,7 @@ func TestAllocConfSteps(t *testing.T) {
 	if len(runs) != 20 {
 		t.Fatalf("alloc_conf_steps.json: %d scenarios, want 20", len(runs))
 	}
-	models := map[string]*onnxmem.Model{}
+	models := builtins{}
 	var table strings.Builder
 	for _, s := range runs {
 		r := s.simulate(t, models)

@@ -40,15 +40,9 @@ func TestBF16Measured(t *testing.T) {
 	}
 	var table strings.Builder
 	fmt.Fprintf(&table, "%-9s %-8s %2s %5s  %10s %7s  %9s  %12s %7s\n", "cfg", "autocast", "k", "batch", "peak MiB", "error", "req error", "reserved MiB", "error")
-	models := map[string]*onnxmem.Model{}
+	models := builtins{}
 	for _, s := range f.Scenarios {
-		m := models[s.Cfg]
-		if m == nil {
-			if m, err = onnxmem.Builtin(s.Cfg); err != nil {
-				t.Fatal(err)
-			}
-			models[s.Cfg] = m
-		}
+		m := models.get(t, s.Cfg)
 		r, err := m.Simulate(onnxmem.Scenario{Batch: s.Batch, Height: s.Img, Width: s.Img, AMP: true, AMPDType: s.AMPDType, Segments: s.Segments, EmptyCache: ownHarness})
 		if err != nil {
 			t.Fatal(err)

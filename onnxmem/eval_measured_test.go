@@ -160,20 +160,14 @@ func TestEvalMeasured(t *testing.T) {
 	var table, layers strings.Builder
 	fmt.Fprintf(&table, "%-9s %5s %8s  %9s %9s %7s  %9s %7s  %8s %7s  %8s %7s  %9s %7s  %s\n", "cfg", "batch", "image",
 		"peak MiB", "predicted", "error", "peak_req", "error", "m0", "error", "after", "error", "reserved", "error", "worst layer (measured / predicted peak)")
-	models := map[string]*onnxmem.Model{}
+	models := builtins{}
 	checked := 0
 	for _, s := range f.Scenarios {
 		if s.Error != "" {
 			t.Errorf("eval_step.json: a scenario failed: %s", s.Error)
 			continue
 		}
-		m := models[s.Cfg]
-		if m == nil {
-			if m, err = onnxmem.Builtin(s.Cfg); err != nil {
-				t.Fatal(err)
-			}
-			models[s.Cfg] = m
-		}
+		m := models.get(t, s.Cfg)
 		sc := onnxmem.Scenario{Batch: s.Batch, Height: s.ImgH, Width: s.ImgW, Eval: true, EmptyCache: ownHarness}
 		r, err := m.Simulate(sc)
 		if err != nil {

@@ -25,19 +25,28 @@ type ownRun struct {
 	Half bool `json:"half"`
 }
 
+// builtins keeps the built-in models a test has built, by cfg.
+type builtins map[string]*onnxmem.Model
+
+// get returns the built-in model of cfg, built on its first use.
+func (b builtins) get(t *testing.T, cfg string) *onnxmem.Model {
+	t.Helper()
+	if m := b[cfg]; m != nil {
+		return m
+	}
+	m, err := onnxmem.Builtin(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[cfg] = m
+	return m
+}
+
 // simulate predicts a measured step on the built-in model of its cfg, kept
 // in models across calls.
-func (s ownRun) simulate(t *testing.T, models map[string]*onnxmem.Model) *onnxmem.Result {
+func (s ownRun) simulate(t *testing.T, models builtins) *onnxmem.Result {
 	t.Helper()
-	m := models[s.Cfg]
-	if m == nil {
-		var err error
-		if m, err = onnxmem.Builtin(s.Cfg); err != nil {
-			t.Fatal(err)
-		}
-		models[s.Cfg] = m
-	}
-	r, err := m.Simulate(onnxmem.Scenario{Batch: s.Batch, Height: s.Img, Width: s.Img, AMP: s.AMP, Half: s.Half,
+	r, err := models.get(t, s.Cfg).Simulate(onnxmem.Scenario{Batch: s.Batch, Height: s.Img, Width: s.Img, AMP: s.AMP, Half: s.Half,
 		Segments: s.Segments, AllocConf: s.AllocConf, EmptyCache: ownHarness})
 	if err != nil {
 		t.Fatal(err)
@@ -96,7 +105,7 @@ func TestOwnMeasurements(t *testing.T) {
 	var table strings.Builder
 	fmt.Fprintf(&table, "%-14s %-9s %4s %2s %5s  %10s %7s  %10s %7s  %9s  %8s\n", "run", "cfg", "prec", "k", "batch",
 		"peak MiB", "error", "after_fwd", "error", "req error", "reserved")
-	models := map[string]*onnxmem.Model{}
+	models := builtins{}
 	for _, f := range []struct {
 		file, run string
 		afterFwd  float64

@@ -44,7 +44,7 @@ func TestH100CrossCheck(t *testing.T) {
 			t.Errorf("%s: reserved at the peak %+.2f%%, beyond 1%%", what, e)
 		}
 	}
-	models := map[string]*onnxmem.Model{}
+	models := builtins{}
 	steps := ownRuns(t, "h100_big_steps.json")
 	for _, s := range steps {
 		r := s.simulate(t, models)
@@ -78,13 +78,7 @@ func TestH100CrossCheck(t *testing.T) {
 			t.Errorf("h100_big_eval.json: a scenario failed: %s", s.Error)
 			continue
 		}
-		m := models[s.Cfg]
-		if m == nil {
-			if m, err = onnxmem.Builtin(s.Cfg); err != nil {
-				t.Fatal(err)
-			}
-			models[s.Cfg] = m
-		}
+		m := models.get(t, s.Cfg)
 		r, err := m.Simulate(onnxmem.Scenario{Batch: s.Batch, Height: s.ImgH, Width: s.ImgW, Eval: true, EmptyCache: ownHarness})
 		if err != nil {
 			t.Fatal(err)

@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-
-	"github.com/onnxmem/onnxmem/onnxmem"
 )
 
 // TestHalfMeasured compares model steps in pure half precision
@@ -24,7 +22,7 @@ func TestHalfMeasured(t *testing.T) {
 	if len(runs) != 6 {
 		t.Fatalf("half_steps.json: %d scenarios, want 6", len(runs))
 	}
-	models := map[string]*onnxmem.Model{}
+	models := builtins{}
 	var table strings.Builder
 	for _, s := range runs {
 		if !s.Half {

@@ -72,19 +72,12 @@ func TestMaxBatchMeasured(t *testing.T) {
 	runs := maxBatchRuns(t)
 	var table strings.Builder
 	fmt.Fprintf(&table, "%-9s %4s %2s %9s  %9s %9s %9s  %12s %12s\n", "cfg", "prec", "k", "limit GiB", "measured", "predicted", "uncapped", "reserved GiB", "predicted")
-	models := map[string]*onnxmem.Model{}
+	models := builtins{}
 	for _, s := range runs {
 		if s.Step != "model_step" {
 			t.Fatalf("max_batch.json: step %q: only model steps were measured", s.Step)
 		}
-		m := models[s.Cfg]
-		if m == nil {
-			var err error
-			if m, err = onnxmem.Builtin(s.Cfg); err != nil {
-				t.Fatal(err)
-			}
-			models[s.Cfg] = m
-		}
+		m := models.get(t, s.Cfg)
 		sc := onnxmem.Scenario{Height: s.Img, Width: s.Img, AMP: s.AMP, Segments: s.Segments, EmptyCache: ownHarness}
 		n, r, err := m.MaxBatch(sc, s.Capacity, 1024)
 		if err != nil {

@@ -30,7 +30,7 @@ import (
 // 0.02%, reserved to the byte in 13 (yolov9-e at batch 8 0.42% high), all
 // with the default warm steps.
 func TestTrainStepFresh(t *testing.T) {
-	models := map[string]*onnxmem.Model{}
+	models := builtins{}
 	var table strings.Builder
 	fmt.Fprintf(&table, "%-9s %5s %5s  %10s %8s  %10s %8s\n", "cfg", "prec", "batch", "peak MiB", "error", "reserved", "error")
 	n, exact := 0, 0
@@ -60,13 +60,7 @@ func TestTrainStepFresh(t *testing.T) {
 			if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
 				t.Fatal(err)
 			}
-			m := models[l.Cfg]
-			if m == nil {
-				if m, err = onnxmem.Builtin(l.Cfg); err != nil {
-					t.Fatal(err)
-				}
-				models[l.Cfg] = m
-			}
+			m := models.get(t, l.Cfg)
 			s := onnxmem.Scenario{Batch: l.Batch, Height: l.Img, Width: l.Img, AMP: l.AMP, Train: true, Boxes: l.Boxes,
 				Optimizer: onnxmem.Optimizer(l.Optimizer), EMA: l.EMA, Trainer: l.Trainer}
 			r, err := m.Simulate(s)
