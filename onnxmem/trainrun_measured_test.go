@@ -12,8 +12,7 @@ import (
 	"github.com/onnxmem/onnxmem/onnxmem"
 )
 
-// measuredRun is one whole run that calibration/train_run.py measured on
-// the H200.
+// measuredRun is one whole run that calibration/train_run.py measured.
 type measuredRun struct {
 	Cfg       string                       `json:"cfg"`
 	Batch     int64                        `json:"batch"`
@@ -115,72 +114,101 @@ func runEvents(t *testing.T, raw []map[string]json.RawMessage) []onnxmem.RunEven
 // TestRunMeasured predicts the whole runs of calibration/train_run.py:
 // setup, 20 iterations with each image's box counts, 4 validation batches,
 // a checkpoint save and 5 more iterations, and compares the run's peaks and
-// the memory after each event with the H200's. The events say which
+// the memory after each event with the measured ones: five runs on the H200
+// (train_run.jsonl) and four on an H100 80GB HBM3 with the same torch and
+// cuDNN (train_run_h100.jsonl: yolov9-m, -e, gelan-t under AMP and yolov9-c
+// in float32, models the H200's runs lack). The events say which
 // iterations' optimizer steps GradScaler skipped, as the measurement
-// recorded them: under AMP the first 3 to 8 (and a few later ones), which
+// recorded them: under AMP the first 3 to 9 (and a few later ones), which
 // delays the optimizer's state.
 func TestRunMeasured(t *testing.T) {
 	var table strings.Builder
-	fmt.Fprintf(&table, "%-9s %3s %4s  %9s %9s %6s  %9s %9s %6s  %s\n", "cfg", "B", "prec", "peak MiB", "measured", "err", "reserved", "measured", "err", "worst reserved_after")
-	runs := measuredRuns(t, "train_run.jsonl")
-	for _, run := range runs {
-		m, s, events := run.replay(t)
-		r, err := m.Run(s, events)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rel := func(got, want int64) float64 { return 100 * float64(got-want) / float64(want) }
-		worst, at := 0.0, 0
-		for i, st := range r.Steps {
-			if e := rel(st.Reserved, run.Measured.ReservedAfter[i]); e*e > worst*worst {
-				worst, at = e, i
+	fmt.Fprintf(&table, "%-5s %-9s %3s %4s  %9s %9s %6s  %9s %9s %6s  %-22s %s\n", "card", "cfg", "B", "prec", "peak MiB", "measured", "err",
+		"reserved", "measured", "err", "worst reserved_after", "unmarked: peak_reserved, worst after")
+	n := 0
+	for _, file := range []struct{ name, card string }{{"train_run.jsonl", "H200"}, {"train_run_h100.jsonl", "H100"}} {
+		runs := measuredRuns(t, file.name)
+		n += len(runs)
+		for _, run := range runs {
+			m, s, events := run.replay(t)
+			r, err := m.Run(s, events)
+			if err != nil {
+				t.Fatal(err)
 			}
-			// Each iteration's own peak: the step with its box counts and
-			// the previous pred alive.
-			if e := rel(st.Peak, run.Measured.EventPeak[i]); st.Kind == onnxmem.RunEventTrain && (e > 0.5 || e < -0.5) {
-				t.Errorf("%s batch %d: iteration %d peaks at %d, measured %d (%+.2f%%)", run.Cfg, run.Batch, i, st.Peak, run.Measured.EventPeak[i], e)
+			what := fmt.Sprintf("%s: %s batch %d", file.name, run.Cfg, run.Batch)
+			rel := func(got, want int64) float64 { return 100 * float64(got-want) / float64(want) }
+			worst, at := 0.0, 0
+			for i, st := range r.Steps {
+				if e := rel(st.Reserved, run.Measured.ReservedAfter[i]); e*e > worst*worst {
+					worst, at = e, i
+				}
+				// Each iteration's own peak: the step with its box counts and
+				// the previous pred alive.
+				if e := rel(st.Peak, run.Measured.EventPeak[i]); st.Kind == onnxmem.RunEventTrain && (e > 0.5 || e < -0.5) {
+					t.Errorf("%s: iteration %d peaks at %d, measured %d (%+.2f%%)", what, i, st.Peak, run.Measured.EventPeak[i], e)
+				}
+				if e := rel(st.Allocated, run.Measured.AllocatedAfter[i]); e > 1 || e < -1 {
+					t.Errorf("%s: allocated after event %d (%s) %d, measured %d (%+.2f%%)", what, i, st.Kind, st.Allocated, run.Measured.AllocatedAfter[i], e)
+				}
+				if e := rel(st.Reserved, run.Measured.ReservedAfter[i]); e > 0.6 || e < -0.6 {
+					t.Errorf("%s: reserved after event %d (%s) %d, measured %d (%+.2f%%)", what, i, st.Kind, st.Reserved, run.Measured.ReservedAfter[i], e)
+				}
 			}
-			if e := rel(st.Allocated, run.Measured.AllocatedAfter[i]); e > 1 || e < -1 {
-				t.Errorf("%s batch %d: allocated after event %d (%s) %d, measured %d (%+.2f%%)", run.Cfg, run.Batch, i, st.Kind, st.Allocated, run.Measured.AllocatedAfter[i], e)
+			prec := map[bool]string{false: "fp32", true: "amp"}[run.AMP]
+			// Allocated peaks are within 0.1%, reserved peaks within 0.4% (with
+			// train.py's validation loss: without it gelan-c's read -4.35%).
+			if e := rel(r.Peak, run.Measured.Peak); e > 0.5 || e < -0.5 {
+				t.Errorf("%s %s: peak %d, measured %d (%+.2f%%)", what, prec, r.Peak, run.Measured.Peak, e)
 			}
-		}
-		prec := map[bool]string{false: "fp32", true: "amp"}[run.AMP]
-		fmt.Fprintf(&table, "%-9s %3d %4s  %9.0f %9.0f %+5.2f%%  %9.0f %9.0f %+5.2f%%  %+.2f%% (event %d)\n", run.Cfg, run.Batch, prec,
-			float64(r.Peak)/(1<<20), float64(run.Measured.Peak)/(1<<20), rel(r.Peak, run.Measured.Peak),
-			float64(r.PeakReserved)/(1<<20), float64(run.Measured.PeakReserved)/(1<<20), rel(r.PeakReserved, run.Measured.PeakReserved), worst, at)
-		// Allocated peaks are within 0.1%, reserved peaks within 0.4% (with
-		// train.py's validation loss: without it gelan-c's read -4.35%).
-		if e := rel(r.Peak, run.Measured.Peak); e > 0.5 || e < -0.5 {
-			t.Errorf("%s batch %d %s: peak %d, measured %d (%+.2f%%)", run.Cfg, run.Batch, prec, r.Peak, run.Measured.Peak, e)
-		}
-		if e := rel(r.PeakReserved, run.Measured.PeakReserved); e > 1 || e < -1 {
-			t.Errorf("%s batch %d %s: reserved peak %d, measured %d (%+.2f%%)", run.Cfg, run.Batch, prec, r.PeakReserved, run.Measured.PeakReserved, e)
-		}
-		// Without the marks, as a run's events come from a user, the first
-		// DefaultAMPWarmSteps-1 iterations are taken as skipped: the
-		// reserved peak stays within 0.1% and the memory reserved after
-		// every event within 0.6% (with none skipped, up to 4.4%).
-		unmarked := slices.Clone(events)
-		for i := range unmarked {
-			unmarked[i].Skipped = false
-		}
-		ru, err := m.Run(s, unmarked)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if e := rel(ru.PeakReserved, run.Measured.PeakReserved); e > 0.1 || e < -0.1 {
-			if !(e > -0.4 && !run.AMP) { // fp32 runs are the marked ones: no step skips
-				t.Errorf("%s batch %d %s, no skipped marks: reserved peak %+.2f%%", run.Cfg, run.Batch, prec, e)
+			if e := rel(r.PeakReserved, run.Measured.PeakReserved); e > 1 || e < -1 {
+				t.Errorf("%s %s: reserved peak %d, measured %d (%+.2f%%)", what, prec, r.PeakReserved, run.Measured.PeakReserved, e)
 			}
-		}
-		for i, st := range ru.Steps {
-			if e := rel(st.Reserved, run.Measured.ReservedAfter[i]); e > 0.6 || e < -0.6 {
-				t.Errorf("%s batch %d %s, no skipped marks: reserved after event %d %+.2f%%", run.Cfg, run.Batch, prec, i, e)
+			// Without the marks, as a run's events come from a user, the
+			// first DefaultAMPWarmSteps-1 iterations are taken as skipped:
+			// the reserved peak stays within 0.1% (0.4% in float32, whose
+			// runs skip nothing). Between the default's first optimizer
+			// step and two iterations after the measured one the two runs
+			// differ by the optimizer's state and the cache it reshapes
+			// (yolov9-e on the H100 skipped 9: up to +10.6% there); after
+			// that the memory reserved after every event is within 0.6%.
+			unmarked := slices.Clone(events)
+			for i := range unmarked {
+				unmarked[i].Skipped = false
 			}
+			ru, err := m.Run(s, unmarked)
+			if err != nil {
+				t.Fatal(err)
+			}
+			eu := rel(ru.PeakReserved, run.Measured.PeakReserved)
+			if eu > 0.1 || eu < -0.1 {
+				if !(eu > -0.4 && !run.AMP) {
+					t.Errorf("%s %s, no skipped marks: reserved peak %+.2f%%", what, prec, eu)
+				}
+			}
+			settled := 0
+			for i, st := range run.Measured.Stepped {
+				if st != nil && *st {
+					settled = i + 2
+					break
+				}
+			}
+			worstU, atU := 0.0, 0
+			for i, st := range ru.Steps {
+				e := rel(st.Reserved, run.Measured.ReservedAfter[i])
+				if e*e > worstU*worstU {
+					worstU, atU = e, i
+				}
+				if i >= settled && (e > 0.6 || e < -0.6) {
+					t.Errorf("%s %s, no skipped marks: reserved after event %d %+.2f%%", what, prec, i, e)
+				}
+			}
+			fmt.Fprintf(&table, "%-5s %-9s %3d %4s  %9.0f %9.0f %+5.2f%%  %9.0f %9.0f %+5.2f%%  %+6.2f%% (event %2d)     %+5.2f%%, %+6.2f%% (event %d)\n", file.card, run.Cfg, run.Batch, prec,
+				float64(r.Peak)/(1<<20), float64(run.Measured.Peak)/(1<<20), rel(r.Peak, run.Measured.Peak),
+				float64(r.PeakReserved)/(1<<20), float64(run.Measured.PeakReserved)/(1<<20), rel(r.PeakReserved, run.Measured.PeakReserved), worst, at, eu, worstU, atU)
 		}
 	}
-	if len(runs) == 0 {
-		t.Fatal("train_run.jsonl: no runs")
+	if n != 9 {
+		t.Fatalf("%d measured runs, want 9", n)
 	}
 	t.Log("\n" + table.String())
 }

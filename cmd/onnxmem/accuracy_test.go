@@ -44,6 +44,7 @@ func TestAccuracyDoc(t *testing.T) {
 		{"own H200 measurements: more train steps of the official code, each in a fresh process (calibration/train_step.py --name train_step_more: small AMP batches of every size, AdamW, no EMA, 4 and 64 boxes)", "../../calibration/results/train_step_more.jsonl", "../../calibration/results", "", false},
 		{"own H200 measurements: train steps with the ground truth's other fields, each in a fresh process (calibration/train_step.py --name train_step_fields: images of 320 to 1280 and 384×640, checkpoint segments, nc 20 and 1, bfloat16 autocast, prev_pred_alive)", "../../calibration/results/train_step_fields.jsonl", "../../calibration/results", "", false},
 		{"own H200 measurements: whole training runs (calibration/train_run.py)", "../../calibration/results/train_run.jsonl", filepath.Dir(shared), "", false},
+		{"own H100 measurements (an H100 80GB HBM3, same torch and cuDNN): whole training runs of models the H200's runs lack (calibration/train_run.py --configs yolov9-m:16:amp,yolov9-e:8:amp,gelan-t:32:amp,yolov9-c:8:fp32)", "../../calibration/results/train_run_h100.jsonl", filepath.Dir(shared), "", false},
 		{"own H200 measurements: model steps under PYTORCH_CUDA_ALLOC_CONF options, each in a fresh process (calibration/alloc_conf_steps.py: the default allocator, expandable_segments:True, max_split_size_mb:128, max_split_size_mb:64 with roundup_power2_divisions:4)", "../../calibration/results/alloc_conf_steps.jsonl", "../../calibration/results", "before_warmup", false},
 	}
 	var doc bytes.Buffer
