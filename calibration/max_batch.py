@@ -32,7 +32,17 @@ memory at every OOM for that check). Last, B runs once more without a cap ("unca
 show whether the cap changed the step's peaks (cache released and retried, other cuDNN
 engines).
 
-Configs: cfg:img:amp|fp32:K:fraction:guess, comma-separated.
+Configs: cfg:img:amp|fp32:K:fraction:guess[:step], comma-separated. step is model_step (the
+default, as above), eval_step (eval_step.py's child without its profile pass: the float32 model,
+its half copy, the cuBLAS workspace, empty_cache, a warm-up forward and the measured one, at
+img x img) or train_step (train_step.py's child: the official code's model, EMA, SGD,
+GradScaler and loss, steps until the optimizer has state, the measured step; 16 boxes an image,
+K as its k=). For those two a trial's OOM phase is "step" (their children do not say which
+part ran out). The eval_step and train_step searches were written on 2026-12-05 when no device
+was lent any more, and have not run yet; the planned run (predicted max batch 40, 26, 73, 77,
+17 and 7 on the H200):
+    python3 calibration/max_batch.py --out calibration/results --json max_batch_steps.json --timeout 120 \
+      --configs yolov9-c:640:fp32:0:0.03:40:eval_step,yolov9-e:640:fp32:0:0.05:26:eval_step,yolov9-s:640:fp32:0:0.015:73:eval_step,gelan-c:640:fp32:0:0.04:77:eval_step,yolov9-s:640:amp:0:0.05:17:train_step,yolov9-c:640:amp:0:0.06:7:train_step
 
 Rerun on a GPU machine, from the repository root (results/max_batch.json and the log):
     python3 calibration/max_batch.py --out calibration/results | tee calibration/results/max_batch.log
@@ -62,9 +72,36 @@ DEFAULT_CONFIGS = ",".join([
 
 
 # ----------------------------------------------------------------------------- one trial (child)
+def other_step(torch, step_kind, cfg, batch, img, prec, k):
+    """Runs one eval_step.py or train_step.py scenario in this process (CUDA already capped) and
+    returns its figures as trial() reports a model step's."""
+    import tempfile
+    tmp = tempfile.mktemp(suffix=".json")
+    try:
+        if step_kind == "eval_step":
+            import eval_step
+            eval_step.PROFILE = False
+            eval_step.child("%s:%d:%d:%d" % (cfg, batch, img, img), tmp, None)
+            with open(tmp) as fh:
+                return json.load(fh)["result"]
+        import train_step
+        spec = "%s:%d:%s:::16:img=%d" % (cfg, batch, prec, img) + (":k=%d" % k if k > 1 else "")
+        ns = argparse.Namespace(yolo=os.path.join(os.path.dirname(HERE), "third_party", "yolov9"))
+        train_step.child(spec, tmp, ns)
+        with open(tmp) as fh:
+            m = json.load(fh)["record"]["measured"]
+        return {"m0": m["m_init"], "peak": m["peak"], "peak_req": m["peak_req"], "peak_reserved": m["peak_reserved"],
+                "warm_steps": m["warm_steps"], "reserved_after": m["reserved_after"]}
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
 def trial(spec):
-    """cfg:batch:img:prec:k:fraction (fraction 'none': no cap). Prints one JSON line."""
-    cfg, batch, img, prec, k, frac = spec.split(":")
+    """cfg:batch:img:prec:k:fraction[:step] (fraction 'none': no cap). Prints one JSON line."""
+    f = spec.split(":")
+    step_kind = f[6] if len(f) > 6 else "model_step"
+    cfg, batch, img, prec, k, frac = f[:6]
     batch, img, k, amp = int(batch), int(img), int(k), prec == "amp"
     frac = None if frac == "none" else float(frac)
     t0 = time.time()
@@ -77,7 +114,7 @@ def trial(spec):
 
     total = torch.cuda.get_device_properties(0).total_memory
     free0, total_info = torch.cuda.mem_get_info(0)
-    out = {"cfg": cfg, "batch": batch, "img": img, "amp": amp, "segments": k, "fraction": frac,
+    out = {"step": step_kind, "cfg": cfg, "batch": batch, "img": img, "amp": amp, "segments": k, "fraction": frac,
            "capacity_bytes": int(frac * total) if frac is not None else None,
            "torch": torch.__version__, "cudnn": torch.backends.cudnn.version(),
            "gpu": torch.cuda.get_device_name(0), "total_memory": total, "mem_get_info_total": total_info,
@@ -107,9 +144,13 @@ def trial(spec):
     ys.step = counted_step
     torch.backends.cudnn.benchmark = False
     try:
-        torch.manual_seed(0)
-        model = ys.Model(ys.TABLES[cfg]).to(ys.DEV).train()
-        res, _ = ys.scenario(model, cfg, batch, img, amp, k, False)
+        if step_kind != "model_step":
+            phase[0] = "step"
+            res = other_step(torch, step_kind, cfg, batch, img, prec, k)
+        else:
+            torch.manual_seed(0)
+            model = ys.Model(ys.TABLES[cfg]).to(ys.DEV).train()
+            res, _ = ys.scenario(model, cfg, batch, img, amp, k, False)
         out["status"] = "ok"
         out["result"] = res
     except Exception as e:  # noqa: BLE001 - classified below
@@ -173,10 +214,14 @@ def search(guess):
 
 class Config:
     def __init__(self, spec):
-        cfg, img, prec, k, frac, guess = spec.split(":")
+        f = spec.split(":")
+        cfg, img, prec, k, frac, guess = f[:6]
+        self.step = f[6] if len(f) > 6 else "model_step"
+        if self.step not in ("model_step", "eval_step", "train_step"):
+            raise SystemExit("%s: step %r: want model_step, eval_step or train_step" % (spec, self.step))
         self.cfg, self.img, self.amp, self.k = cfg, int(img), prec == "amp", int(k)
         self.prec, self.fraction, self.guess = prec, float(frac), int(guess)
-        self.name = "%s %d %s k%d f%.3f" % (cfg, self.img, prec, self.k, self.fraction)
+        self.name = "%s %s %d %s k%d f%.3f" % (self.step, cfg, self.img, prec, self.k, self.fraction)
         self.gen = search(self.guess)
         self.trials = []  # outcome dicts, in order
         self.pending = None  # (batch, mode) waiting to run
@@ -250,7 +295,7 @@ def run_all(configs, budget, timeout, log, on_trial=lambda: None):
 
 def launch(c, b, mode):
     frac = "none" if mode == "uncapped" else repr(c.fraction)
-    spec = "%s:%d:%d:%s:%d:%s" % (c.cfg, b, c.img, c.prec, c.k, frac)
+    spec = "%s:%d:%d:%s:%d:%s:%s" % (c.cfg, b, c.img, c.prec, c.k, frac, c.step)
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     return subprocess.Popen([sys.executable, os.path.abspath(__file__), "--trial", spec], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env)
@@ -280,7 +325,7 @@ def log_trial(c, o, log):
 def summarize(c):
     caps = [t for t in c.trials if t["mode"] != "uncapped"]
     trials = [[t["batch"], t["status"]] for t in caps]
-    line = {"kind": "max_batch", "step": "model_step", "cfg": c.cfg, "img": c.img, "amp": c.amp, "segments": c.k,
+    line = {"kind": "max_batch", "step": c.step, "cfg": c.cfg, "img": c.img, "amp": c.amp, "segments": c.k,
             "fraction": c.fraction, "capacity_bytes": next((t["capacity_bytes"] for t in caps if t.get("capacity_bytes")), None),
             "guess": c.guess, "trials": trials}
     by = {}
@@ -298,7 +343,7 @@ def summarize(c):
         ref = next((t for t in ok_runs if t["mode"] == "solo"), ok_runs[-1])
         r = ref["result"]
         meas.update({"peak": r["peak"], "peak_req": r["peak_req"], "peak_reserved": r["peak_reserved"],
-                     "m0": r["m0"], "fwd_peak": r["fwd_peak"], "after_bwd": r["after_bwd"],
+                     "m0": r["m0"], "fwd_peak": r.get("fwd_peak"), "after_bwd": r.get("after_bwd"),
                      "warmup": ref.get("warmup"), "ooms_caught_inside": ref.get("n_ooms_observed"),
                      "num_alloc_retries": ref.get("num_alloc_retries"),
                      "peaks_same_in_all_runs": len({(t["result"]["peak"], t["result"]["peak_req"], t["result"]["peak_reserved"])
@@ -331,7 +376,7 @@ def main():
     ap.add_argument("--trial", help="internal: run one trial cfg:batch:img:prec:k:fraction and print its JSON")
     ap.add_argument("--out", default="calibration/results")
     ap.add_argument("--json", default="max_batch.json")
-    ap.add_argument("--configs", default=DEFAULT_CONFIGS, help="cfg:img:amp|fp32:K:fraction:guess,...")
+    ap.add_argument("--configs", default=DEFAULT_CONFIGS, help="cfg:img:amp|fp32:K:fraction:guess[:step],...")
     ap.add_argument("--budget", type=float, default=0.75,
                     help="sum of the fractions of the trials that may run at once (share of total_memory)")
     ap.add_argument("--timeout", type=float, default=300, help="seconds per trial")
@@ -362,9 +407,9 @@ def main():
     log("summary (GiB):")
     for s in results["scenarios"]:
         m = s["measured"]
-        log("%-9s %-4s k%d f%.3f cap %s: max_batch %s (fails at %s, confirmed %s) peak %s peak_req %s reserved %s; "
+        log("%-10s %-9s %-4s k%d f%.3f cap %s: max_batch %s (fails at %s, confirmed %s) peak %s peak_req %s reserved %s; "
             "at B+1 OOM in %s tried %s; %d trials; agree %s" % (
-                s["cfg"], "amp" if s["amp"] else "fp32", s["segments"], s["fraction"], gib(s["capacity_bytes"]),
+                s["step"], s["cfg"], "amp" if s["amp"] else "fp32", s["segments"], s["fraction"], gib(s["capacity_bytes"]),
                 m["max_batch"], m["fails_at"], m["confirmed"], gib(m.get("peak")), gib(m.get("peak_req")),
                 gib(m.get("peak_reserved")), m.get("oom_at_fail", {}).get("phase"), m.get("oom_at_fail", {}).get("tried"),
                 len(s["trials"]), s["concurrency"]["solo_and_concurrent_agree"]))
