@@ -1,10 +1,7 @@
 package onnxmem_test
 
 import (
-	"bufio"
-	"encoding/json"
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -29,11 +26,6 @@ import (
 // iterations GradScaler skipped left the cache's blocks (the rectangle's is
 // +0.2% with one warm-up iteration, −2.3% with 2 to 9).
 func TestTrainStepFields(t *testing.T) {
-	f, err := os.Open("../calibration/results/train_step_fields.jsonl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
 	built := map[string]*onnxmem.Model{}
 	pct := func(got, want int64) float64 { return 100 * float64(got-want) / float64(want) }
 	var table strings.Builder
@@ -41,45 +33,18 @@ func TestTrainStepFields(t *testing.T) {
 		"peak MiB", "error", "req error", "reserved", "error")
 	var reserved []float64
 	exact := 0
-	sc := bufio.NewScanner(f)
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		var l struct {
-			Cfg, Trainer  string
-			Batch, Img    int64
-			ImgH          int64 `json:"img_h"`
-			ImgW          int64 `json:"img_w"`
-			AMP           bool
-			AMPDType      string `json:"amp_dtype"`
-			Segments      int
-			NC            int
-			PrevPredAlive bool  `json:"prev_pred_alive"`
-			Boxes         int64 `json:"boxes_per_img"`
-			Optimizer     string
-			EMA           bool
-			Measured      struct {
-				Peak         int64
-				PeakReq      int64 `json:"peak_req"`
-				PeakReserved int64 `json:"peak_reserved"`
-			}
-		}
-		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
-			t.Fatal(err)
-		}
+	for _, l := range trainStepRecords(t, "train_step_fields.jsonl") {
 		key := fmt.Sprintf("%s/%d", l.Cfg, l.NC)
 		m := built[key]
 		if m == nil {
+			var err error
 			if m, err = onnxmem.BuiltinOptions(l.Cfg, models.Options{Classes: l.NC}); err != nil {
 				t.Fatal(err)
 			}
 			built[key] = m
 		}
-		h, w := l.Img, l.Img
-		if l.ImgH != 0 {
-			h, w = l.ImgH, l.ImgW
-		}
-		s := onnxmem.Scenario{Batch: l.Batch, Height: h, Width: w, AMP: l.AMP, AMPDType: l.AMPDType, Segments: l.Segments, Train: true,
-			Boxes: l.Boxes, Optimizer: onnxmem.Optimizer(l.Optimizer), EMA: l.EMA, Trainer: l.Trainer, PrevPredAlive: l.PrevPredAlive}
+		s := l.scenario()
+		h, w := s.Height, s.Width
 		r, err := m.Simulate(s)
 		if err != nil {
 			t.Fatalf("%s batch %d: %v", l.Cfg, l.Batch, err)

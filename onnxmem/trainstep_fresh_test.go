@@ -11,6 +11,64 @@ import (
 	"github.com/onnxmem/onnxmem/onnxmem"
 )
 
+// trainStepRecord is one line of calibration/train_step.py's output: a
+// train step in predict's format with what was measured.
+type trainStepRecord struct {
+	Cfg, Trainer  string
+	Batch, Img    int64
+	ImgH          int64 `json:"img_h"`
+	ImgW          int64 `json:"img_w"`
+	AMP           bool
+	AMPDType      string `json:"amp_dtype"`
+	Segments      int
+	NC            int
+	PrevPredAlive bool  `json:"prev_pred_alive"`
+	Boxes         int64 `json:"boxes_per_img"`
+	Optimizer     string
+	EMA           bool
+	Measured      struct {
+		Peak         int64
+		PeakReq      int64 `json:"peak_req"`
+		PeakReserved int64 `json:"peak_reserved"`
+		WarmSteps    int   `json:"warm_steps"`
+	}
+}
+
+// trainStepRecords reads a file of calibration/results that holds one
+// trainStepRecord a line.
+func trainStepRecords(t *testing.T, name string) []trainStepRecord {
+	t.Helper()
+	f, err := os.Open("../calibration/results/" + name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []trainStepRecord
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		var l trainStepRecord
+		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		out = append(out, l)
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	return out
+}
+
+// scenario is the record's step as a Scenario, with the default warm steps.
+func (l trainStepRecord) scenario() onnxmem.Scenario {
+	h, w := l.Img, l.Img
+	if l.ImgH != 0 {
+		h, w = l.ImgH, l.ImgW
+	}
+	return onnxmem.Scenario{Batch: l.Batch, Height: h, Width: w, AMP: l.AMP, AMPDType: l.AMPDType, Segments: l.Segments, Train: true,
+		Boxes: l.Boxes, Optimizer: onnxmem.Optimizer(l.Optimizer), EMA: l.EMA, Trainer: l.Trainer, PrevPredAlive: l.PrevPredAlive}
+}
+
 // TestTrainStepFresh replays calibration/train_step.py: train steps of the
 // official YOLOv9 code measured as the ground truth measures them (the
 // model, its EMA, SGD, GradScaler and the loss resident; warm-up steps
@@ -36,34 +94,8 @@ func TestTrainStepFresh(t *testing.T) {
 	n, exact := 0, 0
 	worst := 0.0
 	for _, file := range []string{"train_step.jsonl", "train_step_more.jsonl"} {
-		f, err := os.Open("../calibration/results/" + file)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
-		sc := bufio.NewScanner(f)
-		sc.Buffer(nil, 1<<20)
-		for sc.Scan() {
-			var l struct {
-				Cfg, Trainer string
-				Batch, Img   int64
-				AMP          bool
-				Boxes        int64 `json:"boxes_per_img"`
-				Optimizer    string
-				EMA          bool
-				Measured     struct {
-					Peak         int64
-					PeakReserved int64 `json:"peak_reserved"`
-					WarmSteps    int   `json:"warm_steps"`
-				}
-			}
-			if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
-				t.Fatal(err)
-			}
-			m := models.get(t, l.Cfg)
-			s := onnxmem.Scenario{Batch: l.Batch, Height: l.Img, Width: l.Img, AMP: l.AMP, Train: true, Boxes: l.Boxes,
-				Optimizer: onnxmem.Optimizer(l.Optimizer), EMA: l.EMA, Trainer: l.Trainer}
-			r, err := m.Simulate(s)
+		for _, l := range trainStepRecords(t, file) {
+			r, err := models.get(t, l.Cfg).Simulate(l.scenario())
 			if err != nil {
 				t.Fatalf("%s batch %d: %v", l.Cfg, l.Batch, err)
 			}
