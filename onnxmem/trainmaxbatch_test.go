@@ -31,7 +31,7 @@ func TestTrainMaxBatchMeasured(t *testing.T) {
 	}
 	largest, predicted := map[key]int64{}, map[key]int64{}
 	var keys []key
-	runs := measuredRuns(t, "train_max_batch.jsonl")
+	runs := jsonLines[measuredRun](t, "train_max_batch.jsonl")
 	if len(runs) < 8 {
 		t.Fatalf("train_max_batch.jsonl: %d trials, want at least 8", len(runs))
 	}

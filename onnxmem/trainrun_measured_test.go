@@ -1,10 +1,8 @@
 package onnxmem_test
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -40,31 +38,6 @@ type measuredRun struct {
 			Event int `json:"event"`
 		} `json:"oom"`
 	} `json:"measured"`
-}
-
-// measuredRuns reads a file of calibration/results that holds one measured
-// run a line.
-func measuredRuns(t *testing.T, name string) []measuredRun {
-	t.Helper()
-	f, err := os.Open("../calibration/results/" + name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var runs []measuredRun
-	sc := bufio.NewScanner(f)
-	sc.Buffer(nil, 1<<24)
-	for sc.Scan() {
-		var run measuredRun
-		if err := json.Unmarshal(sc.Bytes(), &run); err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		runs = append(runs, run)
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatalf("%s: %v", name, err)
-	}
-	return runs
 }
 
 // replay returns the built-in model of a measured run, its scenario and its
@@ -127,7 +100,7 @@ func TestRunMeasured(t *testing.T) {
 		"reserved", "measured", "err", "worst reserved_after", "unmarked: peak_reserved, worst after")
 	n := 0
 	for _, file := range []struct{ name, card string }{{"train_run.jsonl", "H200"}, {"train_run_h100.jsonl", "H100"}} {
-		runs := measuredRuns(t, file.name)
+		runs := jsonLines[measuredRun](t, file.name)
 		n += len(runs)
 		for _, run := range runs {
 			m, s, events := run.replay(t)

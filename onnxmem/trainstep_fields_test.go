@@ -33,7 +33,7 @@ func TestTrainStepFields(t *testing.T) {
 		"peak MiB", "error", "req error", "reserved", "error")
 	var reserved []float64
 	exact := 0
-	for _, l := range trainStepRecords(t, "train_step_fields.jsonl") {
+	for _, l := range jsonLines[trainStepRecord](t, "train_step_fields.jsonl") {
 		key := fmt.Sprintf("%s/%d", l.Cfg, l.NC)
 		m := built[key]
 		if m == nil {

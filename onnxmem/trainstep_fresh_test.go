@@ -34,20 +34,19 @@ type trainStepRecord struct {
 	}
 }
 
-// trainStepRecords reads a file of calibration/results that holds one
-// trainStepRecord a line.
-func trainStepRecords(t *testing.T, name string) []trainStepRecord {
+// jsonLines reads a file of calibration/results that holds one T a line.
+func jsonLines[T any](t *testing.T, name string) []T {
 	t.Helper()
 	f, err := os.Open("../calibration/results/" + name)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	var out []trainStepRecord
+	var out []T
 	sc := bufio.NewScanner(f)
-	sc.Buffer(nil, 1<<20)
+	sc.Buffer(nil, 1<<24)
 	for sc.Scan() {
-		var l trainStepRecord
+		var l T
 		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
@@ -94,7 +93,7 @@ func TestTrainStepFresh(t *testing.T) {
 	n, exact := 0, 0
 	worst := 0.0
 	for _, file := range []string{"train_step.jsonl", "train_step_more.jsonl"} {
-		for _, l := range trainStepRecords(t, file) {
+		for _, l := range jsonLines[trainStepRecord](t, file) {
 			r, err := models.get(t, l.Cfg).Simulate(l.scenario())
 			if err != nil {
 				t.Fatalf("%s batch %d: %v", l.Cfg, l.Batch, err)
