@@ -72,11 +72,12 @@ DEFAULT_CONFIGS = ",".join([
 
 
 # ----------------------------------------------------------------------------- one trial (child)
-def other_step(torch, step_kind, cfg, batch, img, prec, k):
+def other_step(step_kind, cfg, batch, img, prec, k):
     """Runs one eval_step.py or train_step.py scenario in this process (CUDA already capped) and
     returns its figures as trial() reports a model step's."""
     import tempfile
-    tmp = tempfile.mktemp(suffix=".json")
+    fd, tmp = tempfile.mkstemp(suffix=".json")
+    os.close(fd)
     try:
         if step_kind == "eval_step":
             import eval_step
@@ -146,7 +147,7 @@ def trial(spec):
     try:
         if step_kind != "model_step":
             phase[0] = "step"
-            res = other_step(torch, step_kind, cfg, batch, img, prec, k)
+            res = other_step(step_kind, cfg, batch, img, prec, k)
         else:
             torch.manual_seed(0)
             model = ys.Model(ys.TABLES[cfg]).to(ys.DEV).train()

@@ -143,26 +143,14 @@ func evalLayers(p *schedule.Program) (map[int]layerFigures, int64, int64) {
 // low without it).
 func TestEvalMeasured(t *testing.T) {
 	const mib = 1 << 20
-	b, err := os.ReadFile("../calibration/results/eval_step.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var f struct {
-		Scenarios []evalRun `json:"scenarios"`
-	}
-	if err := json.Unmarshal(b, &f); err != nil {
-		t.Fatalf("eval_step.json: %v", err)
-	}
-	if len(f.Scenarios) == 0 {
-		t.Fatal("eval_step.json: no scenarios")
-	}
+	_, runs := scenarioFile[evalRun](t, "eval_step.json")
 	pct := func(got, want int64) float64 { return 100 * float64(got-want) / float64(want) }
 	var table, layers strings.Builder
 	fmt.Fprintf(&table, "%-9s %5s %8s  %9s %9s %7s  %9s %7s  %8s %7s  %8s %7s  %9s %7s  %s\n", "cfg", "batch", "image",
 		"peak MiB", "predicted", "error", "peak_req", "error", "m0", "error", "after", "error", "reserved", "error", "worst layer (measured / predicted peak)")
 	models := builtins{}
 	checked := 0
-	for _, s := range f.Scenarios {
+	for _, s := range runs {
 		if s.Error != "" {
 			t.Errorf("eval_step.json: a scenario failed: %s", s.Error)
 			continue

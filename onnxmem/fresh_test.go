@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/onnxmem/onnxmem/models"
 	"github.com/onnxmem/onnxmem/onnxmem"
 )
 
@@ -25,20 +26,28 @@ type ownRun struct {
 	Half bool `json:"half"`
 }
 
-// builtins keeps the built-in models a test has built, by cfg.
+// builtins keeps the built-in models a test has built, by cfg and classes.
 type builtins map[string]*onnxmem.Model
 
 // get returns the built-in model of cfg, built on its first use.
 func (b builtins) get(t *testing.T, cfg string) *onnxmem.Model {
 	t.Helper()
-	if m := b[cfg]; m != nil {
+	return b.classes(t, cfg, 0)
+}
+
+// classes returns the built-in model of cfg with nc classes (0: its
+// default), built on its first use.
+func (b builtins) classes(t *testing.T, cfg string, nc int) *onnxmem.Model {
+	t.Helper()
+	key := fmt.Sprintf("%s nc %d", cfg, nc)
+	if m := b[key]; m != nil {
 		return m
 	}
-	m, err := onnxmem.Builtin(cfg)
+	m, err := onnxmem.BuiltinOptions(cfg, models.Options{Classes: nc})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b[cfg] = m
+	b[key] = m
 	return m
 }
 
@@ -58,14 +67,24 @@ func (s ownRun) simulate(t *testing.T, models builtins) *onnxmem.Result {
 // scenario's warm-up step, and not again before its measured step.
 const ownHarness = onnxmem.EmptyCacheWarmUp
 
+// ownRuns reads the model steps of a calibration/yolov9_segments.py output.
 func ownRuns(t *testing.T, name string) []ownRun {
+	t.Helper()
+	_, runs := scenarioFile[ownRun](t, name)
+	return runs
+}
+
+// scenarioFile reads a calibration script's JSON output in results/: the
+// card it ran on and its scenarios, of which it must hold one at least.
+func scenarioFile[T any](t *testing.T, name string) (gpu string, scenarios []T) {
 	t.Helper()
 	b, err := os.ReadFile("../calibration/results/" + name)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var f struct {
-		Scenarios []ownRun `json:"scenarios"`
+		GPU       string `json:"gpu"`
+		Scenarios []T    `json:"scenarios"`
 	}
 	if err := json.Unmarshal(b, &f); err != nil {
 		t.Fatalf("%s: %v", name, err)
@@ -73,7 +92,7 @@ func ownRuns(t *testing.T, name string) []ownRun {
 	if len(f.Scenarios) == 0 {
 		t.Fatalf("%s: no scenarios", name)
 	}
-	return f.Scenarios
+	return f.GPU, f.Scenarios
 }
 
 // TestOwnMeasurements compares the built-in models with the model steps that

@@ -1,9 +1,7 @@
 package onnxmem_test
 
 import (
-	"encoding/json"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 
@@ -59,21 +57,11 @@ func TestH100CrossCheck(t *testing.T) {
 		fmt.Fprintf(&table, "%-5s %-9s %4s %2d %5d %4dx%-4d  %10.1f %+6.2f%%  %+8d B  %+7.2f%%\n", "model", s.Cfg, prec, s.Segments, s.Batch, s.Img, s.Img,
 			float64(s.Result["peak"])/mib, pct(r.Peak, s.Result["peak"]), r.PeakRequested-s.Result["peak_req"], pct(r.PeakReserved, s.Result["peak_reserved"]))
 	}
-	b, err := os.ReadFile("../calibration/results/h100_big_eval.json")
-	if err != nil {
-		t.Fatal(err)
+	gpu, evals := scenarioFile[evalRun](t, "h100_big_eval.json")
+	if !strings.Contains(gpu, "H100") {
+		t.Fatalf("h100_big_eval.json: measured on %q, want an H100", gpu)
 	}
-	var f struct {
-		GPU       string    `json:"gpu"`
-		Scenarios []evalRun `json:"scenarios"`
-	}
-	if err := json.Unmarshal(b, &f); err != nil {
-		t.Fatalf("h100_big_eval.json: %v", err)
-	}
-	if !strings.Contains(f.GPU, "H100") || len(f.Scenarios) == 0 || len(steps) == 0 {
-		t.Fatalf("h100_big_eval.json: %d scenarios on %q, want H100 measurements", len(f.Scenarios), f.GPU)
-	}
-	for _, s := range f.Scenarios {
+	for _, s := range evals {
 		if s.Error != "" {
 			t.Errorf("h100_big_eval.json: a scenario failed: %s", s.Error)
 			continue

@@ -5,9 +5,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-
-	"github.com/onnxmem/onnxmem/models"
-	"github.com/onnxmem/onnxmem/onnxmem"
 )
 
 // TestTrainStepFields replays calibration/train_step.py's train steps with
@@ -26,7 +23,7 @@ import (
 // iterations GradScaler skipped left the cache's blocks (the rectangle's is
 // +0.2% with one warm-up iteration, −2.3% with 2 to 9).
 func TestTrainStepFields(t *testing.T) {
-	built := map[string]*onnxmem.Model{}
+	built := builtins{}
 	pct := func(got, want int64) float64 { return 100 * float64(got-want) / float64(want) }
 	var table strings.Builder
 	fmt.Fprintf(&table, "%-9s %5s %5s %9s %2s %3s %5s  %10s %8s  %10s  %10s %8s\n", "cfg", "prec", "batch", "image", "k", "nc", "prev",
@@ -34,15 +31,7 @@ func TestTrainStepFields(t *testing.T) {
 	var reserved []float64
 	exact := 0
 	for _, l := range jsonLines[trainStepRecord](t, "train_step_fields.jsonl") {
-		key := fmt.Sprintf("%s/%d", l.Cfg, l.NC)
-		m := built[key]
-		if m == nil {
-			var err error
-			if m, err = onnxmem.BuiltinOptions(l.Cfg, models.Options{Classes: l.NC}); err != nil {
-				t.Fatal(err)
-			}
-			built[key] = m
-		}
+		m := built.classes(t, l.Cfg, l.NC)
 		s := l.scenario()
 		h, w := s.Height, s.Width
 		r, err := m.Simulate(s)
