@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/bits"
 	"sync"
+	"sync/atomic"
 
 	"github.com/onnxmem/onnxmem/schedule"
 )
@@ -64,7 +65,7 @@ func channelsLastWorkspace(c schedule.ConvCall) (int64, bool) {
 	}
 	workspaceCLOnce.Do(func() {
 		var err error
-		if workspacesCL, err = parseWorkspaces(cudnnTableCL); err != nil {
+		if workspacesCL, err = indexWorkspaces(cudnnTableCL); err != nil {
 			panic(err) // checked by TestCuDNNTableCL
 		}
 	})
@@ -146,21 +147,29 @@ func keyOf(v ...int64) (convKey, bool) {
 	return convKey{k[0], k[1], k[2], k[3], k[4], k[5], k[6], k[7], k[8], k[9]}, true
 }
 
-// wsTable is the decoded table. Its rows are grouped by their shape but for
-// the batch (the key with n = 0): a sweep measures each shape at up to 64
-// batches, one after another, so the decode makes one map entry per shape,
-// not per row, and a lookup scans the shape's few batches. The rows lie in
-// one slice in the table's order; a group holds the runs of it that are its
-// rows (most groups one run, a shape that a later sweep measured again or
-// at more batches one run per sweep).
+// wsTable is the decoded table, decoded as it is used. Building it reads
+// the lines of 13 numbers only (a shape and its first batch: 27,699 of the
+// H200 table's 244,498 rows); the short lines after one, its other batches,
+// are decoded on the shape's first lookup: a simulation looks up a few
+// hundred shapes, and reading every line took longer than the simulation.
+//
+// Rows are grouped by their shape but for the batch (the key with n = 0):
+// a sweep measures each shape at up to 64 batches, one after another, so
+// there is one map entry per shape, not per row, and a lookup scans the
+// shape's few batches. A group's rows are those of its blocks (a shape
+// line and the short lines after it) in table order: most groups have one
+// block, a shape that a later sweep measured again one per sweep.
+//
+// A wsTable is safe for concurrent use: a group decoded twice at once is
+// decoded to the same rows.
 type wsTable struct {
-	shapes map[convKey]int32 // the shape (n = 0) to its group
-	keys   []convKey         // by group: its shape
-	maxN   []int32           // by group: its largest batch
-	runs   [][]wsRun         // by group: its runs of all, in table order
-	small  [][2]uint64       // by group: which batches below 128 it holds
-	all    []wsRow
-	rows   int // distinct (shape, batch) rows
+	txt    []byte
+	shapes map[convKey]int32         // the shape (n = 0) to its group
+	keys   []convKey                 // by group: its shape
+	first  []int32                   // by group: its first block
+	last   []int32                   // by group: its last block
+	blocks []wsBlock                 // in table order
+	rows   []atomic.Pointer[[]wsRow] // by group: its rows, once decoded
 }
 
 // wsRow is one batch of a shape: the workspaces of its three calls.
@@ -169,8 +178,13 @@ type wsRow struct {
 	ws [3]int64 // fwd, bwd-data, bwd-filter
 }
 
-// wsRun is the rows all[from:to].
-type wsRun struct{ from, to int32 }
+// wsBlock is a shape line, decoded, and the short lines after it, not yet:
+// txt[from:to], whose first line is line number line of the table. next
+// is the next block of its group, or -1.
+type wsBlock struct {
+	first                wsRow
+	from, to, line, next int32
+}
 
 // get returns the row of a key, if the table has it: the last of its
 // rows, as a later line of the table replaces an earlier one.
@@ -186,15 +200,27 @@ func (t *wsTable) get(k convKey) ([3]int64, bool) {
 
 // find returns the last row of batch n in group g.
 func (t *wsTable) find(g, n int32) ([3]int64, bool) {
-	runs := t.runs[g]
-	for j := len(runs) - 1; j >= 0; j-- {
-		for i := runs[j].to - 1; i >= runs[j].from; i-- {
-			if t.all[i].n == n {
-				return t.all[i].ws, true
-			}
+	rows := t.groupAll(g)
+	for i := len(rows) - 1; i >= 0; i-- {
+		if rows[i].n == n {
+			return rows[i].ws, true
 		}
 	}
 	return [3]int64{}, false
+}
+
+// groupAll returns group g's rows in table order, decoding them on the
+// group's first use.
+func (t *wsTable) groupAll(g int32) []wsRow {
+	if p := t.rows[g].Load(); p != nil {
+		return *p
+	}
+	rows, err := t.decode(g)
+	if err != nil {
+		panic(err) // the embedded tables are decoded whole by TestCuDNNTable and its siblings
+	}
+	t.rows[g].Store(&rows)
+	return rows
 }
 
 // groupRows returns group g's distinct rows, each batch's last, in the
@@ -202,63 +228,54 @@ func (t *wsTable) find(g, n int32) ([3]int64, bool) {
 func (t *wsTable) groupRows(g int32) []wsRow {
 	var out []wsRow
 	seen := map[int32]bool{}
-	for _, r := range t.runs[g] {
-		for _, row := range t.all[r.from:r.to] {
-			if !seen[row.n] {
-				seen[row.n] = true
-				ws, _ := t.find(g, row.n)
-				out = append(out, wsRow{n: row.n, ws: ws})
-			}
+	for _, row := range t.groupAll(g) {
+		if !seen[row.n] {
+			seen[row.n] = true
+			ws, _ := t.find(g, row.n)
+			out = append(out, wsRow{n: row.n, ws: ws})
 		}
 	}
 	return out
 }
 
-// set adds a row; a later row of the same key replaces it (get returns the
-// last). last is the group of the previous row set, which the next row most
-// often shares: it is looked up in the map only when its shape is new.
-func (t *wsTable) set(k convKey, ws [3]int64, last *int32) {
-	n := k.n
-	k.n = 0
-	g := *last
-	if g < 0 || t.keys[g] != k {
-		var ok bool
-		if g, ok = t.shapes[k]; !ok {
-			g = int32(len(t.keys))
-			t.shapes[k] = g
-			t.runs = append(t.runs, nil)
-			t.small = append(t.small, [2]uint64{})
-			t.keys = append(t.keys, k)
-			t.maxN = append(t.maxN, -1)
-		}
-		*last = g
+// distinct returns how many distinct (shape, batch) rows the table holds.
+func (t *wsTable) distinct() int {
+	n := 0
+	for g := range t.keys {
+		n += len(t.groupRows(int32(g)))
 	}
-	// Whether the batch is new to the group: a bit for those below 128
-	// (all the built-in models' sweeps), else a sweep measures a shape's
-	// batches in rising order, so most rows come after every batch their
-	// group holds; only the others are looked for.
-	switch {
-	case n < 128:
-		if b := &t.small[g][n/64]; *b&(1<<(n%64)) == 0 {
-			*b |= 1 << (n % 64)
-			t.rows++
-		}
-	case n > t.maxN[g]:
-		t.rows++
-	default:
-		if _, dup := t.find(g, n); !dup {
-			t.rows++
+	return n
+}
+
+// decode reads group g's short lines: its rows, in table order.
+func (t *wsTable) decode(g int32) ([]wsRow, error) {
+	var rows []wsRow
+	for i := t.first[g]; i >= 0; i = t.blocks[i].next {
+		b := t.blocks[i]
+		rows = append(rows, b.first)
+		txt, line := t.txt[b.from:b.to], int(b.line)
+		for len(txt) > 0 {
+			var l []byte
+			l, txt, _ = bytes.Cut(txt, []byte{'\n'})
+			line++
+			if len(l) == 0 || l[0] == '#' {
+				continue
+			}
+			v, n, err := parseTableLine(l, line)
+			if err != nil {
+				return nil, err
+			}
+			if n != 4 {
+				return nil, fmt.Errorf("onnxmem: cuDNN table line %d: %d fields after the line of 13 at line %d, want 4", line, n, b.line)
+			}
+			k, ok := keyOf(v[0])
+			if !ok {
+				return nil, fmt.Errorf("onnxmem: cuDNN table line %d: a shape beyond the int32 range", line)
+			}
+			rows = append(rows, wsRow{n: k.n, ws: [3]int64{v[1], v[2], v[3]}})
 		}
 	}
-	t.maxN[g] = max(t.maxN[g], n)
-	i := int32(len(t.all))
-	t.all = append(t.all, wsRow{n: n, ws: ws})
-	runs := t.runs[g]
-	if j := len(runs) - 1; j >= 0 && runs[j].to == i {
-		runs[j].to++
-		return
-	}
-	t.runs[g] = append(runs, wsRun{i, i + 1})
+	return rows, nil
 }
 
 var (
@@ -308,7 +325,7 @@ func squarePad(c schedule.ConvCall) (int64, bool) {
 func lookupShape(c schedule.ConvCall) ([3]int64, bool) {
 	workspaceOnce.Do(func() {
 		var err error
-		if workspaces, err = parseWorkspaces(cudnnTable); err != nil {
+		if workspaces, err = indexWorkspaces(cudnnTable); err != nil {
 			panic(err) // the embedded tables are checked by TestCuDNNTable
 		}
 	})
@@ -324,7 +341,7 @@ func lookupShape(c schedule.ConvCall) ([3]int64, bool) {
 		// Decoded on a bfloat16 step's first call only.
 		workspaceBF16Once.Do(func() {
 			var err error
-			if workspacesBF16, err = parseWorkspaces(cudnnTableBF16); err != nil {
+			if workspacesBF16, err = indexWorkspaces(cudnnTableBF16); err != nil {
 				panic(err) // checked by TestCuDNNTableBF16
 			}
 		})
@@ -383,57 +400,117 @@ func (t *wsTable) interpolate(k convKey) ([3]int64, bool) {
 	return v, true
 }
 
-// parseWorkspaces decodes the embedded table.
+// parseWorkspaces decodes a table whole, every line checked: what the
+// tests and the fuzz target read. A simulation reads the embedded tables
+// through indexWorkspaces, which decodes a shape's short lines on its first
+// lookup.
 func parseWorkspaces(txt []byte) (*wsTable, error) {
-	// One row a line: the count is a fast upper bound of the rows.
-	t := &wsTable{shapes: make(map[convKey]int32), all: make([]wsRow, 0, bytes.Count(txt, []byte{'\n'})+1)}
-	last := int32(-1)
-	var prev [13]int64 // the last full line
-	for line := 1; len(txt) > 0; line++ {
-		var l []byte
-		l, txt, _ = bytes.Cut(txt, []byte{'\n'})
+	t, err := indexWorkspaces(txt)
+	if err != nil {
+		return nil, err
+	}
+	for g := range t.keys {
+		rows, err := t.decode(int32(g))
+		if err != nil {
+			return nil, err
+		}
+		t.rows[g].Store(&rows)
+	}
+	return t, nil
+}
+
+// indexWorkspaces decodes the lines of 13 numbers of a table, "N Cin Cout
+// H W K stride groups elemsize fwd bwd-data bwd-filter pad", and notes
+// where the short lines of each, "N fwd bwd-data bwd-filter" for the shape
+// of the line of 13 before, lie: it counts their fields but leaves their
+// numbers to wsTable.decode.
+func indexWorkspaces(txt []byte) (*wsTable, error) {
+	if len(txt) > math.MaxInt32 {
+		return nil, fmt.Errorf("onnxmem: cuDNN table of %d bytes: at most %d", len(txt), math.MaxInt32)
+	}
+	// About 220 bytes a shape in the H200's table: a hint, not a bound.
+	hint := len(txt) / 200
+	t := &wsTable{txt: txt, shapes: make(map[convKey]int32, hint), keys: make([]convKey, 0, hint),
+		first: make([]int32, 0, hint), last: make([]int32, 0, hint), blocks: make([]wsBlock, 0, hint)}
+	line := 0
+	for off := 0; off < len(txt); {
+		line++
+		end := bytes.IndexByte(txt[off:], '\n')
+		if end < 0 {
+			end = len(txt)
+		} else {
+			end += off
+		}
+		l, start := txt[off:end], off
+		off = end + 1
 		if len(l) == 0 || l[0] == '#' {
 			continue
 		}
-		var v [13]int64
-		n, digits := 0, 0
-		var cur int64 // the number being read, stored at its end
-		for _, c := range l {
-			if d := c - '0'; d < 10 {
-				cur = 10*cur + int64(d)
-				digits++
-				continue
+		if bytes.Count(l, []byte{'\t'}) == 3 {
+			if len(t.blocks) == 0 {
+				return nil, fmt.Errorf("onnxmem: cuDNN table line %d: 4 fields with no line of 13 before", line)
 			}
-			if c != '\t' || digits == 0 || digits > 18 || n == len(v)-1 {
-				return nil, fmt.Errorf("onnxmem: cuDNN table line %d: want 13 tab-separated numbers of at most 18 digits", line)
-			}
-			v[n] = cur
-			n, digits, cur = n+1, 0, 0
+			continue
 		}
-		if digits > 18 {
-			return nil, fmt.Errorf("onnxmem: cuDNN table line %d: want 13 tab-separated numbers of at most 18 digits", line)
+		v, n, err := parseTableLine(l, line)
+		if err != nil {
+			return nil, err
 		}
-		v[n] = cur
-		switch {
-		case digits == 0 || (n != 3 && n != len(v)-1):
-			return nil, fmt.Errorf("onnxmem: cuDNN table line %d: %d fields, want 13, or 4 after a line of 13", line, n+1)
-		case n == 3 && last < 0:
-			return nil, fmt.Errorf("onnxmem: cuDNN table line %d: 4 fields with no line of 13 before", line)
-		case n == 3:
-			// N and the workspaces of the line before's shape.
-			nb, fwd, bwdData, bwdFilter := v[0], v[1], v[2], v[3]
-			v = prev
-			v[0], v[9], v[10], v[11] = nb, fwd, bwdData, bwdFilter
-		default:
-			prev = v
+		if n != 13 {
+			return nil, fmt.Errorf("onnxmem: cuDNN table line %d: %d fields, want 13, or 4 after a line of 13", line, n)
 		}
 		key, ok := keyOf(v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[12])
 		if !ok {
 			return nil, fmt.Errorf("onnxmem: cuDNN table line %d: a shape beyond the int32 range", line)
 		}
-		t.set(key, [3]int64{v[9], v[10], v[11]}, &last)
+		if len(t.blocks) > 0 {
+			t.blocks[len(t.blocks)-1].to = int32(start)
+		}
+		nb := key.n
+		key.n = 0
+		i := int32(len(t.blocks))
+		t.blocks = append(t.blocks, wsBlock{first: wsRow{n: nb, ws: [3]int64{v[9], v[10], v[11]}},
+			from: int32(min(off, len(txt))), to: int32(len(txt)), line: int32(line), next: -1})
+		if g, ok := t.shapes[key]; ok {
+			t.blocks[t.last[g]].next = i
+			t.last[g] = i
+			continue
+		}
+		t.shapes[key] = int32(len(t.keys))
+		t.keys = append(t.keys, key)
+		t.first = append(t.first, i)
+		t.last = append(t.last, i)
 	}
+	t.rows = make([]atomic.Pointer[[]wsRow], len(t.keys))
 	return t, nil
+}
+
+// parseTableLine reads the tab-separated numbers of table line number
+// line: at most 13 of at most 18 digits each. It returns them and how many
+// there are.
+func parseTableLine(l []byte, line int) (v [13]int64, fields int, err error) {
+	n, digits := 0, 0
+	var cur int64 // the number being read, stored at its end
+	for _, c := range l {
+		if d := c - '0'; d < 10 {
+			cur = 10*cur + int64(d)
+			digits++
+			continue
+		}
+		if c != '\t' || digits == 0 || digits > 18 || n == len(v)-1 {
+			return v, 0, fmt.Errorf("onnxmem: cuDNN table line %d: want 13 tab-separated numbers of at most 18 digits", line)
+		}
+		v[n] = cur
+		n, digits, cur = n+1, 0, 0
+	}
+	if digits > 18 {
+		return v, 0, fmt.Errorf("onnxmem: cuDNN table line %d: want 13 tab-separated numbers of at most 18 digits", line)
+	}
+	if digits == 0 {
+		return v, 0, fmt.Errorf("onnxmem: cuDNN table line %d: %d fields, want 13, or 4 after a line of 13", line, n+1)
+	}
+	v[n] = cur
+	return v, n + 1, nil
 }
 
 // cuDNNWorkspaceRule approximates the workspace of a call that the measured

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -65,8 +66,8 @@ func TestCuDNNTable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if tab.rows != len(rows) {
-		t.Fatalf("embedded table has %d convolutions, conv_sweep.json %d: run go run calibration/conv_table.go", tab.rows, len(rows))
+	if tab.distinct() != len(rows) {
+		t.Fatalf("embedded table has %d convolutions, conv_sweep.json %d: run go run calibration/conv_table.go", tab.distinct(), len(rows))
 	}
 	for _, r := range rows {
 		for i, which := range passes {
@@ -117,8 +118,8 @@ func checkVariantTable(t *testing.T, file, flag string, table []byte, mark func(
 	if err != nil {
 		t.Fatal(err)
 	}
-	if tab.rows != len(sweep.Rows) {
-		t.Fatalf("embedded table has %d convolutions, %s %d: regenerate it with calibration/conv_table.go (its comment names the flags)", tab.rows, file, len(sweep.Rows))
+	if tab.distinct() != len(sweep.Rows) {
+		t.Fatalf("embedded table has %d convolutions, %s %d: regenerate it with calibration/conv_table.go (its comment names the flags)", tab.distinct(), file, len(sweep.Rows))
 	}
 	for _, r := range sweep.Rows {
 		var row [13]int64 // N … elemsize, the three workspaces, the padding
@@ -272,7 +273,7 @@ func TestParseWorkspacesErrors(t *testing.T) {
 	v4, ok4 := m.get(key(4))
 	_, ok5 := m.get(key(5))
 	// The later row of a key wins, as it did when the table was one map.
-	if err != nil || m.rows != 4 || !ok1 || v1 != [3]int64{16, 17, 18} || !ok2 || v2 != [3]int64{13, 14, 15} ||
+	if err != nil || m.distinct() != 4 || !ok1 || v1 != [3]int64{16, 17, 18} || !ok2 || v2 != [3]int64{13, 14, 15} ||
 		!ok3 || v3 != [3]int64{2, 2, 2} || !ok4 || v4 != [3]int64{3, 3, 3} || ok5 {
 		t.Errorf("parse: %+v, %v", m, err)
 	}
@@ -281,17 +282,66 @@ func TestParseWorkspacesErrors(t *testing.T) {
 	m, err = parseWorkspaces(txt("200\t2\t3\t4\t5\t6\t7\t8\t9\t1\t1\t1\t0\n150\t2\t2\t2\n200\t3\t3\t3\n"))
 	v200, ok200 := m.get(key(200))
 	v150, ok150 := m.get(key(150))
-	if err != nil || m.rows != 2 || !ok200 || v200 != [3]int64{3, 3, 3} || !ok150 || v150 != [3]int64{2, 2, 2} {
+	if err != nil || m.distinct() != 2 || !ok200 || v200 != [3]int64{3, 3, 3} || !ok150 || v150 != [3]int64{2, 2, 2} {
 		t.Errorf("parse of batches past 127: %+v, %v", m, err)
 	}
 }
 
-// BenchmarkCuDNNTable decodes the embedded table, which the first
+// BenchmarkCuDNNTable indexes the embedded table, which the first
 // simulation in a process does once. Goal: under 20 ms.
 func BenchmarkCuDNNTable(b *testing.B) {
 	for b.Loop() {
-		if _, err := parseWorkspaces(cudnnTable); err != nil {
+		if _, err := indexWorkspaces(cudnnTable); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkCuDNNTableFirstModel indexes the embedded table and looks up
+// every convolution call of yolov9-e's training step at batch 16 and 640
+// under AMP, decoding their shapes' rows: what the first simulation of the
+// largest built-in model spends on the table. Goal: under 20 ms.
+func BenchmarkCuDNNTableFirstModel(b *testing.B) {
+	m, err := Builtin("yolov9-e")
+	if err != nil {
+		b.Fatal(err)
+	}
+	p, sc, err := m.programPrep(Scenario{Batch: 16, Height: 640, Width: 640, AMP: true, Train: true, Boxes: 16, EMA: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var keys []convKey
+	if _, _, err := m.build(p, sc, func(c schedule.ConvCall) int64 {
+		if pad, ok := squarePad(c); ok && !schedule.IsReduction(c.Which) {
+			if k, ok := keyOf(c.N, c.Cin, c.Cout, c.H, c.W, c.KH, c.StrideH, max(c.Groups, 1), c.ElemSize, pad); ok {
+				keys = append(keys, k)
+			}
+		}
+		return 0
+	}); err != nil {
+		b.Fatal(err)
+	}
+	found := 0
+	tab, err := indexWorkspaces(cudnnTable)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, k := range keys {
+		if _, ok := tab.get(k); ok {
+			found++
+		}
+	}
+	if found == 0 {
+		b.Fatalf("none of the %d calls is in the table", len(keys))
+	}
+	b.Logf("%d calls, %d in the table", len(keys), found)
+	for b.Loop() {
+		tab, err := indexWorkspaces(cudnnTable)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, k := range keys {
+			tab.get(k)
 		}
 	}
 }
@@ -332,10 +382,57 @@ func FuzzParseWorkspaces(f *testing.F) {
 			}
 			return
 		}
-		if lines := bytes.Count(b, []byte{'\n'}) + 1; tab.rows > lines {
-			t.Fatalf("%d rows from %d lines", tab.rows, lines)
+		if lines := bytes.Count(b, []byte{'\n'}) + 1; tab.distinct() > lines {
+			t.Fatalf("%d rows from %d lines", tab.distinct(), lines)
+		}
+		// The table decoded whole, and decoded as it is looked up, hold
+		// the rows of a plain reading of the lines, the later row of a key
+		// winning.
+		lazy, err := indexWorkspaces(b)
+		if err != nil {
+			t.Fatalf("decoded whole, but not indexed: %v", err)
+		}
+		want := plainWorkspaces(b)
+		if tab.distinct() != len(want) {
+			t.Fatalf("%d rows, a plain reading %d", tab.distinct(), len(want))
+		}
+		for k, v := range want {
+			if got, ok := lazy.get(k); !ok || got != v {
+				t.Fatalf("%+v: indexed %v %v, a plain reading %v", k, got, ok, v)
+			}
+			if got, ok := tab.get(k); !ok || got != v {
+				t.Fatalf("%+v: decoded %v %v, a plain reading %v", k, got, ok, v)
+			}
 		}
 	})
+}
+
+// plainWorkspaces reads a table that parseWorkspaces accepted line by
+// line, with strconv, into a map from each key to its last row: the
+// oracle of FuzzParseWorkspaces.
+func plainWorkspaces(b []byte) map[convKey][3]int64 {
+	out := map[convKey][3]int64{}
+	var shape []int64
+	for _, l := range strings.Split(string(b), "\n") {
+		if l == "" || l[0] == '#' {
+			continue
+		}
+		var v []int64
+		for _, f := range strings.Split(l, "\t") {
+			x, err := strconv.ParseInt(f, 10, 64)
+			if err != nil {
+				panic(err)
+			}
+			v = append(v, x)
+		}
+		if len(v) == 4 {
+			v = append(append(append([]int64{v[0]}, shape[1:9]...), v[1:]...), shape[12])
+		}
+		shape = v
+		k, _ := keyOf(v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[12])
+		out[k] = [3]int64{v[9], v[10], v[11]}
+	}
+	return out
 }
 
 // TestCuDNNInterpolation measures the line through the powers of two (the
