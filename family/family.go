@@ -49,6 +49,9 @@ type Family interface {
 	// outputs with the named training script (trainer; "" is the family's
 	// default for the graph), or nil.
 	CheckTrain(outs []schedule.Output, trainer string) error
+	// Classes returns the number of classes that a graph with these
+	// outputs predicts, or 0 when the family reads none from them.
+	Classes(outs []schedule.Output) int64
 	// CheckStep reports why g cannot stand for the network in training
 	// mode (an inference export, whose batch norms are folded into the
 	// convolutions), or nil.

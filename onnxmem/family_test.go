@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/onnxmem/onnxmem/models"
 	"github.com/onnxmem/onnxmem/onnxmem"
 )
 
@@ -82,6 +83,38 @@ func TestFamilies(t *testing.T) {
 	} {
 		if err := tc.run(); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("error %v, want one containing %q", err, tc.want)
+		}
+	}
+}
+
+// TestClasses checks the classes that a model's family reads from its
+// outputs: the YOLOv9 heads' 80 or the classes they were built with, and
+// none for the generic family.
+func TestClasses(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		nc   int
+		want int64
+	}{
+		{"yolov9-t", 0, 80},
+		{"yolov9-s", 20, 20},
+		{"gelan-c", 1, 1},
+		{"yolov9-e", 365, 365},
+	} {
+		m, err := onnxmem.BuiltinOptions(tc.name, models.Options{Classes: tc.nc})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := m.Classes()
+		if err != nil || got != tc.want {
+			t.Errorf("%s built with %d classes: Classes %d, %v; want %d", tc.name, tc.nc, got, err, tc.want)
+		}
+		g, err := m.As("generic")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := g.Classes(); err != nil || got != 0 {
+			t.Errorf("%s as the generic family: Classes %d, %v; want 0", tc.name, got, err)
 		}
 	}
 }

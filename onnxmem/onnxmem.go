@@ -614,11 +614,7 @@ func (m *Model) build(p *prepared, sc Scenario, workspace func(schedule.ConvCall
 		cfg.Eval = &schedule.Eval{Head: p.fam.EvalHead(), Float: sc.EvalFloat}
 	}
 	if sc.Train {
-		outs := make([]schedule.Output, len(p.graph.Outputs))
-		for i, v := range p.graph.Outputs {
-			outs[i] = schedule.Output{Dims: s.Dims[v], DType: s.DTypes[v]}
-		}
-		if err := p.fam.CheckTrain(outs, sc.Trainer); err != nil {
+		if err := p.fam.CheckTrain(outputsOf(p.graph, s), sc.Trainer); err != nil {
 			return nil, nil, fmt.Errorf("onnxmem: %s: %w", m.Name, err)
 		}
 		cfg.Train = p.fam.Recipe(schedule.Optimizer(sc.Optimizer), sc.EMA, sc.Boxes)
@@ -952,6 +948,31 @@ func ranges(rs []schedule.Range) []Range {
 		out[i] = Range(r)
 	}
 	return out
+}
+
+// Classes returns the number of classes that the model predicts, as its
+// family reads them from the graph's outputs at batch 1 and 640×640
+// (family.Family.Classes), or 0 when its family reads none (the generic
+// family).
+func (m *Model) Classes() (int64, error) {
+	p, err := m.prepare(m.Family)
+	if err != nil {
+		return 0, err
+	}
+	s, err := p.graph.Infer(ir.Binding{Batch: 1, Height: 640, Width: 640})
+	if err != nil {
+		return 0, fmt.Errorf("onnxmem: %s: %w", m.Name, err)
+	}
+	return p.fam.Classes(outputsOf(p.graph, s)), nil
+}
+
+// outputsOf returns the dims and types of g's outputs in shapes s.
+func outputsOf(g *ir.Graph, s *ir.Shapes) []schedule.Output {
+	outs := make([]schedule.Output, len(g.Outputs))
+	for i, v := range g.Outputs {
+		outs[i] = schedule.Output{Dims: s.Dims[v], DType: s.DTypes[v]}
+	}
+	return outs
 }
 
 // As returns the model as the named family prepares it: its Family and

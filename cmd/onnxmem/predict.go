@@ -20,7 +20,7 @@ import (
 func cmdPredict(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	f := newFlagSet("predict",
 		"onnxmem predict [-root DIR] [-alone] < SCENARIOS.jsonl",
-		"Predict reads scenarios as JSON Lines on stdin and writes one line for each\n(blank lines are skipped): the same object with \"predicted\" added, or with\n\"error\" when the scenario cannot be simulated. Model paths are relative to\n-root and stay inside it (no absolute path, no \"..\", no symbolic link out of\nit); a model that names no file there but a built-in model (onnxmem models)\nis that model, and \"model\": null means the built-in model of \"cfg\".\n\nKinds: model_step, train_step and eval_step (the ground truth's fields: batch,\nimg or img_h and img_w, amp, half, segments, nc, boxes_per_img (a number or each\nimage's count), optimizer, ema, trainer, prev_pred_alive,\nwarm_steps (the loop's iterations before the measured one, the last making\nthe optimizer's state: by default 4 under float16 amp, GradScaler skipping\nthe first three, and 1 otherwise), ...; and empty_cache, where the measuring\nharness empties the cache: before_step or before_warmup, by default the one\nof the ground truth of the model's family for model and eval steps and\nbefore_warmup for train steps, as a training loop runs; or never);\nmax_batch with \"step\" and \"capacity_bytes\", the caching allocator's\nlimit (int(f × total_memory) for set_per_process_memory_fraction(f)), which\nanswers {\"max_batch\", and the step's figures at it}; train_run with \"events\"\n(setup, train, val and ckpt; warm_steps as above when no train event is\nmarked \"skipped\"), which answers the run's peaks and the memory after\neach event; and model, what the model holds once loaded: {\"params\",\n\"param_bytes\", \"buffer_bytes\", \"alloc_after_load\", \"n_layers\"}. A field that\na kind does not take, or a value that onnxmem does not simulate, is an error\nthat names it: never ignored.\n\nA model's model_step lines that follow each other run one after another in one\nprocess, as a harness that sweeps a model's scenarios measures them: the\ncaching allocator keeps what the earlier steps left (onnxmem.Process), which\nmoves reserved bytes. A line of another kind or model ends that process; a line\nin error leaves it as it was. -alone simulates every line by itself.",
+		"Predict reads scenarios as JSON Lines on stdin and writes one line for each\n(blank lines are skipped): the same object with \"predicted\" added, or with\n\"error\" when the scenario cannot be simulated. Model paths are relative to\n-root and stay inside it (no absolute path, no \"..\", no symbolic link out of\nit); a model that names no file there but a built-in model (onnxmem models)\nis that model, and \"model\": null means the built-in model of \"cfg\"; with\n\"nc\", a file whose head predicts other classes stands for the built-in\nmodel of \"cfg\" built with nc classes (Model(cfg, nc=nc)).\n\nKinds: model_step, train_step and eval_step (the ground truth's fields: batch,\nimg or img_h and img_w, amp, half, segments, nc, boxes_per_img (a number or each\nimage's count), optimizer, ema, trainer, prev_pred_alive,\nwarm_steps (the loop's iterations before the measured one, the last making\nthe optimizer's state: by default 4 under float16 amp, GradScaler skipping\nthe first three, and 1 otherwise), ...; and empty_cache, where the measuring\nharness empties the cache: before_step or before_warmup, by default the one\nof the ground truth of the model's family for model and eval steps and\nbefore_warmup for train steps, as a training loop runs; or never);\nmax_batch with \"step\" and \"capacity_bytes\", the caching allocator's\nlimit (int(f × total_memory) for set_per_process_memory_fraction(f)), which\nanswers {\"max_batch\", and the step's figures at it}; train_run with \"events\"\n(setup, train, val and ckpt; warm_steps as above when no train event is\nmarked \"skipped\"), which answers the run's peaks and the memory after\neach event; and model, what the model holds once loaded: {\"params\",\n\"param_bytes\", \"buffer_bytes\", \"alloc_after_load\", \"n_layers\"}. A field that\na kind does not take, or a value that onnxmem does not simulate, is an error\nthat names it: never ignored.\n\nA model's model_step lines that follow each other run one after another in one\nprocess, as a harness that sweeps a model's scenarios measures them: the\ncaching allocator keeps what the earlier steps left (onnxmem.Process), which\nmoves reserved bytes. A line of another kind or model ends that process; a line\nin error leaves it as it was. -alone simulates every line by itself.",
 		"onnxmem predict -root ../shared < ../shared/groundtruth/calibration.jsonl")
 	root := f.String("root", ".", "`dir`ectory the scenarios' model paths are relative to")
 	alone := f.Bool("alone", false, "simulate every line by itself, as the first scenario of a process, instead of running a model's consecutive model_step lines one after another in one process")
@@ -341,7 +341,6 @@ func stepScenario(obj map[string]json.RawMessage, step string, search bool) (onn
 	var img, h, w int64
 	var ampDType, opt, trainer, allocConf, emptyCache string
 	var half, prevPred bool
-	nc := int64(0)
 	fields := []error{
 		field(obj, "img", &img, false),
 		field(obj, "img_h", &h, false),
@@ -351,7 +350,7 @@ func stepScenario(obj map[string]json.RawMessage, step string, search bool) (onn
 		field(obj, "amp_dtype", &ampDType, false),
 		field(obj, "half", &half, false),
 		field(obj, "segments", &sc.Segments, false),
-		field(obj, "nc", &nc, false),
+		field(obj, "nc", new(int64), false), // it picks the model: predictor.model
 		field(obj, "alloc_conf", &allocConf, false),
 		field(obj, "deterministic", new(bool), false),
 		field(obj, "empty_cache", &emptyCache, false),
@@ -412,11 +411,6 @@ func stepScenario(obj map[string]json.RawMessage, step string, search bool) (onn
 	}
 	sc.AllocConf = allocConf
 	sc.EmptyCache = onnxmem.EmptyCache(emptyCache)
-	if nc != 0 {
-		if _, hasModel := obj["model"]; hasModel && string(obj["model"]) != "null" {
-			return sc, fmt.Errorf("onnxmem: nc %d with a model file: the export fixes its classes; give \"model\": null to build the built-in cfg with nc classes", nc)
-		}
-	}
 	switch step {
 	case "eval_step":
 		// Validation runs the EMA copy halved (val_dual.run(half=amp)),
@@ -483,12 +477,11 @@ func (p *predictor) model(obj map[string]json.RawMessage) (*onnxmem.Model, error
 	if err := field(obj, "nc", &nc, false); err != nil {
 		return nil, err
 	}
-	key := model
 	if model == "" {
 		if cfg == "" {
 			return nil, fmt.Errorf("onnxmem: missing field \"model\" (or, for a built-in model, \"model\": null and its \"cfg\")")
 		}
-		model, key = cfg, fmt.Sprintf("%s nc=%d", cfg, nc)
+		model = cfg
 	} else {
 		// A model path stays inside -root: no absolute path, no "..", no
 		// symbolic link out of it (os.Root refuses those).
@@ -496,21 +489,36 @@ func (p *predictor) model(obj map[string]json.RawMessage) (*onnxmem.Model, error
 			return nil, fmt.Errorf("onnxmem: model %q: give a path inside -root (%s), relative to it, without \"..\"", model, p.root)
 		}
 		if !slices.Contains(models.Names(), model) || p.inRoot(model) {
-			if nc != 0 {
-				return nil, fmt.Errorf("onnxmem: model %q is a file, whose classes its graph fixes: \"nc\" applies to built-in models only; leave it out", model)
-			}
 			path := filepath.Join(p.root, model)
-			if l, ok := p.models[path]; ok {
+			l, ok := p.models[path]
+			if !ok {
+				if l.err = p.openRoot(); l.err == nil {
+					l.m, l.err = onnxmem.LoadIn(p.dir, model)
+				}
+				p.models[path] = l
+			}
+			if l.err != nil || nc == 0 {
 				return l.m, l.err
 			}
-			var l loaded
-			if l.err = p.openRoot(); l.err == nil {
-				l.m, l.err = onnxmem.LoadIn(p.dir, model)
+			// nc with a file: the file, when its head predicts nc
+			// classes; else Model(cfg, nc=nc), the built-in cfg with
+			// nc classes, which differs from the export of cfg only in
+			// its head's class channels.
+			has, err := l.m.Classes()
+			switch {
+			case err != nil:
+				return nil, err
+			case has == 0:
+				return nil, fmt.Errorf("onnxmem: model %q: its family (%s) reads no classes from its outputs: nc does not apply; leave it out", model, l.m.Family)
+			case has == nc:
+				return l.m, nil
+			case !slices.Contains(models.Names(), cfg):
+				return nil, fmt.Errorf("onnxmem: model %q predicts %d classes, and nc is %d: give an export with nc classes, or \"model\": null and a built-in \"cfg\" (onnxmem models)", model, has, nc)
 			}
-			p.models[path] = l
-			return l.m, l.err
+			model = cfg
 		}
 	}
+	key := fmt.Sprintf("%s nc=%d", model, nc)
 	l, ok := p.models[key]
 	if !ok {
 		if nc != 0 {

@@ -278,6 +278,10 @@ func TestPredictFields(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	sFile, err := onnxmem.Load(sharedFile(t, "yolov9/yolov9-s-train.onnx"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	rn18, err := onnxmem.Load(sharedFile(t, "torchvision/resnet18-train.onnx"))
 	if err != nil {
 		t.Fatal(err)
@@ -340,7 +344,13 @@ func TestPredictFields(t *testing.T) {
 			sim(s, onnxmem.Scenario{Batch: 2, Height: 640, Width: 640, AllocConf: "expandable_segments:True"})},
 		{`{"kind":"model_step","model":"yolov9-s","batch":2,"img":640,"alloc_conf":"expandable:True"}`, `onnxmem: alloc conf: allocator: `},
 		{`{"kind":"model_step","model":"yolov9-s","batch":2,"img":640,"alloc_conf":"per_process_memory_fraction:0.5"}`, `onnxmem: alloc conf "per_process_memory_fraction:0.5"`},
-		{`{"kind":"model_step","model":"yolov9/yolov9-s-train.onnx","batch":2,"img":640,"nc":20}`, `onnxmem: nc 20 with a model file`},
+		// nc with a file: the file when its head has nc classes, else the
+		// built-in cfg with nc classes, else an error.
+		{`{"kind":"model_step","model":"yolov9/yolov9-s-train.onnx","batch":2,"img":640,"nc":20}`, `onnxmem: model "yolov9/yolov9-s-train.onnx" predicts 80 classes, and nc is 20`},
+		{`{"kind":"model_step","model":"yolov9/yolov9-s-train.onnx","cfg":"yolov9-s","batch":2,"img_h":384,"img_w":640,"nc":20}`, sim(nc20, base)},
+		{`{"kind":"model_step","model":"yolov9/yolov9-s-train.onnx","cfg":"yolov9-s","batch":2,"img_h":384,"img_w":640,"nc":80}`, sim(sFile, base)},
+		{`{"kind":"model_step","model":"torchvision/resnet18-train.onnx","batch":2,"img":224,"nc":1000}`, `onnxmem: model "torchvision/resnet18-train.onnx": its family (generic) reads no classes`},
+		{`{"kind":"model_step","model":"yolov9-s","batch":2,"img_h":384,"img_w":640,"nc":20}`, sim(nc20, base)},
 		{`{"kind":"train_step","model":"yolov9-s","batch":2,"img":640,"boxes_per_img":4,"trainer":"train"}`, `onnxmem: yolov9-s: yolov9: trainer train: train.py trains a single head`},
 		{`{"kind":"train_step","model":"gelan-t","batch":2,"img":640,"boxes_per_img":4,"trainer":"train_dual"}`, `onnxmem: gelan-t: yolov9: trainer train_dual: train_dual.py trains a dual head`},
 		{`{"kind":"train_step","model":"gelan-t","batch":2,"img":640,"boxes_per_img":4,"trainer":"train"}`, sim(gelanT, onnxmem.Scenario{Batch: 2, Height: 640, Width: 640, Train: true, Boxes: 4})},
@@ -414,6 +424,33 @@ func TestPredictFields(t *testing.T) {
 		if obj.Error != "" || string(obj.Predicted) != tc.want {
 			t.Errorf("%s:\n got %s %s\nwant %s", tc.line, obj.Predicted, obj.Error, tc.want)
 		}
+	}
+}
+
+// TestPredictClassesInOneRun checks that lines of one built-in model with
+// other classes, in one run of predict, each get their own model: the
+// model is kept by name and classes, not by name alone.
+func TestPredictClassesInOneRun(t *testing.T) {
+	line := func(nc int) string {
+		return fmt.Sprintf(`{"kind":"model_step","model":"yolov9-s","batch":2,"img":320,"nc":%d}`, nc)
+	}
+	code, stdout, stderr := runCmd(t, line(80)+"\n"+line(20)+"\n"+line(80)+"\n", "predict", "-alone")
+	if code != 0 || stderr != "" {
+		t.Fatalf("exit code %d, stderr %q", code, stderr)
+	}
+	var peaks []int64
+	for _, l := range strings.Split(strings.TrimSpace(stdout), "\n") {
+		var obj struct {
+			Predicted struct{ Peak int64 }
+			Error     string
+		}
+		if err := json.Unmarshal([]byte(l), &obj); err != nil || obj.Error != "" {
+			t.Fatalf("%s: %v", l, err)
+		}
+		peaks = append(peaks, obj.Predicted.Peak)
+	}
+	if len(peaks) != 3 || peaks[0] == peaks[1] || peaks[0] != peaks[2] {
+		t.Errorf("peaks of nc 80, 20, 80: %v; want the first and last equal, the second another", peaks)
 	}
 }
 

@@ -340,6 +340,9 @@ func (Family) Unseen([]schedule.Output) []schedule.Unseen { return nil }
 // EvalHead returns nil: the eval forward returns the graph's outputs.
 func (Family) EvalHead() schedule.Head { return nil }
 
+// Classes returns 0: a generic graph's outputs name no classes.
+func (Family) Classes([]schedule.Output) int64 { return 0 }
+
 // CheckTrain returns nil for the default trainer: the sum of the outputs
 // trains any graph. The family knows no training script by name.
 func (Family) CheckTrain(_ []schedule.Output, trainer string) error {

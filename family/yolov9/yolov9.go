@@ -145,6 +145,17 @@ func (Family) CheckStep(g *ir.Graph) error {
 	return fmt.Errorf("yolov9: an inference export (no batch norm in training mode: export.py folds them into the convolutions): a step's memory needs the training-mode export (torch.onnx.export(model.train(), ..., training=TrainingMode.TRAINING, do_constant_folding=False)), or a built-in model")
 }
 
+// Classes returns the classes of the detection head: its maps have
+// 4·regMax box channels, then one a class; 0 when the outputs are not a
+// detection head's maps.
+func (Family) Classes(outs []schedule.Output) int64 {
+	br := Branches(outs)
+	if len(br) == 0 {
+		return 0
+	}
+	return outs[br[0][0]].Dims[1] - 4*regMax
+}
+
 // CheckTrain reports an error unless the outputs are the detection head's
 // maps, which the loss reads.
 //
