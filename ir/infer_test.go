@@ -346,6 +346,19 @@ func TestOpRules(t *testing.T) {
 			dims: map[string][]int64{"y": {4, 3, 512, 256}, "m": {4, 7}},
 		},
 		{
+			name: "einsum explicit, implicit, broadcast",
+			build: func() *model {
+				return newModel(17).input("q", Float32, "batch", 49, 2, 64, 32).input("k", Float32, "batch", 49, 2, 64, 32).
+					input("a", Float32, 3, 4).input("c", Float32, 4, 5).input("u", Float32, 1, 3, 4).input("w", Float32, 6, 4, 5).
+					node("Einsum", "e", "q,k", "s", onnxbuild.StringAttr("equation", "B G H I D, B G H J D -> B G H I J")).
+					node("Einsum", "i", "a,c", "ik", onnxbuild.StringAttr("equation", "ij,jk")).
+					node("Einsum", "t", "a", "at", onnxbuild.StringAttr("equation", "ij->ji")).
+					node("Einsum", "b", "u,w", "bik", onnxbuild.StringAttr("equation", "bij,bjk->bik"))
+			},
+			bind: Binding{Batch: 2},
+			dims: map[string][]int64{"s": {2, 49, 2, 64, 64}, "ik": {3, 5}, "at": {4, 3}, "bik": {6, 3, 5}},
+		},
+		{
 			name: "zero binding keeps fixed dims",
 			build: func() *model {
 				return newModel(12).input("images", Float32, 1, 3, 640, 640).node("Sigmoid", "s", "images", "y")
@@ -503,6 +516,38 @@ func TestInferErrors(t *testing.T) {
 				return newModel(17).input("x", Float32, 6).init("s", Int64, []int64{2}).node("Reshape", "r", "x,s", "y")
 			},
 			want: []string{`the contents of input "s" are unknown`, `output "y" declares no shape`},
+		},
+		{
+			name: "einsum ellipsis",
+			build: func() *model {
+				return newModel(17).input("a", Float32, 2, 3, 4).input("c", Float32, 2, 4, 5).
+					node("Einsum", "e", "a,c", "y", onnxbuild.StringAttr("equation", "...ij,...jk->...ik"))
+			},
+			want: []string{`ir: node "e" (Einsum)`, "an ellipsis (...) is not supported"},
+		},
+		{
+			name: "einsum sizes disagree",
+			build: func() *model {
+				return newModel(17).input("a", Float32, 3, 4).input("c", Float32, 5, 6).
+					node("Einsum", "e", "a,c", "y", onnxbuild.StringAttr("equation", "ij,jk->ik"))
+			},
+			want: []string{"label j is 4 in one operand and 5 in another"},
+		},
+		{
+			name: "einsum labels and dims",
+			build: func() *model {
+				return newModel(17).input("a", Float32, 3, 4).input("c", Float32, 4, 6).
+					node("Einsum", "e", "a,c", "y", onnxbuild.StringAttr("equation", "ijk,jk->ik"))
+			},
+			want: []string{"operand 0 has 2 dims and 3 labels"},
+		},
+		{
+			name: "einsum output label of no operand",
+			build: func() *model {
+				return newModel(17).input("a", Float32, 3, 4).input("c", Float32, 4, 6).
+					node("Einsum", "e", "a,c", "y", onnxbuild.StringAttr("equation", "ij,jk->iz"))
+			},
+			want: []string{"output label z is no operand's"},
 		},
 		{
 			name: "declared fallback at other sizes",

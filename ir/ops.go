@@ -25,6 +25,7 @@ const (
 	opLayerNorm          // LayerNormalization: the input's dims; mean and inverse std with the normalized axes 1
 	opWhere              // Where: the three inputs broadcast, the type of X
 	opAttention          // ScaledDotProductAttention(q, k, v), the generic family's fusion: q's dims but the last, v's last
+	opEinsum             // Einsum: the output labels' sizes (einsum.go)
 	opBatchNorm
 	opCast
 	opConcat
@@ -57,7 +58,8 @@ var opKinds = map[string]opKind{
 	"HardSwish": opSameShape, "Mish": opSameShape, "Neg": opSameShape, "Exp": opSameShape,
 	"Log": opSameShape, "Sqrt": opSameShape, "Abs": opSameShape, "Erf": opSameShape, "Clip": opSameShape,
 	"Gelu": opSameShape, "LayerNormalization": opLayerNorm, "ScaledDotProductAttention": opAttention, "Contiguous": opSameShape,
-	"Add": opBinary, "Sub": opBinary, "Mul": opBinary, "Div": opBinary, "Pow": opBinary,
+	"Einsum": opEinsum,
+	"Add":    opBinary, "Sub": opBinary, "Mul": opBinary, "Div": opBinary, "Pow": opBinary,
 	"Less": opCompare, "Greater": opCompare, "Equal": opCompare, "Mod": opBinary, "Where": opWhere,
 	"RandomUniformLike": opRandomLike, "RandomNormalLike": opRandomLike,
 	"BatchNormalization": opBatchNorm, "Cast": opCast, "Concat": opConcat, "Constant": opConstant,
@@ -124,6 +126,8 @@ func (c *inferer) node(op opKind) error {
 		copy(d, q)
 		d[len(d)-1] = v[len(v)-1]
 		c.set(0, c.dtype(0), d)
+	case opEinsum:
+		c.einsum()
 	case opWhere:
 		d := c.broadcast(c.dims(0), c.dims(1))
 		if d != nil {
@@ -226,7 +230,7 @@ func (c *inferer) node(op opKind) error {
 
 // minInputs is the number of leading inputs that each op kind requires.
 var minInputs = [...]int{
-	opSameShape: 1, opBinary: 2, opCompare: 2, opRandomLike: 1, opLayerNorm: 2, opWhere: 3, opAttention: 3, opBatchNorm: 5, opCast: 1, opConcat: 1,
+	opSameShape: 1, opBinary: 2, opCompare: 2, opRandomLike: 1, opLayerNorm: 2, opWhere: 3, opAttention: 3, opEinsum: 1, opBatchNorm: 5, opCast: 1, opConcat: 1,
 	opConstantOfShape: 1, opConv: 2, opDropout: 1, opFlatten: 1, opGemm: 2, opGlobalPool: 1, opPool: 1, opExpand: 2, opGather: 2,
 	opRange: 3, opReduceSum: 1, opReshape: 2, opResize: 1, opShape: 1,
 	opSlice: 1, opSplit: 1, opSqueeze: 1, opTranspose: 1, opUnsqueeze: 1,

@@ -87,7 +87,7 @@ func TestFootprint(t *testing.T) {
 		}
 		f.Close()
 	}
-	if n != 22 {
-		t.Errorf("%d torchvision models checked, want 22", n)
+	if n != 23 {
+		t.Errorf("%d torchvision models checked, want 23", n)
 	}
 }

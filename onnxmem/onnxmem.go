@@ -862,7 +862,8 @@ type Footprint struct {
 	// included; ParamBytes their bytes.
 	Params, ParamBytes int64
 	// BufferBytes is the bytes of model.buffers(): batch norms' running
-	// statistics and their num_batches_tracked (an int64 each).
+	// statistics and their num_batches_tracked (an int64 each), and
+	// integer index buffers (a relative position index).
 	BufferBytes int64
 	// Allocated is torch.cuda.memory_allocated() after the move: every
 	// tensor in a block of its own, its size rounded up by the caching
@@ -910,7 +911,7 @@ func (m *Model) Footprint(sc Scenario) (*Footprint, error) {
 		}
 		buf := p.Buffers[b]
 		a.Malloc(buf.Bytes)
-		if buf.Value == ir.NoValue || stats[buf.Value] {
+		if buf.Value == ir.NoValue || stats[buf.Value] || !p.Graph.Values[buf.Value].DType.IsFloat() {
 			f.BufferBytes += buf.Bytes
 			continue
 		}

@@ -68,16 +68,18 @@ func TestTorchvisionMoreModelSteps(t *testing.T) {
 // calibration/torchvision_wide.jsonl (squeezenet1_1, mobilenet_v2,
 // shufflenet_v2_x1_0, mnasnet1_0, resnet34, regnet_x_400mf,
 // mobilenet_v3_small, densenet121, alexnet, vgg11_bn, resnext50_32x4d,
-// wide_resnet50_2, efficientnet_v2_s, vit_b_32, convnext_small), measured
-// the same way but with the cache emptied before each scenario. Their
-// convolutions but mobilenet_v2's are in the cuDNN table; mobilenet_v2's
-// come from cuDNNWorkspaceRule alone, the case of a network nobody
-// measured. swin_t (Pad) and maxvit_t (Einsum) must fail naming the op.
+// wide_resnet50_2, efficientnet_v2_s, vit_b_32, convnext_small, maxvit_t),
+// measured the same way but with the cache emptied before each scenario.
+// Their convolutions but mobilenet_v2's are in the cuDNN table;
+// mobilenet_v2's come from cuDNNWorkspaceRule alone, the case of a network
+// nobody measured. maxvit_t's attention is two Einsums a layer, as bmm
+// runs them (schedule/einsum.go), its relative position indices int64
+// buffers. swin_t (Pad) must fail naming the op.
 func TestTorchvisionWideModelSteps(t *testing.T) {
 	const file = "../calibration/results/torchvision_wide.jsonl"
 	n := checkTorchvisionSteps(t, file, func(model string) string { return "../calibration/results/" + model })
-	if n != 150 {
-		t.Errorf("%d model steps simulated, want 150", n)
+	if n != 160 {
+		t.Errorf("%d model steps simulated, want 160", n)
 	}
 }
 
@@ -99,8 +101,8 @@ func reqTolerance(cfg string) float64 {
 }
 
 // unsimulated are the measured networks that onnxmem cannot simulate yet:
-// swin_t pads its windows (Pad) and maxvit_t's attention is an Einsum.
-var unsimulated = map[string]bool{"swin_t": true, "maxvit_t": true}
+// swin_t pads its windows (Pad).
+var unsimulated = map[string]bool{"swin_t": true}
 
 // checkTorchvisionSteps simulates the model steps of a torchvision.jsonl
 // file, checks and prints them, and returns how many it simulated.
@@ -382,7 +384,10 @@ func TestTorchvisionFreshSteps(t *testing.T) {
 // and 0.19%; with the ViT encoder's layouts and types (calibration/
 // README.md §13, §14) and channels-last cuDNN workspaces measured 80 and
 // 26, medians 0.00% and 0.00%, worst 23% (AlexNet, its process's history)
-// and 4.0%.
+// and 4.0%. maxvit_t's float32 steps follow within 0.56%, its AMP ones
+// read 1.5–5.8% low from batch 2 on (the requested peaks agree within
+// 0.01%: the AMP step's order of transients is not quite eager's), and at
+// batch 1, after batch 128 in float32, 27% low: its process's history.
 // The rest is mostly the measuring process's history (§10, §11).
 func TestTorchvisionReservedInOrder(t *testing.T) {
 	for _, c := range []struct {
@@ -391,7 +396,7 @@ func TestTorchvisionReservedInOrder(t *testing.T) {
 		exact         int
 		median, worst float64
 	}{
-		{"torchvision_wide.jsonl", onnxmem.EmptyCacheWarmUp, 80, 0.0005, 0.24},
+		{"torchvision_wide.jsonl", onnxmem.EmptyCacheWarmUp, 80, 0.0005, 0.28},
 		{"torchvision_more.jsonl", onnxmem.EmptyCacheNever, 26, 0.0005, 0.04},
 	} {
 		b, err := os.ReadFile("../calibration/results/" + c.file)

@@ -358,6 +358,8 @@ func (b *builder) back(n *ir.Node, k opKind, outs []ir.ValueID) {
 		}
 	case opGemm:
 		post = b.gemmBack(n, gy, fresh, contiguous, post)
+	case opEinsum:
+		give, post = b.einsumBack(n, gy, give, post)
 	case opSelect:
 		// SelectBackward: a zero gradient of the whole input, the slice's
 		// gradient copied in.

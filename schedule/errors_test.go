@@ -37,13 +37,17 @@ func TestBuildErrors(t *testing.T) {
 	gemm2 := onnxbuild.New("gemm2")
 	f := gemm2.Layer(0).Flatten(gemm2.Layer(0).GlobalAvgPool(gemm2.Layer(0).Block(gemm2.Input("x", 3), 8, 3, 1)))
 	gemm2.Output(onnxbuild.T{Name: gemm2.Layer(1).Node("Gemm", []string{f.Name, f.Name}, 1, onnxbuild.IntAttr("transB", 1))[0], C: 2})
+	einsum1 := onnxbuild.New("einsum1")
+	e := einsum1.Layer(0).Block(einsum1.Input("x", 3), 8, 3, 1)
+	einsum1.Output(onnxbuild.T{Name: einsum1.Layer(1).Node("Einsum", []string{e.Name}, 1, onnxbuild.StringAttr("equation", "bchw->bhwc"))[0], C: 8})
 	for _, c := range []struct {
 		name  string
 		b     *onnxbuild.Builder
 		parts []string
 	}{
 		{"LeakyRelu", opOnActivations("LeakyRelu"), []string{"node /model.1/LeakyRelu", "unsupported op LeakyRelu"}},
-		{"Tanh", opOnActivations("Tanh"), []string{"node /model.1/Tanh", "unsupported op Tanh"}},
+		{"Mish", opOnActivations("Mish"), []string{"node /model.1/Mish", "unsupported op Mish"}},
+		{"Einsum of one operand", einsum1, []string{"node /model.1/Einsum", "Einsum of two activations has a memory rule"}},
 		{"Gemm of two activations", gemm2, []string{"node /model.1/Gemm", "Gemm of an activation A and a model weight B"}},
 		{"Resize linear", linear, []string{"node /model.1/Resize", `Resize mode "linear"`}},
 	} {

@@ -185,10 +185,36 @@ func dense(d, st []int64) bool {
 	return true
 }
 
+// denseInOrder returns the strides of a dense tensor of dims d whose dims
+// lie in memory in the order of strides st, largest first, as
+// TensorIterator allocates an element-wise op's output from its input's
+// strides (ties keep their order; a dim of size 1 gets stride 1, which
+// addresses nothing). For a dense st it is st itself.
+func denseInOrder(d, st []int64) []int64 {
+	var idx []int
+	for i := range d {
+		if d[i] != 1 {
+			idx = append(idx, i)
+		}
+	}
+	slices.SortStableFunc(idx, func(a, b int) int { return cmp.Compare(st[b], st[a]) })
+	out := make([]int64, len(d))
+	for i := range out {
+		out[i] = 1
+	}
+	acc := int64(1)
+	for k := len(idx) - 1; k >= 0; k-- {
+		out[idx[k]] = acc
+		acc *= d[idx[k]]
+	}
+	return out
+}
+
 // denseStrides returns the strides of value v when they are known: those
-// of its dims when it is contiguous, its own when it is a transpose or a
-// select of a tensor whose strides are known (dense or not); nil when it
-// is strided in a way onnxmem does not follow (a slice).
+// of its dims when it is contiguous, its own when it is a slice of step 1,
+// a transpose or a select of a tensor whose strides are known (dense or
+// not); nil when it is strided in a way onnxmem does not follow (a slice
+// of a larger step).
 func (b *builder) denseStrides(v ir.ValueID) []int64 {
 	if b.contig[v] {
 		return rowMajor(b.s.Dims[v])

@@ -37,6 +37,7 @@ const (
 	opSelect                      // select (a Gather of one index): a view; its backward a gradient of the whole input
 	opAttention                   // scaled_dot_product_attention, fused: saves q, k, v, the output and the logsumexp
 	opContiguous                  // x.contiguous(): the same tensor, or a contiguous copy of a strided one
+	opEinsum                      // einsum of two operands: one bmm, which saves its two matrices (einsum.go)
 )
 
 // castClass is how torch.autocast treats an op (aten/src/ATen/autocast_mode.cpp
@@ -81,8 +82,10 @@ var opRules = map[string]opRule{
 	"BatchNormalization":        {kind: opBatchNorm, flops: batchNormFLOPs, saves: "input, weight, save_mean, save_invstd in training; input, weight on running statistics"},
 	"Sigmoid":                   {kind: opSigmoid, flops: elementwise, saves: "result"},
 	"ScaledDotProductAttention": {kind: opAttention, autocast: castLower, flops: attentionFLOPs, saves: "query, key, value, output, logsumexp (the flash kernel under autocast, memory-efficient attention in float32)"},
+	"Einsum":                    {kind: opEinsum, autocast: castLower, flops: einsumFLOPs, saves: "the two matrices bmm multiplies: each operand permuted and reshaped, a copy where no view has those dims (sumproduct_pair)"},
 	"Gelu":                      {kind: opSavesInput, flops: elementwise, saves: "self (gelu; the generic family fuses the exporter's erf pattern into it)"},
 	"LayerNormalization":        {kind: opLayerNorm, autocast: castFP32, flops: batchNormFLOPs, saves: "input, weight, bias, mean, rstd (native_layer_norm; float32 under autocast)"},
+	"Tanh":                      {kind: opSigmoid, flops: elementwise, saves: "result (MaxViT's classifier)"},
 	"Relu":                      {kind: opSigmoid, flops: elementwise, saves: "result (relu_ in place: the modified input, the same storage)"},
 	"HardSwish":                 {kind: opSavesInput, flops: elementwise, saves: "self (hardswish_ in place: a copy of self made before the op)"},
 	"Clip":                      {kind: opSavesInput, flops: elementwise, saves: "self (hardtanh, as ReLU6 and clamp export; MobileNetV2's ReLU6(inplace=True) measured as much as out of place)"},
@@ -130,7 +133,6 @@ var opRules = map[string]opRule{
 	"Range":             {kind: opOnlyShapes, flops: free},
 	"Pow":               {kind: opOnlyShapes, flops: elementwise},
 	"LeakyRelu":         {kind: opOnlyShapes, flops: elementwise},
-	"Tanh":              {kind: opOnlyShapes, flops: elementwise},
 	"Mish":              {kind: opOnlyShapes, flops: elementwise},
 	"Neg":               {kind: opOnlyShapes, flops: elementwise},
 	"Exp":               {kind: opOnlyShapes, flops: elementwise},
@@ -185,6 +187,31 @@ func Ops() []string {
 }
 
 func free(*ir.Node, *ir.Shapes) int64 { return 0 }
+
+// einsumFLOPs is 2 per multiply-add of the one bmm: the product of every
+// label's size, summed ones included.
+func einsumFLOPs(n *ir.Node, s *ir.Shapes) int64 {
+	a, _ := n.Attr("equation")
+	ops, _, err := ir.EinsumLabels(a.Str, len(n.Inputs))
+	if err != nil {
+		return 0
+	}
+	var size [128]int64
+	for k, labels := range ops {
+		for j, l := range labels {
+			if d := s.Dims[n.Inputs[k]]; j < len(d) {
+				size[l] = max(size[l], d[j])
+			}
+		}
+	}
+	f := int64(2)
+	for _, v := range size {
+		if v > 0 {
+			f *= v
+		}
+	}
+	return f
+}
 
 func elementwise(n *ir.Node, s *ir.Shapes) int64 { return s.Elems(n.Outputs[0]) }
 

@@ -70,6 +70,9 @@ func TestOpFLOPs(t *testing.T) {
 		{node("Dropout", []ir.ValueID{7}, 7), 2 * 10},
 		{node("Flatten", []ir.ValueID{8}, 4), 0},
 		{node("Gelu", []ir.ValueID{3}, 3), outs},
+		{node("Tanh", []ir.ValueID{3}, 3), outs},
+		// One bmm: 2 per multiply-add of a [2·10] × [10·8] product.
+		{node("Einsum", []ir.ValueID{7, 5}, 4, ir.Attr{Name: "equation", Kind: ir.AttrString, Str: "bk,kj->bj"}), 2 * 2 * 10 * 8},
 		// A linear over the last dim of an N-D input (the generic family's
 		// fused MatMul + Add): x [2 6 8 8] · W [8 8]ᵀ → [2 6 8 8].
 		{node("Gemm", []ir.ValueID{3, 9, 10}, 3, ir.Attr{Name: "transB", Kind: ir.AttrInt, Int: 1}), 2*outs*8 + outs},
@@ -79,8 +82,8 @@ func TestOpFLOPs(t *testing.T) {
 			t.Errorf("%s %v: %d FLOPs, %v; want %d", tc.n.OpType, tc.n.Inputs, got, err, tc.want)
 		}
 	}
-	if _, err := FLOPs(&ir.Node{Name: "g", OpType: "Einsum"}, s); err == nil {
-		t.Error("Einsum: no error")
+	if _, err := FLOPs(&ir.Node{Name: "g", OpType: "FancyOp"}, s); err == nil {
+		t.Error("FancyOp: no error")
 	}
 	if _, err := FLOPs(&ir.Node{Name: "c", OpType: "Conv", Domain: "com.microsoft"}, s); err == nil {
 		t.Error("a Conv of another domain: no error")

@@ -278,6 +278,8 @@ func (b *builder) run(n *ir.Node, k opKind) {
 		newOut(0, Activation)
 	case opGemm:
 		b.gemm(n, lower, save)
+	case opEinsum:
+		b.einsum(n, lower)
 	case opLayerNorm:
 		// Autocast runs layer_norm in float32: a float32 copy of a half
 		// input first, in the input's layout, which it saves. The kernel
@@ -461,8 +463,11 @@ func (b *builder) run(n *ir.Node, k opKind) {
 		if y := out(0); b.data[y] && b.contig[y] {
 			for _, x := range reads {
 				if slices.Equal(s.Dims[x], s.Dims[y]) {
-					if !b.contig[x] && dense(s.Dims[x], b.str[x]) && b.vst[y] != b.vst[x] {
-						b.setLayout(y, b.str[x])
+					if !b.contig[x] && b.str[x] != nil && b.vst[y] != b.vst[x] {
+						// Dense in x's order of strides, which a
+						// strided x (a permuted slice, MaxViT's k before
+						// its scaling) decides too.
+						b.setLayout(y, denseInOrder(s.Dims[x], b.str[x]))
 					}
 					break
 				}
@@ -604,15 +609,12 @@ func (b *builder) view(n *ir.Node) {
 		b.ref(b.vst[x])
 		switch n.OpType {
 		case "Slice", "Split":
-			a := b.axisOf(n)
-			od := b.s.Dims[v]
-			whole := a < len(in) && a < len(od) && in[a] == od[a]
-			switch {
-			case b.contig[x] && (whole || sliceContiguous(in, a)):
-				b.setLayout(v, nil)
-			case whole && b.str[x] != nil:
-				b.setLayout(v, b.str[x])
-			default:
+			// A slice of step 1 keeps its input's strides (known, dense
+			// or not): contiguous when it cuts along the first dim of
+			// size above 1 or takes a whole dim.
+			if st := b.denseStrides(x); st != nil && b.unitSteps(n) {
+				b.setLayout(v, st)
+			} else {
 				b.setStrided(v)
 			}
 			continue
@@ -659,6 +661,24 @@ func (b *builder) view(n *ir.Node) {
 			b.setLayout(v, nst)
 		}
 	}
+}
+
+// unitSteps reports whether a Slice or Split node takes every element
+// along its axes (steps of 1, or none given).
+func (b *builder) unitSteps(n *ir.Node) bool {
+	if n.OpType != "Slice" || len(n.Inputs) < 5 || n.Inputs[4] == ir.NoValue {
+		return true
+	}
+	steps := b.s.Data[n.Inputs[4]]
+	if steps == nil {
+		return false
+	}
+	for _, st := range steps {
+		if st != 1 {
+			return false
+		}
+	}
+	return true
 }
 
 // needsGrad reports whether v is a value whose gradient the backward computes.

@@ -1,0 +1,85 @@
+package schedule
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// TestPlanEinsum checks how einsum reads its two operands as bmm's
+// matrices (aten's sumproduct_pair): the operands' dims in the order bmm
+// reads them, the matrices, and the output's strides; and the equations
+// that one bmm does not run.
+func TestPlanEinsum(t *testing.T) {
+	for _, tc := range []struct {
+		eq     string
+		da, db []int64
+		order  [2][]int
+		mat    [2][3]int64
+		out    []int64
+	}{
+		// MaxViT's scores and their product with v: batch B G H.
+		{"B G H I D, B G H J D -> B G H I J", []int64{2, 49, 2, 64, 32}, []int64{2, 49, 2, 64, 32},
+			[2][]int{{0, 1, 2, 3, 4}, {0, 1, 2, 4, 3}}, [2][3]int64{{196, 64, 32}, {196, 32, 64}}, []int64{49 * 2 * 64 * 64, 2 * 64 * 64, 64 * 64, 64, 1}},
+		{"B G H I J, B G H J D -> B G H I D", []int64{2, 49, 2, 64, 64}, []int64{2, 49, 2, 64, 32},
+			[2][]int{{0, 1, 2, 3, 4}, {0, 1, 2, 3, 4}}, [2][3]int64{{196, 64, 64}, {196, 64, 32}}, []int64{49 * 2 * 64 * 32, 2 * 64 * 32, 64 * 32, 32, 1}},
+		// A matrix product, implicit output; and the output transposed:
+		// a view of bmm's [1, i, k].
+		{"ij,jk", []int64{3, 4}, []int64{4, 5}, [2][]int{{0, 1}, {0, 1}}, [2][3]int64{{1, 3, 4}, {1, 4, 5}}, []int64{5, 1}},
+		{"ij,jk->ki", []int64{3, 4}, []int64{4, 5}, [2][]int{{0, 1}, {0, 1}}, [2][3]int64{{1, 3, 4}, {1, 4, 5}}, []int64{1, 5}},
+		// The right operand's dims read out of order; a broadcast batch
+		// dim of size 1 is left's own.
+		{"bij,bkj->bik", []int64{1, 3, 4}, []int64{6, 5, 4}, [2][]int{{1, 2}, {2, 0, 1}}, [2][3]int64{{1, 3, 4}, {1, 4, 30}}, []int64{5, 30, 1}},
+	} {
+		p, err := planEinsum(tc.eq, tc.da, tc.db)
+		if err != nil {
+			t.Errorf("%s: %v", tc.eq, err)
+			continue
+		}
+		if diff := cmp.Diff(tc.order, p.order); diff != "" {
+			t.Errorf("%s: order (-want +got):\n%s", tc.eq, diff)
+		}
+		if p.mat != tc.mat || !cmp.Equal(p.out, tc.out) {
+			t.Errorf("%s: matrices %v, output strides %v; want %v, %v", tc.eq, p.mat, p.out, tc.mat, tc.out)
+		}
+	}
+	for _, tc := range []struct {
+		eq     string
+		da, db []int64
+		want   string
+	}{
+		{"ii,ij->j", []int64{3, 3}, []int64{3, 4}, "label i twice in operand 0"},
+		{"ij,jk->k", []int64{3, 4}, []int64{4, 5}, "label i, summed, is in one operand only"},
+		{"ij,jk,kl->il", []int64{3, 4}, []int64{4, 5}, "3 operands for 2 inputs"},
+		{"ijk,jk->ik", []int64{3, 4}, []int64{4, 5}, "operand 0 has 2 dims"},
+	} {
+		if _, err := planEinsum(tc.eq, tc.da, tc.db); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %v, want one with %q", tc.eq, err, tc.want)
+		}
+	}
+}
+
+// TestEinsumViewable checks when an operand's matrix is a view: MaxViT's
+// q, a permuted slice of the qkv projection, is not (its strides cannot
+// merge B, G and H), nor is k·scale, dense in k's order; the softmax's
+// contiguous output is.
+func TestEinsumViewable(t *testing.T) {
+	p, err := planEinsum("B G H I D, B G H J D -> B G H I J", []int64{2, 49, 2, 64, 32}, []int64{2, 49, 2, 64, 32})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// qkv [2, 49, 64, 192] contiguous; q = qkv[..., :64] as [2, 49, 64, 2,
+	// 32], permuted (0, 1, 3, 2, 4).
+	q := []int64{49 * 64 * 192, 64 * 192, 32, 192, 1}
+	k := denseInOrder([]int64{2, 49, 2, 64, 32}, q)
+	if p.viewable(0, q) || p.viewable(1, k) || p.viewable(0, nil) {
+		t.Errorf("q (strides %v) or k·scale (%v) viewable", q, k)
+	}
+	if !p.viewable(0, rowMajor([]int64{2, 49, 2, 64, 32})) {
+		t.Error("a contiguous left operand is not viewable")
+	}
+	if got, want := k, []int64{49 * 64 * 64, 64 * 64, 32, 64, 1}; !cmp.Equal(got, want) {
+		t.Errorf("k·scale strides %v, want %v", got, want)
+	}
+}
