@@ -359,6 +359,45 @@ func TestOpRules(t *testing.T) {
 			dims: map[string][]int64{"s": {2, 49, 2, 64, 64}, "ik": {3, 5}, "at": {4, 3}, "bik": {6, 3, 5}},
 		},
 		{
+			name: "matmul batched, broadcast, vectors",
+			build: func() *model {
+				return newModel(17).input("q", Float32, "batch", 3, 49, 32).input("k", Float32, "batch", 3, 32, 49).
+					input("w", Float32, 32, 10).input("v", Float32, 32).input("u", Float32, 32).
+					node("MatMul", "s", "q,k", "s").
+					node("MatMul", "b", "q,w", "qw").
+					node("MatMul", "r", "q,v", "qv").
+					node("MatMul", "l", "u,k", "uk")
+			},
+			bind: Binding{Batch: 2},
+			dims: map[string][]int64{"s": {2, 3, 49, 49}, "qw": {2, 3, 49, 10}, "qv": {2, 3, 49}, "uk": {2, 3, 49}},
+		},
+		{
+			name: "pad all axes, some axes, zero pads",
+			build: func() *model {
+				return newModel(18).input("x", Float32, "batch", 56, 56, 96).
+					init("p", Int64, []int64{8}, 0, 0, 0, 0, 0, 1, 3, 0).
+					init("p2", Int64, []int64{4}, 0, 2, 0, 2).init("ax", Int64, []int64{2}, 1, 2).
+					node("Pad", "a", "x,p", "y").
+					node("Pad", "s", "x,p2,,ax", "z")
+			},
+			bind: Binding{Batch: 2},
+			dims: map[string][]int64{"y": {2, 57, 59, 96}, "z": {2, 56, 60, 96}},
+		},
+		{
+			// The export of F.pad reverses its pads as a [-1, 2] view:
+			// Slice of step -1 along axis 0, then Transpose.
+			name: "slice and transpose of rank 2 fold",
+			build: func() *model {
+				return newModel(17).init("p", Int64, []int64{3, 2}, 1, 2, 3, 4, 5, 6).
+					init("st", Int64, []int64{1}, -1).init("en", Int64, []int64{1}, -9223372036854775807).
+					init("ax", Int64, []int64{1}, 0).init("sp", Int64, []int64{1}, -1).
+					node("Slice", "s", "p,st,en,ax,sp", "r").
+					node("Transpose", "t", "r", "rt", onnxbuild.IntsAttr("perm", 1, 0))
+			},
+			dims: map[string][]int64{"r": {3, 2}, "rt": {2, 3}},
+			data: map[string][]int64{"r": {5, 6, 3, 4, 1, 2}, "rt": {5, 3, 1, 6, 4, 2}},
+		},
+		{
 			name: "zero binding keeps fixed dims",
 			build: func() *model {
 				return newModel(12).input("images", Float32, 1, 3, 640, 640).node("Sigmoid", "s", "images", "y")

@@ -26,6 +26,8 @@ const (
 	opWhere              // Where: the three inputs broadcast, the type of X
 	opAttention          // ScaledDotProductAttention(q, k, v), the generic family's fusion: q's dims but the last, v's last
 	opEinsum             // Einsum: the output labels' sizes (einsum.go)
+	opMatMul             // MatMul: numpy's matmul, batch dims broadcast
+	opPad                // Pad: each axis grown by its two pads
 	opBatchNorm
 	opCast
 	opConcat
@@ -58,8 +60,8 @@ var opKinds = map[string]opKind{
 	"HardSwish": opSameShape, "Mish": opSameShape, "Neg": opSameShape, "Exp": opSameShape,
 	"Log": opSameShape, "Sqrt": opSameShape, "Abs": opSameShape, "Erf": opSameShape, "Clip": opSameShape,
 	"Gelu": opSameShape, "LayerNormalization": opLayerNorm, "ScaledDotProductAttention": opAttention, "Contiguous": opSameShape,
-	"Einsum": opEinsum,
-	"Add":    opBinary, "Sub": opBinary, "Mul": opBinary, "Div": opBinary, "Pow": opBinary,
+	"Einsum": opEinsum, "MatMul": opMatMul, "Pad": opPad, "Not": opSameShape, "ScatterND": opSameShape,
+	"Add": opBinary, "Sub": opBinary, "Mul": opBinary, "Div": opBinary, "Pow": opBinary,
 	"Less": opCompare, "Greater": opCompare, "Equal": opCompare, "Mod": opBinary, "Where": opWhere,
 	"RandomUniformLike": opRandomLike, "RandomNormalLike": opRandomLike,
 	"BatchNormalization": opBatchNorm, "Cast": opCast, "Concat": opConcat, "Constant": opConstant,
@@ -128,6 +130,10 @@ func (c *inferer) node(op opKind) error {
 		c.set(0, c.dtype(0), d)
 	case opEinsum:
 		c.einsum()
+	case opMatMul:
+		c.matmul()
+	case opPad:
+		c.pad()
 	case opWhere:
 		d := c.broadcast(c.dims(0), c.dims(1))
 		if d != nil {
@@ -230,7 +236,7 @@ func (c *inferer) node(op opKind) error {
 
 // minInputs is the number of leading inputs that each op kind requires.
 var minInputs = [...]int{
-	opSameShape: 1, opBinary: 2, opCompare: 2, opRandomLike: 1, opLayerNorm: 2, opWhere: 3, opAttention: 3, opEinsum: 1, opBatchNorm: 5, opCast: 1, opConcat: 1,
+	opSameShape: 1, opBinary: 2, opCompare: 2, opRandomLike: 1, opLayerNorm: 2, opWhere: 3, opAttention: 3, opEinsum: 1, opMatMul: 2, opPad: 2, opBatchNorm: 5, opCast: 1, opConcat: 1,
 	opConstantOfShape: 1, opConv: 2, opDropout: 1, opFlatten: 1, opGemm: 2, opGlobalPool: 1, opPool: 1, opExpand: 2, opGather: 2,
 	opRange: 3, opReduceSum: 1, opReshape: 2, opResize: 1, opShape: 1,
 	opSlice: 1, opSplit: 1, opSqueeze: 1, opTranspose: 1, opUnsqueeze: 1,
@@ -392,6 +398,84 @@ func (c *inferer) broadcast(a, b []int64) []int64 {
 		}
 	}
 	return d
+}
+
+// matmul is numpy's matmul: [..., n, k] @ [..., k, m] is [..., n, m], the
+// batch dims broadcast; a 1-D operand is a row (left) or a column (right)
+// vector whose dim the output drops.
+func (c *inferer) matmul() {
+	a, b := c.dims(0), c.dims(1)
+	if len(a) == 0 || len(b) == 0 {
+		c.fail("MatMul of a scalar (dims %v and %v)", a, b)
+		return
+	}
+	a1, b1 := len(a) == 1, len(b) == 1
+	if a1 {
+		a = []int64{1, a[0]}
+	}
+	if b1 {
+		b = []int64{b[0], 1}
+	}
+	n, k, k2, m := a[len(a)-2], a[len(a)-1], b[len(b)-2], b[len(b)-1]
+	if k != k2 {
+		c.fail("MatMul of dims %v and %v: inner dims %d and %d differ", c.dims(0), c.dims(1), k, k2)
+		return
+	}
+	batch := c.broadcast(a[:len(a)-2], b[:len(b)-2])
+	if c.err != nil {
+		return
+	}
+	d := c.alloc(len(batch) + 2)
+	copy(d, batch)
+	d[len(batch)], d[len(batch)+1] = n, m
+	switch {
+	case a1 && b1:
+		d = d[:len(d)-2]
+	case a1:
+		d = append(d[:len(d)-2], m)
+	case b1:
+		d = d[:len(d)-1]
+	}
+	c.set(0, c.dtype(0), d)
+}
+
+// pad grows each axis of the input by its pads (input 1, [begins...,
+// ends...], of the axes listed in input 3 or of all): negative pads crop.
+func (c *inferer) pad() {
+	x := c.dims(0)
+	pads, ok := c.ints(1)
+	if !ok {
+		c.fail("the pads (input 1) are not known: %s", c.unknown(1))
+		return
+	}
+	axes := make([]int64, len(x))
+	for i := range axes {
+		axes[i] = int64(i)
+	}
+	if c.in(3) != NoValue {
+		if axes, ok = c.ints(3); !ok {
+			c.fail("the axes (input 3) are not known: %s", c.unknown(3))
+			return
+		}
+	}
+	if len(pads) != 2*len(axes) {
+		c.fail("%d pads for %d axes: want two an axis", len(pads), len(axes))
+		return
+	}
+	d := c.alloc(len(x))
+	copy(d, x)
+	for j, a := range axes {
+		i := c.axis(a, len(x))
+		if c.err != nil {
+			return
+		}
+		d[i] += pads[j] + pads[j+len(axes)]
+		if d[i] < 0 {
+			c.fail("axis %d of size %d padded by %d and %d", i, x[i], pads[j], pads[j+len(axes)])
+			return
+		}
+	}
+	c.set(0, c.dtype(0), d)
 }
 
 // cast changes the dtype and converts folded contents.
@@ -693,6 +777,38 @@ func (c *inferer) transpose() {
 		}
 	}
 	c.set(0, c.dtype(0), d)
+	// Small integer contents fold: output dim i is input dim src[i].
+	if data := c.s.Data[c.in(0)]; data != nil && !isFloat(c.dtype(0)) && c.err == nil && int64(len(data)) == product(x) {
+		src := make([]int, len(x))
+		for i := range src {
+			src[i] = len(x) - 1 - i
+			if perm != nil {
+				src[i] = c.axis(perm[i], len(x))
+			}
+		}
+		strides := make([]int64, len(x)) // of the input, row-major
+		acc := int64(1)
+		for i := len(x) - 1; i >= 0; i-- {
+			strides[i] = acc
+			acc *= x[i]
+		}
+		out := make([]int64, 0, len(data))
+		idx := make([]int64, len(d))
+		for range len(data) {
+			flat := int64(0)
+			for i := range d {
+				flat += idx[i] * strides[src[i]]
+			}
+			out = append(out, data[flat])
+			for i := len(d) - 1; i >= 0; i-- {
+				if idx[i]++; idx[i] < d[i] {
+					break
+				}
+				idx[i] = 0
+			}
+		}
+		c.setData(0, out, nil)
+	}
 }
 
 // ShapeOps lists the default-domain ONNX ops that Infer has shape rules for,

@@ -364,7 +364,11 @@ func (c *inferer) slice() {
 	}
 	d := c.alloc(len(x))
 	copy(d, x)
-	var first, step int64 = 0, 1 // of a rank-1 input, for folding
+	first := make([]int64, len(x)) // by axis, for folding
+	step := make([]int64, len(x))
+	for i := range step {
+		step[i] = 1
+	}
 	for j := range starts {
 		i := j
 		if axes != nil {
@@ -381,17 +385,38 @@ func (c *inferer) slice() {
 			c.fail("step is zero")
 			return
 		}
-		d[i], first = sliceLen(starts[j], ends[j], s, x[i])
-		step = s
+		d[i], first[i] = sliceLen(starts[j], ends[j], s, x[i])
+		step[i] = s
 	}
 	c.set(0, c.dtype(0), d)
-	if data := c.s.Data[c.in(0)]; len(x) == 1 && data != nil && !isFloat(c.dtype(0)) && c.err == nil {
-		out := make([]int64, d[0])
-		for k := range out {
-			out[k] = data[first+int64(k)*step]
-		}
-		c.setData(0, out, nil)
+	// Small integer contents of any rank fold (the pads that an export of
+	// F.pad reverses with a Slice of step -1 on a [-1, 2] view).
+	if data := c.s.Data[c.in(0)]; data != nil && !isFloat(c.dtype(0)) && c.err == nil && int64(len(data)) == product(x) {
+		c.setData(0, gatherStrided(data, x, d, func(i int, k int64) int64 { return first[i] + k*step[i] }), nil)
 	}
+}
+
+// gatherStrided returns the elements of a row-major tensor of dims in at the
+// output positions of dims out: output index k along axis i reads input
+// index at(i, k) along it.
+func gatherStrided(data, in, out []int64, at func(i int, k int64) int64) []int64 {
+	n := product(out)
+	res := make([]int64, 0, n)
+	idx := make([]int64, len(out))
+	for range n {
+		flat := int64(0)
+		for i := range out {
+			flat = flat*in[i] + at(i, idx[i])
+		}
+		res = append(res, data[flat])
+		for i := len(out) - 1; i >= 0; i-- {
+			if idx[i]++; idx[i] < out[i] {
+				break
+			}
+			idx[i] = 0
+		}
+	}
+	return res
 }
 
 // sliceLen returns the number of elements that Slice takes from a dim of size n,

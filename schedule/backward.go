@@ -346,7 +346,7 @@ func (b *builder) back(n *ir.Node, k opKind, outs []ir.ValueID) {
 		freeCopy(c)
 	case opSiLU:
 		fresh(b.siluIn[n.ID])
-	case opSigmoid, opSoftmax, opSavesInput, opGlobalAvgPool:
+	case opSigmoid, opSoftmax, opSavesInput, opGlobalAvgPool, opPad:
 		// threshold_backward, hardswish_backward, hardtanh_backward, mean's expand / numel: a
 		// new gradient of the input.
 		fresh(n.Inputs[0])

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/onnxmem/onnxmem/ir"
 )
 
 // TestPlanEinsum checks how einsum reads its two operands as bmm's
@@ -81,5 +82,22 @@ func TestEinsumViewable(t *testing.T) {
 	}
 	if got, want := k, []int64{49 * 64 * 64, 64 * 64, 32, 64, 1}; !cmp.Equal(got, want) {
 		t.Errorf("k·scale strides %v, want %v", got, want)
+	}
+}
+
+// TestMatMulEquation checks the einsum that a MatMul of two activations
+// runs as, and the MatMuls onnxmem does not simulate.
+func TestMatMulEquation(t *testing.T) {
+	s := &ir.Shapes{Dims: [][]int64{{2, 3, 49, 32}, {2, 3, 32, 49}, {49, 32}, {1, 3, 32, 49}}}
+	mm := func(a, b ir.ValueID) *ir.Node {
+		return &ir.Node{Name: "/attn/MatMul", OpType: "MatMul", Inputs: []ir.ValueID{a, b}, Outputs: []ir.ValueID{0}}
+	}
+	if eq, err := equationOf(mm(0, 1), s); err != nil || eq != "ABxy,AByz->ABxz" {
+		t.Errorf("4-D MatMul: %q, %v", eq, err)
+	}
+	for _, n := range []*ir.Node{mm(2, 2), mm(0, 3)} {
+		if _, err := equationOf(n, s); err == nil || !strings.Contains(err.Error(), "the same batch dims") {
+			t.Errorf("MatMul of %v and %v: error %v", s.Dims[n.Inputs[0]], s.Dims[n.Inputs[1]], err)
+		}
 	}
 }

@@ -242,10 +242,13 @@ func (f *Flow) opOf(n *ir.Node) (opKind, error) {
 		return 0, fmt.Errorf("schedule: node %s: Gemm of an activation A and a model weight B (a linear layer) has a memory rule, other Gemms do not: open an issue with the graph to add it", n.Name)
 	case r.kind == opEinsum:
 		if len(n.Inputs) != 2 || !f.data[n.Inputs[0]] || !f.data[n.Inputs[1]] || f.param[n.Inputs[0]] || f.param[n.Inputs[1]] {
-			return 0, fmt.Errorf("schedule: node %s: Einsum of two activations has a memory rule, other Einsums (of %d inputs, or of a weight) do not: open an issue with the graph to add it", n.Name, len(n.Inputs))
+			return 0, fmt.Errorf("schedule: node %s: %s of two activations has a memory rule, other %ss (of %d inputs, or of a weight) do not: open an issue with the graph to add it", n.Name, n.OpType, n.OpType, len(n.Inputs))
 		}
-		a, _ := n.Attr("equation")
-		if _, err := planEinsum(a.Str, f.shapes.Dims[n.Inputs[0]], f.shapes.Dims[n.Inputs[1]]); err != nil {
+		eq, err := equationOf(n, f.shapes)
+		if err == nil {
+			_, err = planEinsum(eq, f.shapes.Dims[n.Inputs[0]], f.shapes.Dims[n.Inputs[1]])
+		}
+		if err != nil {
 			return 0, fmt.Errorf("schedule: node %s: %w", n.Name, err)
 		}
 	case r.kind == opBatchNorm && !isTrainingBN(n):

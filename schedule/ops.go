@@ -37,7 +37,8 @@ const (
 	opSelect                      // select (a Gather of one index): a view; its backward a gradient of the whole input
 	opAttention                   // scaled_dot_product_attention, fused: saves q, k, v, the output and the logsumexp
 	opContiguous                  // x.contiguous(): the same tensor, or a contiguous copy of a strided one
-	opEinsum                      // einsum of two operands: one bmm, which saves its two matrices (einsum.go)
+	opEinsum                      // einsum and matmul of two activations: one bmm, which saves its two matrices (einsum.go)
+	opPad                         // constant_pad_nd: a new tensor (a clone when no pad is positive); saves only sizes
 )
 
 // castClass is how torch.autocast treats an op (aten/src/ATen/autocast_mode.cpp
@@ -83,6 +84,8 @@ var opRules = map[string]opRule{
 	"Sigmoid":                   {kind: opSigmoid, flops: elementwise, saves: "result"},
 	"ScaledDotProductAttention": {kind: opAttention, autocast: castLower, flops: attentionFLOPs, saves: "query, key, value, output, logsumexp (the flash kernel under autocast, memory-efficient attention in float32)"},
 	"Einsum":                    {kind: opEinsum, autocast: castLower, flops: einsumFLOPs, saves: "the two matrices bmm multiplies: each operand permuted and reshaped, a copy where no view has those dims (sumproduct_pair)"},
+	"MatMul":                    {kind: opEinsum, autocast: castLower, flops: matmulFLOPs, saves: "the two matrices bmm multiplies: each operand expanded and reshaped, a copy where no view has those dims (matmul of two activations; a linear's MatMul is a Gemm)"},
+	"Pad":                       {kind: opPad, flops: free, saves: "nothing (the pads): F.pad, constant_pad_nd, whose backward pads the gradient back (a new tensor)"},
 	"Gelu":                      {kind: opSavesInput, flops: elementwise, saves: "self (gelu; the generic family fuses the exporter's erf pattern into it)"},
 	"LayerNormalization":        {kind: opLayerNorm, autocast: castFP32, flops: batchNormFLOPs, saves: "input, weight, bias, mean, rstd (native_layer_norm; float32 under autocast)"},
 	"Tanh":                      {kind: opSigmoid, flops: elementwise, saves: "result (MaxViT's classifier)"},
@@ -125,6 +128,8 @@ var opRules = map[string]opRule{
 	// eager PyTorch draws in place into one tensor (run.go, opMul).
 	"Less":              {kind: opOnlyShapes, flops: free},
 	"Mod":               {kind: opOnlyShapes, flops: free},
+	"Not":               {kind: opOnlyShapes, flops: elementwise},
+	"ScatterND":         {kind: opOnlyShapes, flops: free},
 	"Where":             {kind: opOnlyShapes, flops: free},
 	"Greater":           {kind: opOnlyShapes, flops: free},
 	"Equal":             {kind: opOnlyShapes, flops: free},
@@ -188,11 +193,18 @@ func Ops() []string {
 
 func free(*ir.Node, *ir.Shapes) int64 { return 0 }
 
+// matmulFLOPs is 2 per multiply-add: 2·batch·n·k·m, as einsum counts the
+// product it is.
+func matmulFLOPs(n *ir.Node, s *ir.Shapes) int64 { return einsumFLOPs(n, s) }
+
 // einsumFLOPs is 2 per multiply-add of the one bmm: the product of every
 // label's size, summed ones included.
 func einsumFLOPs(n *ir.Node, s *ir.Shapes) int64 {
-	a, _ := n.Attr("equation")
-	ops, _, err := ir.EinsumLabels(a.Str, len(n.Inputs))
+	eq, err := equationOf(n, s)
+	if err != nil {
+		return 0
+	}
+	ops, _, err := ir.EinsumLabels(eq, len(n.Inputs))
 	if err != nil {
 		return 0
 	}

@@ -273,8 +273,10 @@ func (b *builder) run(n *ir.Node, k opKind) {
 		// then the output.
 		b.own(i, b.alloc(s.Elems(x), Mask, ir.NoValue))
 		newOut(0, Activation)
-	case opGlobalAvgPool:
-		// adaptive_avg_pool2d to 1×1 runs as x.mean((-1, -2), keepdim=True).
+	case opGlobalAvgPool, opPad:
+		// adaptive_avg_pool2d to 1×1 runs as x.mean((-1, -2), keepdim=True);
+		// constant_pad_nd writes a new tensor, a clone of the input when
+		// no pad is positive (Swin's windows at 224).
 		newOut(0, Activation)
 	case opGemm:
 		b.gemm(n, lower, save)
