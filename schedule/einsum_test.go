@@ -1,6 +1,8 @@
 package schedule
 
 import (
+	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -99,5 +101,77 @@ func TestMatMulEquation(t *testing.T) {
 		if _, err := equationOf(n, s); err == nil || !strings.Contains(err.Error(), "the same batch dims") {
 			t.Errorf("MatMul of %v and %v: error %v", s.Dims[n.Inputs[0]], s.Dims[n.Inputs[1]], err)
 		}
+	}
+}
+
+// TestPlanEinsumRandom checks the plans of seeded random equations of two
+// operands against what any bmm plan must be: each operand's dims of size
+// above 1 read once, its matrix holding all its elements, the two matrices
+// agreeing on the batch and the summed size, and the output a dense view
+// of bmm's result.
+func TestPlanEinsumRandom(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 11))
+	planned := 0
+	for range 5000 {
+		size := map[byte]int64{}
+		term := func() ([]byte, []int64) {
+			var ls []byte
+			var d []int64
+			for range rng.IntN(4) + 1 {
+				l := byte('a' + rng.IntN(6))
+				if slices.Contains(ls, l) && rng.IntN(2) == 0 {
+					continue
+				}
+				if _, ok := size[l]; !ok {
+					size[l] = int64(rng.IntN(4) + 1)
+				}
+				ls, d = append(ls, l), append(d, size[l])
+			}
+			return ls, d
+		}
+		la, da := term()
+		lb, db := term()
+		var out []byte
+		for _, l := range append(append([]byte(nil), la...), lb...) {
+			if !slices.Contains(out, l) && rng.IntN(2) == 0 {
+				out = append(out, l)
+			}
+		}
+		eq := string(la) + "," + string(lb) + "->" + string(out)
+		p, err := planEinsum(eq, da, db)
+		if err != nil {
+			continue
+		}
+		planned++
+		for k, d := range [][]int64{da, db} {
+			var want []int
+			elems := int64(1)
+			for j, n := range d {
+				if n != 1 {
+					want = append(want, j)
+					elems *= n
+				}
+			}
+			got := slices.Sorted(slices.Values(p.order[k]))
+			if !slices.Equal(got, want) {
+				t.Fatalf("%s %v %v: operand %d reads dims %v, want each of %v once", eq, da, db, k, p.order[k], want)
+			}
+			if m := p.mat[k]; m[0]*m[1]*m[2] != elems {
+				t.Fatalf("%s %v %v: operand %d's matrix %v, %d elements", eq, da, db, k, m, elems)
+			}
+		}
+		if p.mat[0][0] != p.mat[1][0] || p.mat[0][2] != p.mat[1][1] {
+			t.Fatalf("%s %v %v: matrices %v and %v do not multiply", eq, da, db, p.mat[0], p.mat[1])
+		}
+		od := make([]int64, len(out))
+		for i, l := range out {
+			od[i] = size[l]
+		}
+		if len(od) > 0 && !dense(od, p.out) {
+			t.Fatalf("%s %v %v: output strides %v of dims %v are not dense", eq, da, db, p.out, od)
+		}
+	}
+	if planned < 800 {
+		t.Errorf("%d of 5000 random equations planned: the generator makes too few that one bmm runs", planned)
 	}
 }
