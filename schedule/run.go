@@ -67,6 +67,31 @@ func (b *builder) paramBehind(v ir.ValueID) ir.ValueID {
 	return ir.NoValue
 }
 
+// gatheredParam returns the parameter that value v is gathered from, then
+// reshaped or permuted (Swin's and MaxViT's relative position bias, an
+// index into its float32 table), or ir.NoValue.
+func (b *builder) gatheredParam(v ir.ValueID) ir.ValueID {
+	for range 8 {
+		p := b.g.Values[v].Producer
+		if p < 0 || b.data[v] {
+			return ir.NoValue
+		}
+		n := &b.g.Nodes[p]
+		switch n.OpType {
+		case "Gather":
+			if b.param[n.Inputs[0]] {
+				return n.Inputs[0]
+			}
+			return ir.NoValue
+		case "Reshape", "Transpose", "Unsqueeze", "Squeeze", "Identity", "Flatten":
+			v = n.Inputs[0]
+		default:
+			return ir.NoValue
+		}
+	}
+	return ir.NoValue
+}
+
 // run emits the forward of one eager op: its allocations in the order the
 // kernels make them, the frees of scratch buffers, and the references that
 // autograd's saved tensors take.
@@ -105,6 +130,9 @@ func (b *builder) run(n *ir.Node, k opKind) {
 		// autocast); the operands listed in reads are only activations.
 		for _, v := range n.Inputs {
 			if p := b.paramBehind(v); p != ir.NoValue && wide != ir.Undefined && b.dt[p].Size() > wide.Size() {
+				wide = b.dt[p]
+			}
+			if p := b.gatheredParam(v); p != ir.NoValue && wide != ir.Undefined && b.dt[p].Size() > wide.Size() {
 				wide = b.dt[p]
 			}
 		}
