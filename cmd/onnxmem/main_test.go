@@ -204,6 +204,18 @@ func TestDefaultModel(t *testing.T) {
 	}
 }
 
+// TestReportScriptDefault checks that the report calls AMP train_dual.py's
+// default for a YOLOv9 model only: a torchvision export's training script
+// is not known.
+func TestReportScriptDefault(t *testing.T) {
+	const note = "train_dual.py's default"
+	_, yolo, _ := runCmd(t, "", "report", "-batches", "1", "-batch", "1", "yolov9-t")
+	_, tv, stderr := runCmd(t, "", "report", "-img", "224", "-batches", "1", "-batch", "1", sharedFile(t, "torchvision/resnet18-train.onnx"))
+	if strings.Count(yolo, note) != 2 || strings.Contains(tv, note) || stderr != "" {
+		t.Errorf("the note %q: %d times in yolov9-t's report, %d in resnet18's (want 2 and 0); stderr %q", note, strings.Count(yolo, note), strings.Count(tv, note), stderr)
+	}
+}
+
 // TestBuiltinNames checks that every command takes a built-in name where it
 // takes a file, that a file of that name wins, and that an unknown name says
 // what is known.

@@ -74,7 +74,7 @@ func cmdReport(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(stderr, err)
 	}
-	rep := &report{Model: m.Name, Path: path, Default: isDefault,
+	rep := &report{Model: m.Name, Path: path, Family: m.Family, Default: isDefault,
 		Settings: settings, DetailSetting: detail, Devices: cards()}
 	if err := rep.simulate(m, *img, *batches, *batch, stderr, *verbose); err != nil {
 		return fail(stderr, err)
@@ -119,7 +119,8 @@ func (rep *report) writeCSV(w io.Writer) error {
 
 type report struct {
 	Model, Path string
-	Default     bool // Path is the default model
+	Family      string // the model's family, which names the training script's default
+	Default     bool   // Path is the default model
 	Settings    []setting
 	Devices     []onnxmem.Device
 	// Results[s][b] is setting s at the b-th batch size; MaxBatch[s][c] the
@@ -131,6 +132,16 @@ type report struct {
 	// settings. Detail is its result at the batch size explained.
 	DetailSetting setting
 	Detail        *onnxmem.Result
+}
+
+// ampDefault returns the note that AMP is train_dual.py's default, for a
+// YOLOv9 model, or "" for a model of another family, whose training script
+// onnxmem does not know.
+func (rep *report) ampDefault() string {
+	if rep.Family != "yolov9" {
+		return ""
+	}
+	return "train_dual.py's default"
 }
 
 // simulate fills the report's results: the peaks, then the largest batches,
@@ -214,8 +225,12 @@ func (rep *report) print(w io.Writer) error {
 	} else {
 		fmt.Fprintf(w, "step   model step: forward, loss sum(o.sum()), backward; image %dx%d\n", d.Scenario.Height, d.Scenario.Width)
 	}
-	fmt.Fprint(w, "       fp32: float32 throughout; amp: torch.autocast float16, train_dual.py's default;\n"+
-		"       kN: checkpoint_sequential with N segments (the first N-1 are checkpointed)\n\n")
+	amp := "torch.autocast float16"
+	if note := rep.ampDefault(); note != "" {
+		amp += ", " + note
+	}
+	fmt.Fprintf(w, "       fp32: float32 throughout; amp: %s;\n"+
+		"       kN: checkpoint_sequential with N segments (the first N-1 are checkpointed)\n\n", amp)
 
 	fmt.Fprintln(w, "peak GiB:")
 	tw := newTable(w)
@@ -257,7 +272,11 @@ func (rep *report) print(w io.Writer) error {
 		"runs out of memory), batch sizes up to %d. Usable is the total less the CUDA\n"+
 		"context, %s: see onnxmem devices.\n\n", maxBatchLimit, contextNote(rep.Devices))
 
-	fmt.Fprintf(w, "where the peak is at batch %d, %s (train_dual.py's default):\n", d.Scenario.Batch, rep.DetailSetting)
+	detail := rep.DetailSetting.String()
+	if note := rep.ampDefault(); note != "" {
+		detail += " (" + note + ")"
+	}
+	fmt.Fprintf(w, "where the peak is at batch %d, %s:\n", d.Scenario.Batch, detail)
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "  phase\t%s (event %d of %d)\n", orDash(d.PeakPhase), d.PeakEvent, d.Events)
 	fmt.Fprintf(tw, "  node\t%s\n", orDash(d.PeakNode))
