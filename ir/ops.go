@@ -1,8 +1,8 @@
 // The op kinds, the dispatch of shape rules, and the rules of the elementwise
 // and network ops: the same-shape unary ops, broadcasting arithmetic, Cast,
-// Conv, Gemm, Dropout, the pools, BatchNormalization, ReduceSum, Resize and
-// Transpose. The
-// rules of the ops that rearrange tensors or compute shapes are in shapeops.go.
+// Conv, Gemm, MatMul, Dropout, the pools, BatchNormalization, ReduceSum,
+// Resize, Pad and Transpose. Einsum's is in einsum.go; the rules of the ops
+// that rearrange tensors or compute shapes are in shapeops.go.
 
 package ir
 
