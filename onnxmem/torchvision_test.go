@@ -372,7 +372,7 @@ func TestTorchvisionFreshSteps(t *testing.T) {
 // README.md §13, §14) and channels-last cuDNN workspaces measured 80 and
 // 26, medians 0.00% and 0.00%, worst 23% (AlexNet, its process's history)
 // and 4.0%. maxvit_t's float32 steps follow within 0.56%, its AMP ones
-// read 1.5–5.8% low from batch 2 on (the requested peaks agree within
+// read 1.2–5.9% low from batch 2 on (the requested peaks agree within
 // 0.01%: the AMP step's order of transients is not quite eager's), and at
 // batch 1, after batch 128 in float32, 27% low: its process's history.
 // The rest is mostly the measuring process's history (§10, §11).
