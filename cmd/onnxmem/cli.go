@@ -539,6 +539,11 @@ func (r *rangesValue) Set(v string) error {
 	return nil
 }
 
+// maxLayer bounds the layer numbers -checkpoint takes, far beyond any
+// model's (a model's own count is checked when it is simulated), so that
+// a range's end stays an int.
+const maxLayer = 1 << 30
+
 // parseRanges reads "0-5,9-12": ranges of layers, inclusive, in order and
 // disjoint.
 func parseRanges(v string) ([]onnxmem.Range, error) {
@@ -554,6 +559,9 @@ func parseRanges(v string) ([]onnxmem.Range, error) {
 			if to, err = strconv.Atoi(b); err != nil || to < from {
 				return nil, fmt.Errorf("range %q: want FIRST-LAST with LAST not below FIRST", part)
 			}
+		}
+		if to >= maxLayer {
+			return nil, fmt.Errorf("range %q: layer %d is beyond any model (at most %d)", part, to, maxLayer-1)
 		}
 		if n := len(out); n > 0 && from < out[n-1].To {
 			return nil, fmt.Errorf("range %q overlaps or comes before the one before it: give ranges in order", part)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -42,6 +43,29 @@ func FuzzPredictLine(f *testing.F) {
 		// guarded turns a panic into an error line; the fuzzer wants none.
 		if hasE && strings.Contains(string(obj["error"]), "internal error") {
 			t.Fatalf("%s: a panic: %s", line, obj["error"])
+		}
+	})
+}
+
+// FuzzParseRanges reads -checkpoint's ranges: an error, or ranges in order,
+// disjoint and not empty, that rangesFlag writes back to the same ranges.
+func FuzzParseRanges(f *testing.F) {
+	for _, s := range []string{"0-5,9-12", "3", "5-1", "1,1", "0-9223372036854775807", "-1", " 2 - 3 ,7"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		rs, err := parseRanges(s)
+		if err != nil {
+			return
+		}
+		for i, r := range rs {
+			if r.From < 0 || r.To <= r.From || (i > 0 && r.From < rs[i-1].To) {
+				t.Fatalf("%q: ranges %v", s, rs)
+			}
+		}
+		back, err := parseRanges(rangesFlag(rs))
+		if err != nil || !slices.Equal(back, rs) {
+			t.Fatalf("%q: %v written %q read back as %v, %v", s, rs, rangesFlag(rs), back, err)
 		}
 	})
 }
