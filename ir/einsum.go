@@ -9,9 +9,9 @@ import (
 // Einsum's equation, as ONNX and torch.einsum write it.
 //
 // Worked example, MaxViT's attention scores: "B G H I D, B G H J D -> B G
-// H I J" on q of dims [2, 49, 2, 64, 32] and k of the same dims labels
-// them B=2, G=49, H=2, I=64, D=32 and J=64; the output is [2, 49, 2, 64,
-// 64], and D, which the output lacks, is summed. Without "->" the output
+// H I J" on q of dims [2, 64, 2, 49, 32] and k of the same dims labels
+// them B=2, G=64, H=2, I=49, D=32 and J=49; the output is [2, 64, 2, 49,
+// 49], and D, which the output lacks, is summed. Without "->" the output
 // is the labels that appear once, in the order of their letters, upper
 // case first ("ij,jk" is "ik"), as numpy and torch.einsum order them.
 

@@ -14,16 +14,16 @@ import (
 // can address copies the operand (reshape's clone), and bmm saves its two
 // matrices for the backward: the copies, or the operands themselves.
 //
-// Worked example, MaxViT's attention scores "B G H I D, B G H J D -> B G
-// H I J" at batch 2 (G = 49 windows, H = 2 heads, I = J = 64 positions,
-// D = 32): the labels in both operands and the output, B G H, are the
-// batch (lro, 196 matrices); I is left's own (lo), J right's (ro), D is
-// summed. q, a head-split slice of the qkv projection, permuted, is read as
-// [196, 64, 32]: its strides cannot merge B, G and H, so it is copied;
-// so is k·scale, which TensorIterator laid out in k's order. bmm writes
-// [196, 64, 64] and saves both copies; its backward makes q's gradient
-// [196, 64, 32] and k's [196, 32, 64], each in the operand's permuted
-// order.
+// Worked example, MaxViT's first attention scores "B G H I D, B G H J D
+// -> B G H I J" at batch 2 (G = 64 windows of I = J = 49 positions, H = 2
+// heads of D = 32): the labels in both operands and the output, B G H, are
+// the batch (lro, 256 matrices); I is left's own (lo), J right's (ro), D
+// is summed. q, a head-split slice of the qkv projection, permuted, is
+// read as [256, 49, 32]: its strides cannot merge B, G and H, so it is
+// copied; so is k·scale, which TensorIterator laid out in k's order. bmm
+// writes [256, 49, 49] and saves both copies; its backward makes q's
+// gradient [256, 49, 32] and k's [256, 32, 49], each in the operand's
+// permuted order.
 
 // einsumPlan is how einsum runs one node: the operands' dims in the order
 // bmm reads them and the matrices' dims, and the output's strides.

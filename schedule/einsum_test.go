@@ -22,11 +22,12 @@ func TestPlanEinsum(t *testing.T) {
 		mat    [2][3]int64
 		out    []int64
 	}{
-		// MaxViT's scores and their product with v: batch B G H.
-		{"B G H I D, B G H J D -> B G H I J", []int64{2, 49, 2, 64, 32}, []int64{2, 49, 2, 64, 32},
-			[2][]int{{0, 1, 2, 3, 4}, {0, 1, 2, 4, 3}}, [2][3]int64{{196, 64, 32}, {196, 32, 64}}, []int64{49 * 2 * 64 * 64, 2 * 64 * 64, 64 * 64, 64, 1}},
-		{"B G H I J, B G H J D -> B G H I D", []int64{2, 49, 2, 64, 64}, []int64{2, 49, 2, 64, 32},
-			[2][]int{{0, 1, 2, 3, 4}, {0, 1, 2, 3, 4}}, [2][3]int64{{196, 64, 64}, {196, 64, 32}}, []int64{49 * 2 * 64 * 32, 2 * 64 * 32, 64 * 32, 32, 1}},
+		// MaxViT's scores and their product with v at batch 2 (64 windows
+		// of 49 positions, 2 heads of 32): batch B G H.
+		{"B G H I D, B G H J D -> B G H I J", []int64{2, 64, 2, 49, 32}, []int64{2, 64, 2, 49, 32},
+			[2][]int{{0, 1, 2, 3, 4}, {0, 1, 2, 4, 3}}, [2][3]int64{{256, 49, 32}, {256, 32, 49}}, []int64{64 * 2 * 49 * 49, 2 * 49 * 49, 49 * 49, 49, 1}},
+		{"B G H I J, B G H J D -> B G H I D", []int64{2, 64, 2, 49, 49}, []int64{2, 64, 2, 49, 32},
+			[2][]int{{0, 1, 2, 3, 4}, {0, 1, 2, 3, 4}}, [2][3]int64{{256, 49, 49}, {256, 49, 32}}, []int64{64 * 2 * 49 * 32, 2 * 49 * 32, 49 * 32, 32, 1}},
 		// A matrix product, implicit output; and the output transposed:
 		// a view of bmm's [1, i, k].
 		{"ij,jk", []int64{3, 4}, []int64{4, 5}, [2][]int{{0, 1}, {0, 1}}, [2][3]int64{{1, 3, 4}, {1, 4, 5}}, []int64{5, 1}},
@@ -68,21 +69,21 @@ func TestPlanEinsum(t *testing.T) {
 // merge B, G and H), nor is k·scale, dense in k's order; the softmax's
 // contiguous output is.
 func TestEinsumViewable(t *testing.T) {
-	p, err := planEinsum("B G H I D, B G H J D -> B G H I J", []int64{2, 49, 2, 64, 32}, []int64{2, 49, 2, 64, 32})
+	p, err := planEinsum("B G H I D, B G H J D -> B G H I J", []int64{2, 64, 2, 49, 32}, []int64{2, 64, 2, 49, 32})
 	if err != nil {
 		t.Fatal(err)
 	}
-	// qkv [2, 49, 64, 192] contiguous; q = qkv[..., :64] as [2, 49, 64, 2,
+	// qkv [2, 64, 49, 192] contiguous; q = qkv[..., :64] as [2, 64, 49, 2,
 	// 32], permuted (0, 1, 3, 2, 4).
-	q := []int64{49 * 64 * 192, 64 * 192, 32, 192, 1}
-	k := denseInOrder([]int64{2, 49, 2, 64, 32}, q)
+	q := []int64{64 * 49 * 192, 49 * 192, 32, 192, 1}
+	k := denseInOrder([]int64{2, 64, 2, 49, 32}, q)
 	if p.viewable(0, q) || p.viewable(1, k) || p.viewable(0, nil) {
 		t.Errorf("q (strides %v) or k·scale (%v) viewable", q, k)
 	}
-	if !p.viewable(0, rowMajor([]int64{2, 49, 2, 64, 32})) {
+	if !p.viewable(0, rowMajor([]int64{2, 64, 2, 49, 32})) {
 		t.Error("a contiguous left operand is not viewable")
 	}
-	if got, want := k, []int64{49 * 64 * 64, 64 * 64, 32, 64, 1}; !cmp.Equal(got, want) {
+	if got, want := k, []int64{64 * 49 * 64, 49 * 64, 32, 64, 1}; !cmp.Equal(got, want) {
 		t.Errorf("k·scale strides %v, want %v", got, want)
 	}
 }
