@@ -44,7 +44,7 @@ func cmdKnobs(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(stderr, err)
 	}
-	t := knobTable{Model: m.Name, Batch: *batch, Img: *img, Limit: c, Knobs: ks}
+	t := knobTable{Model: m.Name, Family: m.Family, Batch: *batch, Img: *img, Limit: c, Knobs: ks}
 	switch {
 	case *asCSV:
 		err = writeCSV(stdout, t.json().Rows)
@@ -86,6 +86,7 @@ func knobs(m *onnxmem.Model, settings []setting, batch, img int64, lim fitCriter
 // that savings are measured against.
 type knobTable struct {
 	Model      string
+	Family     string // the model's family, which names the training script's default
 	Batch, Img int64
 	Limit      fitCriterion
 	Knobs      []knob
@@ -134,9 +135,9 @@ fits       the step runs to its end under %s, the caching allocator's limit,
 recompute  the FLOPs of the checkpointed layers' forward, which the backward
            runs again, against the step's forward and backward; an upper bound:
            PyTorch stops the rerun after the last op that saves a tensor
-amp        torch.autocast float16, train_dual.py's default; half: model.half()
+amp        torch.autocast float16%s; half: model.half()
 segments   N: checkpoint_sequential with N segments, the first N-1 checkpointed
-`, t.Limit.limitText())
+`, t.Limit.limitText(), scriptDefault(t.Family, ", "))
 	return err
 }
 

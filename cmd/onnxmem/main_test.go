@@ -204,15 +204,25 @@ func TestDefaultModel(t *testing.T) {
 	}
 }
 
-// TestReportScriptDefault checks that the report calls AMP train_dual.py's
+// TestScriptDefault checks that report and knobs call AMP train_dual.py's
 // default for a YOLOv9 model only: a torchvision export's training script
 // is not known.
-func TestReportScriptDefault(t *testing.T) {
+func TestScriptDefault(t *testing.T) {
 	const note = "train_dual.py's default"
-	_, yolo, _ := runCmd(t, "", "report", "-batches", "1", "-batch", "1", "yolov9-t")
-	_, tv, stderr := runCmd(t, "", "report", "-img", "224", "-batches", "1", "-batch", "1", sharedFile(t, "torchvision/resnet18-train.onnx"))
-	if strings.Count(yolo, note) != 2 || strings.Contains(tv, note) || stderr != "" {
-		t.Errorf("the note %q: %d times in yolov9-t's report, %d in resnet18's (want 2 and 0); stderr %q", note, strings.Count(yolo, note), strings.Count(tv, note), stderr)
+	rn18 := sharedFile(t, "torchvision/resnet18-train.onnx")
+	for _, c := range []struct {
+		args []string
+		want int
+	}{
+		{[]string{"report", "-batches", "1", "-batch", "1", "yolov9-t"}, 2},
+		{[]string{"report", "-img", "224", "-batches", "1", "-batch", "1", rn18}, 0},
+		{[]string{"knobs", "-batch", "1", "yolov9-t"}, 1},
+		{[]string{"knobs", "-img", "224", "-batch", "1", rn18}, 0},
+	} {
+		code, stdout, stderr := runCmd(t, "", c.args...)
+		if n := strings.Count(stdout, note); code != 0 || stderr != "" || n != c.want {
+			t.Errorf("%v: exit code %d, stderr %q, the note %q %d times; want %d", c.args, code, stderr, note, n, c.want)
+		}
 	}
 }
 

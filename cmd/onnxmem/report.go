@@ -135,13 +135,17 @@ type report struct {
 }
 
 // ampDefault returns the note that AMP is train_dual.py's default, for a
-// YOLOv9 model, or "" for a model of another family, whose training script
-// onnxmem does not know.
-func (rep *report) ampDefault() string {
-	if rep.Family != "yolov9" {
+// YOLOv9 model, or "" (scriptDefault).
+func (rep *report) ampDefault() string { return scriptDefault(rep.Family, "") }
+
+// scriptDefault returns, after prefix, the note that AMP is train_dual.py's
+// default for a model of family, which only a YOLOv9 model has: "" for a
+// model of another family, whose training script onnxmem does not know.
+func scriptDefault(family, prefix string) string {
+	if family != "yolov9" {
 		return ""
 	}
-	return "train_dual.py's default"
+	return prefix + "train_dual.py's default"
 }
 
 // simulate fills the report's results: the peaks, then the largest batches,
