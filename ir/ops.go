@@ -792,22 +792,13 @@ func (c *inferer) transpose() {
 			strides[i] = acc
 			acc *= x[i]
 		}
-		out := make([]int64, 0, len(data))
-		idx := make([]int64, len(d))
-		for range len(data) {
+		c.setData(0, gatherIndex(data, d, func(idx []int64) int64 {
 			flat := int64(0)
-			for i := range d {
-				flat += idx[i] * strides[src[i]]
+			for i, k := range idx {
+				flat += k * strides[src[i]]
 			}
-			out = append(out, data[flat])
-			for i := len(d) - 1; i >= 0; i-- {
-				if idx[i]++; idx[i] < d[i] {
-					break
-				}
-				idx[i] = 0
-			}
-		}
-		c.setData(0, out, nil)
+			return flat
+		}), nil)
 	}
 }
 

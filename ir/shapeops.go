@@ -392,23 +392,25 @@ func (c *inferer) slice() {
 	// Small integer contents of any rank fold (the pads that an export of
 	// F.pad reverses with a Slice of step -1 on a [-1, 2] view).
 	if data := c.s.Data[c.in(0)]; data != nil && !isFloat(c.dtype(0)) && c.err == nil && int64(len(data)) == product(x) {
-		c.setData(0, gatherStrided(data, x, d, func(i int, k int64) int64 { return first[i] + k*step[i] }), nil)
+		c.setData(0, gatherIndex(data, d, func(idx []int64) int64 {
+			flat := int64(0)
+			for i, k := range idx {
+				flat = flat*x[i] + first[i] + k*step[i]
+			}
+			return flat
+		}), nil)
 	}
 }
 
-// gatherStrided returns the elements of a row-major tensor of dims in at the
-// output positions of dims out: output index k along axis i reads input
-// index at(i, k) along it.
-func gatherStrided(data, in, out []int64, at func(i int, k int64) int64) []int64 {
+// gatherIndex returns a row-major tensor of dims out whose element at
+// index idx is data[flat(idx)]: the contents of a slice or a transpose of
+// small folded data.
+func gatherIndex(data, out []int64, flat func(idx []int64) int64) []int64 {
 	n := product(out)
 	res := make([]int64, 0, n)
 	idx := make([]int64, len(out))
 	for range n {
-		flat := int64(0)
-		for i := range out {
-			flat = flat*in[i] + at(i, idx[i])
-		}
-		res = append(res, data[flat])
+		res = append(res, data[flat(idx)])
 		for i := len(out) - 1; i >= 0; i-- {
 			if idx[i]++; idx[i] < out[i] {
 				break

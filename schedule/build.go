@@ -221,6 +221,7 @@ func Build(g *ir.Graph, s *ir.Shapes, cfg Config) (*Program, error) {
 	nv, nn := len(g.Values), len(g.Nodes)
 	b.data = make([]bool, nv)
 	b.param = make([]bool, nv)
+	b.buffer = make([]bool, nv)
 	b.rg = make([]bool, nv)
 	b.kind = make([]opKind, nn)
 	b.siluIn = make([]ir.ValueID, nn)
@@ -416,7 +417,7 @@ func (b *builder) addResident(r Role, buf int32) {
 // after its running variance.
 func (b *builder) modelCopy(r Role, size func(ir.ValueID) int64, bnVar map[ir.ValueID]bool) {
 	for i := range b.g.Values {
-		if !b.param[i] && !b.indexBuffer(ir.ValueID(i)) {
+		if !b.param[i] && !b.buffer[i] {
 			continue
 		}
 		v := ir.ValueID(i)
@@ -425,38 +426,6 @@ func (b *builder) modelCopy(r Role, size func(ir.ValueID) int64, bnVar map[ir.Va
 			b.addResident(r, b.newBuf(8, Param, ir.NoValue))
 		}
 	}
-}
-
-// indexBuffer reports whether value v is an integer buffer of the model
-// that indexes a parameter: an integer initializer that a Gather of a
-// parameter takes as its indices, directly or through a reshape (the
-// relative_position_index of Swin's and MaxViT's attention, a [49, 49]
-// int64 each, which model.to() moves as it moves the parameters). Other
-// integer initializers are an exporter's shape constants.
-func (b *builder) indexBuffer(v ir.ValueID) bool {
-	val := &b.g.Values[v]
-	if val.Kind != ir.Initializer || isFloat(val.DType) {
-		return false
-	}
-	var indexes func(v ir.ValueID, depth int) bool
-	indexes = func(v ir.ValueID, depth int) bool {
-		for _, c := range b.g.Values[v].Consumers {
-			n := &b.g.Nodes[c]
-			switch {
-			case n.OpType == "Gather" && len(n.Inputs) == 2 && n.Inputs[1] == v && b.param[n.Inputs[0]]:
-				return true
-			case depth > 0 && len(n.Inputs) > 0 && n.Inputs[0] == v && len(n.Outputs) == 1:
-				switch n.OpType {
-				case "Reshape", "Flatten", "Squeeze", "Unsqueeze":
-					if indexes(n.Outputs[0], depth-1) {
-						return true
-					}
-				}
-			}
-		}
-		return false
-	}
-	return indexes(v, 2)
 }
 
 // blasHandle names a cuBLAS workspace: the main thread's or the autograd

@@ -178,18 +178,9 @@ func equationOf(n *ir.Node, s *ir.Shapes) (string, error) {
 	return batch + "xy," + batch + "yz->" + batch + "xz", nil
 }
 
-// einsumPlanOf returns the plan of Einsum or MatMul node n at the
-// builder's shapes; Flow checked that it has one.
-func (b *builder) einsumPlanOf(n *ir.Node) einsumPlan {
-	eq, err := equationOf(n, b.s)
-	if err == nil {
-		var p einsumPlan
-		if p, err = planEinsum(eq, b.s.Dims[n.Inputs[0]], b.s.Dims[n.Inputs[1]]); err == nil {
-			return p
-		}
-	}
-	panic(fmt.Sprintf("schedule: %s %s planned at load: %v", n.OpType, n.Name, err))
-}
+// einsumPlanOf returns the plan of Einsum or MatMul node n, which Flow
+// made when it classified the node.
+func (b *builder) einsumPlanOf(n *ir.Node) einsumPlan { return b.plans[n.ID] }
 
 // einsum emits the forward of an Einsum node: under autocast the casts of
 // operands not in float16 (autocast's wrapper, freed when it returns), the

@@ -13,11 +13,13 @@ import (
 type Flow struct {
 	graph  *ir.Graph
 	shapes *ir.Shapes
-	data   []bool       // by value: holds device data
-	param  []bool       // by value: a float initializer owned by the model
-	kind   []opKind     // by node
-	class  []castClass  // by node: its op's autocast class
-	siluIn []ir.ValueID // by node: the input of a fused SiLU
+	data   []bool               // by value: holds device data
+	param  []bool               // by value: a float initializer owned by the model
+	buffer []bool               // by value: an integer buffer owned by the model (indexBuffer)
+	plans  map[int32]einsumPlan // by node: how an Einsum or MatMul runs as bmm
+	kind   []opKind             // by node
+	class  []castClass          // by node: its op's autocast class
+	siluIn []ir.ValueID         // by node: the input of a fused SiLU
 	// reads caches readsOf by node (nil: not known yet); the lists share
 	// arena's backing array.
 	reads [][]ir.ValueID
@@ -111,6 +113,41 @@ func (f *Flow) markParams() {
 			}
 		}
 	}
+	for i := range f.graph.Values {
+		f.buffer[i] = f.indexBuffer(ir.ValueID(i))
+	}
+}
+
+// indexBuffer reports whether value v is an integer buffer of the model
+// that indexes a parameter: an integer initializer that a Gather of a
+// parameter takes as its indices, directly or through a reshape (the
+// relative_position_index of Swin's and MaxViT's attention, a [49, 49]
+// int64 each, which model.to() moves as it moves the parameters). Other
+// integer initializers are an exporter's shape constants.
+func (f *Flow) indexBuffer(v ir.ValueID) bool {
+	val := &f.graph.Values[v]
+	if val.Kind != ir.Initializer || isFloat(val.DType) {
+		return false
+	}
+	var indexes func(v ir.ValueID, depth int) bool
+	indexes = func(v ir.ValueID, depth int) bool {
+		for _, c := range f.graph.Values[v].Consumers {
+			n := &f.graph.Nodes[c]
+			switch {
+			case n.OpType == "Gather" && len(n.Inputs) == 2 && n.Inputs[1] == v && f.param[n.Inputs[0]]:
+				return true
+			case depth > 0 && len(n.Inputs) > 0 && n.Inputs[0] == v && len(n.Outputs) == 1:
+				switch n.OpType {
+				case "Reshape", "Flatten", "Squeeze", "Unsqueeze":
+					if indexes(n.Outputs[0], depth-1) {
+						return true
+					}
+				}
+			}
+		}
+		return false
+	}
+	return indexes(v, 2)
 }
 
 func (f *Flow) dataInputs(n *ir.Node) int {
@@ -245,12 +282,17 @@ func (f *Flow) opOf(n *ir.Node) (opKind, error) {
 			return 0, fmt.Errorf("schedule: node %s: %s of two activations has a memory rule, other %ss (of %d inputs, or of a weight) do not: open an issue with the graph to add it", n.Name, n.OpType, n.OpType, len(n.Inputs))
 		}
 		eq, err := equationOf(n, f.shapes)
+		var p einsumPlan
 		if err == nil {
-			_, err = planEinsum(eq, f.shapes.Dims[n.Inputs[0]], f.shapes.Dims[n.Inputs[1]])
+			p, err = planEinsum(eq, f.shapes.Dims[n.Inputs[0]], f.shapes.Dims[n.Inputs[1]])
 		}
 		if err != nil {
 			return 0, fmt.Errorf("schedule: node %s: %w", n.Name, err)
 		}
+		if f.plans == nil {
+			f.plans = make(map[int32]einsumPlan)
+		}
+		f.plans[n.ID] = p
 	case r.kind == opBatchNorm && !isTrainingBN(n):
 		return opBatchNormEval, nil
 	case r.kind == opResize:

@@ -84,7 +84,7 @@ var opRules = map[string]opRule{
 	"Sigmoid":                   {kind: opSigmoid, flops: elementwise, saves: "result"},
 	"ScaledDotProductAttention": {kind: opAttention, autocast: castLower, flops: attentionFLOPs, saves: "query, key, value, output, logsumexp (the flash kernel under autocast, memory-efficient attention in float32)"},
 	"Einsum":                    {kind: opEinsum, autocast: castLower, flops: einsumFLOPs, saves: "the two matrices bmm multiplies: each operand permuted and reshaped, a copy where no view has those dims (sumproduct_pair)"},
-	"MatMul":                    {kind: opEinsum, autocast: castLower, flops: matmulFLOPs, saves: "the two matrices bmm multiplies: each operand expanded and reshaped, a copy where no view has those dims (matmul of two activations; a linear's MatMul is a Gemm)"},
+	"MatMul":                    {kind: opEinsum, autocast: castLower, flops: einsumFLOPs, saves: "the two matrices bmm multiplies: each operand expanded and reshaped, a copy where no view has those dims (matmul of two activations; a linear's MatMul is a Gemm)"},
 	"Pad":                       {kind: opPad, flops: free, saves: "nothing (the pads): F.pad, constant_pad_nd, whose backward pads the gradient back (a new tensor)"},
 	"Gelu":                      {kind: opSavesInput, flops: elementwise, saves: "self (gelu; the generic family fuses the exporter's erf pattern into it)"},
 	"LayerNormalization":        {kind: opLayerNorm, autocast: castFP32, flops: batchNormFLOPs, saves: "input, weight, bias, mean, rstd (native_layer_norm; float32 under autocast)"},
@@ -193,12 +193,9 @@ func Ops() []string {
 
 func free(*ir.Node, *ir.Shapes) int64 { return 0 }
 
-// matmulFLOPs is 2 per multiply-add: 2·batch·n·k·m, as einsum counts the
-// product it is.
-func matmulFLOPs(n *ir.Node, s *ir.Shapes) int64 { return einsumFLOPs(n, s) }
-
-// einsumFLOPs is 2 per multiply-add of the one bmm: the product of every
-// label's size, summed ones included.
+// einsumFLOPs is 2 per multiply-add of the one bmm of an Einsum or a
+// MatMul: the product of every label's size, summed ones included
+// (2·batch·n·k·m for a MatMul).
 func einsumFLOPs(n *ir.Node, s *ir.Shapes) int64 {
 	eq, err := equationOf(n, s)
 	if err != nil {

@@ -129,11 +129,10 @@ func (b *builder) run(n *ir.Node, k opKind) {
 		// pos_embedding, ConvNeXt's layer_scale * x: float32 under
 		// autocast); the operands listed in reads are only activations.
 		for _, v := range n.Inputs {
-			if p := b.paramBehind(v); p != ir.NoValue && wide != ir.Undefined && b.dt[p].Size() > wide.Size() {
-				wide = b.dt[p]
-			}
-			if p := b.gatheredParam(v); p != ir.NoValue && wide != ir.Undefined && b.dt[p].Size() > wide.Size() {
-				wide = b.dt[p]
+			for _, p := range [2]ir.ValueID{b.paramBehind(v), b.gatheredParam(v)} {
+				if p != ir.NoValue && wide != ir.Undefined && b.dt[p].Size() > wide.Size() {
+					wide = b.dt[p]
+				}
 			}
 		}
 	}

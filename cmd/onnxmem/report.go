@@ -134,10 +134,6 @@ type report struct {
 	Detail        *onnxmem.Result
 }
 
-// ampDefault returns the note that AMP is train_dual.py's default, for a
-// YOLOv9 model, or "" (scriptDefault).
-func (rep *report) ampDefault() string { return scriptDefault(rep.Family, "") }
-
 // scriptDefault returns, after prefix, the note that AMP is train_dual.py's
 // default for a model of family, which only a YOLOv9 model has: "" for a
 // model of another family, whose training script onnxmem does not know.
@@ -229,12 +225,8 @@ func (rep *report) print(w io.Writer) error {
 	} else {
 		fmt.Fprintf(w, "step   model step: forward, loss sum(o.sum()), backward; image %dx%d\n", d.Scenario.Height, d.Scenario.Width)
 	}
-	amp := "torch.autocast float16"
-	if note := rep.ampDefault(); note != "" {
-		amp += ", " + note
-	}
-	fmt.Fprintf(w, "       fp32: float32 throughout; amp: %s;\n"+
-		"       kN: checkpoint_sequential with N segments (the first N-1 are checkpointed)\n\n", amp)
+	fmt.Fprintf(w, "       fp32: float32 throughout; amp: torch.autocast float16%s;\n"+
+		"       kN: checkpoint_sequential with N segments (the first N-1 are checkpointed)\n\n", scriptDefault(rep.Family, ", "))
 
 	fmt.Fprintln(w, "peak GiB:")
 	tw := newTable(w)
@@ -277,7 +269,7 @@ func (rep *report) print(w io.Writer) error {
 		"context, %s: see onnxmem devices.\n\n", maxBatchLimit, contextNote(rep.Devices))
 
 	detail := rep.DetailSetting.String()
-	if note := rep.ampDefault(); note != "" {
+	if note := scriptDefault(rep.Family, ""); note != "" {
 		detail += " (" + note + ")"
 	}
 	fmt.Fprintf(w, "where the peak is at batch %d, %s:\n", d.Scenario.Batch, detail)
