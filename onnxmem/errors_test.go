@@ -93,3 +93,32 @@ func TestSimulateErrors(t *testing.T) {
 		wantErr(t, "scenario", err, "onnxmem: ")
 	}
 }
+
+// TestImageMultiple checks that an image whose sides the network cannot
+// take is refused with the multiple it needs and the next size that works,
+// the one a training script rounds up to, for square and rectangular
+// images, and that Cost refuses it alike.
+func TestImageMultiple(t *testing.T) {
+	m, err := onnxmem.Builtin("yolov9-t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		h, w  int64
+		parts []string
+	}{
+		{650, 650, []string{"image 650×650", "multiples of 32", "give 672×672", "/Concat"}},
+		// 512 is a multiple of 16 as well, but 528 is not one of 32.
+		{500, 640, []string{"image 500×640", "multiples of 32", "give 512×640"}},
+		{640, 650, []string{"image 640×650", "multiples of 32", "give 640×672"}},
+	} {
+		sc := onnxmem.Scenario{Batch: 1, Height: tc.h, Width: tc.w}
+		_, err := m.Simulate(sc)
+		wantErr(t, fmt.Sprintf("Simulate %d×%d", tc.h, tc.w), err, "onnxmem: yolov9-t: ", tc.parts...)
+		_, err = m.Cost(sc)
+		wantErr(t, fmt.Sprintf("Cost %d×%d", tc.h, tc.w), err, "onnxmem: yolov9-t: ", tc.parts...)
+	}
+	if _, err := m.Simulate(onnxmem.Scenario{Batch: 1, Height: 672, Width: 512}); err != nil {
+		t.Errorf("672×512: %v", err)
+	}
+}

@@ -77,9 +77,9 @@ func (m *Model) Cost(sc Scenario) (Cost, error) {
 	if err := m.checkLayers(sc, layers(g)); err != nil {
 		return Cost{}, err
 	}
-	s, err := g.Infer(ir.Binding{Batch: sc.Batch, Height: sc.Height, Width: sc.Width})
+	s, err := m.infer(g, sc)
 	if err != nil {
-		return Cost{}, fmt.Errorf("onnxmem: %s: %w", m.Name, err)
+		return Cost{}, err
 	}
 	ranges := sc.Checkpoint
 	if sc.Segments > 1 {

@@ -587,9 +587,9 @@ func (m *Model) checkLayers(sc Scenario, n int) error {
 // for the cuDNN workspace of each convolution call; it also returns the
 // calls, in the order the program makes them.
 func (m *Model) build(p *prepared, sc Scenario, workspace func(schedule.ConvCall) int64) (*schedule.Program, []convCall, error) {
-	s, err := p.graph.Infer(ir.Binding{Batch: sc.Batch, Height: sc.Height, Width: sc.Width})
+	s, err := m.infer(p.graph, sc)
 	if err != nil {
-		return nil, nil, fmt.Errorf("onnxmem: %s: %w", m.Name, err)
+		return nil, nil, err
 	}
 	var calls []convCall
 	cfg := schedule.Config{CuBLASWorkspace: sc.CuBLASWorkspace, CuBLASLtWorkspace: CuBLASLtWorkspace, Holder: p,
@@ -985,3 +985,41 @@ func (m *Model) As(family string) (*Model, error) {
 	}
 	return &Model{Name: m.Name, Family: p.fam.Name(), Graph: p.graph, raw: m.raw, cache: m.cache}, nil
 }
+
+// infer infers g's shapes at sc's batch and image size. When they do not
+// infer but the image rounded up to a multiple of a power of two does (a
+// network whose feature maps of several strides meet, such as a detection
+// neck, needs sides that are multiples of its largest stride), the error
+// names that multiple, the smallest whose next two multiples both infer,
+// and the nearest size that works, the way training
+// scripts round an image size up (YOLOv9's check_img_size: ⌈650/32⌉·32 = 672).
+func (m *Model) infer(g *ir.Graph, sc Scenario) (*ir.Shapes, error) {
+	b := ir.Binding{Batch: sc.Batch, Height: sc.Height, Width: sc.Width}
+	s, err := g.Infer(b)
+	if err == nil {
+		return s, nil
+	}
+	for mult := int64(2); mult <= 256; mult *= 2 {
+		r := b
+		r.Height, r.Width = roundUp(b.Height, mult), roundUp(b.Width, mult)
+		if r == b {
+			continue
+		}
+		next := r
+		next.Height, next.Width = r.Height+mult, r.Width+mult
+		if inferOK(g, r) && inferOK(g, next) {
+			return nil, fmt.Errorf("onnxmem: %s: image %d×%d: the network needs sides that are multiples of %d: give %d×%d, the next size that is (%w)",
+				m.Name, b.Height, b.Width, mult, r.Height, r.Width, err)
+		}
+	}
+	return nil, fmt.Errorf("onnxmem: %s: %w", m.Name, err)
+}
+
+// inferOK reports whether g's shapes infer at b.
+func inferOK(g *ir.Graph, b ir.Binding) bool {
+	_, err := g.Infer(b)
+	return err == nil
+}
+
+// roundUp returns n rounded up to a multiple of m.
+func roundUp(n, m int64) int64 { return (n + m - 1) / m * m }
