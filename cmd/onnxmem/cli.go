@@ -164,9 +164,35 @@ func errText(err error) string {
 
 // Common flags.
 
-// imgFlag adds -img, the square input's side.
-func (f *flagSet) imgFlag() *int64 {
-	return f.positive("img", 640, "input image `size` in pixels (square: height and width)")
+// imgFlag adds -img, the input image's size.
+func (f *flagSet) imgFlag() *imageSize {
+	img := &imageSize{640, 640}
+	f.Var(img, "img", "input image `size` in pixels: a side (square) or HEIGHTxWIDTH such as 384x640, height first as YOLO's --imgsz h w")
+	return img
+}
+
+// imageSize is a flag.Value: the input image's height and width, given as
+// one side ("640", a square) or as "384x640", height first.
+type imageSize struct{ H, W int64 }
+
+func (s *imageSize) String() string {
+	if s.H == s.W {
+		return strconv.FormatInt(s.H, 10)
+	}
+	return fmt.Sprintf("%dx%d", s.H, s.W)
+}
+
+func (s *imageSize) Set(v string) error {
+	h, w, rect := strings.Cut(strings.ReplaceAll(v, "×", "x"), "x")
+	if !rect {
+		w = h
+	}
+	var p, q positiveInt
+	if p.Set(h) != nil || q.Set(w) != nil {
+		return errors.New("want a side of at least 1 pixel such as 640, or HEIGHTxWIDTH such as 384x640")
+	}
+	s.H, s.W = int64(p), int64(q)
+	return nil
 }
 
 // batchesFlag adds -batches, a comma-separated list of batch sizes.
@@ -426,9 +452,9 @@ func source(path string) string {
 	return "built in from the official configuration; no export to compare with"
 }
 
-// scenario is the fp32 model step at a batch size and square image.
-func scenario(batch, img int64) onnxmem.Scenario {
-	return onnxmem.Scenario{Batch: batch, Height: img, Width: img}
+// scenario is the fp32 model step at a batch size and image size.
+func scenario(batch int64, img imageSize) onnxmem.Scenario {
+	return onnxmem.Scenario{Batch: batch, Height: img.H, Width: img.W}
 }
 
 // gib formats bytes as GiB with two decimals, for tables.

@@ -104,7 +104,7 @@
 //
 // Without MODEL.onnx, report uses the built-in yolov9-c: no file is read.
 //
-//	-img N         input image size in pixels, square (default 640)
+//	-img N         input image size in pixels: a side, or HxW such as 384x640 (default 640)
 //	-batches LIST  comma-separated batch sizes (default 1,2,4,8,16,32,64)
 //	-batch N       batch size whose AMP peak is explained in detail (default 16)
 //	-json          write JSON instead of the tables: model, path, builtin
@@ -125,7 +125,7 @@
 // requested (before the allocator's rounding), peak reserved, after forward,
 // after backward, and the phase, layer and node of the peak.
 //
-//	-img N         input image size in pixels, square (default 640)
+//	-img N         input image size in pixels: a side, or HxW such as 384x640 (default 640)
 //	-batches LIST  comma-separated batch sizes (default 1,2,4,8,16,32,64)
 //	-json          write {"model", "results": [...]} instead, in bytes
 //	-svg FILE      also write a plot of the peak against the batch size
@@ -141,7 +141,7 @@
 // the events of each phase (forward, loss, backward, cleanup).
 //
 //	-batch N   batch size (default 8)
-//	-img N     input image size in pixels, square (default 640)
+//	-img N     input image size in pixels: a side, or HxW such as 384x640 (default 640)
 //	-json      write {"model", "result", "phases", "samples"} instead: the
 //	           allocator's allocated, requested and reserved bytes after
 //	           every event of the step
@@ -310,7 +310,7 @@
 // the count whose step would reserve the least without a limit, with its
 // reserved and allocated peaks. -segments and -limit do not apply with it.
 //
-//	-img N          input image size in pixels, square (default 640)
+//	-img N          input image size in pixels: a side, or HxW such as 384x640 (default 640)
 //	-budget GiB     the caching allocator's limit in GiB, decimals allowed,
 //	                as set_per_process_memory_fraction sets it (default 80)
 //	-device NAME    the card: a device profile's name (see devices), case
@@ -390,7 +390,7 @@
 // early stop skips).
 //
 //	-batch N      batch size (default 64)
-//	-img N        input image size in pixels, square (default 640)
+//	-img N        input image size in pixels: a side, or HxW such as 384x640 (default 640)
 //	-budget GiB   the caching allocator's limit in GiB, decimals allowed, as
 //	              set_per_process_memory_fraction sets it (default 80)
 //	-device NAME  the card, as for maxbatch: a device profile's name or its

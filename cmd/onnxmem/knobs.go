@@ -67,7 +67,7 @@ type knob struct {
 
 // knobs simulates and counts each setting at a batch size, in the order
 // given, and says whether each fits under the limit.
-func knobs(m *onnxmem.Model, settings []setting, batch, img int64, lim fitCriterion) ([]knob, error) {
+func knobs(m *onnxmem.Model, settings []setting, batch int64, img imageSize, lim fitCriterion) ([]knob, error) {
 	out := make([]knob, len(settings))
 	err := parallel(len(settings), func(i int) error {
 		sc := settings[i].scenario(batch, img)
@@ -85,11 +85,12 @@ func knobs(m *onnxmem.Model, settings []setting, batch, img int64, lim fitCriter
 // knobTable is the knobs command's output. The first knob is the reference
 // that savings are measured against.
 type knobTable struct {
-	Model      string
-	Family     string // the model's family, which names the training script's default
-	Batch, Img int64
-	Limit      fitCriterion
-	Knobs      []knob
+	Model  string
+	Family string // the model's family, which names the training script's default
+	Batch  int64
+	Img    imageSize
+	Limit  fitCriterion
+	Knobs  []knob
 }
 
 // saving is the bytes knob k saves against the reference, and the fraction
@@ -106,7 +107,7 @@ func (t *knobTable) print(w io.Writer) error {
 	if st := base.Setting; st.Train {
 		step = fmt.Sprintf("train_dual.py step (%d boxes an image, %s, EMA %v)", st.Boxes, st.Optimizer, st.EMA)
 	}
-	fmt.Fprintf(w, "%s: %s at batch %d, image %dx%d\n", t.Model, step, t.Batch, t.Img, t.Img)
+	fmt.Fprintf(w, "%s: %s at batch %d, image %dx%d\n", t.Model, step, t.Batch, t.Img.H, t.Img.W)
 	fmt.Fprintf(w, "arithmetic: %s forward and %s backward a step, in every precision\n\n",
 		flops(base.Cost.Forward), flops(base.Cost.Backward))
 	tw := newTable(w)
@@ -190,7 +191,7 @@ type knobJSON struct {
 }
 
 func (t *knobTable) json() knobsJSON {
-	js := knobsJSON{Model: t.Model, Batch: t.Batch, Height: t.Img, Width: t.Img}
+	js := knobsJSON{Model: t.Model, Batch: t.Batch, Height: t.Img.H, Width: t.Img.W}
 	t.Limit.setJSON(&js.Budget, &js.Device)
 	for _, k := range t.Knobs {
 		d, frac := t.saving(k)

@@ -104,7 +104,7 @@ func cmdMaxBatch(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 
 // forBatchCmd answers maxbatch -for-batch: the fewest checkpoint segments,
 // of segmentCandidates, with which the batch fits.
-func forBatchCmd(m *onnxmem.Model, c fitCriterion, st setting, batch, img int64, asJSON, asCSV bool, stdout, stderr io.Writer) int {
+func forBatchCmd(m *onnxmem.Model, c fitCriterion, st setting, batch int64, img imageSize, asJSON, asCSV bool, stdout, stderr io.Writer) int {
 	ks := segmentCandidates(m.Layers())
 	rs := make([]*onnxmem.Result, len(ks))
 	fits := make([]bool, len(ks))

@@ -89,13 +89,13 @@ func TestTrainFlags(t *testing.T) {
 			t.Errorf("%q: %+v, %v; want %+v", tc.args, st, err, tc.want)
 		}
 		// The setting survives the round trip through a scenario.
-		if got := settingOf(st.scenario(4, 320)); !got.equal(st) {
+		if got := settingOf(st.scenario(4, imageSize{320, 320})); !got.equal(st) {
 			t.Errorf("%q: settingOf(scenario) = %+v, want %+v", tc.args, got, st)
 		}
 	}
 	st := setting{AMP: true, Train: true, Boxes: 8, Optimizer: onnxmem.Lion}
 	want := "m: amp train step (forward, YOLOv9 loss with 8 boxes an image, backward, Lion step, no EMA), image 320x320"
-	if got := stepTitle("m", st.scenario(4, 320)); got != want {
+	if got := stepTitle("m", st.scenario(4, imageSize{320, 320})); got != want {
 		t.Errorf("stepTitle = %q, want %q", got, want)
 	}
 }
@@ -135,5 +135,24 @@ func TestMaxBatchTrain(t *testing.T) {
 	title := "yolov9-s-train: amp train step (forward, YOLOv9 loss with 16 boxes an image, backward, SGD step, EMA update), image 640x640\n"
 	if !strings.HasPrefix(stdout, title) || !strings.Contains(stdout, "batch 1 fits without checkpointing") {
 		t.Errorf("-for-batch 1 -train:\n%s", stdout)
+	}
+}
+
+// TestImageSize checks -img's forms: a side, HEIGHTxWIDTH with x or ×, and
+// the string it prints back.
+func TestImageSize(t *testing.T) {
+	for _, tc := range []struct {
+		in, out string
+		want    imageSize
+	}{
+		{"640", "640", imageSize{640, 640}},
+		{"384x640", "384x640", imageSize{384, 640}},
+		{"384×640", "384x640", imageSize{384, 640}},
+		{"320x320", "320", imageSize{320, 320}},
+	} {
+		var s imageSize
+		if err := s.Set(tc.in); err != nil || s != tc.want || s.String() != tc.out {
+			t.Errorf("Set(%q): %v, %q, %v; want %v, %q", tc.in, s, s.String(), err, tc.want, tc.out)
+		}
 	}
 }

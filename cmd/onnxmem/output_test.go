@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/csv"
 	"encoding/json"
 	"encoding/xml"
@@ -77,6 +78,7 @@ func TestGolden(t *testing.T) {
 		{"plan-s.txt", []string{"plan", "-batch", "8", "-amp", "-budget", "2", m}},
 		{"plan-s.json", []string{"plan", "-batch", "8", "-amp", "-budget", "2", "-json", m}},
 		{"sweep-ckpt-s.txt", []string{"sweep", "-batches", "1,8", "-checkpoint", "0-3,5-9", m}},
+		{"sweep-rect-s.txt", []string{"sweep", "-batches", "1,8", "-img", "384x640", "-amp", m}},
 		{"explain-train-s.txt", []string{"explain", "-train", "-amp", "-batch", "8", m}},
 		{"explain-s.json", []string{"explain", "-batch", "8", "-json", m}},
 		{"run-s.txt", []string{"run", "-batch", "8", "-amp", "-epochs", "1", "-iters", "3", "-val-images", "20", "-device", "rtx4090", m}},
@@ -241,29 +243,32 @@ func TestJSON(t *testing.T) {
 }
 
 // TestSVG checks that the plots are well-formed XML with an svg root and
-// polylines.
+// polylines, titled with the step they show.
 func TestSVG(t *testing.T) {
 	m := smallModel(t)
 	dir := t.TempDir()
 	for _, tc := range []struct {
-		name string
-		args []string
+		name  string
+		args  []string
+		title string
 	}{
-		{"sweep", []string{"sweep", "-batches", "1,2,4"}},
-		{"sweep1", []string{"sweep", "-batches", "3"}},
-		{"timeline", []string{"timeline", "-batch", "1"}},
+		{"sweep", []string{"sweep", "-batches", "1,2,4"}, "fp32 model step (forward, loss, backward), image 640x640: peak against batch size"},
+		{"sweep1", []string{"sweep", "-batches", "3", "-amp", "-segments", "2", "-img", "384x640"}, "amp k2 model step (forward, loss, backward), image 384x640: peak"},
+		{"timeline", []string{"timeline", "-batch", "1", "-half", "-img", "320"}, "half model step (forward, loss, backward), image 320x320, batch 1: memory over the step"},
 	} {
 		path := filepath.Join(dir, tc.name+".svg")
 		code, _, stderr := runCmd(t, "", append(tc.args, "-svg", path, m)...)
 		if code != 0 || stderr != "" {
 			t.Fatalf("%s: exit code %d, stderr %q", tc.name, code, stderr)
 		}
-		f, err := os.Open(path)
+		data, err := os.ReadFile(path)
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer f.Close()
-		dec := xml.NewDecoder(f)
+		if !strings.Contains(string(data), tc.title) {
+			t.Errorf("%s: the plot's title does not say %q", tc.name, tc.title)
+		}
+		dec := xml.NewDecoder(bytes.NewReader(data))
 		var elems []string
 		for {
 			tok, err := dec.Token()

@@ -146,7 +146,7 @@ func scriptDefault(family, prefix string) string {
 
 // simulate fills the report's results: the peaks, then the largest batches,
 // then the detail, each batch of work spread over the CPUs.
-func (rep *report) simulate(m *onnxmem.Model, img int64, batches []int64, batch int64, stderr io.Writer, verbose bool) error {
+func (rep *report) simulate(m *onnxmem.Model, img imageSize, batches []int64, batch int64, stderr io.Writer, verbose bool) error {
 	ns, nb, nc := len(rep.Settings), len(batches), len(rep.Devices)
 	step := steps(stderr, verbose, "report", ns*(nb+nc))
 	rep.Results = make([][]*onnxmem.Result, ns)

@@ -89,7 +89,7 @@ func (s setting) step() string {
 	}
 	opt, ema := "no optimizer step", "no EMA"
 	if s.Optimizer != onnxmem.None {
-		opt = string(s.scenario(1, 1).Defaults().Optimizer) + " step"
+		opt = string(s.scenario(1, imageSize{1, 1}).Defaults().Optimizer) + " step"
 	}
 	if s.EMA {
 		ema = "EMA update"
@@ -97,8 +97,8 @@ func (s setting) step() string {
 	return fmt.Sprintf("train step (forward, YOLOv9 loss with %d boxes an image, backward, %s, %s)", s.Boxes, opt, ema)
 }
 
-// scenario is the step of the setting at a batch size and square image.
-func (s setting) scenario(batch, img int64) onnxmem.Scenario {
+// scenario is the step of the setting at a batch size and image size.
+func (s setting) scenario(batch int64, img imageSize) onnxmem.Scenario {
 	sc := scenario(batch, img)
 	sc.AMP, sc.Half, sc.Segments, sc.AllocConf = s.AMP, s.Half, s.Segments, s.AllocConf
 	sc.Checkpoint = s.Checkpoint

@@ -8,6 +8,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // plot is a line chart written as hand-made SVG: axes with ticks, series as
@@ -93,7 +94,10 @@ func (p *plot) render(out io.Writer) error {
 	fmt.Fprintf(w, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="%s" font-size="12">`+"\n",
 		svgW, svgH, svgW, svgH, fontFamily)
 	fmt.Fprintf(w, `<rect width="%d" height="%d" fill="white"/>`+"\n", svgW, svgH)
-	fmt.Fprintf(w, `<text x="%d" y="25" font-size="16" text-anchor="middle" fill="%s">%s</text>`+"\n", svgW/2, textColor, esc(p.Title))
+	// A long title (a step with its allocator options, say) gets a smaller
+	// font, so that it stays inside the picture at about 0.55 em a glyph.
+	title := min(16, float64(svgW-20)/(0.55*float64(utf8.RuneCountInString(p.Title))))
+	fmt.Fprintf(w, `<text x="%d" y="25" font-size="%s" text-anchor="middle" fill="%s">%s</text>`+"\n", svgW/2, f1(title), textColor, esc(p.Title))
 	// Bands: shaded, a dashed line where each but the first starts, and the
 	// label above the plot area where it fits.
 	for _, b := range p.Bands {

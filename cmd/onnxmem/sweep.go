@@ -81,18 +81,20 @@ func printSweep(w io.Writer, name string, rs []*onnxmem.Result) error {
 // sweepPlot is the peak against the batch size.
 func sweepPlot(name string, rs []*onnxmem.Result) *plot {
 	s := series{Name: "peak allocated", Color: "#1f5fbf", Dots: true}
-	img := int64(0)
+	title := name + ": peak against batch size"
 	for _, r := range rs {
 		s.X = append(s.X, float64(r.Scenario.Batch))
 		s.Y = append(s.Y, gibf(r.Peak))
-		img = r.Scenario.Height
+	}
+	if len(rs) > 0 {
+		title = stepTitle(name, rs[0].Scenario) + ": peak against batch size"
 	}
 	xmax := 1.0 // the x axis starts at 0
 	for _, x := range s.X {
 		xmax = max(xmax, x)
 	}
 	return &plot{
-		Title:  fmt.Sprintf("%s: peak against batch size (fp32 model step, image %d)", name, img),
+		Title:  title,
 		XLabel: "batch size", YLabel: "peak allocated (GiB)",
 		Series: []series{s}, XMin: 0, XMax: xmax * 1.03, // room for the last dot
 	}

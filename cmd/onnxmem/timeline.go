@@ -146,7 +146,7 @@ func timelinePlot(name string, r *onnxmem.Result, samples []onnxmem.Sample, span
 		res.X, res.Y = append(res.X, x), append(res.Y, gibf(s.Reserved))
 	}
 	p := &plot{
-		Title:  fmt.Sprintf("%s: memory over the fp32 model step (batch %d, image %d)", name, r.Scenario.Batch, r.Scenario.Height),
+		Title:  fmt.Sprintf("%s, batch %d: memory over the step", stepTitle(name, r.Scenario), r.Scenario.Batch),
 		XLabel: "event index", YLabel: "GiB",
 		Series: []series{res, alloc}, XMin: 0, XMax: float64(max(len(samples), 1)),
 	}
