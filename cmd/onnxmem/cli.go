@@ -318,6 +318,29 @@ func (f *flagSet) trainFlags() func(setting) (setting, error) {
 	}
 }
 
+// evalFlags adds -eval and -eval-float, the validation step; the
+// returned function, called after parsing, adds it to a setting, failing
+// on the flags that do not apply to it.
+func (f *flagSet) evalFlags() func(setting) (setting, error) {
+	eval := f.Bool("eval", false, "simulate the validation step that train_dual.py runs at an epoch's end instead (val_dual.run: a half copy of\nthe model under no_grad with the head's decode; validation runs at twice the training batch)")
+	float := f.Bool("eval-float", false, "with -eval, validate a float32 copy, as train_dual.py does when it trains without AMP")
+	return func(st setting) (setting, error) {
+		if !*eval {
+			if *float {
+				return st, errors.New("-eval-float applies to the validation step: add -eval")
+			}
+			return st, nil
+		}
+		for _, name := range []string{"amp", "half", "segments", "checkpoint", "train"} {
+			if f.on(name) || (name == "segments" || name == "checkpoint") && f.isSet(name) {
+				return st, fmt.Errorf("-%s does not apply to -eval: validation runs a copy of the model without gradients (-eval-float: in float32)", name)
+			}
+		}
+		st.Eval, st.EvalFloat = true, *float
+		return st, nil
+	}
+}
+
 // optimizerValue is a flag.Value: an optimizer that schedule models, its
 // name's case ignored.
 type optimizerValue onnxmem.Optimizer

@@ -119,7 +119,7 @@
 //
 // # sweep
 //
-//	onnxmem sweep [-img N] [-batches LIST] [-json] [-svg FILE] [-v] MODEL.onnx
+//	onnxmem sweep [-img N] [-batches LIST] [-eval [-eval-float]] [-json] [-svg FILE] [-v] MODEL.onnx
 //
 // Predicts the step at each batch size and prints a table: batch, peak, peak
 // requested (before the allocator's rounding), peak reserved, after forward,
@@ -133,7 +133,7 @@
 //
 // # timeline
 //
-//	onnxmem timeline [-batch N] [-img N] [-json] [-svg FILE] [-snapshot FILE.pickle] MODEL.onnx
+//	onnxmem timeline [-batch N] [-img N] [-eval [-eval-float]] [-json] [-svg FILE] [-snapshot FILE.pickle] MODEL.onnx
 //
 // Replays the measured step and prints a summary: allocated memory before
 // the step (m0), after the forward, the forward's peak, the step's peak and
@@ -261,7 +261,7 @@
 //
 // # explain
 //
-//	onnxmem explain [-batch N] [-img N] [-amp|-half] [-segments K] [-train [-boxes N] [-optimizer NAME] [-ema=false] [-warm-steps N]]
+//	onnxmem explain [-batch N] [-img N] [-amp|-half] [-segments K] [-eval [-eval-float]] [-train [-boxes N] [-optimizer NAME] [-ema=false] [-warm-steps N]]
 //	                [-alloc-conf OPTS] [-json] MODEL.onnx
 //
 // What makes the peak (onnxmem.Model.Explain): the bytes alive at it by
@@ -276,14 +276,18 @@
 //
 // # maxbatch
 //
-//	onnxmem maxbatch [-img N] [-budget GiB | -device NAME] [-limit N | -for-batch N]
+//	onnxmem maxbatch [-img N] [-budget GiB | -device NAME] [-limit N | -for-batch N] [-eval [-eval-float]]
 //	                 [-amp|-half] [-segments K]
 //	                 [-train [-boxes N] [-optimizer NAME] [-ema=false] [-warm-steps N]] [-json] MODEL.onnx
 //
 // Finds the largest batch size, at most -limit, whose step fits, by binary
 // search; 0 when not even batch 1 fits. The step is the model step (fp32
-// unless -amp or -half, checkpointed with -segments), or with -train a full
-// training step of train_dual.py. It fits when it runs to its end under the
+// unless -amp or -half, checkpointed with -segments), with -train a full
+// training step of train_dual.py, or with -eval the validation step that
+// train_dual.py runs at an epoch's end (a half copy of the model, or with
+// -eval-float a float32 one, under no_grad; it runs at twice the training
+// batch, so the largest training batch whose validation fits is half the
+// answer). It fits when it runs to its end under the
 // caching allocator's limit without running out of memory, the allocator's
 // release of its cache and retry included (onnxmem.Model.MaxBatch, which
 // simulates each batch size under the limit). The limit is:

@@ -9,7 +9,7 @@ import (
 
 func cmdExplain(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	f := newFlagSet("explain",
-		"onnxmem explain [-batch N] [-img N] [-amp|-half] [-segments K] [-train [-boxes N] [-optimizer NAME] [-ema=false] [-warm-steps N]]\n"+
+		"onnxmem explain [-batch N] [-img N] [-amp|-half] [-segments K] [-eval [-eval-float]] [-train [-boxes N] [-optimizer NAME] [-ema=false] [-warm-steps N]]\n"+
 			"                [-alloc-conf OPTS] [-json|-csv] MODEL.onnx",
 		"Explain says what makes a step's peak: the bytes alive at the peak by kind\n"+
 			"(parameters, the EMA or half copy, optimizer state, gradients, activations,\n"+
@@ -20,7 +20,7 @@ func cmdExplain(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 			"-csv writes the by-layer table.",
 		"onnxmem explain -batch 16 -amp -train yolov9-c")
 	batch := f.positive("batch", 16, "batch `size`")
-	img, set := f.imgFlag(), f.stepFlags()
+	img, set, eval := f.imgFlag(), f.stepFlags(), f.evalFlags()
 	asJSON, asCSV := f.jsonFlag(), f.csvFlag()
 	f.familyFlag()
 	m, code, ok := f.parseAndLoad(args, stdout, stderr)
@@ -28,6 +28,9 @@ func cmdExplain(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		return code
 	}
 	st, err := set()
+	if err == nil {
+		st, err = eval(st)
+	}
 	if err != nil {
 		return f.usageError(stderr, "%v", err)
 	}

@@ -13,11 +13,12 @@ import (
 
 func cmdMaxBatch(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	f := newFlagSet("maxbatch",
-		"onnxmem maxbatch [-img N] [-budget GiB | -device NAME] [-limit N | -for-batch N] [-amp|-half] [-segments K] [-alloc-conf OPTS]\n"+
+		"onnxmem maxbatch [-img N] [-budget GiB | -device NAME] [-limit N | -for-batch N] [-amp|-half] [-segments K] [-eval [-eval-float]] [-alloc-conf OPTS]\n"+
 			"                        [-train [-boxes N] [-optimizer NAME] [-ema=false] [-warm-steps N]] [-json|-csv] MODEL.onnx",
 		"Maxbatch finds the largest batch size, up to -limit, whose step fits: the model\n"+
-			"step (fp32 unless -amp or -half, checkpointed with -segments) or with -train a\n"+
-			"full training step of train_dual.py. A step fits when it runs to its end under\n"+
+			"step (fp32 unless -amp or -half, checkpointed with -segments), with -train a\n"+
+			"full training step of train_dual.py, or with -eval its validation step (which\n"+
+			"runs at twice the training batch). A step fits when it runs to its end under\n"+
 			"the caching allocator's limit without running out of memory, as PyTorch runs\n"+
 			"it: a request that would cross the limit first releases the cached segments\n"+
 			"and retries. The limit is the card's usable memory with -device (its total\n"+
@@ -29,7 +30,7 @@ func cmdMaxBatch(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 			"-csv writes the answer as one CSV row (the -json fields, a result's prefixed\n"+
 			"with result.), or with -for-batch one row for each segment count tried.",
 		"onnxmem maxbatch -device a100-40 -amp yolov9-c")
-	img, set, train := f.imgFlag(), f.settingFlags(), f.trainFlags()
+	img, set, train, eval := f.imgFlag(), f.settingFlags(), f.trainFlags(), f.evalFlags()
 	limits := f.limitFlags()
 	limit := f.positive("limit", 1024, "largest batch `size` to consider")
 	forBatch := f.Int64("for-batch", 0, "find the fewest checkpoint segments with which batch `N` fits, instead of the largest batch")
@@ -44,6 +45,9 @@ func cmdMaxBatch(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		st, err = train(st)
 	}
 	if err == nil {
+		st, err = eval(st)
+	}
+	if err == nil {
 		err = st.warmNeedsAMP()
 	}
 	if err != nil {
@@ -55,6 +59,8 @@ func cmdMaxBatch(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		return f.usageError(stderr, "%v", err)
 	case f.isSet("for-batch") && *forBatch < 1:
 		return f.usageError(stderr, "-for-batch must be at least 1")
+	case f.isSet("for-batch") && st.Eval:
+		return f.usageError(stderr, "-for-batch finds checkpoint segments, and validation checkpoints nothing: drop -eval")
 	case f.isSet("for-batch") && f.isSet("segments"):
 		return f.usageError(stderr, "-for-batch tries the segments itself: drop -segments")
 	case f.isSet("for-batch") && f.isSet("limit"):
@@ -96,6 +102,9 @@ func cmdMaxBatch(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "max batch %d: %s (%s)", n, c.uses(r), where(r))
 		if n == *limit {
 			fmt.Fprintf(stdout, "; the search stopped at -limit %d", *limit)
+		}
+		if st.Eval {
+			fmt.Fprintf(stdout, "\nthis is validation alone, next to the float32 model; train_dual.py validates at twice its training batch (%d here),\nin the training process beside the optimizer's state and the cache that training left: onnxmem run simulates that", n/2)
 		}
 		_, err = fmt.Fprintln(stdout)
 	}

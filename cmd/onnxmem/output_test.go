@@ -58,6 +58,8 @@ func TestGolden(t *testing.T) {
 		{"report-train-s.txt", []string{"report", "-train", "-optimizer", "adamw", "-batches", "1,8", "-batch", "8", m}},
 		{"timeline-s.txt", []string{"timeline", "-batch", "8", m}},
 		{"maxbatch-s.txt", []string{"maxbatch", "-budget", "24", m}},
+		{"maxbatch-eval-t4-s.txt", []string{"maxbatch", "-eval", "-device", "t4", "-img", "384x640", m}},
+		{"explain-eval-s.txt", []string{"explain", "-eval", "-eval-float", "-batch", "16", m}},
 		{"maxbatch-rtx4090-amp-s.txt", []string{"maxbatch", "-device", "rtx4090", "-amp", m}},
 		{"maxbatch-rtx4090-amp-for64-s.txt", []string{"maxbatch", "-device", "rtx4090", "-amp", "-for-batch", "64", m}},
 		{"maxbatch-budget-for100-s.txt", []string{"maxbatch", "-budget", "24", "-for-batch", "100", m}},

@@ -31,6 +31,9 @@ type setting struct {
 	WarmSteps int
 	// AllocConf is the caching allocator's options (-alloc-conf).
 	AllocConf string
+	// Eval is the validation step instead (-eval), on a half copy of the
+	// model, or a float32 one with EvalFloat.
+	Eval, EvalFloat bool
 }
 
 // warmNeedsAMP fails on -warm-steps above 1 without -amp, for a command
@@ -47,21 +50,25 @@ func (s setting) warmNeedsAMP() error {
 func (s setting) equal(o setting) bool {
 	return s.AMP == o.AMP && s.Half == o.Half && s.Segments == o.Segments && slices.Equal(s.Checkpoint, o.Checkpoint) &&
 		s.Train == o.Train && s.Boxes == o.Boxes && s.Optimizer == o.Optimizer && s.EMA == o.EMA && s.WarmSteps == o.WarmSteps &&
-		s.AllocConf == o.AllocConf
+		s.AllocConf == o.AllocConf && s.Eval == o.Eval && s.EvalFloat == o.EvalFloat
 }
 
 // settingOf is the setting of a scenario.
 func settingOf(sc onnxmem.Scenario) setting {
-	st := setting{AMP: sc.AMP, Half: sc.Half, Segments: sc.Segments, Checkpoint: sc.Checkpoint, AllocConf: sc.AllocConf}
+	st := setting{AMP: sc.AMP, Half: sc.Half, Segments: sc.Segments, Checkpoint: sc.Checkpoint, AllocConf: sc.AllocConf,
+		Eval: sc.Eval, EvalFloat: sc.EvalFloat}
 	if sc.Train {
 		st.Train, st.Boxes, st.Optimizer, st.EMA, st.WarmSteps = true, sc.Boxes, sc.Optimizer, sc.EMA, sc.WarmSteps
 	}
 	return st
 }
 
-// precision names the setting's precision: fp32, amp or half.
+// precision names the setting's precision: fp32, amp or half (a
+// validation step's copy is half unless EvalFloat).
 func (s setting) precision() string {
 	switch {
+	case s.Eval && !s.EvalFloat:
+		return "half"
 	case s.AMP:
 		return "amp"
 	case s.Half:
@@ -84,6 +91,9 @@ func (s setting) String() string {
 // step describes the step the setting runs, without its precision: "model
 // step (forward, loss, backward)" or the parts of a training step.
 func (s setting) step() string {
+	if s.Eval {
+		return "validation step (no_grad forward of a copy of the model)"
+	}
 	if !s.Train {
 		return "model step (forward, loss, backward)"
 	}
@@ -102,6 +112,7 @@ func (s setting) scenario(batch int64, img imageSize) onnxmem.Scenario {
 	sc := scenario(batch, img)
 	sc.AMP, sc.Half, sc.Segments, sc.AllocConf = s.AMP, s.Half, s.Segments, s.AllocConf
 	sc.Checkpoint = s.Checkpoint
+	sc.Eval, sc.EvalFloat = s.Eval, s.EvalFloat
 	if s.Train {
 		sc.Train, sc.Boxes, sc.Optimizer, sc.EMA = true, s.Boxes, s.Optimizer, s.EMA
 		if s.AMP {

@@ -10,10 +10,10 @@ import (
 
 func cmdSweep(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	f := newFlagSet("sweep",
-		"onnxmem sweep [-img N] [-batches LIST] [-amp|-half] [-segments K] [-alloc-conf OPTS] [-json|-csv] [-svg FILE] [-v] MODEL.onnx",
+		"onnxmem sweep [-img N] [-batches LIST] [-amp|-half] [-segments K] [-eval [-eval-float]] [-alloc-conf OPTS] [-json|-csv] [-svg FILE] [-v] MODEL.onnx",
 		"Sweep predicts the model step (fp32 unless -amp or -half, checkpointed with\n-segments) at each batch size and prints a table of peaks (GiB), or JSON\n(bytes) with -json; -svg also writes a plot of the peak against the batch size.",
 		"onnxmem sweep -batches 1,8,32 -svg peak.svg yolov9-s")
-	img, batches, set := f.imgFlag(), f.batchesFlag(), f.settingFlags()
+	img, batches, set, eval := f.imgFlag(), f.batchesFlag(), f.settingFlags(), f.evalFlags()
 	asJSON, svg, verbose := f.jsonFlag(), f.svgFlag("the plot of peak against batch size"), f.verboseFlag()
 	asCSV := f.csvFlag()
 	f.familyFlag()
@@ -22,6 +22,9 @@ func cmdSweep(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		return code
 	}
 	st, err := set()
+	if err == nil {
+		st, err = eval(st)
+	}
 	if err != nil {
 		return f.usageError(stderr, "%v", err)
 	}

@@ -10,11 +10,11 @@ import (
 
 func cmdTimeline(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	f := newFlagSet("timeline",
-		"onnxmem timeline [-batch N] [-img N] [-amp|-half] [-segments K] [-alloc-conf OPTS] [-json|-csv] [-svg FILE] [-snapshot FILE.pickle] MODEL.onnx",
+		"onnxmem timeline [-batch N] [-img N] [-amp|-half] [-segments K] [-eval [-eval-float]] [-alloc-conf OPTS] [-json|-csv] [-svg FILE] [-snapshot FILE.pickle] MODEL.onnx",
 		"Timeline replays the measured model step (fp32 unless -amp or -half,\ncheckpointed with -segments) and summarizes memory over it:\nbefore the step (m0), after the forward, the peak and where it falls, after the\nbackward. -svg plots allocated and reserved memory against the event index with\nthe phases shaded and the peak marked; -json writes the summary and every sample;\n-csv writes the samples, one row an event;\n-snapshot writes the step as torch.cuda.memory._dump_snapshot() does, for PyTorch's\nmemory_viz (python -m torch.cuda._memory_viz trace_plot FILE.pickle -o out.html).",
 		"onnxmem timeline -batch 16 -svg step.svg yolov9-s")
 	batch := f.positive("batch", 8, "batch `size`")
-	img, set := f.imgFlag(), f.settingFlags()
+	img, set, eval := f.imgFlag(), f.settingFlags(), f.evalFlags()
 	asJSON, asCSV, svg := f.jsonFlag(), f.csvFlag(), f.svgFlag("the plot of memory over the step")
 	snapshot := f.String("snapshot", "", "write the step's allocator history as a PyTorch memory snapshot to `FILE.pickle`")
 	f.familyFlag()
@@ -23,6 +23,9 @@ func cmdTimeline(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		return code
 	}
 	st, err := set()
+	if err == nil {
+		st, err = eval(st)
+	}
 	if err != nil {
 		return f.usageError(stderr, "%v", err)
 	}
