@@ -216,6 +216,18 @@ const (
 // Optimizers lists the optimizers a Scenario may name.
 func Optimizers() []Optimizer { return []Optimizer{SGD, Adam, AdamW, Lion, None} }
 
+// ParseOptimizer returns the optimizer that name names, its case ignored,
+// so that train_dual.py's own spelling (--optimizer LION) is taken as it
+// is written.
+func ParseOptimizer(name string) (Optimizer, error) {
+	for _, o := range Optimizers() {
+		if strings.EqualFold(name, string(o)) {
+			return o, nil
+		}
+	}
+	return "", fmt.Errorf("onnxmem: unknown optimizer %q: want SGD, Adam, AdamW, Lion (train_dual.py's LION) or none", name)
+}
+
 // Scenario is one configuration to simulate. The zero value of a field
 // means its default, which Defaults fills in.
 type Scenario struct {

@@ -342,22 +342,18 @@ func (f *flagSet) evalFlags() func(setting) (setting, error) {
 }
 
 // optimizerValue is a flag.Value: an optimizer that schedule models, its
-// name's case ignored.
+// name's case ignored (onnxmem.ParseOptimizer).
 type optimizerValue onnxmem.Optimizer
-
-// optimizers are the optimizers -optimizer accepts.
-var optimizers = onnxmem.Optimizers()
 
 func (o *optimizerValue) String() string { return string(*o) }
 
 func (o *optimizerValue) Set(v string) error {
-	for _, opt := range optimizers {
-		if strings.EqualFold(v, string(opt)) {
-			*o = optimizerValue(opt)
-			return nil
-		}
+	opt, err := onnxmem.ParseOptimizer(v)
+	if err != nil {
+		return errors.New("want SGD, Adam, AdamW, Lion or none")
 	}
-	return errors.New("want SGD, Adam, AdamW, Lion or none")
+	*o = optimizerValue(opt)
+	return nil
 }
 
 // deviceFlag adds -device, a device profile's name. The returned function

@@ -424,7 +424,11 @@ func stepScenario(obj map[string]json.RawMessage, step string, search bool) (onn
 	case "train_step":
 		sc.Train = true
 		if opt != "" {
-			sc.Optimizer = onnxmem.Optimizer(opt)
+			o, err := onnxmem.ParseOptimizer(opt)
+			if err != nil {
+				return sc, err
+			}
+			sc.Optimizer = o
 		}
 		sc.Trainer = trainer
 		sc.PrevPredAlive = prevPred

@@ -355,6 +355,10 @@ func TestPredictFields(t *testing.T) {
 		{`{"kind":"train_step","model":"gelan-t","batch":2,"img":640,"boxes_per_img":4,"trainer":"train_dual"}`, `onnxmem: gelan-t: yolov9: trainer train_dual: train_dual.py trains a dual head`},
 		{`{"kind":"train_step","model":"gelan-t","batch":2,"img":640,"boxes_per_img":4,"trainer":"train"}`, sim(gelanT, onnxmem.Scenario{Batch: 2, Height: 640, Width: 640, Train: true, Boxes: 4})},
 		{`{"kind":"train_step","model":"yolov9-s","batch":2,"img":640,"boxes_per_img":4,"trainer":"train_dual","optimizer":"AdamW","ema":true}`, sim(s, onnxmem.Scenario{Batch: 2, Height: 640, Width: 640, Train: true, Boxes: 4, Optimizer: onnxmem.AdamW, EMA: true})},
+		// train_dual.py's own spelling, --optimizer LION, and any case.
+		{`{"kind":"train_step","model":"yolov9-s","batch":2,"img":640,"boxes_per_img":4,"optimizer":"LION"}`, sim(s, onnxmem.Scenario{Batch: 2, Height: 640, Width: 640, Train: true, Boxes: 4, Optimizer: onnxmem.Lion})},
+		{`{"kind":"train_step","model":"yolov9-s","batch":2,"img":640,"boxes_per_img":4,"optimizer":"adamw"}`, sim(s, onnxmem.Scenario{Batch: 2, Height: 640, Width: 640, Train: true, Boxes: 4, Optimizer: onnxmem.AdamW})},
+		{`{"kind":"train_step","model":"yolov9-s","batch":2,"img":640,"boxes_per_img":4,"optimizer":"RMSprop"}`, `onnxmem: unknown optimizer "RMSprop"`},
 		{`{"kind":"train_step","model":"yolov9-s","batch":2,"img":640,"boxes_per_img":4,"prev_pred_alive":true}`,
 			sim(s, onnxmem.Scenario{Batch: 2, Height: 640, Width: 640, Train: true, Boxes: 4, PrevPredAlive: true})},
 		{`{"kind":"train_step","model":"yolov9-s","batch":2,"img":640,"boxes_per_img":[3,14]}`,
