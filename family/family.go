@@ -56,6 +56,11 @@ type Family interface {
 	// mode (an inference export, whose batch norms are folded into the
 	// convolutions), or nil.
 	CheckStep(g *ir.Graph) error
+	// Deployment reads g, an inference export that CheckStep refuses, as
+	// one of the family's models deployed: the classes its head predicts,
+	// and a function that reports whether a training graph of the family
+	// is the same model. ok is false when the family cannot read g so.
+	Deployment(g *ir.Graph) (classes int64, same func(train *ir.Graph) bool, ok bool)
 	// Loop returns what the family's training script does around its steps
 	// in a whole run, for the graph g, or nil when it has none.
 	Loop(g *ir.Graph) *schedule.Loop

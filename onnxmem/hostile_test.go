@@ -5,25 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/onnxmem/onnxmem/internal/onnxbuild"
 	"github.com/onnxmem/onnxmem/onnxmem"
 )
-
-// TestInferenceExport checks that an inference export (export.py's, batch
-// norms folded into the convolutions) is refused for every step kind, with
-// the reason, rather than simulated as if it were the training network.
-func TestInferenceExport(t *testing.T) {
-	m, err := onnxmem.Load(onnxbuild.Shared(t, "yolov9/yolov9-c-infer.onnx"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, sc := range []onnxmem.Scenario{{Batch: 2, Height: 320, Width: 320}, {Batch: 2, Height: 320, Width: 320, Eval: true},
-		{Batch: 2, Height: 320, Width: 320, Train: true, Boxes: 4}} {
-		if _, err := m.Simulate(sc); err == nil || !strings.Contains(err.Error(), "inference export") {
-			t.Errorf("%+v: %v, want the inference export refused", sc, err)
-		}
-	}
-}
 
 // TestHostileInputs checks inputs that once hung or gave a silent answer:
 // each is an error that names what is wrong.

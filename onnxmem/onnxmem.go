@@ -25,6 +25,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -36,6 +37,7 @@ import (
 	"github.com/onnxmem/onnxmem/allocator"
 	"github.com/onnxmem/onnxmem/family"
 	"github.com/onnxmem/onnxmem/ir"
+	"github.com/onnxmem/onnxmem/models"
 	"github.com/onnxmem/onnxmem/schedule"
 )
 
@@ -50,6 +52,14 @@ type Model struct {
 	// Graph is the graph as the detected family prepared it: top-level
 	// layers assigned, the exporter's flattening undone.
 	Graph *ir.Graph
+
+	// Builtin, when not empty, names the built-in model that stands for
+	// the loaded file: the file is an inference export (export.py folds
+	// the batch norms into the convolutions and fuses re-parameterized
+	// ones, so it holds no training graph), and the built-in model of
+	// that name, built with the file's classes, has the same
+	// convolutions. Graph is then the built-in model's.
+	Builtin string
 
 	raw   *ir.Graph // as ir.Load returned it
 	cache *preparedSet
@@ -158,7 +168,37 @@ func LoadBytes(name string, data []byte) (*Model, error) {
 		return nil, err
 	}
 	m.Family, m.Graph = p.fam.Name(), p.graph
+	if p.fam.CheckStep(p.graph) != nil {
+		if b, err := standIn(p); err != nil {
+			return nil, fmt.Errorf("onnxmem: %s: %w", name, err)
+		} else if b != nil {
+			b.Name, b.Builtin = name, b.Name
+			return b, nil
+		}
+	}
 	return m, nil
+}
+
+// standIn returns the built-in model that stands for an inference export
+// (a graph that its family's CheckStep refuses, which has no training
+// graph): the first of models.Names that the family reads as the same
+// model (family.Family.Deployment), built with the export's classes; or
+// nil when none is.
+func standIn(p *prepared) (*Model, error) {
+	classes, same, ok := p.fam.Deployment(p.graph)
+	if !ok || classes < 1 || classes > math.MaxInt32 {
+		return nil, nil
+	}
+	for _, name := range models.Names() {
+		b, err := BuiltinOptions(name, models.Options{Classes: int(classes)})
+		if err != nil {
+			return nil, err
+		}
+		if b.Family == p.fam.Name() && same(b.Graph) {
+			return b, nil
+		}
+	}
+	return nil, nil
 }
 
 // Families lists the model families a Scenario may name, in the order they
@@ -217,15 +257,15 @@ const (
 func Optimizers() []Optimizer { return []Optimizer{SGD, Adam, AdamW, Lion, None} }
 
 // ParseOptimizer returns the optimizer that name names, its case ignored,
-// so that train_dual.py's own spelling (--optimizer LION) is taken as it
-// is written.
+// so that a training script's own spelling (--optimizer LION) is taken as
+// it is written.
 func ParseOptimizer(name string) (Optimizer, error) {
 	for _, o := range Optimizers() {
 		if strings.EqualFold(name, string(o)) {
 			return o, nil
 		}
 	}
-	return "", fmt.Errorf("onnxmem: unknown optimizer %q: want SGD, Adam, AdamW, Lion (train_dual.py's LION) or none", name)
+	return "", fmt.Errorf("onnxmem: unknown optimizer %q: want SGD, Adam, AdamW, Lion (LION) or none", name)
 }
 
 // Scenario is one configuration to simulate. The zero value of a field
@@ -576,6 +616,9 @@ func (m *Model) programPrep(sc Scenario) (*prepared, Scenario, error) {
 		return nil, sc, err
 	}
 	if err := p.fam.CheckStep(p.graph); err != nil {
+		if _, _, ok := p.fam.Deployment(p.graph); ok {
+			err = fmt.Errorf("%w; no built-in model (%s) has its convolutions to stand for it", err, strings.Join(models.Names(), ", "))
+		}
 		return nil, sc, fmt.Errorf("onnxmem: %s: %w", m.Name, err)
 	}
 	return p, sc.Defaults(), nil
@@ -1004,7 +1047,7 @@ func (m *Model) As(family string) (*Model, error) {
 // neck, needs sides that are multiples of its largest stride), the error
 // names that multiple, the smallest whose next two multiples both infer,
 // and the nearest size that works, the way training
-// scripts round an image size up (YOLOv9's check_img_size: ⌈650/32⌉·32 = 672).
+// scripts round an image size up (⌈650/32⌉·32 = 672 for a stride of 32).
 func (m *Model) infer(g *ir.Graph, sc Scenario) (*ir.Shapes, error) {
 	b := ir.Binding{Batch: sc.Batch, Height: sc.Height, Width: sc.Width}
 	s, err := g.Infer(b)

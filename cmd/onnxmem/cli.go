@@ -23,6 +23,7 @@ type flagSet struct {
 	about   string // one sentence
 	example string // one command line
 	family  *string
+	stderr  io.Writer // where parse was told to report, for notes
 }
 
 func newFlagSet(name, syntax, about, example string) *flagSet {
@@ -50,6 +51,7 @@ func (f *flagSet) printUsage(w io.Writer) {
 // ok false the command must stop with exit code code: 0 after -h (the usage
 // went to stdout), 2 after a bad flag (the error went to stderr).
 func (f *flagSet) parse(args []string, stdout, stderr io.Writer) (pos []string, code int, ok bool) {
+	f.stderr = stderr
 	for {
 		err := f.Parse(args)
 		if errors.Is(err, flag.ErrHelp) {
@@ -130,12 +132,23 @@ func (f *flagSet) familyFlag() {
 }
 
 // load loads a model as load does, as the family of -family when given.
+// It tells stderr when a built-in model stands for an inference export.
 func (f *flagSet) load(path string) (*onnxmem.Model, error) {
 	m, err := load(path)
+	if err == nil && m.Builtin != "" && f.stderr != nil {
+		fmt.Fprintf(f.stderr, "onnxmem: %s\n", standInNote(path, m))
+	}
 	if err != nil || f.family == nil || *f.family == "" {
 		return m, err
 	}
 	return m.As(*f.family)
+}
+
+// standInNote says that a built-in model stands for the inference export
+// at path, and why.
+func standInNote(path string, m *onnxmem.Model) string {
+	classes, _ := m.Classes()
+	return fmt.Sprintf("%s is an inference export (its batch norms folded into the convolutions): simulating the built-in %s with %d classes, whose training graph has the same convolutions", path, m.Builtin, classes)
 }
 
 // exit is a command's exit code for its final error: 0 for nil, else 1
@@ -461,8 +474,10 @@ func fileExists(path string) bool {
 
 // source says where load reads path from, for people: the path, or that the
 // model is built in and whether it was compared with its export.
-func source(path string) string {
+func source(path string, m *onnxmem.Model) string {
 	switch {
+	case m != nil && m.Builtin != "":
+		return path + ", an inference export: simulated as the built-in " + m.Builtin + ", which has its convolutions"
 	case !builtin(path):
 		return path
 	case models.Checked(path):

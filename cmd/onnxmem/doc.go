@@ -58,7 +58,10 @@
 // built-in model (package models: yolov9-t, -s, -m, -c, -e and gelan-t, -s,
 // -m, -c, -e; onnxmem models lists them). A built-in model is the graph of
 // its training-mode export, so it predicts what the export does, and needs
-// no file. With no arguments onnxmem runs report on the built-in yolov9-c
+// no file. An inference export (export.py's: batch norms folded, RepConvN
+// fused) holds no training graph; the built-in model with the same
+// convolutions and classes stands for it, and stderr says which
+// (onnxmem.Model.Builtin). With no arguments onnxmem runs report on the built-in yolov9-c
 // (onnxmem.DefaultModel). Flags may come
 // before or after MODEL.onnx; "--" ends the flags. Every command takes -h,
 // which prints its syntax, an example and its flags to stdout.

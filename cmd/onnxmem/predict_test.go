@@ -541,3 +541,35 @@ func TestPredictLongLine(t *testing.T) {
 		}
 	}
 }
+
+// TestPredictInferenceExport checks that a line naming an inference export
+// gets the prediction of the model's training export, with "simulated_as"
+// naming the built-in model that stood for it, and that the commands say
+// so on stderr.
+func TestPredictInferenceExport(t *testing.T) {
+	sharedFile(t, "yolov9/gelan-t-infer.onnx")
+	in := `{"kind":"train_step","model":"yolov9/gelan-t-infer.onnx","batch":2,"img":320,"boxes_per_img":3}` + "\n" +
+		`{"kind":"train_step","model":"yolov9/gelan-t-train.onnx","batch":2,"img":320,"boxes_per_img":3}` + "\n"
+	code, out, stderr := runCmd(t, in, "predict", "-root", shared)
+	if code != 0 || stderr != "" {
+		t.Fatalf("exit code %d, stderr %q", code, stderr)
+	}
+	var lines []map[string]json.RawMessage
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		var obj map[string]json.RawMessage
+		if err := json.Unmarshal([]byte(l), &obj); err != nil {
+			t.Fatal(err)
+		}
+		lines = append(lines, obj)
+	}
+	if len(lines) != 2 || string(lines[0]["simulated_as"]) != `"gelan-t"` || lines[1]["simulated_as"] != nil {
+		t.Fatalf("simulated_as: %s and %s; want \"gelan-t\" and none", lines[0]["simulated_as"], lines[1]["simulated_as"])
+	}
+	if a, b := string(lines[0]["predicted"]), string(lines[1]["predicted"]); a != b || a == "" {
+		t.Errorf("the inference export predicts %s, its training export %s", a, b)
+	}
+	code, _, stderr = runCmd(t, "", "sweep", "-batches", "1", filepath.Join(shared, "yolov9", "gelan-t-infer.onnx"))
+	if code != 0 || !strings.Contains(stderr, "gelan-t-infer.onnx is an inference export") || !strings.Contains(stderr, "simulating the built-in gelan-t with 80 classes") {
+		t.Errorf("sweep of an inference export: exit code %d, stderr %q; want the stand-in named", code, stderr)
+	}
+}

@@ -74,7 +74,7 @@ func cmdReport(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(stderr, err)
 	}
-	rep := &report{Model: m.Name, Path: path, Family: m.Family, Default: isDefault,
+	rep := &report{Model: m.Name, Path: path, model: m, Family: m.Family, Default: isDefault,
 		Settings: settings, DetailSetting: detail, Devices: cards()}
 	if err := rep.simulate(m, *img, *batches, *batch, stderr, *verbose); err != nil {
 		return fail(stderr, err)
@@ -119,8 +119,9 @@ func (rep *report) writeCSV(w io.Writer) error {
 
 type report struct {
 	Model, Path string
-	Family      string // the model's family, which names the training script's default
-	Default     bool   // Path is the default model
+	model       *onnxmem.Model // the model loaded from Path
+	Family      string         // the model's family, which names the training script's default
+	Default     bool           // Path is the default model
 	Settings    []setting
 	Devices     []onnxmem.Device
 	// Results[s][b] is setting s at the b-th batch size; MaxBatch[s][c] the
@@ -216,7 +217,7 @@ func searchLimit(rs []*onnxmem.Result, d onnxmem.Device) int64 {
 
 func (rep *report) print(w io.Writer) error {
 	d := rep.Detail
-	fmt.Fprintf(w, "model  %s (%s)\n", rep.Model, source(rep.Path))
+	fmt.Fprintf(w, "model  %s (%s)\n", rep.Model, source(rep.Path, rep.model))
 	if rep.Default {
 		fmt.Fprintln(w, "       the default model; pass MODEL.onnx or a built-in name for another")
 	}

@@ -323,6 +323,9 @@ func (Family) Recipe(opt schedule.Optimizer, ema bool, boxes int64) *schedule.Tr
 // CheckStep returns nil: any graph of supported ops is taken as it is.
 func (Family) CheckStep(*ir.Graph) error { return nil }
 
+// Deployment returns false: CheckStep refuses no graph.
+func (Family) Deployment(*ir.Graph) (int64, func(*ir.Graph) bool, bool) { return 0, nil, false }
+
 // Loop returns nil: the generic family knows no training script to run.
 func (Family) Loop(*ir.Graph) *schedule.Loop { return nil }
 

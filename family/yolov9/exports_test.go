@@ -12,6 +12,7 @@ import (
 
 	"github.com/onnxmem/onnxmem/internal/onnxbuild"
 	"github.com/onnxmem/onnxmem/ir"
+	"github.com/onnxmem/onnxmem/models"
 )
 
 // yolov9Files returns the ONNX exports in the shared yolov9 folder.
@@ -227,4 +228,70 @@ func id(t testing.TB, g *ir.Graph, name string) ir.ValueID {
 		t.Fatalf("no value %q", name)
 	}
 	return v
+}
+
+// TestDeployment checks that every inference export in the shared data,
+// the one a dynamo export made without fusing included, is read as the
+// model it was made from: 80 classes, the same convolutions as that
+// model's training export and not as any other's.
+func TestDeployment(t *testing.T) {
+	dir := onnxbuild.Shared(t, "yolov9")
+	var trains []string
+	for _, path := range yolov9Files(t) {
+		if strings.HasSuffix(path, "-train.onnx") {
+			trains = append(trains, path)
+		}
+	}
+	n := 0
+	for _, path := range yolov9Files(t) {
+		name := filepath.Base(path)
+		if !strings.Contains(name, "-infer") {
+			continue
+		}
+		n++
+		g := mustPrepare(t, path)
+		if err := (Family{}).CheckStep(g); err == nil {
+			t.Errorf("%s: CheckStep takes an inference export", name)
+		}
+		classes, same, ok := Family{}.Deployment(g)
+		if !ok || classes != 80 {
+			t.Errorf("%s: Deployment: %d classes, ok %v; want 80, true", name, classes, ok)
+			continue
+		}
+		want := filepath.Join(dir, name[:strings.Index(name, "-infer")]+"-train.onnx")
+		for _, train := range trains {
+			if got := same(mustPrepare(t, train)); got != (train == want) {
+				t.Errorf("%s: same as %s: %v, want %v", name, filepath.Base(train), got, !got)
+			}
+		}
+	}
+	if n < 8 {
+		t.Errorf("%d inference exports, want the 8 of the shared data", n)
+	}
+	// The classes are read from the head's last class branch: a training
+	// graph of 20 classes, read as a deployment of itself, has 20.
+	data, err := models.Build("yolov9-s", models.Options{Classes: 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := ir.Load(data)
+	if err == nil {
+		g, err = Family{}.Prepare(g)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if classes, same, ok := (Family{}).Deployment(g); !ok || classes != 20 || !same(g) {
+		t.Errorf("yolov9-s with 20 classes: Deployment gives %d classes, ok %v; want 20 and the same model", classes, ok)
+	}
+}
+
+// mustPrepare loads an export and prepares it, failing the test on errors.
+func mustPrepare(t *testing.T, path string) *ir.Graph {
+	t.Helper()
+	g, err := loadPrepared(t, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
 }
