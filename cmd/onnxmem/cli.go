@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"flag"
 	"fmt"
@@ -23,6 +24,7 @@ type flagSet struct {
 	about   string // one sentence
 	example string // one command line
 	family  *string
+	nc      *int64
 	stderr  io.Writer // where parse was told to report, for notes
 }
 
@@ -126,22 +128,54 @@ func (f *flagSet) parseAndLoad(args []string, stdout, stderr io.Writer) (m *onnx
 	return m, 0, true
 }
 
-// familyFlag adds -family, the model family to simulate the model as.
+// familyFlag adds -family, the model family to simulate the model as, and
+// -nc, the classes of its head.
 func (f *flagSet) familyFlag() {
 	f.family = f.String("family", "", "simulate the model as this model `family`: "+strings.Join(onnxmem.Families(), " or ")+"\n(default: the family detected from the graph's names)")
+	f.nc = f.Int64("nc", 0, "the `number` of classes of a built-in model's head (a dataset's nc; default 80),\nas Model(cfg, nc=nc) builds it; with a file, the classes its head must have")
 }
 
-// load loads a model as load does, as the family of -family when given.
-// It tells stderr when a built-in model stands for an inference export.
+// load loads a model as load does, with -nc's classes, as the family of
+// -family when given. It tells stderr when a built-in model stands for an
+// inference export.
 func (f *flagSet) load(path string) (*onnxmem.Model, error) {
 	m, err := load(path)
 	if err == nil && m.Builtin != "" && f.stderr != nil {
 		fmt.Fprintf(f.stderr, "onnxmem: %s\n", standInNote(path, m))
 	}
+	if err == nil && f.nc != nil && f.isSet("nc") {
+		m, err = withClasses(path, m, *f.nc)
+	}
 	if err != nil || f.family == nil || *f.family == "" {
 		return m, err
 	}
 	return m.As(*f.family)
+}
+
+// withClasses returns the model loaded from path with nc classes: m when
+// its head has them, else the built-in model that path names or that stands
+// for it, built with nc classes (Model(cfg, nc=nc)), which differs from m
+// only in its head's class branches.
+func withClasses(path string, m *onnxmem.Model, nc int64) (*onnxmem.Model, error) {
+	has, err := m.Classes()
+	switch {
+	case err != nil:
+		return nil, err
+	case nc < 1:
+		return nil, fmt.Errorf("-nc %d: a head predicts at least 1 class", nc)
+	case has == 0:
+		return nil, fmt.Errorf("-nc: %s's family (%s) reads no classes from its outputs; leave -nc out", m.Name, m.Family)
+	case has == nc:
+		return m, nil
+	case builtin(path) || m.Builtin != "":
+		name := cmp.Or(m.Builtin, path)
+		b, err := onnxmem.BuiltinOptions(name, models.Options{Classes: int(nc)})
+		if err == nil {
+			b.Name, b.Builtin = fmt.Sprintf("%s nc=%d", m.Name, nc), m.Builtin
+		}
+		return b, err
+	}
+	return nil, fmt.Errorf("-nc %d: %s predicts %d classes: give the built-in model's name (onnxmem models) with -nc, or an export with %d classes", nc, path, has, nc)
 }
 
 // standInNote says that a built-in model stands for the inference export

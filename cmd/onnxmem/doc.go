@@ -61,7 +61,9 @@
 // no file. An inference export (export.py's: batch norms folded, RepConvN
 // fused) holds no training graph; the built-in model with the same
 // convolutions and classes stands for it, and stderr says which
-// (onnxmem.Model.Builtin). With no arguments onnxmem runs report on the built-in yolov9-c
+// (onnxmem.Model.Builtin). Every command that reads a model takes -nc N, the
+// classes of a built-in model's head (a dataset's nc; the model is then
+// named "yolov9-c nc=20"), and -family. With no arguments onnxmem runs report on the built-in yolov9-c
 // (onnxmem.DefaultModel). Flags may come
 // before or after MODEL.onnx; "--" ends the flags. Every command takes -h,
 // which prints its syntax, an example and its flags to stdout.

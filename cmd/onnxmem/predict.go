@@ -522,6 +522,18 @@ func (p *predictor) model(obj map[string]json.RawMessage) (*onnxmem.Model, error
 				return nil, fmt.Errorf("onnxmem: model %q: its family (%s) reads no classes from its outputs: nc does not apply; leave it out", model, l.m.Family)
 			case has == nc:
 				return l.m, nil
+			case l.m.Builtin != "":
+				// An inference export: its stand-in with nc classes.
+				key := fmt.Sprintf("%s nc=%d", path, nc)
+				b, ok := p.models[key]
+				if !ok {
+					b.m, b.err = onnxmem.BuiltinOptions(l.m.Builtin, models.Options{Classes: int(nc)})
+					if b.err == nil {
+						b.m.Name, b.m.Builtin = l.m.Name, l.m.Builtin
+					}
+					p.models[key] = b
+				}
+				return b.m, b.err
 			case !slices.Contains(models.Names(), cfg):
 				return nil, fmt.Errorf("onnxmem: model %q predicts %d classes, and nc is %d: give an export with nc classes, or \"model\": null and a built-in \"cfg\" (onnxmem models)", model, has, nc)
 			}

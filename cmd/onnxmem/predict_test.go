@@ -568,8 +568,76 @@ func TestPredictInferenceExport(t *testing.T) {
 	if a, b := string(lines[0]["predicted"]), string(lines[1]["predicted"]); a != b || a == "" {
 		t.Errorf("the inference export predicts %s, its training export %s", a, b)
 	}
+	// With nc, the stand-in is built with nc classes.
+	in = `{"kind":"model_step","model":"yolov9/gelan-t-infer.onnx","batch":2,"img":320,"nc":20}` + "\n" +
+		`{"kind":"model_step","model":null,"cfg":"gelan-t","batch":2,"img":320,"nc":20}` + "\n"
+	_, out, _ = runCmd(t, in, "predict", "-alone", "-root", shared)
+	var nc []map[string]json.RawMessage
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		var obj map[string]json.RawMessage
+		if err := json.Unmarshal([]byte(l), &obj); err != nil {
+			t.Fatal(err)
+		}
+		nc = append(nc, obj)
+	}
+	if len(nc) != 2 || string(nc[0]["predicted"]) != string(nc[1]["predicted"]) || string(nc[0]["simulated_as"]) != `"gelan-t"` {
+		t.Errorf("nc 20 beside an inference export: %s; want the 20-class gelan-t's %s, simulated_as gelan-t", out, nc[1]["predicted"])
+	}
 	code, _, stderr = runCmd(t, "", "sweep", "-batches", "1", filepath.Join(shared, "yolov9", "gelan-t-infer.onnx"))
 	if code != 0 || !strings.Contains(stderr, "gelan-t-infer.onnx is an inference export") || !strings.Contains(stderr, "simulating the built-in gelan-t with 80 classes") {
 		t.Errorf("sweep of an inference export: exit code %d, stderr %q; want the stand-in named", code, stderr)
+	}
+}
+
+// TestClassesFlag checks -nc: a built-in model built with the classes (the
+// peak of BuiltinOptions' model, the name saying nc), a file whose head
+// has other classes refused, and a family that reads no classes refused.
+func TestClassesFlag(t *testing.T) {
+	m, err := onnxmem.BuiltinOptions("yolov9-t", models.Options{Classes: 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, out, stderr := runCmd(t, "", "sweep", "-json", "-batches", "2", "-img", "320", "-nc", "20", "yolov9-t")
+	var js sweepJSON
+	if code != 0 || stderr != "" || json.Unmarshal([]byte(out), &js) != nil || len(js.Results) != 1 {
+		t.Fatalf("sweep -nc 20: exit code %d, stderr %q, output %q", code, stderr, out)
+	}
+	if js.Model != "yolov9-t nc=20" {
+		t.Errorf("model %q, want \"yolov9-t nc=20\"", js.Model)
+	}
+	base, err := onnxmem.Builtin("yolov9-t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r80, err := base.Simulate(onnxmem.Scenario{Batch: 2, Height: 320, Width: 320})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r20, err := m.Simulate(onnxmem.Scenario{Batch: 2, Height: 320, Width: 320})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if js.Results[0].Peak != r20.Peak || r20.Peak == r80.Peak {
+		t.Errorf("sweep -nc 20 peak %d; want the 20-class model's %d, not the 80-class %d", js.Results[0].Peak, r20.Peak, r80.Peak)
+	}
+	code, out, stderr = runCmd(t, "", "maxbatch", "-json", "-train", "-budget", "4", "-img", "320", "-nc", "20", "yolov9-t")
+	var mb maxBatchJSON
+	if code != 0 || json.Unmarshal([]byte(out), &mb) != nil || mb.Result == nil {
+		t.Fatalf("maxbatch -train -nc 20: exit code %d, stderr %q", code, stderr)
+	}
+	if n, _, err := m.MaxBatch(onnxmem.Scenario{Height: 320, Width: 320, Train: true, Boxes: 16, EMA: true}, 4<<30, 1024); err != nil || n != mb.MaxBatch {
+		t.Errorf("maxbatch -train -nc 20: %d, want the 20-class model's %d (%v)", mb.MaxBatch, n, err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"sweep", "-nc", "20", sharedFile(t, "yolov9/yolov9-t-train.onnx")}, "-nc 20: " + sharedFile(t, "yolov9/yolov9-t-train.onnx") + " predicts 80 classes: give the built-in model's name"},
+		{[]string{"sweep", "-nc", "3", sharedFile(t, "torchvision/resnet18-train.onnx")}, "-nc: resnet18-train's family (generic) reads no classes"},
+		{[]string{"sweep", "-nc", "0", "yolov9-t"}, "-nc 0: a head predicts at least 1 class"},
+	} {
+		if code, _, stderr := runCmd(t, "", tc.args...); code != 1 || !strings.Contains(stderr, tc.want) {
+			t.Errorf("%v: exit code %d, stderr %q; want 1 and %q", tc.args, code, stderr, tc.want)
+		}
 	}
 }
