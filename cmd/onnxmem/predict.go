@@ -20,7 +20,7 @@ import (
 func cmdPredict(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	f := newFlagSet("predict",
 		"onnxmem predict [-root DIR] [-alone] < SCENARIOS.jsonl",
-		"Predict reads scenarios as JSON Lines on stdin and writes one line for each\n(blank lines are skipped): the same object with \"predicted\" added, or with\n\"error\" when the scenario cannot be simulated. Model paths are relative to\n-root and stay inside it (no absolute path, no \"..\", no symbolic link out of\nit); a model that names no file there but a built-in model (onnxmem models)\nis that model, and \"model\": null means the built-in model of \"cfg\"; with\n\"nc\", a file whose head predicts other classes stands for the built-in\nmodel of \"cfg\" built with nc classes (Model(cfg, nc=nc)). An inference\nexport (export.py's) is simulated as the built-in model with its convolutions,\nwhich \"simulated_as\" names.\n\nKinds: model_step, train_step and eval_step (the ground truth's fields: batch,\nimg or img_h and img_w, amp, half, segments, nc, boxes_per_img (a number or each\nimage's count), optimizer, ema, trainer, prev_pred_alive,\nwarm_steps (the loop's iterations before the measured one, the last making\nthe optimizer's state: by default 4 under float16 amp, GradScaler skipping\nthe first three, and 1 otherwise), ...; and empty_cache, where the measuring\nharness empties the cache: before_step or before_warmup, by default the one\nof the ground truth of the model's family for model and eval steps and\nbefore_warmup for train steps, as a training loop runs; or never);\nmax_batch with \"step\" and \"capacity_bytes\", the caching allocator's\nlimit (int(f × total_memory) for set_per_process_memory_fraction(f)), which\nanswers {\"max_batch\", and the step's figures at it}; train_run with \"events\"\n(setup, train, val and ckpt; warm_steps as above when no train event is\nmarked \"skipped\"), which answers the run's peaks and the memory after\neach event; and model, what the model holds once loaded: {\"params\",\n\"param_bytes\", \"buffer_bytes\", \"alloc_after_load\", \"n_layers\"}. A field that\na kind does not take, or a value that onnxmem does not simulate, is an error\nthat names it: never ignored.\n\nA model's model_step lines that follow each other run one after another in one\nprocess, as a harness that sweeps a model's scenarios measures them: the\ncaching allocator keeps what the earlier steps left (onnxmem.Process), which\nmoves reserved bytes. A line of another kind or model ends that process; a line\nin error leaves it as it was. -alone simulates every line by itself.",
+		"Predict reads scenarios as JSON Lines on stdin and writes one line for each\n(blank lines are skipped): the same object with \"predicted\" added, or with\n\"error\" when the scenario cannot be simulated. Model paths are relative to\n-root and stay inside it (no absolute path, no \"..\", no symbolic link out of\nit); a model that names no file there but a built-in model (onnxmem models)\nis that model, and \"model\": null means the built-in model of \"cfg\"; with\n\"nc\", a file whose head predicts other classes stands for the built-in\nmodel of \"cfg\" built with nc classes (Model(cfg, nc=nc)). An inference\nexport (export.py's) is simulated as the built-in model with its convolutions,\nwhich \"simulated_as\" names.\n\nKinds: model_step, train_step and eval_step (the ground truth's fields: batch,\nimg or img_h and img_w, amp, half, segments, nc, boxes_per_img (a number or each\nimage's count), optimizer, ema, trainer, prev_pred_alive,\nwarm_steps (the loop's iterations before the measured one, the last making\nthe optimizer's state: by default 4 under float16 amp, GradScaler skipping\nthe first three, and 1 otherwise), ...; and empty_cache, where the measuring\nharness empties the cache: before_step or before_warmup, by default the one\nof the ground truth of the model's family for model and eval steps and\nbefore_warmup for train steps, as a training loop runs; or never);\nmax_batch with \"step\" and \"capacity_bytes\", the caching allocator's\nlimit (int(f × total_memory) for set_per_process_memory_fraction(f); or\n\"fraction\" alone, f of the H200's total_memory), which\nanswers {\"max_batch\", and the step's figures at it}; train_run with \"events\"\n(setup, train, val and ckpt; warm_steps as above when no train event is\nmarked \"skipped\"), which answers the run's peaks and the memory after\neach event; and model, what the model holds once loaded: {\"params\",\n\"param_bytes\", \"buffer_bytes\", \"alloc_after_load\", \"n_layers\"}. A field that\na kind does not take, or a value that onnxmem does not simulate, is an error\nthat names it: never ignored.\n\nA model's model_step lines that follow each other run one after another in one\nprocess, as a harness that sweeps a model's scenarios measures them: the\ncaching allocator keeps what the earlier steps left (onnxmem.Process), which\nmoves reserved bytes. A line of another kind or model ends that process; a line\nin error leaves it as it was. -alone simulates every line by itself.",
 		"onnxmem predict -root ../shared < ../shared/groundtruth/calibration.jsonl")
 	root := f.String("root", ".", "`dir`ectory the scenarios' model paths are relative to")
 	alone := f.Bool("alone", false, "simulate every line by itself, as the first scenario of a process, instead of running a model's consecutive model_step lines one after another in one process")
@@ -300,8 +300,27 @@ func (p *predictor) simulate(obj map[string]json.RawMessage) (prediction, error)
 		return prediction{r: r}, err
 	}
 	var capacity int64
-	if err := field(obj, "capacity_bytes", &capacity, true); err != nil {
+	var fraction float64
+	if err := field(obj, "fraction", &fraction, false); err != nil {
 		return prediction{}, err
+	}
+	_, hasCapacity := obj["capacity_bytes"]
+	if hasCapacity || fraction == 0 {
+		if err := field(obj, "capacity_bytes", &capacity, true); err != nil {
+			return prediction{}, fmt.Errorf("%w (or \"fraction\", set_per_process_memory_fraction's, of the H200 that predict simulates)", err)
+		}
+	} else {
+		if fraction < 0 || fraction > 1 {
+			return prediction{}, fmt.Errorf("onnxmem: max_batch: fraction %g: set_per_process_memory_fraction takes 0 to 1", fraction)
+		}
+		// What set_per_process_memory_fraction(f) sets on the card that
+		// predict simulates (its cuBLAS workspace and cuDNN's choices):
+		// int(f × total_memory), as CUDACachingAllocator computes it.
+		h200, err := onnxmem.LookupDevice("h200")
+		if err != nil {
+			return prediction{}, err
+		}
+		capacity = int64(fraction * float64(h200.Total))
 	}
 	if capacity <= 0 {
 		return prediction{}, fmt.Errorf("onnxmem: max_batch: capacity_bytes %d: want the allocator's limit in bytes, int(fraction × total_memory)", capacity)

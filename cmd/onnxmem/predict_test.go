@@ -334,6 +334,12 @@ func TestPredictFields(t *testing.T) {
 		{`{"kind":"model_step","model":null,"cfg":"yolov9-s","nc":20,"batch":2,"img_h":384,"img_w":640}`, sim(nc20, base)},
 		{`{"kind":"max_batch","step":"model_step","cfg":"yolov9-s","model":null,"img":640,"amp":true,"segments":0,"capacity_bytes":4294967296}`,
 			mb(s, onnxmem.Scenario{Height: 640, Width: 640, AMP: true}, capacity)},
+		// fraction alone: set_per_process_memory_fraction's limit on the
+		// H200, int(0.1 × 150109880320) = 15010988032.
+		{`{"kind":"max_batch","step":"model_step","cfg":"yolov9-s","model":null,"img":640,"fraction":0.1}`,
+			mb(s, onnxmem.Scenario{Height: 640, Width: 640}, 15010988032)},
+		{`{"kind":"max_batch","step":"model_step","cfg":"yolov9-s","model":null,"img":640,"fraction":1.5}`, `onnxmem: max_batch: fraction 1.5`},
+		{`{"kind":"max_batch","step":"model_step","cfg":"yolov9-s","model":null,"img":640}`, `onnxmem: missing field "capacity_bytes" (or "fraction"`},
 		{`{"kind":"model_step","model":"yolov9-s","batch":2,"img":640,"img_h":384,"img_w":600}`, `onnxmem: img 640 with img_h 384 and img_w 600`},
 		{`{"kind":"model_step","model":"yolov9-s","batch":2,"img_h":384}`, `onnxmem: img_h 384 and img_w 0`},
 		{`{"kind":"model_step","model":"yolov9-s","batch":2,"img":640,"amp":true,"amp_dtype":"bfloat16"}`,
