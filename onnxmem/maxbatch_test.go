@@ -12,7 +12,8 @@ import (
 )
 
 // maxBatchRun is one max batch that calibration/max_batch.py found on the
-// H200: the largest batch of a model step that ran without
+// H200 (max_batch.json, model steps) or an H100 (max_batch_steps.json,
+// eval and train steps): the largest batch of a step that ran without
 // torch.OutOfMemoryError in a fresh process whose caching allocator was
 // capped by set_per_process_memory_fraction, confirmed by two passing runs
 // at it and two failing ones at the next batch.
@@ -42,10 +43,15 @@ type maxBatchRun struct {
 	} `json:"trial_details"`
 }
 
-// maxBatchRuns reads calibration/results/max_batch.json.
-func maxBatchRuns(t *testing.T) []maxBatchRun {
+// maxBatchRuns reads calibration/results/max_batch.json, or another file
+// of that folder that max_batch.py wrote.
+func maxBatchRuns(t *testing.T, name ...string) []maxBatchRun {
 	t.Helper()
-	b, err := os.ReadFile("../calibration/results/max_batch.json")
+	file := "max_batch.json"
+	if len(name) > 0 {
+		file = name[0]
+	}
+	b, err := os.ReadFile("../calibration/results/" + file)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,32 +59,51 @@ func maxBatchRuns(t *testing.T) []maxBatchRun {
 		Scenarios []maxBatchRun `json:"scenarios"`
 	}
 	if err := json.Unmarshal(b, &f); err != nil {
-		t.Fatalf("max_batch.json: %v", err)
+		t.Fatalf("%s: %v", file, err)
 	}
 	if len(f.Scenarios) == 0 {
-		t.Fatal("max_batch.json: no scenarios")
+		t.Fatalf("%s: no scenarios", file)
 	}
 	return f.Scenarios
+}
+
+// scenario is the step that max_batch.py searched, without its batch: a
+// model step by yolov9_segments.py's harness, eval_step.py's validation
+// step, or train_step.py's step of the official code (SGD, EMA, 16 boxes
+// an image).
+func (s maxBatchRun) scenario(t *testing.T) onnxmem.Scenario {
+	sc := onnxmem.Scenario{Height: s.Img, Width: s.Img}
+	switch s.Step {
+	case "model_step":
+		sc.AMP, sc.Segments, sc.EmptyCache = s.AMP, s.Segments, ownHarness
+	case "eval_step":
+		sc.Eval = true
+	case "train_step":
+		sc.AMP, sc.Segments, sc.Train, sc.Boxes, sc.Optimizer, sc.EMA = s.AMP, s.Segments, true, 16, onnxmem.SGD, true
+	default:
+		t.Fatalf("max batch of a %q: want model_step, eval_step or train_step", s.Step)
+	}
+	return sc
 }
 
 // TestMaxBatchMeasured predicts each measured max batch with MaxBatch under
 // the same limit, on the built-in models the script ran, and wants the same
 // batch: the allocator's release of its cache and retry included, a step
-// fits under the limit exactly when the real one does. The log also shows
-// what comparing an unlimited run's reserved peak with the limit gives:
-// fewer, in most of them, since the real allocator frees its cache and
-// retries before it gives up.
+// fits under the limit exactly when the real one does. That is ten model
+// steps on the H200, and four validation steps and two train steps of the
+// official code on an H100 80GB HBM3 (max_batch_steps.json; the limits are
+// fractions of its total memory). The log also shows what comparing an
+// unlimited run's reserved peak with the limit gives: fewer, in most of
+// them, since the real allocator frees its cache and retries before it
+// gives up.
 func TestMaxBatchMeasured(t *testing.T) {
-	runs := maxBatchRuns(t)
+	runs := append(maxBatchRuns(t), maxBatchRuns(t, "max_batch_steps.json")...)
 	var table strings.Builder
-	fmt.Fprintf(&table, "%-9s %4s %2s %9s  %9s %9s %9s  %12s %12s\n", "cfg", "prec", "k", "limit GiB", "measured", "predicted", "uncapped", "reserved GiB", "predicted")
+	fmt.Fprintf(&table, "%-10s %-9s %4s %2s %9s  %9s %9s %9s  %12s %12s\n", "step", "cfg", "prec", "k", "limit GiB", "measured", "predicted", "uncapped", "reserved GiB", "predicted")
 	models := builtins{}
 	for _, s := range runs {
-		if s.Step != "model_step" {
-			t.Fatalf("max_batch.json: step %q: only model steps were measured", s.Step)
-		}
 		m := models.get(t, s.Cfg)
-		sc := onnxmem.Scenario{Height: s.Img, Width: s.Img, AMP: s.AMP, Segments: s.Segments, EmptyCache: ownHarness}
+		sc := s.scenario(t)
 		n, r, err := m.MaxBatch(sc, s.Capacity, 1024)
 		if err != nil {
 			t.Fatal(err)
@@ -102,10 +127,10 @@ func TestMaxBatchMeasured(t *testing.T) {
 		if r != nil {
 			res = float64(r.PeakReserved) / (1 << 30)
 		}
-		fmt.Fprintf(&table, "%-9s %4s %2d %9.2f  %9d %9d %9d  %12.2f %12.2f\n", s.Cfg, prec, s.Segments, float64(s.Capacity)/(1<<30),
+		fmt.Fprintf(&table, "%-10s %-9s %4s %2d %9.2f  %9d %9d %9d  %12.2f %12.2f\n", s.Step, s.Cfg, prec, s.Segments, float64(s.Capacity)/(1<<30),
 			s.Measured.MaxBatch, n, uncapped, float64(s.Measured.PeakReserved)/(1<<30), res)
 		if n != s.Measured.MaxBatch {
-			t.Errorf("%s %s segments %d under %d bytes: max batch %d, measured %d (fails at %d)", s.Cfg, prec, s.Segments, s.Capacity, n, s.Measured.MaxBatch, s.Measured.FailsAt)
+			t.Errorf("%s %s %s segments %d under %d bytes: max batch %d, measured %d (fails at %d)", s.Step, s.Cfg, prec, s.Segments, s.Capacity, n, s.Measured.MaxBatch, s.Measured.FailsAt)
 		}
 	}
 	t.Log("\n" + table.String())

@@ -300,7 +300,15 @@ func freeRuns(ev []string) []string {
 // backward. Each requested peak must come within 0.01%; vit_b_16's
 // reserved peak, which those made exact, must stay so. cnn_steps_more.json
 // (2026-12-05): alexnet float32 at batch 128 and AMP at 32, vgg11_bn AMP
-// at 32, convnext_tiny float32 at 32.
+// at 32, convnext_tiny float32 at 32. tf_window_steps.json (2026-12-05, an
+// H100 80GB HBM3 with the same torch and cuDNN): maxvit_t and swin_t at
+// batch 8 under AMP, whose in-order reserved peaks read up to 5.9% low
+// until their convolutions were measured: alone in a fresh process
+// maxvit_t's is 0.11% low. cnn_steps_new.json (the same H100): nine steps of
+// the networks of torchvision_new.jsonl, every requested peak exact;
+// convnext_base's float32 reserved peaks, 4.0% and 4.6% low until its
+// channels-last convolutions were measured, must stay within 0.1%, and
+// the others' but regnet_y_1_6gf's (+5.6%, AMP at batch 32) are exact.
 func TestTorchvisionFreshSteps(t *testing.T) {
 	type step struct {
 		Model        string `json:"model"`
@@ -311,7 +319,7 @@ func TestTorchvisionFreshSteps(t *testing.T) {
 		M0           int64  `json:"m0"`
 	}
 	var all []step
-	for _, f := range []string{"vit_steps_more.json", "cnn_steps.json", "vit_steps.json", "cnn_steps_more.json"} {
+	for _, f := range []string{"vit_steps_more.json", "cnn_steps.json", "vit_steps.json", "cnn_steps_more.json", "tf_window_steps.json", "cnn_steps_new.json"} {
 		b, err := os.ReadFile("../calibration/results/" + f)
 		if err != nil {
 			t.Fatal(err)
@@ -333,8 +341,8 @@ func TestTorchvisionFreshSteps(t *testing.T) {
 		t.Fatal(err)
 	}
 	all = append(all, ops.Steps...)
-	if len(all) != 15 {
-		t.Fatalf("%d steps, want 15", len(all))
+	if len(all) != 26 {
+		t.Fatalf("%d steps, want 26", len(all))
 	}
 	for _, s := range all {
 		m, err := onnxmem.Load("../calibration/results/tv/" + s.Model + "-train.onnx")
@@ -356,6 +364,16 @@ func TestTorchvisionFreshSteps(t *testing.T) {
 		if (s.Model == "vit_b_16" || s.Model == "alexnet" && !s.AMP) && r.PeakReserved != s.PeakReserved {
 			t.Errorf("%s batch %d amp %v: reserved peak %d, measured %d", s.Model, s.B, s.AMP, r.PeakReserved, s.PeakReserved)
 		}
+		switch e := float64(r.PeakReserved-s.PeakReserved) / float64(s.PeakReserved); s.Model {
+		case "convnext_base":
+			if math.Abs(e) > 0.001 {
+				t.Errorf("%s batch %d amp %v: reserved peak %d, measured %d (%+.2f%%), beyond 0.1%%", s.Model, s.B, s.AMP, r.PeakReserved, s.PeakReserved, 100*e)
+			}
+		case "vgg16_bn", "shufflenet_v2_x0_5", "resnet101", "squeezenet1_0", "efficientnet_b3":
+			if math.Abs(e) > 0.002 {
+				t.Errorf("%s batch %d amp %v: reserved peak %d, measured %d (%+.2f%%), beyond 0.2%%", s.Model, s.B, s.AMP, r.PeakReserved, s.PeakReserved, 100*e)
+			}
+		}
 	}
 }
 
@@ -371,11 +389,12 @@ func TestTorchvisionFreshSteps(t *testing.T) {
 // and 0.19%; with the ViT encoder's layouts and types (calibration/
 // README.md §13, §14) and channels-last cuDNN workspaces measured 80 and
 // 26, medians 0.00% and 0.00%, worst 23% (AlexNet, its process's history)
-// and 4.0%. maxvit_t's float32 steps follow within 0.56%, its AMP ones
-// read 1.2–5.9% low from batch 2 on (the requested peaks agree within
-// 0.01%: the AMP step's order of transients is not quite eager's), and at
-// batch 1, after batch 128 in float32, 27% low: its process's history.
-// The rest is mostly the measuring process's history (§10, §11).
+// and 4.0%. maxvit_t's AMP steps read 1.2–5.9% low from batch 2 on until
+// its and swin_t's convolutions were measured (calibration §19: their
+// MBConv convolutions had come from the workspace rule); now its steps
+// follow within 0.92% but AMP at batch 1, after float32 at 128, 18% low:
+// its process's history. The rest is mostly the measuring process's
+// history (§10, §11).
 func TestTorchvisionReservedInOrder(t *testing.T) {
 	for _, c := range []struct {
 		file          string
