@@ -67,7 +67,7 @@ var opKinds = map[string]opKind{
 	"BatchNormalization": opBatchNorm, "Cast": opCast, "Concat": opConcat, "Constant": opConstant,
 	"ConstantOfShape": opConstantOfShape, "Conv": opConv, "MaxPool": opPool, "AveragePool": opPool,
 	"Dropout": opDropout, "Flatten": opFlatten, "Gemm": opGemm, "GlobalAveragePool": opGlobalPool,
-	"Expand": opExpand, "Gather": opGather, "Range": opRange, "ReduceSum": opReduceSum, "ReduceMean": opReduceSum,
+	"Expand": opExpand, "Gather": opGather, "Range": opRange, "ReduceSum": opReduceSum, "ReduceMean": opReduceSum, "ReduceL2": opReduceSum,
 	"Reshape": opReshape, "Resize": opResize, "Shape": opShape, "Slice": opSlice, "Split": opSplit,
 	"Squeeze": opSqueeze, "Transpose": opTranspose, "Unsqueeze": opUnsqueeze,
 }

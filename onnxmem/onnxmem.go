@@ -966,7 +966,7 @@ func (m *Model) Footprint(sc Scenario) (*Footprint, error) {
 		}
 		buf := p.Buffers[b]
 		a.Malloc(buf.Bytes)
-		if buf.Value == ir.NoValue || stats[buf.Value] || !p.Graph.Values[buf.Value].DType.IsFloat() {
+		if buf.Value == ir.NoValue || stats[buf.Value] || p.ModelBuffers[buf.Value] || !p.Graph.Values[buf.Value].DType.IsFloat() {
 			f.BufferBytes += buf.Bytes
 			continue
 		}

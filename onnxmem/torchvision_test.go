@@ -84,11 +84,32 @@ func TestTorchvisionWideModelSteps(t *testing.T) {
 	}
 }
 
+// TestTorchvisionNewModelSteps does the same for the twelve networks of
+// calibration/torchvision_new.jsonl, measured on an H100 80GB HBM3 (same
+// torch and cuDNN) the same way, the cache emptied before each scenario:
+// swin_v2_t (cosine attention: F.normalize as a norm, its clamp, an
+// expanded view and a division that saves its operands, not its result;
+// logit_scale.exp() and the relative position bias MLP computed from
+// parameters alone, which promote the float16 scores to float32 under
+// autocast and need gradients; the qkv bias a clone of a parameter, still
+// one linear), efficientnet_b3, regnet_y_1_6gf, squeezenet1_0, mnasnet0_5,
+// shufflenet_v2_x0_5, densenet169, resnet101, swin_s, convnext_base,
+// vgg16_bn and vit_l_32: networks none of whose measurements shaped
+// onnxmem's rules before they were predicted (their convolutions were
+// measured, calibration §19).
+func TestTorchvisionNewModelSteps(t *testing.T) {
+	const file = "../calibration/results/torchvision_new.jsonl"
+	n := checkTorchvisionSteps(t, file, func(model string) string { return "../calibration/results/" + model })
+	if n != 120 {
+		t.Errorf("%d model steps simulated, want 120", n)
+	}
+}
+
 // reqTolerance is how close the requested peak must be: exact but for
 // ConvNeXt, whose float32 layer norms under autocast and channels-last
 // strides are modelled more coarsely (within 0.6% today), the ViTs
-// (within 0.9%), MobileNetV2, whose convolutions the cuDNN table does not
-// hold (the rule's workspaces: within 0.6%).
+// (within 0.9%), Swin V2 (within 1.5%), MobileNetV2, whose convolutions
+// the cuDNN table does not hold (the rule's workspaces: within 0.6%).
 func reqTolerance(cfg string) float64 {
 	switch {
 	case cfg == "mobilenet_v2":
@@ -97,6 +118,11 @@ func reqTolerance(cfg string) float64 {
 		return 0.006
 	case strings.HasPrefix(cfg, "vit"):
 		return 0.009
+	case strings.HasPrefix(cfg, "swin_v2"):
+		// Its cosine attention from torch's source and derivatives.yaml
+		// alone, no trace yet: within 1.5% (low at batch 1 and 2, high
+		// at 128 in float32).
+		return 0.015
 	}
 	return 0.001
 }
@@ -394,7 +420,10 @@ func TestTorchvisionFreshSteps(t *testing.T) {
 // MBConv convolutions had come from the workspace rule); now its steps
 // follow within 0.92% but AMP at batch 1, after float32 at 128, 18% low:
 // its process's history. The rest is mostly the measuring process's
-// history (§10, §11).
+// history (§10, §11). torchvision_new.jsonl's twelve networks, predicted
+// before any of their steps was looked at (calibration §19): 55 of 120 to
+// the byte, median 0.06%, worst 13% (vgg16_bn AMP at batch 1, after
+// float32 at 128, which traced alone in a fresh process is exact).
 func TestTorchvisionReservedInOrder(t *testing.T) {
 	for _, c := range []struct {
 		file          string
@@ -404,6 +433,7 @@ func TestTorchvisionReservedInOrder(t *testing.T) {
 	}{
 		{"torchvision_wide.jsonl", onnxmem.EmptyCacheWarmUp, 80, 0.0005, 0.28},
 		{"torchvision_more.jsonl", onnxmem.EmptyCacheNever, 26, 0.0005, 0.04},
+		{"torchvision_new.jsonl", onnxmem.EmptyCacheWarmUp, 55, 0.0008, 0.14},
 	} {
 		b, err := os.ReadFile("../calibration/results/" + c.file)
 		if err != nil {

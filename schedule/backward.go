@@ -338,6 +338,15 @@ func (b *builder) back(n *ir.Node, k opKind, outs []ir.ValueID) {
 			toCopy(params[j], ir.ValueID(params[j+1]), true)
 		}
 		freeCopy(xc)
+	case opNorm:
+		// norm_backward: self · (grad / norm), the input's gradient in the
+		// saved input's type (float32 under autocast, which ToCopyBackward
+		// then turns to the input's type), and a few scratch tensors of
+		// the norm's size.
+		x := n.Inputs[0]
+		if b.rg[x] {
+			fresh(x)
+		}
 	case opBatchNorm, opBatchNormEval:
 		c := contiguous()
 		fresh(n.Inputs[0])
@@ -554,6 +563,10 @@ func (b *builder) back(n *ir.Node, k opKind, outs []ir.ValueID) {
 		pass(n.Inputs[0], true, true) // CloneBackward: the gradient as it is
 	case opView:
 		switch n.OpType {
+		case "Expand":
+			// ExpandBackward: the gradient summed to the input's sizes,
+			// a new tensor.
+			fresh(n.Inputs[0])
 		case "Slice", "Split":
 			// split_backward: zeros for each piece that got no gradient,
 			// then the cat of all pieces, of the input's shape.
@@ -776,6 +789,14 @@ func (b *builder) gemmBack(n *ir.Node, gy gradT, fresh func(ir.ValueID), contigu
 		b.freeScratch(c)
 	}
 	for _, p := range []ir.ValueID{w, bias} {
+		if p == bias && p != ir.NoValue && b.derived[p] {
+			// A bias computed from a parameter (Swin V2's qkv bias, a
+			// clone with its k third zeroed): its gradient's reduction,
+			// which then flows back to the parameter (bytes too few to
+			// count).
+			b.biasSum(n, gy)
+			continue
+		}
 		if p == ir.NoValue || !b.param[p] {
 			continue
 		}

@@ -156,6 +156,11 @@ type builder struct {
 
 	*Flow        // the graph's dataflow, which the family's holds read
 	rg    []bool // by value: requires grad
+	// derived[v] reports that value v is computed from parameters alone
+	// (Swin V2's logit_scale.clamp(max).exp() and its relative position
+	// bias MLP): a tensor that needs a gradient and takes part in type
+	// promotion, too small for onnxmem to count its bytes.
+	derived []bool
 
 	// Forward state.
 	vst    []int32 // by value: storage index, or -1
@@ -253,9 +258,11 @@ func Build(g *ir.Graph, s *ir.Shapes, cfg Config) (*Program, error) {
 		b.data[v] = true
 	}
 	b.markParams()
+	b.p.ModelBuffers = b.buffer
 	if err := b.classify(); err != nil {
 		return nil, err
 	}
+	b.markDerived()
 	if err := b.resident(); err != nil {
 		return nil, err
 	}
@@ -320,6 +327,46 @@ func (b *builder) carry() {
 // autocast reports whether the forward runs under autocast.
 func (b *builder) autocast() bool {
 	return b.cfg.Precision == AMP
+}
+
+// markDerived marks the values computed from parameters alone, in node
+// order, and gives each the type eager PyTorch gives it: under autocast,
+// float16 out of an op that autocast lowers (the bias MLP's linears),
+// float32 out of one it runs in float32 (exp), else the widest floating
+// input's (clamp, gather, reshape); without autocast, the export's.
+func (b *builder) markDerived() {
+	b.derived = make([]bool, len(b.g.Values))
+	for i := range b.g.Nodes {
+		n := &b.g.Nodes[i]
+		if b.kind[i] != opMeta {
+			continue
+		}
+		wide := ir.Undefined
+		for _, v := range n.Inputs {
+			if v != ir.NoValue && (b.param[v] || b.derived[v]) && isFloat(b.dt[v]) && (wide == ir.Undefined || b.dt[v].Size() > wide.Size()) {
+				wide = b.dt[v]
+			}
+		}
+		if wide == ir.Undefined {
+			continue
+		}
+		if b.autocast() {
+			switch r, _ := ruleOf(n); r.autocast {
+			case castLower:
+				wide = b.low()
+			case castFP32:
+				wide = ir.Float32
+			}
+		}
+		for _, v := range n.Outputs {
+			if v != ir.NoValue && isFloat(b.dt[v]) {
+				b.derived[v] = true
+				if b.autocast() {
+					b.dt[v] = wide
+				}
+			}
+		}
+	}
 }
 
 // low is autocast's reduced type, float16.

@@ -15,7 +15,7 @@ type Flow struct {
 	shapes *ir.Shapes
 	data   []bool               // by value: holds device data
 	param  []bool               // by value: a float initializer owned by the model
-	buffer []bool               // by value: an integer buffer owned by the model (indexBuffer)
+	buffer []bool               // by value: a buffer owned by the model that is no parameter (indexBuffer, linearInput)
 	plans  map[int32]einsumPlan // by node: how an Einsum or MatMul runs as bmm
 	kind   []opKind             // by node
 	class  []castClass          // by node: its op's autocast class
@@ -113,18 +113,60 @@ func (f *Flow) markParams() {
 			}
 		}
 	}
-	for i := range f.graph.Values {
-		f.buffer[i] = f.indexBuffer(ir.ValueID(i))
+	// fromInput marks the values that depend on the graph's inputs; the
+	// others are the model's own (a parameter's, or a table computed from
+	// parameters alone, as Swin V2's relative position bias MLP).
+	fromInput := make([]bool, len(f.graph.Values))
+	for _, v := range f.graph.Inputs {
+		fromInput[v] = true
 	}
+	for i := range f.graph.Nodes {
+		n := &f.graph.Nodes[i]
+		for _, v := range n.Inputs {
+			if v != ir.NoValue && fromInput[v] {
+				for _, o := range n.Outputs {
+					if o != ir.NoValue {
+						fromInput[o] = true
+					}
+				}
+				break
+			}
+		}
+	}
+	for i := range f.graph.Values {
+		f.buffer[i] = f.indexBuffer(ir.ValueID(i), fromInput)
+		if f.param[i] && f.linearInput(ir.ValueID(i)) {
+			// A float table a linear reads, such as Swin V2's
+			// relative_coords_table (register_buffer): resident, but
+			// no parameter, so it gets no gradient.
+			f.param[i], f.buffer[i] = false, true
+		}
+	}
+}
+
+// linearInput reports whether every reader of initializer v takes it as
+// the input of a linear layer (Gemm's or MatMul's first operand), which
+// makes it a buffer of the model that the layer reads, not a weight.
+func (f *Flow) linearInput(v ir.ValueID) bool {
+	cons := f.graph.Values[v].Consumers
+	for _, c := range cons {
+		n := &f.graph.Nodes[c]
+		if (n.OpType != "Gemm" && n.OpType != "MatMul") || n.Inputs[0] != v || len(n.Inputs) < 2 || !f.param[n.Inputs[1]] {
+			return false
+		}
+	}
+	return len(cons) > 0
 }
 
 // indexBuffer reports whether value v is an integer buffer of the model
 // that indexes a parameter: an integer initializer that a Gather of a
-// parameter takes as its indices, directly or through a reshape (the
-// relative_position_index of Swin's and MaxViT's attention, a [49, 49]
-// int64 each, which model.to() moves as it moves the parameters). Other
-// integer initializers are an exporter's shape constants.
-func (f *Flow) indexBuffer(v ir.ValueID) bool {
+// parameter, or of a float table computed from parameters alone (Swin V2's
+// bias MLP's output; fromInput false), takes as its indices, directly or
+// through a reshape (the relative_position_index of Swin's and MaxViT's
+// attention, a [49, 49] int64 each, which model.to() moves as it moves the
+// parameters). Other integer initializers are an exporter's shape
+// constants.
+func (f *Flow) indexBuffer(v ir.ValueID, fromInput []bool) bool {
 	val := &f.graph.Values[v]
 	if val.Kind != ir.Initializer || isFloat(val.DType) {
 		return false
@@ -134,7 +176,8 @@ func (f *Flow) indexBuffer(v ir.ValueID) bool {
 		for _, c := range f.graph.Values[v].Consumers {
 			n := &f.graph.Nodes[c]
 			switch {
-			case n.OpType == "Gather" && len(n.Inputs) == 2 && n.Inputs[1] == v && f.param[n.Inputs[0]]:
+			case n.OpType == "Gather" && len(n.Inputs) == 2 && n.Inputs[1] == v &&
+				(f.param[n.Inputs[0]] || !fromInput[n.Inputs[0]] && isFloat(f.shapes.DTypes[n.Inputs[0]])):
 				return true
 			case depth > 0 && len(n.Inputs) > 0 && n.Inputs[0] == v && len(n.Outputs) == 1:
 				switch n.OpType {
@@ -275,7 +318,7 @@ func (f *Flow) opOf(n *ir.Node) (opKind, error) {
 		return 0, fmt.Errorf("schedule: node %s: unsupported op %s on activations: onnxmem has no autograd memory rule for it; export the training graph unfused (opset 17), or open an issue naming %s so its saved tensors can be added", n.Name, n.OpType, n.OpType)
 	}
 	switch {
-	case r.kind == opGemm && (!f.param[n.Inputs[1]] || (len(n.Inputs) > 2 && n.Inputs[2] != ir.NoValue && !f.param[n.Inputs[2]]) || f.param[n.Inputs[0]]):
+	case r.kind == opGemm && (!f.param[n.Inputs[1]] || (len(n.Inputs) > 2 && n.Inputs[2] != ir.NoValue && f.data[n.Inputs[2]]) || f.param[n.Inputs[0]]):
 		return 0, fmt.Errorf("schedule: node %s: Gemm of an activation A and a model weight B (a linear layer) has a memory rule, other Gemms do not: open an issue with the graph to add it", n.Name)
 	case r.kind == opEinsum:
 		if len(n.Inputs) != 2 || !f.data[n.Inputs[0]] || !f.data[n.Inputs[1]] || f.param[n.Inputs[0]] || f.param[n.Inputs[1]] {

@@ -39,6 +39,7 @@ const (
 	opContiguous                  // x.contiguous(): the same tensor, or a contiguous copy of a strided one
 	opEinsum                      // einsum and matmul of two activations: one bmm, which saves its two matrices (einsum.go)
 	opPad                         // constant_pad_nd: a new tensor (a clone when no pad is positive); saves only sizes
+	opNorm                        // linalg_vector_norm over dims: saves its input and its result
 )
 
 // castClass is how torch.autocast treats an op (aten/src/ATen/autocast_mode.cpp
@@ -107,6 +108,7 @@ var opRules = map[string]opRule{
 	"Resize":                    {kind: opResize, autocast: castFP32, flops: resizeFLOPs, saves: "nothing (nearest)"},
 	"ReduceSum":                 {kind: opReduceSum, autocast: castFP32, flops: reduceFLOPs, saves: "nothing (the input's sizes)"},
 	"ReduceMean":                {kind: opGlobalAvgPool, flops: reduceFLOPs, saves: "nothing (the input's sizes): x.mean(dims), as shufflenet and mnasnet pool"},
+	"ReduceL2":                  {kind: opNorm, autocast: castFP32, flops: reduceFLOPs, saves: "self and result (linalg_vector_norm, as F.normalize's x.norm(2, dim, keepdim=True) runs; float32 under autocast)"},
 	"Softmax":                   {kind: opSoftmax, autocast: castFP32, flops: softmaxFLOPs, saves: "result"},
 	"Slice":                     {kind: opView, flops: free, saves: "nothing: a view"},
 	"Split":                     {kind: opView, flops: free, saves: "nothing: views"},
@@ -120,7 +122,7 @@ var opRules = map[string]opRule{
 	"Constant":                  {kind: opOnlyShapes, flops: free},
 	"ConstantOfShape":           {kind: opOnlyShapes, flops: free},
 	"Gather":                    {kind: opOnlyShapes, flops: free},
-	"Expand":                    {kind: opOnlyShapes, flops: free},
+	"Expand":                    {kind: opView, flops: free, saves: "nothing: a view with stride 0 along the expanded dims (F.normalize's expand_as of the norm); its backward sums the gradient back to the input's sizes"},
 	"Cast":                      {kind: opOnlyShapes, flops: free},
 	// Comparisons and random tensors: torchvision's stochastic depth draws
 	// its noise from shapes alone (RandomUniformLike of a ConstantOfShape,

@@ -118,6 +118,10 @@ type Program struct {
 	Shapes *ir.Shapes
 	// Buffers are indexed by the Buf of events.
 	Buffers []Buffer
+	// ModelBuffers reports, by value, the model's buffers that are no
+	// parameters and no batch norm statistics: integer index tables, float
+	// tables a linear reads (register_buffer's, which get no gradient).
+	ModelBuffers []bool
 	// Resident are the buffers allocated when the model is loaded, in the order
 	// the model's parameters and buffers are moved to the device.
 	Resident []int32

@@ -67,31 +67,6 @@ func (b *builder) paramBehind(v ir.ValueID) ir.ValueID {
 	return ir.NoValue
 }
 
-// gatheredParam returns the parameter that value v is gathered from, then
-// reshaped or permuted (Swin's and MaxViT's relative position bias, an
-// index into its float32 table), or ir.NoValue.
-func (b *builder) gatheredParam(v ir.ValueID) ir.ValueID {
-	for range 8 {
-		p := b.g.Values[v].Producer
-		if p < 0 || b.data[v] {
-			return ir.NoValue
-		}
-		n := &b.g.Nodes[p]
-		switch n.OpType {
-		case "Gather":
-			if b.param[n.Inputs[0]] {
-				return n.Inputs[0]
-			}
-			return ir.NoValue
-		case "Reshape", "Transpose", "Unsqueeze", "Squeeze", "Identity", "Flatten":
-			v = n.Inputs[0]
-		default:
-			return ir.NoValue
-		}
-	}
-	return ir.NoValue
-}
-
 // run emits the forward of one eager op: its allocations in the order the
 // kernels make them, the frees of scratch buffers, and the references that
 // autograd's saved tensors take.
@@ -124,15 +99,15 @@ func (b *builder) run(n *ir.Node, k opKind) {
 	}
 	switch k {
 	case opAdd, opSub, opMul, opDiv, opConcat:
-		// A parameter operand takes part in type promotion too (ViT's
-		// cat of its float32 class token with float16 patches, x +
-		// pos_embedding, ConvNeXt's layer_scale * x: float32 under
-		// autocast); the operands listed in reads are only activations.
+		// A parameter operand, or one computed from parameters alone,
+		// takes part in type promotion too (ViT's cat of its float32
+		// class token with float16 patches, x + pos_embedding, ConvNeXt's
+		// layer_scale * x, Swin's gathered relative position bias, Swin
+		// V2's logit_scale.exp(): float32 under autocast); the operands
+		// listed in reads are only activations.
 		for _, v := range n.Inputs {
-			for _, p := range [2]ir.ValueID{b.paramBehind(v), b.gatheredParam(v)} {
-				if p != ir.NoValue && wide != ir.Undefined && b.dt[p].Size() > wide.Size() {
-					wide = b.dt[p]
-				}
+			if v != ir.NoValue && !b.data[v] && (b.param[v] || b.derived[v]) && wide != ir.Undefined && b.dt[v].Size() > wide.Size() {
+				wide = b.dt[v]
 			}
 		}
 	}
@@ -347,6 +322,19 @@ func (b *builder) run(n *ir.Node, k opKind) {
 			b.own(i, b.alloc(rows*4, Stats, ir.NoValue))
 		}
 		freeCopy(c)
+	case opNorm:
+		// Autocast runs the norm in float32: a float32 copy of a half
+		// input first, which it saves with its result.
+		x := n.Inputs[0]
+		save(x)
+		if b.stopAt == i {
+			return
+		}
+		if fp32 {
+			b.dt[out(0)] = ir.Float32
+		}
+		newOut(0, Activation)
+		save(out(0))
 	case opMul:
 		a, c := n.Inputs[0], n.Inputs[1]
 		// Stochastic depth's noise, torch.empty(B, 1, 1, 1) in the
@@ -369,11 +357,17 @@ func (b *builder) run(n *ir.Node, k opKind) {
 		}
 		newOut(0, Activation)
 	case opDiv:
-		newOut(0, Activation)
+		// DivBackward0 saves self when other needs a gradient and other
+		// when self does, never the result (derivatives.yaml: saving it
+		// would break an in-place use of it). F.normalize's x / denom
+		// saves both.
 		if b.needsGrad(n.Inputs[1]) {
 			save(n.Inputs[0])
-			save(out(0))
 		}
+		if b.needsGrad(n.Inputs[0]) {
+			save(n.Inputs[1])
+		}
+		newOut(0, Activation)
 	case opReduceSum:
 		if fp32 {
 			b.dt[out(0)] = ir.Float32 // sum accumulates and returns float32 under autocast
@@ -637,6 +631,10 @@ func (b *builder) view(n *ir.Node) {
 		b.dt[v] = b.dt[x]
 		b.ref(b.vst[x])
 		switch n.OpType {
+		case "Expand":
+			// Stride 0 along the expanded dims: not dense.
+			b.setStrided(v)
+			continue
 		case "Slice", "Split":
 			// A slice of step 1 keeps its input's strides (known, dense
 			// or not): contiguous when it cuts along the first dim of
@@ -712,7 +710,7 @@ func (b *builder) unitSteps(n *ir.Node) bool {
 
 // needsGrad reports whether v is a value whose gradient the backward computes.
 func (b *builder) needsGrad(v ir.ValueID) bool {
-	return v != ir.NoValue && (b.rg[v] || b.param[v])
+	return v != ir.NoValue && (b.rg[v] || b.param[v] || b.derived[v])
 }
 
 func (b *builder) markRG(n *ir.Node) {

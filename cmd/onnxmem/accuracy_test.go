@@ -39,6 +39,7 @@ func TestAccuracyDoc(t *testing.T) {
 		{"ground truth: torchvision model steps", filepath.Join(shared, "torchvision.jsonl"), filepath.Dir(shared), "", true},
 		{"own H200 measurements: torchvision model steps (calibration/torchvision_more.py)", "../../calibration/results/torchvision_more.jsonl", "../../calibration/results", "never", true},
 		{"own H200 measurements: more torchvision model steps, the cache emptied before each (calibration/torchvision_more.py --empty-cache)", "../../calibration/results/torchvision_wide.jsonl", "../../calibration/results", "", true},
+		{"own H100 measurements (an H100 80GB HBM3, same torch and cuDNN): twelve more torchvision networks, predicted before any of their steps was looked at, the cache emptied before each (calibration/torchvision_more.py --empty-cache --jsonl torchvision_new.jsonl)", "../../calibration/results/torchvision_new.jsonl", "../../calibration/results", "", true},
 		{"own H200 measurements: model steps of models the ground truth lacks, swept by its harness, one process per model (calibration/harness_sweep.py)", "../../calibration/results/harness_sweep.jsonl", "../../calibration/results", "", true},
 		{"own H200 measurements: train steps of the official code, each in a fresh process (calibration/train_step.py)", "../../calibration/results/train_step.jsonl", "../../calibration/results", "", false},
 		{"own H200 measurements: more train steps of the official code, each in a fresh process (calibration/train_step.py --name train_step_more: small AMP batches of every size, AdamW, no EMA, 4 and 64 boxes)", "../../calibration/results/train_step_more.jsonl", "../../calibration/results", "", false},
@@ -72,6 +73,7 @@ func TestAccuracyDoc(t *testing.T) {
 			fmt.Fprintf(&doc, "\nNot simulated, each scenario answered with an error: %s.\n", strings.Join(unsupported, ", "))
 		}
 	}
+	writeMaxBatchSection(t, &doc, p)
 	path := "../../docs/accuracy.md"
 	if *update {
 		if err := os.WriteFile(path, doc.Bytes(), 0o644); err != nil {
@@ -239,5 +241,69 @@ func writeAccuracyTable(w *bytes.Buffer, rows []accuracyRow) {
 			fmt.Fprintf(w, " %.2f%% / %+.2f%% (%s) |", abs[len(abs)/2], worst, at)
 		}
 		fmt.Fprintln(w)
+	}
+}
+
+// writeMaxBatchSection writes the measured max batches under a limit
+// (calibration/max_batch.py: set_per_process_memory_fraction in a fresh
+// process, the largest batch that ran confirmed twice and the next failing
+// twice) against predict's max_batch lines at the same capacity_bytes.
+func writeMaxBatchSection(t *testing.T, doc *bytes.Buffer, p *predictor) {
+	t.Helper()
+	doc.WriteString("\n## max batch under a limit (calibration/max_batch.py)\n\n" +
+		"The largest batch that ran without `torch.OutOfMemoryError` in a fresh process capped by\n" +
+		"`set_per_process_memory_fraction` (confirmed: it passed twice and the next batch failed twice),\n" +
+		"against predict's `max_batch` line at the same `capacity_bytes`. Model steps by\n" +
+		"`yolov9_segments.py`'s harness, validation steps by `eval_step.py`'s, train steps of the official\n" +
+		"code (SGD, EMA, 16 boxes an image).\n\n" +
+		"| card | step | model | precision | segments | limit (bytes) | measured | predicted |\n| --- | --- | --- | --- | --- | --- | --- | --- |\n")
+	p.root, p.alone, p.proc = "../../calibration/results", true, nil
+	for _, file := range []string{"max_batch.json", "max_batch_steps.json"} {
+		b, err := os.ReadFile("../../calibration/results/" + file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var f struct {
+			GPU       string `json:"gpu"`
+			Scenarios []struct {
+				Step     string `json:"step"`
+				Cfg      string `json:"cfg"`
+				Img      int64  `json:"img"`
+				AMP      bool   `json:"amp"`
+				Segments int    `json:"segments"`
+				Capacity int64  `json:"capacity_bytes"`
+				Measured struct {
+					MaxBatch int64 `json:"max_batch"`
+				} `json:"measured"`
+			} `json:"scenarios"`
+		}
+		if err := json.Unmarshal(b, &f); err != nil {
+			t.Fatalf("%s: %v", file, err)
+		}
+		for _, s := range f.Scenarios {
+			line := map[string]any{"kind": "max_batch", "step": s.Step, "cfg": s.Cfg, "model": nil, "img": s.Img, "capacity_bytes": s.Capacity}
+			switch s.Step {
+			case "model_step":
+				line["amp"], line["segments"], line["empty_cache"] = s.AMP, s.Segments, "before_warmup"
+			case "train_step":
+				line["amp"], line["segments"], line["boxes_per_img"], line["optimizer"], line["ema"] = s.AMP, s.Segments, 16, "SGD", true
+			}
+			lb, _ := json.Marshal(line)
+			out := p.predict(lb, 0)
+			var pred struct {
+				MaxBatch int64 `json:"max_batch"`
+			}
+			if err := json.Unmarshal(out["predicted"], &pred); err != nil {
+				t.Fatalf("%s: %s", lb, out["error"])
+			}
+			prec := "fp32"
+			switch {
+			case s.Step == "eval_step":
+				prec = "half copy"
+			case s.AMP:
+				prec = "amp"
+			}
+			fmt.Fprintf(doc, "| %s | %s | %s | %s | %d | %d | %d | %d |\n", f.GPU, s.Step, s.Cfg, prec, s.Segments, s.Capacity, s.Measured.MaxBatch, pred.MaxBatch)
+		}
 	}
 }

@@ -9,7 +9,8 @@ import (
 // or g itself when there is none:
 //
 //   - a linear layer on an input of more than two dims, which the exporter
-//     writes MatMul(x, Transpose(W)) then Add(b, ·), becomes Gemm(x, W, b)
+//     writes MatMul(x, Transpose(W)) then Add(b, ·) (b an initializer, or
+//     a vector computed from initializers alone), becomes Gemm(x, W, b)
 //     with transB (ir's Gemm takes an N-D A as a linear over its last dim):
 //     aten::linear runs one matmul into its output and adds the bias in
 //     place, and saves x and W;
@@ -48,6 +49,36 @@ func fuse(g *ir.Graph) (*ir.Graph, error) {
 		p := g.Values[v].Producer
 		return p >= 0 && g.Nodes[p].OpType == "Constant"
 	}
+	// fromInput[v] reports whether value v depends on a graph input: a
+	// bias that does not is the model's own, whatever ops made it (Swin
+	// V2 clones its qkv bias and zeroes the k third).
+	fromInput := make([]bool, len(g.Values))
+	for _, v := range g.Inputs {
+		fromInput[v] = true
+	}
+	for i := range g.Nodes {
+		for _, v := range g.Nodes[i].Inputs {
+			if v != ir.NoValue && fromInput[v] {
+				for _, o := range g.Nodes[i].Outputs {
+					if o != ir.NoValue {
+						fromInput[o] = true
+					}
+				}
+				break
+			}
+		}
+	}
+	// vector reports whether v is one-dimensional: declared so, or an
+	// in-place edit of a vector (ScatterND, Identity) that the export
+	// left undeclared.
+	var vector func(v ir.ValueID) bool
+	vector = func(v ir.ValueID) bool {
+		if d := g.Values[v].Dims; len(d) > 0 {
+			return len(d) == 1
+		}
+		p := g.Values[v].Producer
+		return p >= 0 && (g.Nodes[p].OpType == "ScatterND" || g.Nodes[p].OpType == "Identity") && vector(g.Nodes[p].Inputs[0])
+	}
 	other := func(n *ir.Node, v ir.ValueID) ir.ValueID {
 		if n.Inputs[0] == v {
 			return n.Inputs[1]
@@ -78,7 +109,7 @@ func fuse(g *ir.Graph) (*ir.Graph, error) {
 			at := i
 			if a, ok := only(n.Outputs[0]); ok && g.Nodes[a].OpType == "Add" {
 				add := &g.Nodes[a]
-				if b := other(add, n.Outputs[0]); isInit(b) && len(g.Values[b].Dims) == 1 {
+				if b := other(add, n.Outputs[0]); b != ir.NoValue && !fromInput[b] && vector(b) {
 					fused.Inputs = append(fused.Inputs, b)
 					fused.Outputs, fused.Name = add.Outputs, add.Name
 					drop[i] = true
