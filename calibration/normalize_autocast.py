@@ -5,6 +5,11 @@ torch.autocast('cuda', float16) and without it: the dtypes of q.norm(2, -1, keep
 F.normalize(q, dim=-1), and the allocation trace (sizes in order) of the normalize, and of the
 bmm that follows, with autograd recording. Prints one JSON line.
 Usage: python3 calibration/normalize_autocast.py
+
+Not run yet: written on 2026-12-05 when the device stopped being lent, to check what swin_v2_t's
+AMP steps (torchvision_new.jsonl, within 1.2% of onnxmem) still differ in: the norm's type and
+whether linalg_vector_norm casts its input (onnxmem assumes autocast's fp32_set_opt_dtype: no
+copy, a float32 result), and the division's promoted float32 output.
 """
 import json
 

@@ -252,6 +252,14 @@ func TestOpRules(t *testing.T) {
 			dims: map[string][]int64{"a": {4, 8}},
 		},
 		{
+			name: "reducel2 over the last axis, keepdims (F.normalize's norm)",
+			build: func() *model {
+				return newModel(17).input("x", Float32, 4, 3, 64, 32).
+					node("ReduceL2", "n", "x", "a", onnxbuild.IntsAttr("axes", -1), onnxbuild.IntAttr("keepdims", 1))
+			},
+			dims: map[string][]int64{"a": {4, 3, 64, 1}},
+		},
+		{
 			name: "reducesum opset 12",
 			build: func() *model {
 				return newModel(12).input("x", Float32, 4, 2, 3).
