@@ -122,3 +122,26 @@ func TestImageMultiple(t *testing.T) {
 		t.Errorf("672×512: %v", err)
 	}
 }
+
+// TestFixedImage checks that an export whose input fixes its height and
+// width (a torchvision export with only the batch dynamic) says so
+// (Model.FixedImage), and that another image size is refused with the one
+// it fixed; a YOLOv9 export, dynamic in both, fixes none.
+func TestFixedImage(t *testing.T) {
+	m, err := onnxmem.Load("../calibration/results/tv/vit_b_16-train.onnx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h, w, ok := m.FixedImage(); !ok || h != 224 || w != 224 {
+		t.Errorf("vit_b_16: FixedImage %d×%d %v, want 224×224 true", h, w, ok)
+	}
+	_, err = m.Simulate(onnxmem.Scenario{Batch: 2, Height: 640, Width: 640})
+	wantErr(t, "vit_b_16 at 640", err, "onnxmem: vit_b_16-train: image 640×640: the export fixes its input at 224×224", "give 224×224")
+	y, err := onnxmem.Builtin("yolov9-t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, ok := y.FixedImage(); ok {
+		t.Error("yolov9-t: FixedImage true for dynamic height and width")
+	}
+}

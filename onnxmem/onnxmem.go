@@ -939,10 +939,8 @@ func (m *Model) Footprint(sc Scenario) (*Footprint, error) {
 		return nil, err
 	}
 	h, w := int64(64), int64(64)
-	if in := m.Graph.Inputs; len(in) > 0 {
-		if d := m.Graph.Values[in[0]].Dims; len(d) == 4 && d[2].Value > 0 && d[3].Value > 0 {
-			h, w = d[2].Value, d[3].Value // a fixed input size, such as a ViT's
-		}
+	if fh, fw, ok := m.FixedImage(); ok {
+		h, w = fh, fw // a fixed input size, such as a ViT's
 	}
 	p, err := m.Program(Scenario{Batch: 1, Height: h, Width: w, Family: sc.Family})
 	if err != nil {
@@ -1041,6 +1039,18 @@ func (m *Model) As(family string) (*Model, error) {
 	return &Model{Name: m.Name, Family: p.fam.Name(), Graph: p.graph, raw: m.raw, cache: m.cache}, nil
 }
 
+// FixedImage returns the image size that the export fixed, when its
+// input's height and width are numbers rather than symbols (a torchvision
+// export made with only the batch dynamic: 224×224), and whether it did.
+func (m *Model) FixedImage() (h, w int64, ok bool) {
+	if in := m.Graph.Inputs; len(in) > 0 {
+		if d := m.Graph.Values[in[0]].Dims; len(d) == 4 && d[2].Param == "" && d[3].Param == "" && d[2].Value > 0 && d[3].Value > 0 {
+			return d[2].Value, d[3].Value, true
+		}
+	}
+	return 0, 0, false
+}
+
 // infer infers g's shapes at sc's batch and image size. When they do not
 // infer but the image rounded up to a multiple of a power of two does (a
 // network whose feature maps of several strides meet, such as a detection
@@ -1053,6 +1063,10 @@ func (m *Model) infer(g *ir.Graph, sc Scenario) (*ir.Shapes, error) {
 	s, err := g.Infer(b)
 	if err == nil {
 		return s, nil
+	}
+	if h, w, ok := m.FixedImage(); ok && (h != b.Height || w != b.Width) && inferOK(g, ir.Binding{Batch: b.Batch, Height: h, Width: w}) {
+		return nil, fmt.Errorf("onnxmem: %s: image %d×%d: the export fixes its input at %d×%d (a position embedding or a reshape follows from it): give %d×%d, or export with dynamic height and width (%w)",
+			m.Name, b.Height, b.Width, h, w, h, w, err)
 	}
 	for mult := int64(2); mult <= 256; mult *= 2 {
 		r := b

@@ -25,7 +25,8 @@ type flagSet struct {
 	example string // one command line
 	family  *string
 	nc      *int64
-	stderr  io.Writer // where parse was told to report, for notes
+	img     *imageSize // -img, when the command has it
+	stderr  io.Writer  // where parse was told to report, for notes
 }
 
 func newFlagSet(name, syntax, about, example string) *flagSet {
@@ -146,6 +147,11 @@ func (f *flagSet) load(path string) (*onnxmem.Model, error) {
 	if err == nil && f.nc != nil && f.isSet("nc") {
 		m, err = withClasses(path, m, *f.nc)
 	}
+	if err == nil && f.img != nil && !f.isSet("img") {
+		if h, w, ok := m.FixedImage(); ok {
+			*f.img = imageSize{h, w}
+		}
+	}
 	if err != nil || f.family == nil || *f.family == "" {
 		return m, err
 	}
@@ -211,11 +217,12 @@ func errText(err error) string {
 
 // Common flags.
 
-// imgFlag adds -img, the input image's size.
+// imgFlag adds -img, the input image's size: 640, or the size an export
+// fixed (load sets it).
 func (f *flagSet) imgFlag() *imageSize {
-	img := &imageSize{640, 640}
-	f.Var(img, "img", "input image `size` in pixels: a side (square) or HEIGHTxWIDTH such as 384x640, height first as YOLO's --imgsz h w")
-	return img
+	f.img = &imageSize{640, 640}
+	f.Var(f.img, "img", "input image `size` in pixels: a side (square) or HEIGHTxWIDTH such as 384x640, height first as YOLO's --imgsz h w\n(default 640, or the size the export fixed, such as a torchvision export's 224)")
+	return f.img
 }
 
 // imageSize is a flag.Value: the input image's height and width, given as

@@ -446,3 +446,26 @@ func TestRunBounded(t *testing.T) {
 		})
 	}
 }
+
+// TestImageDefault checks -img's default: 640 for an export with dynamic
+// height and width, the export's own size for one that fixed it (a
+// torchvision export at 224), and -img given wins.
+func TestImageDefault(t *testing.T) {
+	vit := "../../calibration/results/tv/vit_b_16-train.onnx"
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"sweep", "-batches", "1", vit}, "image 224x224"},
+		{[]string{"sweep", "-batches", "1", "yolov9-t"}, "image 640x640"},
+		{[]string{"sweep", "-batches", "1", "-img", "320", "yolov9-t"}, "image 320x320"},
+	} {
+		code, out, stderr := runCmd(t, "", tc.args...)
+		if code != 0 || !strings.Contains(out, tc.want) {
+			t.Errorf("%v: exit code %d, stderr %q, output %q; want %q", tc.args, code, stderr, out, tc.want)
+		}
+	}
+	if code, _, stderr := runCmd(t, "", "sweep", "-batches", "1", "-img", "640", vit); code != 1 || !strings.Contains(stderr, "the export fixes its input at 224×224") {
+		t.Errorf("-img 640 on a 224 export: exit code %d, stderr %q", code, stderr)
+	}
+}
