@@ -560,14 +560,7 @@ func TestPredictInferenceExport(t *testing.T) {
 	if code != 0 || stderr != "" {
 		t.Fatalf("exit code %d, stderr %q", code, stderr)
 	}
-	var lines []map[string]json.RawMessage
-	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
-		var obj map[string]json.RawMessage
-		if err := json.Unmarshal([]byte(l), &obj); err != nil {
-			t.Fatal(err)
-		}
-		lines = append(lines, obj)
-	}
+	lines := outputLines(t, out)
 	if len(lines) != 2 || string(lines[0]["simulated_as"]) != `"gelan-t"` || lines[1]["simulated_as"] != nil {
 		t.Fatalf("simulated_as: %s and %s; want \"gelan-t\" and none", lines[0]["simulated_as"], lines[1]["simulated_as"])
 	}
@@ -578,14 +571,7 @@ func TestPredictInferenceExport(t *testing.T) {
 	in = `{"kind":"model_step","model":"yolov9/gelan-t-infer.onnx","batch":2,"img":320,"nc":20}` + "\n" +
 		`{"kind":"model_step","model":null,"cfg":"gelan-t","batch":2,"img":320,"nc":20}` + "\n"
 	_, out, _ = runCmd(t, in, "predict", "-alone", "-root", shared)
-	var nc []map[string]json.RawMessage
-	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
-		var obj map[string]json.RawMessage
-		if err := json.Unmarshal([]byte(l), &obj); err != nil {
-			t.Fatal(err)
-		}
-		nc = append(nc, obj)
-	}
+	nc := outputLines(t, out)
 	if len(nc) != 2 || string(nc[0]["predicted"]) != string(nc[1]["predicted"]) || string(nc[0]["simulated_as"]) != `"gelan-t"` {
 		t.Errorf("nc 20 beside an inference export: %s; want the 20-class gelan-t's %s, simulated_as gelan-t", out, nc[1]["predicted"])
 	}
@@ -646,4 +632,18 @@ func TestClassesFlag(t *testing.T) {
 			t.Errorf("%v: exit code %d, stderr %q; want 1 and %q", tc.args, code, stderr, tc.want)
 		}
 	}
+}
+
+// outputLines decodes predict's output, one JSON object a line.
+func outputLines(t *testing.T, out string) []map[string]json.RawMessage {
+	t.Helper()
+	var lines []map[string]json.RawMessage
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		var obj map[string]json.RawMessage
+		if err := json.Unmarshal([]byte(l), &obj); err != nil {
+			t.Fatal(err)
+		}
+		lines = append(lines, obj)
+	}
+	return lines
 }
