@@ -323,8 +323,9 @@ func (b *builder) run(n *ir.Node, k opKind) {
 		}
 		freeCopy(c)
 	case opNorm:
-		// Autocast runs the norm in float32: a float32 copy of a half
-		// input first, which it saves with its result.
+		// linalg_vector_norm saves its input and its result. Autocast
+		// calls it with dtype float32 (fp32_set_opt_dtype): the kernel
+		// reads a half input as it is and writes a float32 result.
 		x := n.Inputs[0]
 		save(x)
 		if b.stopAt == i {
