@@ -69,3 +69,24 @@ func FuzzParseRanges(f *testing.F) {
 		}
 	})
 }
+
+// FuzzImageSize reads -img: an error, or sides of at least 1 pixel that
+// String writes back to the same size.
+func FuzzImageSize(f *testing.F) {
+	for _, s := range []string{"640", "384x640", "384×640", "0", "x", "640x", "1x1", "-3x4", "99999999999999999999"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		var img imageSize
+		if err := img.Set(s); err != nil {
+			return
+		}
+		if img.H < 1 || img.W < 1 {
+			t.Fatalf("%q: %dx%d", s, img.H, img.W)
+		}
+		var back imageSize
+		if err := back.Set(img.String()); err != nil || back != img {
+			t.Fatalf("%q: %v written %q read back as %v, %v", s, img, img.String(), back, err)
+		}
+	})
+}
