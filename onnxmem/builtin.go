@@ -24,5 +24,5 @@ func BuiltinOptions(name string, opt models.Options) (*Model, error) {
 	if err != nil {
 		return nil, fmt.Errorf("onnxmem: %w", err)
 	}
-	return LoadBytes(name, data)
+	return loadBytes(name, data, false)
 }

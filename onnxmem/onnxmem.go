@@ -153,8 +153,13 @@ func loadFile(f *os.File, path string) (*Model, error) {
 const MaxModelBytes = 2 << 30
 
 // LoadBytes decodes an ONNX model held in memory and prepares it for the
-// family that Detect finds.
-func LoadBytes(name string, data []byte) (*Model, error) {
+// family that Detect finds. An inference export that the family reads as
+// one of the built-in models loads as that model (Model.Builtin).
+func LoadBytes(name string, data []byte) (*Model, error) { return loadBytes(name, data, true) }
+
+// loadBytes is LoadBytes; with standIns false it takes an inference export
+// as it is (a built-in model, which is none, is loaded so).
+func loadBytes(name string, data []byte, standIns bool) (*Model, error) {
 	g, err := ir.Load(data)
 	if err == nil {
 		err = g.CheckEnds()
@@ -168,10 +173,8 @@ func LoadBytes(name string, data []byte) (*Model, error) {
 		return nil, err
 	}
 	m.Family, m.Graph = p.fam.Name(), p.graph
-	if p.fam.CheckStep(p.graph) != nil {
-		if b, err := standIn(p); err != nil {
-			return nil, fmt.Errorf("onnxmem: %s: %w", name, err)
-		} else if b != nil {
+	if standIns && p.fam.CheckStep(p.graph) != nil {
+		if b := standIn(p); b != nil {
 			b.Name, b.Builtin = name, b.Name
 			return b, nil
 		}
@@ -184,21 +187,22 @@ func LoadBytes(name string, data []byte) (*Model, error) {
 // graph): the first of models.Names that the family reads as the same
 // model (family.Family.Deployment), built with the export's classes; or
 // nil when none is.
-func standIn(p *prepared) (*Model, error) {
+func standIn(p *prepared) *Model {
 	classes, same, ok := p.fam.Deployment(p.graph)
 	if !ok || classes < 1 || classes > math.MaxInt32 {
-		return nil, nil
+		return nil
 	}
 	for _, name := range models.Names() {
-		b, err := BuiltinOptions(name, models.Options{Classes: int(classes)})
+		data, err := models.Build(name, models.Options{Classes: int(classes)})
 		if err != nil {
-			return nil, err
+			continue // a model that cannot take these classes stands for nothing
 		}
-		if b.Family == p.fam.Name() && same(b.Graph) {
-			return b, nil
+		b, err := loadBytes(name, data, false)
+		if err == nil && b.Family == p.fam.Name() && same(b.Graph) {
+			return b
 		}
 	}
-	return nil, nil
+	return nil
 }
 
 // Families lists the model families a Scenario may name, in the order they
@@ -1036,16 +1040,20 @@ func (m *Model) As(family string) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Model{Name: m.Name, Family: p.fam.Name(), Graph: p.graph, raw: m.raw, cache: m.cache}, nil
+	return &Model{Name: m.Name, Family: p.fam.Name(), Graph: p.graph, Builtin: m.Builtin, raw: m.raw, cache: m.cache}, nil
 }
 
 // FixedImage returns the image size that the export fixed, when its
 // input's height and width are numbers rather than symbols (a torchvision
 // export made with only the batch dynamic: 224×224), and whether it did.
 func (m *Model) FixedImage() (h, w int64, ok bool) {
-	if in := m.Graph.Inputs; len(in) > 0 {
-		if d := m.Graph.Values[in[0]].Dims; len(d) == 4 && d[2].Param == "" && d[3].Param == "" && d[2].Value > 0 && d[3].Value > 0 {
-			return d[2].Value, d[3].Value, true
+	// The image is the first input of rank 4, as ir.Binding binds it.
+	for _, in := range m.Graph.Inputs {
+		if d := m.Graph.Values[in].Dims; len(d) == 4 {
+			if d[2].Param == "" && d[3].Param == "" && d[2].Value > 0 && d[3].Value > 0 {
+				return d[2].Value, d[3].Value, true
+			}
+			break
 		}
 	}
 	return 0, 0, false

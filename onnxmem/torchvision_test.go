@@ -421,8 +421,8 @@ func TestTorchvisionFreshSteps(t *testing.T) {
 // follow within 0.92% but AMP at batch 1, after float32 at 128, 18% low:
 // its process's history. The rest is mostly the measuring process's
 // history (§10, §11). torchvision_new.jsonl's twelve networks, predicted
-// before any of their steps was looked at (calibration §19): 55 of 120 to
-// the byte, median 0.06%, worst 13% (vgg16_bn AMP at batch 1, after
+// before any of their steps was looked at (calibration §19): 54 of 120 to
+// the byte, median 0.08%, worst 13% (vgg16_bn AMP at batch 1, after
 // float32 at 128, which traced alone in a fresh process is exact).
 func TestTorchvisionReservedInOrder(t *testing.T) {
 	for _, c := range []struct {
@@ -433,7 +433,7 @@ func TestTorchvisionReservedInOrder(t *testing.T) {
 	}{
 		{"torchvision_wide.jsonl", onnxmem.EmptyCacheWarmUp, 80, 0.0005, 0.28},
 		{"torchvision_more.jsonl", onnxmem.EmptyCacheNever, 26, 0.0005, 0.04},
-		{"torchvision_new.jsonl", onnxmem.EmptyCacheWarmUp, 55, 0.0008, 0.14},
+		{"torchvision_new.jsonl", onnxmem.EmptyCacheWarmUp, 54, 0.001, 0.14},
 	} {
 		b, err := os.ReadFile("../calibration/results/" + c.file)
 		if err != nil {

@@ -100,6 +100,7 @@ func (b *builder) backward() error {
 				b.recompute(c)
 			}
 			b.back(n, k, outs)
+			b.derivedGrads(n)
 		}
 		if c >= 0 && b.ck[c].nodes[0] == int32(i) {
 			b.node = int32(i)
@@ -182,6 +183,37 @@ func (b *builder) paramGrad(v ir.ValueID) {
 	buf := b.newBuf(b.bytes(v), ParamGrad, v)
 	b.emit(buf, false)
 	b.paramGrads[v] = buf
+}
+
+// derivedGrads gives each parameter behind an input of node n that is
+// computed from parameters alone (Swin V2's logit_scale.exp() and bias
+// MLP, a weight-normed convolution's weight) its .grad, once: the gradient
+// that reaches such an input flows back through its ops to them. The ops'
+// own transients, of the parameters' sizes, are not counted.
+func (b *builder) derivedGrads(n *ir.Node) {
+	var seen []ir.ValueID // the values walked: a table's subgraph is small
+	var walk func(v ir.ValueID)
+	walk = func(v ir.ValueID) {
+		if v == ir.NoValue || slices.Contains(seen, v) {
+			return
+		}
+		seen = append(seen, v)
+		switch {
+		case b.param[v]:
+			b.paramGrad(v)
+		case b.derived[v]:
+			if p := b.g.Values[v].Producer; p >= 0 {
+				for _, in := range b.g.Nodes[p].Inputs {
+					walk(in)
+				}
+			}
+		}
+	}
+	for _, v := range n.Inputs {
+		if v != ir.NoValue && b.derived[v] {
+			walk(v)
+		}
+	}
 }
 
 type delivery struct {
@@ -566,8 +598,13 @@ func (b *builder) back(n *ir.Node, k opKind, outs []ir.ValueID) {
 		switch n.OpType {
 		case "Expand":
 			// ExpandBackward: the gradient summed to the input's sizes,
-			// a new tensor.
-			fresh(n.Inputs[0])
+			// a new tensor; an expand to the input's own sizes passes it
+			// on as it is.
+			if x := n.Inputs[0]; slices.Equal(s.Dims[x], s.Dims[outs[0]]) {
+				pass(x, true, true)
+			} else {
+				fresh(x)
+			}
 		case "Slice", "Split":
 			// split_backward: zeros for each piece that got no gradient,
 			// then the cat of all pieces, of the input's shape.

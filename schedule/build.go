@@ -361,7 +361,8 @@ func (b *builder) markDerived() {
 		for _, v := range n.Outputs {
 			if v != ir.NoValue && isFloat(b.dt[v]) {
 				b.derived[v] = true
-				if b.autocast() {
+				// A Cast keeps the type it casts to.
+				if b.autocast() && n.OpType != "Cast" {
 					b.dt[v] = wide
 				}
 			}

@@ -144,18 +144,73 @@ func (f *Flow) markParams() {
 	}
 }
 
-// linearInput reports whether every reader of initializer v takes it as
-// the input of a linear layer (Gemm's or MatMul's first operand), which
-// makes it a buffer of the model that the layer reads, not a weight.
+// linearInput reports whether initializer v is a table that a small
+// network of the model reads to make another table, which an integer
+// buffer then indexes: Swin V2's relative_coords_table, the input of its
+// bias MLP (linear, ReLU, linear) whose output a Gather of
+// relative_position_index reads. Every reader of v takes it as the input
+// of a linear layer (Gemm's or MatMul's first operand), and the layer's
+// output reaches such a Gather through single-reader ops. That makes v a
+// buffer of the model, not a weight: it gets no gradient.
 func (f *Flow) linearInput(v ir.ValueID) bool {
-	cons := f.graph.Values[v].Consumers
+	g := f.graph
+	cons := g.Values[v].Consumers
 	for _, c := range cons {
-		n := &f.graph.Nodes[c]
+		n := &g.Nodes[c]
 		if (n.OpType != "Gemm" && n.OpType != "MatMul") || n.Inputs[0] != v || len(n.Inputs) < 2 || !f.param[n.Inputs[1]] {
+			return false
+		}
+		// Follow the table through single-reader ops to an indexing
+		// Gather.
+		t, found := n.Outputs[0], false
+		for range 16 {
+			next := g.Values[t].Consumers
+			if len(next) != 1 {
+				break
+			}
+			m := &g.Nodes[next[0]]
+			if m.OpType == "Gather" && len(m.Inputs) == 2 && m.Inputs[0] == t {
+				idx := &g.Values[m.Inputs[1]]
+				found = idx.Kind == ir.Initializer && !isFloat(idx.DType)
+				break
+			}
+			if len(m.Outputs) != 1 {
+				break
+			}
+			t = m.Outputs[0]
+		}
+		if !found {
 			return false
 		}
 	}
 	return len(cons) > 0
+}
+
+// fromParam reports whether value v is computed from a float initializer
+// with no data (a parameter or a model buffer), not from constants alone.
+func (f *Flow) fromParam(v ir.ValueID) bool {
+	seen := map[ir.ValueID]bool{}
+	var walk func(v ir.ValueID) bool
+	walk = func(v ir.ValueID) bool {
+		if v == ir.NoValue || seen[v] {
+			return false
+		}
+		seen[v] = true
+		val := &f.graph.Values[v]
+		if val.Kind == ir.Initializer {
+			return isFloat(val.DType) && val.Data == nil && val.Floats == nil
+		}
+		if val.Producer < 0 {
+			return false
+		}
+		for _, in := range f.graph.Nodes[val.Producer].Inputs {
+			if walk(in) {
+				return true
+			}
+		}
+		return false
+	}
+	return walk(v)
 }
 
 // indexBuffer reports whether value v is an integer buffer of the model
@@ -177,7 +232,7 @@ func (f *Flow) indexBuffer(v ir.ValueID, fromInput []bool) bool {
 			n := &f.graph.Nodes[c]
 			switch {
 			case n.OpType == "Gather" && len(n.Inputs) == 2 && n.Inputs[1] == v &&
-				(f.param[n.Inputs[0]] || !fromInput[n.Inputs[0]] && isFloat(f.shapes.DTypes[n.Inputs[0]])):
+				(f.param[n.Inputs[0]] || !fromInput[n.Inputs[0]] && isFloat(f.shapes.DTypes[n.Inputs[0]]) && f.fromParam(n.Inputs[0])):
 				return true
 			case depth > 0 && len(n.Inputs) > 0 && n.Inputs[0] == v && len(n.Outputs) == 1:
 				switch n.OpType {

@@ -44,3 +44,78 @@ func TestNormalize(t *testing.T) {
 	diff(t, "add forward", fwd("/out/Add"), []string{"+activation /out/Add_output_0", "-activation /norm/Div_output_0"})
 	checkBalanced(t, p)
 }
+
+// TestDerivedValues checks values computed from parameters alone, at batch
+// 2 under autocast: conv(x) · exp(p) with p a 0-dim parameter stays
+// float16 (a 0-dim tensor does not promote a dimensioned one) and with p
+// of [C, 1, 1] becomes float32 (Swin V2's logit_scale); either way the
+// product saves conv(x) for p's gradient and p gets its .grad; and
+// x / conv(x), whose divisor needs a gradient, saves the divisor, so
+// conv(x) lives to the backward.
+func TestDerivedValues(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		dims   []int64
+		elem   int64 // bytes an element of the product
+		divide bool
+	}{
+		{"0-dim scale", nil, 2, false},
+		{"per-channel scale", []int64{8, 1, 1}, 4, false},
+		{"divisor needs a gradient", nil, 2, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := onnxbuild.New("derived")
+			x := b.Input("x", 3)
+			m := b.Module("m")
+			var y onnxbuild.T
+			if tc.divide {
+				c := b.Module("conv").Conv(x, 3, 3, 1)
+				y = onnxbuild.T{Name: m.Node("Div", []string{x.Name, c.Name}, 1)[0], C: 3}
+			} else {
+				c := b.Module("conv").Conv(x, 8, 3, 1)
+				e := m.Node("Exp", []string{m.Param("scale", tc.dims...)}, 1)[0]
+				y = onnxbuild.T{Name: m.Node("Mul", []string{c.Name, e}, 1)[0], C: 8}
+			}
+			b.Output(b.Module("out").Add(y, y))
+			g := load(t, b)
+			p := program(t, g, 2, schedule.Config{Precision: schedule.AMP})
+			var prod, grads int64
+			var convLive bool
+			for i, e := range p.Events {
+				buf := p.Buffers[e.Buf]
+				if buf.Value >= 0 && g.Values[buf.Value].Name == "/m/Mul_output_0" && !e.Free && buf.Kind == schedule.Activation {
+					prod = buf.Bytes
+				}
+				if buf.Kind == schedule.ParamGrad && buf.Value >= 0 && g.Values[buf.Value].Name == "m.scale" {
+					grads++
+				}
+				if i == p.ForwardEnd-1 {
+					convLive = liveAt(p, i, "/conv/Conv_output_0")
+				}
+			}
+			// x is [2, 3, 16, 16]; the product [2, 8, 16, 16].
+			if want := 2 * 8 * 16 * 16 * tc.elem; !tc.divide && prod != want {
+				t.Errorf("product of %d bytes, want %d", prod, want)
+			}
+			if !tc.divide && grads != 1 {
+				t.Errorf("%d .grad buffers of m.scale, want 1", grads)
+			}
+			if !convLive {
+				t.Errorf("conv(x) freed in the forward: a saved operand")
+			}
+		})
+	}
+}
+
+// liveAt reports whether the named value's activation buffer is live after
+// event i.
+func liveAt(p *schedule.Program, i int, name string) bool {
+	live := false
+	for _, e := range p.Events[:i+1] {
+		buf := p.Buffers[e.Buf]
+		if buf.Kind == schedule.Activation && buf.Value >= 0 && p.Graph.Values[buf.Value].Name == name {
+			live = !e.Free
+		}
+	}
+	return live
+}

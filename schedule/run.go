@@ -105,8 +105,9 @@ func (b *builder) run(n *ir.Node, k opKind) {
 		// layer_scale * x, Swin's gathered relative position bias, Swin
 		// V2's logit_scale.exp(): float32 under autocast); the operands
 		// listed in reads are only activations.
+		// A 0-dim one does not (a dimensioned tensor's category wins).
 		for _, v := range n.Inputs {
-			if v != ir.NoValue && !b.data[v] && (b.param[v] || b.derived[v]) && wide != ir.Undefined && b.dt[v].Size() > wide.Size() {
+			if v != ir.NoValue && !b.data[v] && (b.param[v] || b.derived[v]) && len(s.Dims[v]) > 0 && wide != ir.Undefined && b.dt[v].Size() > wide.Size() {
 				wide = b.dt[v]
 			}
 		}
@@ -358,14 +359,14 @@ func (b *builder) run(n *ir.Node, k opKind) {
 		}
 		newOut(0, Activation)
 	case opDiv:
-		// DivBackward0 saves self when other needs a gradient and other
-		// when self does, never the result (derivatives.yaml: saving it
-		// would break an in-place use of it). F.normalize's x / denom
-		// saves both.
+		// DivBackward0 saves self when other needs a gradient, and other
+		// when either does (both formulas read it), never the result
+		// (derivatives.yaml: saving it would break an in-place use of
+		// it). F.normalize's x / denom saves both.
 		if b.needsGrad(n.Inputs[1]) {
 			save(n.Inputs[0])
 		}
-		if b.needsGrad(n.Inputs[0]) {
+		if b.needsGrad(n.Inputs[0]) || b.needsGrad(n.Inputs[1]) {
 			save(n.Inputs[1])
 		}
 		newOut(0, Activation)
@@ -633,8 +634,13 @@ func (b *builder) view(n *ir.Node) {
 		b.ref(b.vst[x])
 		switch n.OpType {
 		case "Expand":
-			// Stride 0 along the expanded dims: not dense.
-			b.setStrided(v)
+			// Stride 0 along the expanded dims: not dense. An expand to
+			// the input's own sizes is the input as it is.
+			if slices.Equal(in, b.s.Dims[v]) {
+				b.contig[v], b.str[v] = b.contig[x], b.str[x]
+			} else {
+				b.setStrided(v)
+			}
 			continue
 		case "Slice", "Split":
 			// A slice of step 1 keeps its input's strides (known, dense

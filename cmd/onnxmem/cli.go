@@ -141,11 +141,11 @@ func (f *flagSet) familyFlag() {
 // inference export.
 func (f *flagSet) load(path string) (*onnxmem.Model, error) {
 	m, err := load(path)
-	if err == nil && m.Builtin != "" && f.stderr != nil {
-		fmt.Fprintf(f.stderr, "onnxmem: %s\n", standInNote(path, m))
-	}
 	if err == nil && f.nc != nil && f.isSet("nc") {
 		m, err = withClasses(path, m, *f.nc)
+	}
+	if err == nil && m.Builtin != "" && f.stderr != nil {
+		fmt.Fprintf(f.stderr, "onnxmem: %s\n", standInNote(path, m))
 	}
 	if err == nil && f.img != nil && !f.isSet("img") {
 		if h, w, ok := m.FixedImage(); ok {
@@ -188,7 +188,7 @@ func withClasses(path string, m *onnxmem.Model, nc int64) (*onnxmem.Model, error
 // at path, and why.
 func standInNote(path string, m *onnxmem.Model) string {
 	classes, _ := m.Classes()
-	return fmt.Sprintf("%s is an inference export (its batch norms folded into the convolutions): simulating the built-in %s with %d classes, whose training graph has the same convolutions", path, m.Builtin, classes)
+	return fmt.Sprintf("%s is an inference export (its batch norms folded into the convolutions): simulating the built-in %s with %d classes, whose training graph has the same convolutions (a model that differs from it in other layers is not this one)", path, m.Builtin, classes)
 }
 
 // exit is a command's exit code for its final error: 0 for nil, else 1

@@ -12,7 +12,8 @@ import (
 // export.py's model.fuse() adds each RepConvN's 1×1 branch into its 3×3
 // one. What it keeps is the convolutions, in the order the forward runs
 // them, with their weights' dims. So it names its training graph through
-// them: the training graph of the same model has the same convolutions,
+// them: the training graph of the same model has the same convolutions
+// (weights' dims, strides and groups),
 // once its RepConvN 1×1 branches are dropped (or kept, for an export that
 // did not fuse), and the inference export's own additions dropped, the
 // fixed convolution of each DFL decode.
@@ -31,7 +32,7 @@ import (
 // is false when g has no convolutions to read.
 func (Family) Deployment(g *ir.Graph) (classes int64, same func(train *ir.Graph) bool, ok bool) {
 	infer := convDims(g, func(n *ir.Node) bool { return isDFL(n) })
-	if len(infer) == 0 || len(infer[len(infer)-1]) != 4 {
+	if len(infer) == 0 || len(infer[len(infer)-1]) < 4 {
 		return 0, nil, false
 	}
 	same = func(train *ir.Graph) bool {
@@ -44,7 +45,7 @@ func (Family) Deployment(g *ir.Graph) (classes int64, same func(train *ir.Graph)
 }
 
 // convDims returns the dims of the weight of each of g's convolutions in
-// node order, but those that skip reports.
+// node order, then its strides and groups, but those that skip reports.
 func convDims(g *ir.Graph, skip func(*ir.Node) bool) [][]int64 {
 	var out [][]int64
 	for i := range g.Nodes {
@@ -59,6 +60,9 @@ func convDims(g *ir.Graph, skip func(*ir.Node) bool) [][]int64 {
 				break
 			}
 			dims = append(dims, d.Value)
+		}
+		if dims != nil {
+			dims = append(append(dims, n.IntsAttr("strides")...), n.IntAttr("group", 1))
 		}
 		out = append(out, dims)
 	}

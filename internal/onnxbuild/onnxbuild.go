@@ -127,6 +127,13 @@ func valueInfo(name string, dims ...any) *onnx.ValueInfoProto {
 }
 
 // weight adds a float32 initializer; see ZeroWeights.
+// Param adds a float32 parameter of the given dims (none: a 0-dim one)
+// under the scope's weight path, as the model's own initializer, and
+// returns its name.
+func (s Scope) Param(field string, dims ...int64) string {
+	return s.b.weight(s.weightName(field), dims...)
+}
+
 func (b *Builder) weight(name string, dims ...int64) string {
 	t := &onnx.TensorProto{Name: name, DataType: float32Type, Dims: dims}
 	if b.ZeroWeights {
