@@ -1,47 +1,19 @@
 package onnxmem_test
 
 import (
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"strings"
 	"testing"
 
+	"github.com/onnxmem/onnxmem/internal/measured"
 	"github.com/onnxmem/onnxmem/onnxmem"
 )
 
 // maxBatchRun is one max batch that calibration/max_batch.py found on the
 // H200 (max_batch.json, model steps) or an H100 (max_batch_steps.json,
-// eval and train steps): the largest batch of a step that ran without
-// torch.OutOfMemoryError in a fresh process whose caching allocator was
-// capped by set_per_process_memory_fraction, confirmed by two passing runs
-// at it and two failing ones at the next batch.
-type maxBatchRun struct {
-	Step     string `json:"step"`
-	Cfg      string `json:"cfg"`
-	Img      int64  `json:"img"`
-	AMP      bool   `json:"amp"`
-	Segments int    `json:"segments"`
-	Capacity int64  `json:"capacity_bytes"`
-	Measured struct {
-		MaxBatch     int64 `json:"max_batch"`
-		FailsAt      int64 `json:"fails_at"`
-		Peak         int64 `json:"peak"`
-		PeakReserved int64 `json:"peak_reserved"`
-	} `json:"measured"`
-	// Trials are the processes the search ran: capped (Capacity set) or,
-	// at the max batch, uncapped (Mode "uncapped").
-	Trials []struct {
-		Batch         int64            `json:"batch"`
-		Mode          string           `json:"mode"`
-		Status        string           `json:"status"`
-		Capacity      *int64           `json:"capacity_bytes"`
-		ReservedAtEnd int64            `json:"reserved_at_end"`
-		Retries       int64            `json:"num_alloc_retries"`
-		Result        map[string]int64 `json:"result"`
-	} `json:"trial_details"`
-}
+// eval and train steps).
+type maxBatchRun struct{ measured.MaxBatchRun }
 
 // maxBatchRuns reads calibration/results/max_batch.json, or another file
 // of that folder that max_batch.py wrote.
@@ -51,20 +23,15 @@ func maxBatchRuns(t *testing.T, name ...string) []maxBatchRun {
 	if len(name) > 0 {
 		file = name[0]
 	}
-	b, err := os.ReadFile("../calibration/results/" + file)
+	_, runs, err := measured.MaxBatchRuns("../calibration/results/" + file)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var f struct {
-		Scenarios []maxBatchRun `json:"scenarios"`
+	out := make([]maxBatchRun, len(runs))
+	for i, r := range runs {
+		out[i] = maxBatchRun{r}
 	}
-	if err := json.Unmarshal(b, &f); err != nil {
-		t.Fatalf("%s: %v", file, err)
-	}
-	if len(f.Scenarios) == 0 {
-		t.Fatalf("%s: no scenarios", file)
-	}
-	return f.Scenarios
+	return out
 }
 
 // scenario is the step that max_batch.py searched, without its batch: a

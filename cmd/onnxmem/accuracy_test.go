@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/onnxmem/onnxmem/internal/measured"
 	"github.com/onnxmem/onnxmem/internal/onnxbuild"
 )
 
@@ -259,28 +260,11 @@ func writeMaxBatchSection(t *testing.T, doc *bytes.Buffer, p *predictor) {
 		"| card | step | model | precision | segments | limit (bytes) | measured | predicted |\n| --- | --- | --- | --- | --- | --- | --- | --- |\n")
 	p.root, p.alone, p.proc = "../../calibration/results", true, nil
 	for _, file := range []string{"max_batch.json", "max_batch_steps.json"} {
-		b, err := os.ReadFile("../../calibration/results/" + file)
+		gpu, runs, err := measured.MaxBatchRuns("../../calibration/results/" + file)
 		if err != nil {
 			t.Fatal(err)
 		}
-		var f struct {
-			GPU       string `json:"gpu"`
-			Scenarios []struct {
-				Step     string `json:"step"`
-				Cfg      string `json:"cfg"`
-				Img      int64  `json:"img"`
-				AMP      bool   `json:"amp"`
-				Segments int    `json:"segments"`
-				Capacity int64  `json:"capacity_bytes"`
-				Measured struct {
-					MaxBatch int64 `json:"max_batch"`
-				} `json:"measured"`
-			} `json:"scenarios"`
-		}
-		if err := json.Unmarshal(b, &f); err != nil {
-			t.Fatalf("%s: %v", file, err)
-		}
-		for _, s := range f.Scenarios {
+		for _, s := range runs {
 			line := map[string]any{"kind": "max_batch", "step": s.Step, "cfg": s.Cfg, "model": nil, "img": s.Img, "capacity_bytes": s.Capacity}
 			switch s.Step {
 			case "model_step":
@@ -303,7 +287,7 @@ func writeMaxBatchSection(t *testing.T, doc *bytes.Buffer, p *predictor) {
 			case s.AMP:
 				prec = "amp"
 			}
-			fmt.Fprintf(doc, "| %s | %s | %s | %s | %d | %d | %d | %d |\n", f.GPU, s.Step, s.Cfg, prec, s.Segments, s.Capacity, s.Measured.MaxBatch, pred.MaxBatch)
+			fmt.Fprintf(doc, "| %s | %s | %s | %s | %d | %d | %d | %d |\n", gpu, s.Step, s.Cfg, prec, s.Segments, s.Capacity, s.Measured.MaxBatch, pred.MaxBatch)
 		}
 	}
 }
