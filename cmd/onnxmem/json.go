@@ -44,6 +44,9 @@ type resultJSON struct {
 	AllocConf string `json:"alloc_conf,omitempty"`
 	// Train is the training step's setting; absent for a model step.
 	Train *trainJSON `json:"train,omitempty"`
+	// Eval is the validation step's copy, "half" or "float32"; absent for
+	// other steps.
+	Eval string `json:"eval,omitempty"`
 	predicted
 	PeakPhase string `json:"peak_phase"`
 	PeakNode  string `json:"peak_node"`
@@ -89,6 +92,12 @@ func newResultJSON(r *onnxmem.Result, detail bool) resultJSON {
 	}
 	if sc := r.Scenario; sc.Train {
 		j.Train = &trainJSON{Boxes: sc.Boxes, Optimizer: string(sc.Defaults().Optimizer), EMA: sc.EMA, WarmSteps: sc.WarmStepsUsed()}
+	}
+	switch sc := r.Scenario; {
+	case sc.Eval && sc.EvalFloat:
+		j.Eval = "float32"
+	case sc.Eval:
+		j.Eval = "half"
 	}
 	if detail {
 		for _, t := range r.AtPeak {
