@@ -320,8 +320,27 @@ func (Family) Recipe(opt schedule.Optimizer, ema bool, boxes int64) *schedule.Tr
 	return &schedule.Train{Boxes: boxes, Optimizer: opt, EMA: ema, GradScaler: true}
 }
 
-// CheckStep returns nil: any graph of supported ops is taken as it is.
-func (Family) CheckStep(*ir.Graph) error { return nil }
+// CheckStep refuses an export made in eval mode, which it recognises by
+// batch norms that all use running statistics (training_mode 0, one
+// output): a training step's batch norms compute batch statistics and
+// save them. Any other graph of supported ops is taken as it is.
+func (Family) CheckStep(g *ir.Graph) error {
+	bns := 0
+	for i := range g.Nodes {
+		n := &g.Nodes[i]
+		if n.OpType != "BatchNormalization" {
+			continue
+		}
+		if n.IntAttr("training_mode", 0) == 1 || len(n.Outputs) == 3 {
+			return nil
+		}
+		bns++
+	}
+	if bns > 0 {
+		return fmt.Errorf("generic: an export made in eval mode (its %d batch norms use running statistics): a training step's memory needs the training-mode export (model.train(); torch.onnx.export(..., training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False))", bns)
+	}
+	return nil
+}
 
 // Deployment returns false: CheckStep refuses no graph.
 func (Family) Deployment(*ir.Graph) (int64, func(*ir.Graph) bool, bool) { return 0, nil, false }
