@@ -73,7 +73,11 @@ var Devices = []Device{
 		Sources: "total: 15110 MiB (14.76 GiB), as public out-of-memory reports give it (assumption); context: assumption"},
 }
 
-// LookupDevice returns the device of a name (case does not matter).
+// LookupDevice returns the device of a name. Case, spaces, dashes and
+// underscores, a leading "NVIDIA" or "GeForce" and a trailing "GB" do not
+// matter, so "A100-40GB", "NVIDIA GeForce RTX 4090" and "4090" name
+// devices too; a family name that fits one listed card only ("h100")
+// names it, and one that fits several ("a100") is an error naming them.
 func LookupDevice(name string) (Device, error) {
 	var names []string
 	for _, d := range Devices {
@@ -82,7 +86,41 @@ func LookupDevice(name string) (Device, error) {
 		}
 		names = append(names, d.Name)
 	}
-	return Device{}, fmt.Errorf("onnxmem: unknown device %q: want one of %s, or a size such as 24GB or 23.5GiB", name, strings.Join(names, ", "))
+	key := deviceKey(name)
+	var fits []Device
+	for _, d := range Devices {
+		k := deviceKey(d.Name)
+		switch {
+		case key == "":
+		case k == key || strings.TrimPrefix(k, "rtx") == key:
+			return d, nil
+		case strings.HasPrefix(k, key):
+			fits = append(fits, d)
+		}
+	}
+	switch len(fits) {
+	case 1:
+		return fits[0], nil
+	case 0:
+		return Device{}, fmt.Errorf("onnxmem: unknown device %q: want one of %s, or a size such as 24GB or 23.5GiB", name, strings.Join(names, ", "))
+	}
+	var fit []string
+	for _, d := range fits {
+		fit = append(fit, d.Name)
+	}
+	return Device{}, fmt.Errorf("onnxmem: device %q fits %s: give one of them (a card's memory tells them apart), or its size such as 40GB", name, strings.Join(fit, " and "))
+}
+
+// deviceKey is a device name without what LookupDevice ignores: "NVIDIA
+// GeForce RTX 4090" and "rtx-4090" are "rtx4090", "A100-40GB" is
+// "a10040".
+func deviceKey(name string) string {
+	k := strings.ToLower(name)
+	for _, p := range []string{"nvidia", "geforce"} {
+		k = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(k), p))
+	}
+	k = strings.NewReplacer(" ", "", "-", "", "_", "").Replace(k)
+	return strings.TrimSuffix(k, "gb")
 }
 
 // NewDevice returns a card of total bytes, as torch.cuda.mem_get_info or

@@ -151,3 +151,39 @@ func TestAllocConf(t *testing.T) {
 		}
 	}
 }
+
+// TestLookupDeviceSpellings checks the names people give a card: case,
+// spaces, dashes, a vendor prefix and a trailing GB do not matter, a family
+// name that fits one card names it, and one that fits several is an error
+// that names them.
+func TestLookupDeviceSpellings(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"A100-40GB", "a100-40"},
+		{"a100_80gb", "a100-80"},
+		{"NVIDIA GeForce RTX 4090", "rtx4090"},
+		{"4090", "rtx4090"},
+		{"RTX-3090", "rtx3090"},
+		{"h100", "h100-80"},
+		{"NVIDIA H200", "h200"},
+		{"T4", "t4"},
+	} {
+		d, err := onnxmem.LookupDevice(tc.in)
+		if err != nil || d.Name != tc.want {
+			t.Errorf("LookupDevice(%q) = %q, %v; want %q", tc.in, d.Name, err, tc.want)
+		}
+	}
+	for _, tc := range []struct{ in, want string }{
+		{"a100", `device "a100" fits a100-80 and a100-40`},
+		{"v100", `device "v100" fits v100-32 and v100-16`},
+		{"mi300", `unknown device "mi300"`},
+		{"", `unknown device ""`},
+	} {
+		if _, err := onnxmem.LookupDevice(tc.in); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("LookupDevice(%q): %v, want an error with %q", tc.in, err, tc.want)
+		}
+	}
+	// A size is still a size.
+	if d, err := onnxmem.ParseDevice("24GB"); err != nil || d.Total != 24e9 {
+		t.Errorf("ParseDevice(24GB) = %d, %v", d.Total, err)
+	}
+}

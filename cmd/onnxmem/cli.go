@@ -414,7 +414,7 @@ func (o *optimizerValue) Set(v string) error {
 // reads it after parsing: nil when it was not given, an error when the name
 // is unknown.
 func (f *flagSet) deviceFlag() func() (*onnxmem.Device, error) {
-	name := f.String("device", "", "the card: a device profile's `NAME` (see onnxmem devices) or its total memory such as 24GB or 23.5GiB, optionally +ctx=600MiB for its CUDA context; its total less the context is the allocator's limit")
+	name := f.String("device", "", "the card: a device profile's `NAME` (see onnxmem devices; A100-40GB, 4090 and h100 are read too) or its total memory such as 24GB or 23.5GiB, optionally +ctx=600MiB for its CUDA context; its total less the context is the allocator's limit")
 	return func() (*onnxmem.Device, error) {
 		if !f.isSet("device") {
 			return nil, nil
