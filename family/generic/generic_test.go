@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/onnxmem/onnxmem/internal/onnxbuild"
+	"github.com/onnxmem/onnxmem/internal/schedtest"
 	"github.com/onnxmem/onnxmem/ir"
 	"github.com/onnxmem/onnxmem/schedule"
 )
@@ -179,15 +180,7 @@ func TestCheckStepEvalExport(t *testing.T) {
 		} else {
 			b.Output(m.BatchNorm(c))
 		}
-		data, err := b.Bytes()
-		if err != nil {
-			t.Fatal(err)
-		}
-		g, err := ir.Load(data)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return g
+		return schedtest.Kit{Prepare: Family{}.Prepare}.Load(t, b)
 	}
 	err := Family{}.CheckStep(build(true))
 	if err == nil || !strings.Contains(err.Error(), "generic: an export made in eval mode (its 1 batch norms use running statistics)") || !strings.Contains(err.Error(), "TrainingMode.TRAINING") {
