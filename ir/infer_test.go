@@ -654,3 +654,23 @@ func TestInferHandBuiltGraph(t *testing.T) {
 		t.Errorf("dims %v, bytes %d", s.Dims[1], s.Bytes(1))
 	}
 }
+
+// TestFromInputs checks which values depend on a graph input: x and what
+// reads it, not an initializer nor a value computed from initializers
+// alone, even when an input-dependent value later reads it.
+func TestFromInputs(t *testing.T) {
+	g := newModel(17).input("x", Float32, 2, 3).init("w", Float32, []int64{3}).
+		node("Exp", "e", "w", "ew").
+		node("Mul", "m", "x,ew", "y").
+		load(t)
+	from := g.FromInputs()
+	for name, want := range map[string]bool{"x": true, "w": false, "ew": false, "y": true} {
+		v, ok := g.Lookup(name)
+		if !ok {
+			t.Fatalf("no value %s", name)
+		}
+		if from[v] != want {
+			t.Errorf("%s: from an input %v, want %v", name, from[v], want)
+		}
+	}
+}

@@ -248,6 +248,32 @@ type Graph struct {
 	ops []opKind
 }
 
+// FromInputs reports, by value, whether the value depends on one of the
+// graph's inputs; the others are computed from initializers and constants
+// alone: a model's parameters, or a table made from them (Swin V2's qkv
+// bias, a clone of a parameter with a third zeroed). It walks the nodes in
+// their topological order.
+func (g *Graph) FromInputs() []bool {
+	from := make([]bool, len(g.Values))
+	for _, v := range g.Inputs {
+		from[v] = true
+	}
+	for i := range g.Nodes {
+		n := &g.Nodes[i]
+		for _, v := range n.Inputs {
+			if v != NoValue && from[v] {
+				for _, o := range n.Outputs {
+					if o != NoValue {
+						from[o] = true
+					}
+				}
+				break
+			}
+		}
+	}
+	return from
+}
+
 // Lookup returns the ID of the value with the given name. It scans the values:
 // it is meant for tools and tests, not for hot paths.
 func (g *Graph) Lookup(name string) (ValueID, bool) {

@@ -193,11 +193,9 @@ func standIn(p *prepared) *Model {
 		return nil
 	}
 	for _, name := range models.Names() {
-		data, err := models.Build(name, models.Options{Classes: int(classes)})
-		if err != nil {
-			continue // a model that cannot take these classes stands for nothing
-		}
-		b, err := loadBytes(name, data, false)
+		// A built-in model never looks for a stand-in itself; one that
+		// cannot be built with these classes stands for nothing.
+		b, err := BuiltinOptions(name, models.Options{Classes: int(classes)})
 		if err == nil && b.Family == p.fam.Name() && same(b.Graph) {
 			return b
 		}

@@ -113,26 +113,10 @@ func (f *Flow) markParams() {
 			}
 		}
 	}
-	// fromInput marks the values that depend on the graph's inputs; the
-	// others are the model's own (a parameter's, or a table computed from
-	// parameters alone, as Swin V2's relative position bias MLP).
-	fromInput := make([]bool, len(f.graph.Values))
-	for _, v := range f.graph.Inputs {
-		fromInput[v] = true
-	}
-	for i := range f.graph.Nodes {
-		n := &f.graph.Nodes[i]
-		for _, v := range n.Inputs {
-			if v != ir.NoValue && fromInput[v] {
-				for _, o := range n.Outputs {
-					if o != ir.NoValue {
-						fromInput[o] = true
-					}
-				}
-				break
-			}
-		}
-	}
+	// The values that depend on no graph input are the model's own (a
+	// parameter's, or a table computed from parameters alone, as Swin V2's
+	// relative position bias MLP).
+	fromInput := f.graph.FromInputs()
 	for i := range f.graph.Values {
 		f.buffer[i] = f.indexBuffer(ir.ValueID(i), fromInput)
 		if f.param[i] && f.linearInput(ir.ValueID(i)) {

@@ -49,25 +49,9 @@ func fuse(g *ir.Graph) (*ir.Graph, error) {
 		p := g.Values[v].Producer
 		return p >= 0 && g.Nodes[p].OpType == "Constant"
 	}
-	// fromInput[v] reports whether value v depends on a graph input: a
-	// bias that does not is the model's own, whatever ops made it (Swin
-	// V2 clones its qkv bias and zeroes the k third).
-	fromInput := make([]bool, len(g.Values))
-	for _, v := range g.Inputs {
-		fromInput[v] = true
-	}
-	for i := range g.Nodes {
-		for _, v := range g.Nodes[i].Inputs {
-			if v != ir.NoValue && fromInput[v] {
-				for _, o := range g.Nodes[i].Outputs {
-					if o != ir.NoValue {
-						fromInput[o] = true
-					}
-				}
-				break
-			}
-		}
-	}
+	// A bias that depends on no graph input is the model's own, whatever
+	// ops made it (Swin V2 clones its qkv bias and zeroes the k third).
+	fromInput := g.FromInputs()
 	// vector reports whether v is one-dimensional: declared so, or an
 	// in-place edit of a vector (ScatterND, Identity) that the export
 	// left undeclared.
