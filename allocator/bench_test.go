@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/onnxmem/onnxmem/allocator"
-	"github.com/onnxmem/onnxmem/onnxmem"
+	"github.com/onnxmem/onnxmem/internal/sim"
 )
 
 // replayOp is one request of a recorded replay: a malloc of Bytes into
@@ -16,13 +16,13 @@ type replayOp struct {
 }
 
 // yolov9EOps returns the allocator's requests of a yolov9-e train step at
-// batch 64 under AMP, as onnxmem.Run makes them: parameters, the warm-up
+// batch 64 under AMP, as sim.Run makes them: parameters, the warm-up
 // step and the measured step (the input and the workspaces made once left
 // out).
 func yolov9EOps(b *testing.B) ([]replayOp, int) {
 	b.Helper()
-	sc := onnxmem.Scenario{Batch: 64, Height: 640, Width: 640, AMP: true, Train: true, Boxes: 16, EMA: true}
-	m, err := onnxmem.Builtin("yolov9-e")
+	sc := sim.Scenario{Batch: 64, Height: 640, Width: 640, AMP: true, Train: true, Boxes: 16, EMA: true}
+	m, err := sim.Builtin("yolov9-e")
 	if err != nil {
 		b.Fatal(err)
 	}

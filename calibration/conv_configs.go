@@ -31,9 +31,9 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/onnxmem/onnxmem/internal/sim"
 	"github.com/onnxmem/onnxmem/ir"
 	"github.com/onnxmem/onnxmem/models"
-	"github.com/onnxmem/onnxmem/onnxmem"
 	"github.com/onnxmem/onnxmem/schedule"
 )
 
@@ -57,7 +57,7 @@ func main() {
 	}
 	if *files != "" {
 		for _, f := range strings.Split(*files, ",") {
-			m, err := onnxmem.Load(f)
+			m, err := sim.Load(f)
 			if err != nil {
 				log.Fatal(err)
 			}
@@ -157,7 +157,7 @@ func main() {
 		if *files != "" || *rect {
 			break
 		}
-		m, err := onnxmem.Builtin(name)
+		m, err := sim.Builtin(name)
 		if err != nil {
 			log.Fatal(err)
 		}
@@ -214,7 +214,7 @@ func write[T any](out string, rows []T) {
 // model on rectangular validation batches.
 func rectConfigs(seen map[[9]int64]bool) {
 	for _, name := range models.Names() {
-		m, err := onnxmem.Builtin(name)
+		m, err := sim.Builtin(name)
 		if err != nil {
 			log.Fatal(err)
 		}

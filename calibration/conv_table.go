@@ -2,7 +2,7 @@
 
 // Conv_table turns the measured cuDNN workspaces of conv_sweep.py
 // (calibration/results/conv_sweep.json) into the table that
-// onnxmem.CuDNNWorkspace embeds (onnxmem/cudnn_h200.tsv): one line per
+// sim.CuDNNWorkspace embeds (onnxmem/cudnn_h200.tsv): one line per
 // convolution, "N Cin Cout H W K stride groups elemsize fwd bwd-data
 // bwd-filter pad", tab-separated, or "N fwd bwd-data bwd-filter" when all
 // but N is the line before's (a shape's batches, measured one after

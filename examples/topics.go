@@ -5,8 +5,8 @@ import (
 	"io"
 	"text/tabwriter"
 
+	"github.com/onnxmem/onnxmem/internal/sim"
 	"github.com/onnxmem/onnxmem/models"
-	"github.com/onnxmem/onnxmem/onnxmem"
 )
 
 // The notebook-style topics: each answers one question about YOLOv9's
@@ -39,7 +39,7 @@ func table(w io.Writer) *tabwriter.Writer {
 	return tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 }
 
-func builtin(name string) (*onnxmem.Model, error) { return onnxmem.Builtin(name) }
+func builtin(name string) (*sim.Model, error) { return sim.Builtin(name) }
 
 // PeakVsBatch simulates the model steps of four sizes of YOLOv9 at 640, in
 // fp32 and under AMP, at batch 8, 16 and 32.
@@ -53,7 +53,7 @@ func PeakVsBatch(w io.Writer) error {
 			return err
 		}
 		for _, b := range []int64{8, 16, 32} {
-			sc := onnxmem.Scenario{Batch: b, Height: 640, Width: 640}
+			sc := sim.Scenario{Batch: b, Height: 640, Width: 640}
 			f, err := m.Simulate(sc)
 			if err != nil {
 				return err
@@ -87,7 +87,7 @@ func Segments(w io.Writer) error {
 	var base int64
 	bestK, best := 0, 0.0
 	for k := 1; k <= 8; k++ {
-		sc := onnxmem.Scenario{Batch: 16, Height: 640, Width: 640, AMP: true, Segments: k}
+		sc := sim.Scenario{Batch: 16, Height: 640, Width: 640, AMP: true, Segments: k}
 		r, err := m.Simulate(sc)
 		if err != nil {
 			return err
@@ -124,7 +124,7 @@ func ImgVsMaxBatch(w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	d, err := onnxmem.LookupDevice("rtx4090")
+	d, err := sim.LookupDevice("rtx4090")
 	if err != nil {
 		return err
 	}
@@ -132,7 +132,7 @@ func ImgVsMaxBatch(w io.Writer) error {
 	fmt.Fprintln(tw, "image\tmax batch\treserved GiB at it\t")
 	var first, last int64
 	for _, img := range []int64{320, 416, 512, 640} {
-		n, r, err := m.MaxBatchOn(d, onnxmem.Scenario{Height: img, Width: img, AMP: true, Train: true, Boxes: 16, EMA: true}, 1024)
+		n, r, err := m.MaxBatchOn(d, sim.Scenario{Height: img, Width: img, AMP: true, Train: true, Boxes: 16, EMA: true}, 1024)
 		if err != nil {
 			return err
 		}
@@ -159,7 +159,7 @@ func Breakdown(w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	ex, err := m.Explain(onnxmem.Scenario{Batch: 16, Height: 640, Width: 640, AMP: true, Train: true, Boxes: 16, EMA: true})
+	ex, err := m.Explain(sim.Scenario{Batch: 16, Height: 640, Width: 640, AMP: true, Train: true, Boxes: 16, EMA: true})
 	if err != nil {
 		return err
 	}
@@ -173,11 +173,11 @@ func Breakdown(w io.Writer) error {
 	}
 	top := ex.ByKind[0]
 	_, err = fmt.Fprintf(w, "\nThe peak (%s GiB, in the %s) is %.0f%% %s: the model, its EMA copy and the optimizer state together are %.1f%%.\n",
-		gib(ex.Peak), ex.Result.PeakPhase, 100*float64(top.Bytes)/float64(ex.Peak), top.Kind, 100*float64(kindBytes(ex, onnxmem.KindParameters)+kindBytes(ex, onnxmem.KindCopy)+kindBytes(ex, onnxmem.KindState))/float64(ex.Peak))
+		gib(ex.Peak), ex.Result.PeakPhase, 100*float64(top.Bytes)/float64(ex.Peak), top.Kind, 100*float64(kindBytes(ex, sim.KindParameters)+kindBytes(ex, sim.KindCopy)+kindBytes(ex, sim.KindState))/float64(ex.Peak))
 	return err
 }
 
-func kindBytes(ex *onnxmem.Explanation, kind string) int64 {
+func kindBytes(ex *sim.Explanation, kind string) int64 {
 	for _, k := range ex.ByKind {
 		if k.Kind == kind {
 			return k.Bytes
@@ -193,21 +193,21 @@ func Validation(w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	train, err := m.Simulate(onnxmem.Scenario{Batch: 16, Height: 640, Width: 640, AMP: true, Train: true, Boxes: 16, EMA: true})
+	train, err := m.Simulate(sim.Scenario{Batch: 16, Height: 640, Width: 640, AMP: true, Train: true, Boxes: 16, EMA: true})
 	if err != nil {
 		return err
 	}
-	val, err := m.Simulate(onnxmem.Scenario{Batch: 32, Height: 640, Width: 640, Eval: true})
+	val, err := m.Simulate(sim.Scenario{Batch: 32, Height: 640, Width: 640, Eval: true})
 	if err != nil {
 		return err
 	}
-	runs := [2]*onnxmem.RunResult{}
+	runs := [2]*sim.RunResult{}
 	for i, images := range []int64{0, 128} {
-		ev, err := m.PlanRun(onnxmem.RunPlan{Epochs: 1, Iterations: 3, Batch: 16, Height: 640, Width: 640, ValImages: images, MeanBoxes: 7.3, Seed: 1})
+		ev, err := m.PlanRun(sim.RunPlan{Epochs: 1, Iterations: 3, Batch: 16, Height: 640, Width: 640, ValImages: images, MeanBoxes: 7.3, Seed: 1})
 		if err != nil {
 			return err
 		}
-		if runs[i], err = m.Run(onnxmem.Scenario{Batch: 16, Height: 640, Width: 640, AMP: true, Train: true, EMA: true}, ev); err != nil {
+		if runs[i], err = m.Run(sim.Scenario{Batch: 16, Height: 640, Width: 640, AMP: true, Train: true, EMA: true}, ev); err != nil {
 			return err
 		}
 	}
@@ -238,11 +238,11 @@ func WhatIf(w io.Writer) error {
 	moved := map[string]float64{}
 	for _, k := range []knob{{"", models.Options{}}, {"width", models.Options{Width: 0.5}}, {"width", models.Options{Width: 1.5}},
 		{"depth", models.Options{Depth: 2}}, {"depth", models.Options{Depth: 3}}, {"classes", models.Options{Classes: 20}}, {"classes", models.Options{Classes: 365}}} {
-		m, err := onnxmem.BuiltinOptions("gelan-c", k.o)
+		m, err := sim.BuiltinOptions("gelan-c", k.o)
 		if err != nil {
 			return err
 		}
-		r, err := m.Simulate(onnxmem.Scenario{Batch: 16, Height: 640, Width: 640, AMP: true, Train: true, Boxes: 16, EMA: true, Trainer: "train"})
+		r, err := m.Simulate(sim.Scenario{Batch: 16, Height: 640, Width: 640, AMP: true, Train: true, Boxes: 16, EMA: true, Trainer: "train"})
 		if err != nil {
 			return err
 		}

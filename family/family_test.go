@@ -165,7 +165,7 @@ var familyNames = regexp.MustCompile(`(?i)yolo|adown|\belan|repncsp|cbfuse|cblin
 // liveness, allocator and the public onnxmem package's code) name no model
 // family: what belongs to YOLOv9 lives under family/yolov9.
 func TestEngineKnowsNoFamily(t *testing.T) {
-	for _, dir := range []string{"ir", "schedule", "liveness", "allocator", "onnxmem"} {
+	for _, dir := range []string{"ir", "schedule", "liveness", "allocator", "internal/sim"} {
 		files, err := filepath.Glob(filepath.Join("..", dir, "*.go"))
 		if err != nil || len(files) == 0 {
 			t.Fatalf("%s: no Go files (%v)", dir, err)

@@ -7,17 +7,17 @@
 //	if err != nil {
 //		return err
 //	}
-//	m, err := onnxmem.LoadBytes("yolov9-c", data)
+//	m, err := sim.LoadBytes("yolov9-c", data)
 //	if err != nil {
 //		return err
 //	}
-//	r, err := m.Simulate(onnxmem.Scenario{Batch: 16, Height: 640, Width: 640, AMP: true})
+//	r, err := m.Simulate(sim.Scenario{Batch: 16, Height: 640, Width: 640, AMP: true})
 //	if err != nil {
 //		return err
 //	}
 //	fmt.Printf("peak %.2f GiB\n", float64(r.Peak)/(1<<30))
 //
-// This gives the same Result as loading yolov9-c's export with onnxmem.Load.
+// This gives the same Result as loading yolov9-c's export with sim.Load.
 //
 // A built model matches the TorchScript export (torch.onnx.export, opset 17,
 // training mode) of WongKinYiu/yolov9 node for node: the same nodes in the

@@ -62,7 +62,7 @@ func TestAccuracyDoc(t *testing.T) {
 		"our own YOLOv9 scripts, `never` for `torchvision_more.py`) and on what the process ran before:\n" +
 		"each measured a model's scenarios one after another in one process, which predict simulates\n" +
 		"by default: a model's consecutive model_step lines run in one process, in order\n" +
-		"(`onnxmem.Process`). `peak_reserved, alone` is each model step by itself (`predict -alone`), what a\n" +
+		"(the process replay of `internal/sim`). `peak_reserved, alone` is each model step by itself (`predict -alone`), what a\n" +
 		"line sent on its own gets. The files measured in fresh processes are predicted `-alone`.\n")
 	p := &predictor{root: ".", models: map[string]loaded{}}
 	for _, src := range sources {

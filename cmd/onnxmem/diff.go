@@ -44,13 +44,13 @@ func cmdDiff(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(stderr, err)
 	}
-	var sim []traceEvent
+	var simulated []traceEvent
 	for _, e := range s.Events {
 		if e.Action == "alloc" || e.Action == "free_completed" {
-			sim = append(sim, traceEvent{alloc: e.Action == "alloc", size: e.Size, where: e.Node})
+			simulated = append(simulated, traceEvent{alloc: e.Action == "alloc", size: e.Size, where: e.Node})
 		}
 	}
-	return exit(stderr, printDiff(stdout, m.Name, pos[0], real, sim))
+	return exit(stderr, printDiff(stdout, m.Name, pos[0], real, simulated))
 }
 
 // traceEvent is one alloc or free of a trace, with where it happened.

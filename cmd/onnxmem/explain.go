@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/onnxmem/onnxmem/onnxmem"
+	"github.com/onnxmem/onnxmem/internal/sim"
 )
 
 func cmdExplain(args []string, _ io.Reader, stdout, stderr io.Writer) int {
@@ -65,7 +65,7 @@ type layerJSON struct {
 	Count int    `json:"count"`
 }
 
-func newExplainJSON(model string, ex *onnxmem.Explanation) explainJSON {
+func newExplainJSON(model string, ex *sim.Explanation) explainJSON {
 	js := explainJSON{Model: model, Result: newResultJSON(ex.Result, false), Peak: ex.Peak, ByKind: map[string]int64{}}
 	for _, k := range ex.ByKind {
 		js.ByKind[k.Kind] = k.Bytes
@@ -79,7 +79,7 @@ func newExplainJSON(model string, ex *onnxmem.Explanation) explainJSON {
 	return js
 }
 
-func printExplain(w io.Writer, model string, ex *onnxmem.Explanation) error {
+func printExplain(w io.Writer, model string, ex *sim.Explanation) error {
 	r := ex.Result
 	fmt.Fprintf(w, "%s, batch %d\npeak %s GiB allocated (%s GiB reserved), %s\n\n",
 		stepTitle(model, r.Scenario), r.Scenario.Batch, gib(ex.Peak), gib(r.PeakReserved), where(r))

@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"io"
 
-	"github.com/onnxmem/onnxmem/onnxmem"
+	"github.com/onnxmem/onnxmem/internal/sim"
 )
 
 // predicted is the figures predict adds to a scenario, in bytes; the names
@@ -23,7 +23,7 @@ type predicted struct {
 	AfterBwd      int64  `json:"after_bwd"`
 }
 
-func newPredicted(r *onnxmem.Result) predicted {
+func newPredicted(r *sim.Result) predicted {
 	return predicted{
 		Peak: r.Peak, PeakReq: r.PeakRequested, PeakReserved: r.PeakReserved, ReservedAfter: r.ReservedAfter, GPUMem: r.GPUMem(),
 		M0: r.M0, AfterFwd: r.AfterForward, FwdPeak: r.ForwardPeak, AfterBwd: r.AfterBackward,
@@ -82,7 +82,7 @@ type kindJSON struct {
 }
 
 // newResultJSON converts a Result; detail adds the buffers alive at the peak.
-func newResultJSON(r *onnxmem.Result, detail bool) resultJSON {
+func newResultJSON(r *sim.Result, detail bool) resultJSON {
 	j := resultJSON{
 		Batch: r.Scenario.Batch, Height: r.Scenario.Height, Width: r.Scenario.Width,
 		AMP: r.Scenario.AMP, Half: r.Scenario.Half, Segments: r.Scenario.Segments, AllocConf: r.Scenario.AllocConf,
@@ -110,7 +110,7 @@ func newResultJSON(r *onnxmem.Result, detail bool) resultJSON {
 	return j
 }
 
-func newResultsJSON(rs []*onnxmem.Result) []resultJSON {
+func newResultsJSON(rs []*sim.Result) []resultJSON {
 	out := make([]resultJSON, len(rs))
 	for i, r := range rs {
 		out[i] = newResultJSON(r, false)

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/onnxmem/onnxmem/onnxmem"
+	"github.com/onnxmem/onnxmem/internal/sim"
 )
 
 func cmdPlan(args []string, _ io.Reader, stdout, stderr io.Writer) int {
@@ -18,7 +18,7 @@ func cmdPlan(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 			"as everywhere else: the step runs to its end under the caching allocator's limit\n"+
 			"(-budget GiB, or the card of -device). The search simulates every candidate:\n"+
 			"checkpoint_sequential's plans and one range per layer as the start, then a\n"+
-			"descent that takes layers out while the step fits (onnxmem.Model.MakePlan). Feed\n"+
+			"descent that takes layers out while the step fits (sim.Model.MakePlan). Feed\n"+
 			"the plan back with -checkpoint wherever a command takes a step. A limit no plan\n"+
 			"meets is an error that says the lowest peak reachable. -csv writes the -json\n"+
 			"fields as one CSV row, the plan as its -checkpoint ranges.",
@@ -50,7 +50,7 @@ func cmdPlan(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	sc.Capacity = 0
 	p, err := m.MakePlan(sc, c.limit())
 	if err != nil {
-		var np *onnxmem.ErrNoPlan
+		var np *sim.ErrNoPlan
 		if errors.As(err, &np) {
 			return fail(stderr, fmt.Errorf("%v (limit: %s)", err, c.limitText()))
 		}

@@ -13,14 +13,14 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/onnxmem/onnxmem/internal/sim"
 	"github.com/onnxmem/onnxmem/models"
-	"github.com/onnxmem/onnxmem/onnxmem"
 )
 
 func cmdPredict(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	f := newFlagSet("predict",
 		"onnxmem predict [-root DIR] [-alone] < SCENARIOS.jsonl",
-		"Predict reads scenarios as JSON Lines on stdin and writes one line for each\n(blank lines are skipped): the same object with \"predicted\" added, or with\n\"error\" when the scenario cannot be simulated. Model paths are relative to\n-root and stay inside it (no absolute path, no \"..\", no symbolic link out of\nit); a model that names no file there but a built-in model (onnxmem models)\nis that model, and \"model\": null means the built-in model of \"cfg\"; with\n\"nc\", a file whose head predicts other classes stands for the built-in\nmodel of \"cfg\" built with nc classes (Model(cfg, nc=nc)). An inference\nexport (export.py's) is simulated as the built-in model with its convolutions,\nwhich \"simulated_as\" names.\n\nKinds: model_step, train_step and eval_step (the ground truth's fields: batch,\nimg or img_h and img_w, amp, half, segments, nc, boxes_per_img (a number or each\nimage's count), optimizer, ema, trainer, prev_pred_alive,\nwarm_steps (the loop's iterations before the measured one, the last making\nthe optimizer's state: by default 4 under float16 amp, GradScaler skipping\nthe first three, and 1 otherwise), ...; and empty_cache, where the measuring\nharness empties the cache: before_step or before_warmup, by default the one\nof the ground truth of the model's family for model and eval steps and\nbefore_warmup for train steps, as a training loop runs; or never);\nmax_batch with \"step\" and \"capacity_bytes\", the caching allocator's\nlimit (int(f × total_memory) for set_per_process_memory_fraction(f); or\n\"fraction\" alone, f of the H200's total_memory; beside capacity_bytes,\nfraction is checked and says which f set it), which\nanswers {\"max_batch\", and the step's figures at it}; train_run with \"events\"\n(setup, train, val and ckpt; warm_steps as above when no train event is\nmarked \"skipped\"), which answers the run's peaks and the memory after\neach event; and model, what the model holds once loaded: {\"params\",\n\"param_bytes\", \"buffer_bytes\", \"alloc_after_load\", \"n_layers\"}. A field that\na kind does not take, or a value that onnxmem does not simulate, is an error\nthat names it: never ignored.\n\nA model's model_step lines that follow each other run one after another in one\nprocess, as a harness that sweeps a model's scenarios measures them: the\ncaching allocator keeps what the earlier steps left (onnxmem.Process), which\nmoves reserved bytes. A line of another kind or model ends that process; a line\nin error leaves it as it was. -alone simulates every line by itself.",
+		"Predict reads scenarios as JSON Lines on stdin and writes one line for each\n(blank lines are skipped): the same object with \"predicted\" added, or with\n\"error\" when the scenario cannot be simulated. Model paths are relative to\n-root and stay inside it (no absolute path, no \"..\", no symbolic link out of\nit); a model that names no file there but a built-in model (onnxmem models)\nis that model, and \"model\": null means the built-in model of \"cfg\"; with\n\"nc\", a file whose head predicts other classes stands for the built-in\nmodel of \"cfg\" built with nc classes (Model(cfg, nc=nc)). An inference\nexport (export.py's) is simulated as the built-in model with its convolutions,\nwhich \"simulated_as\" names.\n\nKinds: model_step, train_step and eval_step (the ground truth's fields: batch,\nimg or img_h and img_w, amp, half, segments, nc, boxes_per_img (a number or each\nimage's count), optimizer, ema, trainer, prev_pred_alive,\nwarm_steps (the loop's iterations before the measured one, the last making\nthe optimizer's state: by default 4 under float16 amp, GradScaler skipping\nthe first three, and 1 otherwise), ...; and empty_cache, where the measuring\nharness empties the cache: before_step or before_warmup, by default the one\nof the ground truth of the model's family for model and eval steps and\nbefore_warmup for train steps, as a training loop runs; or never);\nmax_batch with \"step\" and \"capacity_bytes\", the caching allocator's\nlimit (int(f × total_memory) for set_per_process_memory_fraction(f); or\n\"fraction\" alone, f of the H200's total_memory; beside capacity_bytes,\nfraction is checked and says which f set it), which\nanswers {\"max_batch\", and the step's figures at it}; train_run with \"events\"\n(setup, train, val and ckpt; warm_steps as above when no train event is\nmarked \"skipped\"), which answers the run's peaks and the memory after\neach event; and model, what the model holds once loaded: {\"params\",\n\"param_bytes\", \"buffer_bytes\", \"alloc_after_load\", \"n_layers\"}. A field that\na kind does not take, or a value that onnxmem does not simulate, is an error\nthat names it: never ignored.\n\nA model's model_step lines that follow each other run one after another in one\nprocess, as a harness that sweeps a model's scenarios measures them: the\ncaching allocator keeps what the earlier steps left (sim.Process), which\nmoves reserved bytes. A line of another kind or model ends that process; a line\nin error leaves it as it was. -alone simulates every line by itself.",
 		"onnxmem predict -root ../shared < ../shared/groundtruth/calibration.jsonl")
 	root := f.String("root", ".", "`dir`ectory the scenarios' model paths are relative to")
 	alone := f.Bool("alone", false, "simulate every line by itself, as the first scenario of a process, instead of running a model's consecutive model_step lines one after another in one process")
@@ -98,16 +98,16 @@ type predictor struct {
 	// alone simulates every line by itself. Otherwise the model_step lines
 	// of one model that follow each other run in one process, in order, as
 	// a harness that sweeps a model's scenarios in one process measures
-	// them (onnxmem.Process): proc is that process, of model procOf, and
+	// them (sim.Process): proc is that process, of model procOf, and
 	// any other line ends it.
 	alone  bool
-	proc   *onnxmem.Process
-	procOf *onnxmem.Model
+	proc   *sim.Process
+	procOf *sim.Model
 }
 
 // loaded is a model or the error loading it gave.
 type loaded struct {
-	m   *onnxmem.Model
+	m   *sim.Model
 	err error
 }
 
@@ -164,10 +164,10 @@ var maxBatchFields = []string{"step", "capacity_bytes", "fraction"}
 // prediction is what a line's simulation gives: a Result, and for a
 // max_batch line the batch found.
 type prediction struct {
-	r         *onnxmem.Result
+	r         *sim.Result
 	maxBatch  *int64
-	run       *onnxmem.RunResult
-	footprint *onnxmem.Footprint
+	run       *sim.RunResult
+	footprint *sim.Footprint
 	layers    int // of a model line
 }
 
@@ -189,7 +189,7 @@ func (p prediction) json() any {
 	return js
 }
 
-// footprintJSON is a model line's answer: onnxmem.Footprint, named as the
+// footprintJSON is a model line's answer: sim.Footprint, named as the
 // ground truth names what it measured after model.to('cuda').
 type footprintJSON struct {
 	Params      int64 `json:"params"`
@@ -266,7 +266,7 @@ func (p *predictor) simulate(obj map[string]json.RawMessage) (prediction, error)
 		if err != nil {
 			return prediction{}, err
 		}
-		var sc onnxmem.Scenario
+		var sc sim.Scenario
 		for _, err := range []error{field(obj, "family", &sc.Family, false), field(obj, "alloc_conf", &sc.AllocConf, false),
 			field(obj, "deterministic", new(bool), false)} {
 			if err != nil {
@@ -318,7 +318,7 @@ func (p *predictor) simulate(obj map[string]json.RawMessage) (prediction, error)
 		// What set_per_process_memory_fraction(f) sets on the card that
 		// predict simulates (its cuBLAS workspace and cuDNN's choices):
 		// int(f × total_memory), as CUDACachingAllocator computes it.
-		h200, err := onnxmem.LookupDevice("h200")
+		h200, err := sim.LookupDevice("h200")
 		if err != nil {
 			return prediction{}, err
 		}
@@ -337,14 +337,14 @@ func (p *predictor) simulate(obj map[string]json.RawMessage) (prediction, error)
 // inProcess simulates a model step as the next scenario of m's process: the
 // one the previous lines ran, or a new one when the previous line was of
 // another model or kind, or the process cannot take the scenario
-// (onnxmem.ErrProcess: other parameters, workspaces, allocator options or
+// (sim.ErrProcess: other parameters, workspaces, allocator options or
 // way of emptying the cache, or a step before it ran out of memory, which a
 // harness catches and goes on from as if anew). A line in error leaves the
 // process as it was.
-func (p *predictor) inProcess(m *onnxmem.Model, sc onnxmem.Scenario) (prediction, error) {
+func (p *predictor) inProcess(m *sim.Model, sc sim.Scenario) (prediction, error) {
 	if p.proc != nil && p.procOf == m {
 		r, err := p.proc.Simulate(sc)
-		if !errors.Is(err, onnxmem.ErrProcess) {
+		if !errors.Is(err, sim.ErrProcess) {
 			// Simulated, or a scenario error: a line that did not run
 			// leaves the process as it was.
 			return prediction{r: r}, err
@@ -363,8 +363,8 @@ const maxBatchSearch = 1 << 16
 
 // stepScenario reads the scenario of a step line: of a max_batch line's
 // step when search is set, without a batch.
-func stepScenario(obj map[string]json.RawMessage, step string, search bool) (onnxmem.Scenario, error) {
-	var sc onnxmem.Scenario
+func stepScenario(obj map[string]json.RawMessage, step string, search bool) (sim.Scenario, error) {
+	var sc sim.Scenario
 	var img, h, w int64
 	var ampDType, opt, trainer, allocConf, emptyCache string
 	var half, prevPred bool
@@ -413,7 +413,7 @@ func stepScenario(obj map[string]json.RawMessage, step string, search bool) (onn
 			if r[0] < 0 || r[1] < r[0] || (i > 0 && r[0] <= plan[i-1][1]) {
 				return sc, fmt.Errorf("onnxmem: field \"checkpoint\": range %v: want [first, last] with first ≤ last, in order and disjoint", r)
 			}
-			sc.Checkpoint = append(sc.Checkpoint, onnxmem.Range{From: r[0], To: r[1] + 1})
+			sc.Checkpoint = append(sc.Checkpoint, sim.Range{From: r[0], To: r[1] + 1})
 		}
 	}
 	switch {
@@ -437,7 +437,7 @@ func stepScenario(obj map[string]json.RawMessage, step string, search bool) (onn
 		return sc, fmt.Errorf("onnxmem: amp_dtype %q: want float16 or bfloat16", ampDType)
 	}
 	sc.AllocConf = allocConf
-	sc.EmptyCache = onnxmem.EmptyCache(emptyCache)
+	sc.EmptyCache = sim.EmptyCache(emptyCache)
 	switch step {
 	case "eval_step":
 		// Validation runs the EMA copy halved (val_dual.run(half=amp)),
@@ -451,7 +451,7 @@ func stepScenario(obj map[string]json.RawMessage, step string, search bool) (onn
 	case "train_step":
 		sc.Train = true
 		if opt != "" {
-			o, err := onnxmem.ParseOptimizer(opt)
+			o, err := sim.ParseOptimizer(opt)
 			if err != nil {
 				return sc, err
 			}
@@ -476,7 +476,7 @@ var errNoBoxes = errors.New("onnxmem: missing field \"boxes_per_img\"")
 
 // boxesField reads boxes_per_img: a number of boxes in every image, or (not
 // in a max_batch search, whose batch varies) a list of each image's count.
-func boxesField(obj map[string]json.RawMessage, sc *onnxmem.Scenario, search bool) error {
+func boxesField(obj map[string]json.RawMessage, sc *sim.Scenario, search bool) error {
 	raw, ok := obj["boxes_per_img"]
 	if !ok || string(raw) == "null" {
 		return errNoBoxes
@@ -496,7 +496,7 @@ func boxesField(obj map[string]json.RawMessage, sc *onnxmem.Scenario, search boo
 // model returns the line's model: its file under the root, or with
 // "model" null or a built-in name that no file has, the built-in model of
 // "cfg" (with "nc" classes).
-func (p *predictor) model(obj map[string]json.RawMessage) (*onnxmem.Model, error) {
+func (p *predictor) model(obj map[string]json.RawMessage) (*sim.Model, error) {
 	var model, cfg string
 	var nc int64
 	if err := field(obj, "model", &model, false); err != nil {
@@ -524,7 +524,7 @@ func (p *predictor) model(obj map[string]json.RawMessage) (*onnxmem.Model, error
 			l, ok := p.models[path]
 			if !ok {
 				if l.err = p.openRoot(); l.err == nil {
-					l.m, l.err = onnxmem.LoadIn(p.dir, model)
+					l.m, l.err = sim.LoadIn(p.dir, model)
 				}
 				p.models[path] = l
 			}
@@ -548,7 +548,7 @@ func (p *predictor) model(obj map[string]json.RawMessage) (*onnxmem.Model, error
 				key := fmt.Sprintf("%s nc=%d", path, nc)
 				b, ok := p.models[key]
 				if !ok {
-					b.m, b.err = onnxmem.BuiltinOptions(l.m.Builtin, models.Options{Classes: int(nc)})
+					b.m, b.err = sim.BuiltinOptions(l.m.Builtin, models.Options{Classes: int(nc)})
 					if b.err == nil {
 						b.m.Name, b.m.Builtin = l.m.Name, l.m.Builtin
 					}
@@ -565,9 +565,9 @@ func (p *predictor) model(obj map[string]json.RawMessage) (*onnxmem.Model, error
 	l, ok := p.models[key]
 	if !ok {
 		if nc != 0 {
-			l.m, l.err = onnxmem.BuiltinOptions(model, models.Options{Classes: int(nc)})
+			l.m, l.err = sim.BuiltinOptions(model, models.Options{Classes: int(nc)})
 		} else {
-			l.m, l.err = onnxmem.Builtin(model)
+			l.m, l.err = sim.Builtin(model)
 		}
 		p.models[key] = l
 	}

@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"text/tabwriter"
 
-	"github.com/onnxmem/onnxmem/onnxmem"
+	"github.com/onnxmem/onnxmem/internal/sim"
 )
 
 // reportDevices names the device profiles of the report's "largest batch
@@ -17,10 +17,10 @@ import (
 var reportDevices = []string{"rtx4090", "a100-40", "a100-80"}
 
 // cards returns the profiles of reportDevices.
-func cards() []onnxmem.Device {
-	out := make([]onnxmem.Device, len(reportDevices))
+func cards() []sim.Device {
+	out := make([]sim.Device, len(reportDevices))
 	for i, name := range reportDevices {
-		d, err := onnxmem.LookupDevice(name)
+		d, err := sim.LookupDevice(name)
 		if err != nil {
 			panic(err) // reportDevices names profiles that exist
 		}
@@ -43,7 +43,7 @@ var detailSetting = setting{AMP: true}
 func cmdReport(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	f := newFlagSet("report",
 		"onnxmem report [-img N] [-batches LIST] [-batch N] [-train [-boxes N] [-optimizer NAME] [-ema=false] [-warm-steps N]] [-alloc-conf OPTS] [-json|-csv] [-v] [MODEL.onnx]",
-		"Report predicts the peak of the model step (with -train, the full train_dual.py\nstep) at common batch sizes in fp32 and AMP, each without checkpointing and\nwith 2 and 4 checkpoint segments; finds the largest batch of each that fits an\nRTX 4090 and an A100 of 40 and 80 GB (the profiles rtx4090, a100-40 and a100-80\nof onnxmem devices); and explains the AMP peak at one batch size: where it\nfalls, the largest tensors alive then and the totals by kind. MODEL.onnx is an\nONNX file or the name of a built-in model (onnxmem models lists them); without\nit, report uses the built-in "+onnxmem.DefaultModel+", which needs no file.\n-csv writes one row for each setting and batch size: the setting, its largest\nbatch on each card (max_batch.CARD) and the prediction's -json fields.",
+		"Report predicts the peak of the model step (with -train, the full train_dual.py\nstep) at common batch sizes in fp32 and AMP, each without checkpointing and\nwith 2 and 4 checkpoint segments; finds the largest batch of each that fits an\nRTX 4090 and an A100 of 40 and 80 GB (the profiles rtx4090, a100-40 and a100-80\nof onnxmem devices); and explains the AMP peak at one batch size: where it\nfalls, the largest tensors alive then and the totals by kind. MODEL.onnx is an\nONNX file or the name of a built-in model (onnxmem models lists them); without\nit, report uses the built-in "+sim.DefaultModel+", which needs no file.\n-csv writes one row for each setting and batch size: the setting, its largest\nbatch on each card (max_batch.CARD) and the prediction's -json fields.",
 		"onnxmem report -train -img 512 yolov9-s")
 	img, batches := f.imgFlag(), f.batchesFlag()
 	batch := f.positive("batch", 16, "batch `size` whose AMP peak is explained in detail")
@@ -68,7 +68,7 @@ func cmdReport(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	}
 	isDefault := path == ""
 	if isDefault {
-		path = onnxmem.DefaultModel
+		path = sim.DefaultModel
 	}
 	m, err := f.load(path)
 	if err != nil {
@@ -119,20 +119,20 @@ func (rep *report) writeCSV(w io.Writer) error {
 
 type report struct {
 	Model, Path string
-	model       *onnxmem.Model // the model loaded from Path
-	Family      string         // the model's family, which names the training script's default
-	Default     bool           // Path is the default model
+	model       *sim.Model // the model loaded from Path
+	Family      string     // the model's family, which names the training script's default
+	Default     bool       // Path is the default model
 	Settings    []setting
-	Devices     []onnxmem.Device
+	Devices     []sim.Device
 	// Results[s][b] is setting s at the b-th batch size; MaxBatch[s][c] the
 	// largest batch of setting s that fits Devices[c] (Device.Fits).
-	Results  [][]*onnxmem.Result
+	Results  [][]*sim.Result
 	MaxBatch [][]int64
 	// DetailSetting is the setting explained: AMP without checkpointing,
 	// train_dual.py's default, as a model or training step like the other
 	// settings. Detail is its result at the batch size explained.
 	DetailSetting setting
-	Detail        *onnxmem.Result
+	Detail        *sim.Result
 }
 
 // scriptDefault returns, after prefix, the note that AMP is train_dual.py's
@@ -147,13 +147,13 @@ func scriptDefault(family, prefix string) string {
 
 // simulate fills the report's results: the peaks, then the largest batches,
 // then the detail, each batch of work spread over the CPUs.
-func (rep *report) simulate(m *onnxmem.Model, img imageSize, batches []int64, batch int64, stderr io.Writer, verbose bool) error {
+func (rep *report) simulate(m *sim.Model, img imageSize, batches []int64, batch int64, stderr io.Writer, verbose bool) error {
 	ns, nb, nc := len(rep.Settings), len(batches), len(rep.Devices)
 	step := steps(stderr, verbose, "report", ns*(nb+nc))
-	rep.Results = make([][]*onnxmem.Result, ns)
+	rep.Results = make([][]*sim.Result, ns)
 	rep.MaxBatch = make([][]int64, ns)
 	for i := range rep.Settings {
-		rep.Results[i] = make([]*onnxmem.Result, nb)
+		rep.Results[i] = make([]*sim.Result, nb)
 		rep.MaxBatch[i] = make([]int64, nc)
 	}
 	err := parallel(ns*nb, func(i int) error {
@@ -200,11 +200,11 @@ func (rep *report) simulate(m *onnxmem.Model, img imageSize, batches []int64, ba
 // that one runs with the device's cuBLAS workspace. Model steps, the
 // report's, keep no cuBLAS workspace resident, so theirs changes nothing;
 // a train or eval step cuts only when simulated with the device's.
-func searchLimit(rs []*onnxmem.Result, d onnxmem.Device) int64 {
+func searchLimit(rs []*sim.Result, d sim.Device) int64 {
 	limit := int64(maxBatchLimit)
 	for _, r := range rs {
 		sc := r.Scenario
-		ws := cmp.Or(sc.CuBLASWorkspace, onnxmem.DefaultCuBLASWorkspace)
+		ws := cmp.Or(sc.CuBLASWorkspace, sim.DefaultCuBLASWorkspace)
 		if (sc.Train || sc.Eval) && ws != d.CuBLASWorkspace {
 			continue
 		}
@@ -322,7 +322,7 @@ func yesNo(b bool) string {
 }
 
 // contextNote says what CUDA context the devices assume.
-func contextNote(ds []onnxmem.Device) string {
+func contextNote(ds []sim.Device) string {
 	for _, d := range ds[1:] {
 		if d.Context != ds[0].Context {
 			return "an assumption that differs by card"

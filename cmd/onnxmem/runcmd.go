@@ -7,7 +7,7 @@ import (
 	"os"
 	"text/tabwriter"
 
-	"github.com/onnxmem/onnxmem/onnxmem"
+	"github.com/onnxmem/onnxmem/internal/sim"
 )
 
 func cmdRun(args []string, _ io.Reader, stdout, stderr io.Writer) int {
@@ -29,7 +29,7 @@ func cmdRun(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		"onnxmem run -batch 16 -amp -epochs 2 -iters 20 -device rtx4090 yolov9-s")
 	batch := f.positive("batch", 16, "training batch `size`")
 	img, set := f.imgFlag(), f.settingFlags()
-	opt := optimizerValue(onnxmem.SGD)
+	opt := optimizerValue(sim.SGD)
 	f.Var(&opt, "optimizer", "`NAME` of the optimizer: SGD, Adam, AdamW (with amsgrad), Lion or none")
 	ema := f.Bool("ema", true, "keep an EMA copy of the model, validated at each epoch end (-ema=false: none)")
 	epochs := f.positive("epochs", 2, "`E` epochs")
@@ -59,12 +59,12 @@ func cmdRun(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	if *meanBoxes < 0 {
 		return f.usageError(stderr, "-mean-boxes must be 0 or more")
 	}
-	st.Train, st.Optimizer, st.EMA = true, onnxmem.Optimizer(opt), *ema
+	st.Train, st.Optimizer, st.EMA = true, sim.Optimizer(opt), *ema
 	sc := st.scenario(*batch, *img)
 	if d != nil {
 		sc = d.Scenario(sc)
 	}
-	var events []onnxmem.RunEvent
+	var events []sim.RunEvent
 	if *eventsFile != "" {
 		for _, name := range []string{"epochs", "iters", "val-images", "mean-boxes", "seed"} {
 			if f.isSet(name) {
@@ -79,7 +79,7 @@ func cmdRun(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		if !f.isSet("val-images") {
 			vi = 8 * *batch
 		}
-		events, err = m.PlanRun(onnxmem.RunPlan{Epochs: int(*epochs), Iterations: int(*iters), Batch: *batch, Height: sc.Height, Width: sc.Width,
+		events, err = m.PlanRun(sim.RunPlan{Epochs: int(*epochs), Iterations: int(*iters), Batch: *batch, Height: sc.Height, Width: sc.Width,
 			ValImages: vi, MeanBoxes: *meanBoxes, Seed: *seed})
 		if err != nil {
 			return fail(stderr, err)
@@ -100,7 +100,7 @@ func cmdRun(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 
 // readRunEvents reads a run's events from a JSON file in predict's
 // train_run format.
-func readRunEvents(path string, batch int64) ([]onnxmem.RunEvent, error) {
+func readRunEvents(path string, batch int64) ([]sim.RunEvent, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("onnxmem: events: %w", err)
@@ -111,13 +111,13 @@ func readRunEvents(path string, batch int64) ([]onnxmem.RunEvent, error) {
 		return nil, fmt.Errorf("onnxmem: events: %w", err)
 	}
 	if len(b) > maxLine {
-		return nil, fmt.Errorf("onnxmem: events %s: longer than %d bytes: a run is at most %d events of some kilobytes each", path, maxLine, onnxmem.MaxRunEvents)
+		return nil, fmt.Errorf("onnxmem: events %s: longer than %d bytes: a run is at most %d events of some kilobytes each", path, maxLine, sim.MaxRunEvents)
 	}
 	var raw []map[string]json.RawMessage
 	if err := json.Unmarshal(b, &raw); err != nil {
 		return nil, fmt.Errorf("onnxmem: events %s: want a JSON list of events such as [{\"setup\":{}}, {\"train\":{\"boxes_per_img\":[3,0,12]}}]: %v", path, err)
 	}
-	events := make([]onnxmem.RunEvent, len(raw))
+	events := make([]sim.RunEvent, len(raw))
 	for i, ev := range raw {
 		if events[i], err = runEvent(ev, i, batch); err != nil {
 			return nil, fmt.Errorf("%w (in %s)", err, path)
@@ -126,7 +126,7 @@ func readRunEvents(path string, batch int64) ([]onnxmem.RunEvent, error) {
 	return events, nil
 }
 
-func deviceName(d *onnxmem.Device) string {
+func deviceName(d *sim.Device) string {
 	if d == nil {
 		return ""
 	}
@@ -144,7 +144,7 @@ type runJSON struct {
 	Predicted runPredicted `json:"predicted"`
 }
 
-func printRun(w io.Writer, model string, r *onnxmem.RunResult, events []onnxmem.RunEvent, d *onnxmem.Device) error {
+func printRun(w io.Writer, model string, r *sim.RunResult, events []sim.RunEvent, d *sim.Device) error {
 	sc := r.Scenario
 	prec := "fp32"
 	if sc.AMP {
@@ -164,13 +164,13 @@ func printRun(w io.Writer, model string, r *onnxmem.RunResult, events []onnxmem.
 		e := events[s.Event]
 		detail := ""
 		switch e.Kind {
-		case onnxmem.RunEventTrain:
+		case sim.RunEventTrain:
 			mx := int64(0)
 			for _, c := range e.BoxCounts {
 				mx = max(mx, c)
 			}
 			detail = fmt.Sprintf("max %d boxes", mx)
-		case onnxmem.RunEventVal:
+		case sim.RunEventVal:
 			detail = fmt.Sprintf("%dx%dx%d", e.Batch, e.Height, e.Width)
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t\n", s.Event, e.Kind, detail, gib(s.Allocated), gib(s.Reserved), gib(s.Peak), s.GPUMem())
@@ -179,7 +179,7 @@ func printRun(w io.Writer, model string, r *onnxmem.RunResult, events []onnxmem.
 		return err
 	}
 	fmt.Fprintf(w, "\nover the run: peak %s GiB allocated, %s GiB reserved (max GPU_mem %s)\n", gib(r.Peak), gib(r.PeakReserved),
-		onnxmem.RunStep{Reserved: r.PeakReserved}.GPUMem())
+		sim.RunStep{Reserved: r.PeakReserved}.GPUMem())
 	if d != nil {
 		verdict := "fits"
 		if r.OOM {
@@ -204,13 +204,13 @@ type runRow struct {
 	GPUMem    string `json:"gpu_mem"`
 }
 
-func runRows(r *onnxmem.RunResult, events []onnxmem.RunEvent) []runRow {
+func runRows(r *sim.RunResult, events []sim.RunEvent) []runRow {
 	var out []runRow
 	for _, s := range r.Steps {
 		e := events[s.Event]
 		row := runRow{Event: s.Event, Kind: e.Kind, Batch: e.Batch, Height: e.Height, Width: e.Width,
 			Allocated: s.Allocated, Reserved: s.Reserved, Peak: s.Peak, GPUMem: s.GPUMem()}
-		if e.Kind == onnxmem.RunEventTrain {
+		if e.Kind == sim.RunEventTrain {
 			row.Batch, row.Height, row.Width = r.Scenario.Batch, r.Scenario.Height, r.Scenario.Width
 		}
 		for _, c := range e.BoxCounts {

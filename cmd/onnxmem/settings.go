@@ -8,7 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/onnxmem/onnxmem/onnxmem"
+	"github.com/onnxmem/onnxmem/internal/sim"
 )
 
 // setting is one way to run the step: a precision and a number of
@@ -20,10 +20,10 @@ type setting struct {
 	Segments  int
 	// Checkpoint is an explicit plan of checkpointed layer ranges
 	// (-checkpoint 0-5,9-12); it excludes Segments.
-	Checkpoint []onnxmem.Range
+	Checkpoint []sim.Range
 	Train      bool
 	Boxes      int64
-	Optimizer  onnxmem.Optimizer
+	Optimizer  sim.Optimizer
 	EMA        bool
 	// WarmSteps is the loop's iterations before the measured train step
 	// under float16 AMP (-warm-steps); 0 is onnxmem's default. Settings
@@ -54,7 +54,7 @@ func (s setting) equal(o setting) bool {
 }
 
 // settingOf is the setting of a scenario.
-func settingOf(sc onnxmem.Scenario) setting {
+func settingOf(sc sim.Scenario) setting {
 	st := setting{AMP: sc.AMP, Half: sc.Half, Segments: sc.Segments, Checkpoint: sc.Checkpoint, AllocConf: sc.AllocConf,
 		Eval: sc.Eval, EvalFloat: sc.EvalFloat}
 	if sc.Train {
@@ -98,7 +98,7 @@ func (s setting) step() string {
 		return "model step (forward, loss, backward)"
 	}
 	opt, ema := "no optimizer step", "no EMA"
-	if s.Optimizer != onnxmem.None {
+	if s.Optimizer != sim.None {
 		opt = string(s.scenario(1, imageSize{1, 1}).Defaults().Optimizer) + " step"
 	}
 	if s.EMA {
@@ -108,7 +108,7 @@ func (s setting) step() string {
 }
 
 // scenario is the step of the setting at a batch size and image size.
-func (s setting) scenario(batch int64, img imageSize) onnxmem.Scenario {
+func (s setting) scenario(batch int64, img imageSize) sim.Scenario {
 	sc := scenario(batch, img)
 	sc.AMP, sc.Half, sc.Segments, sc.AllocConf = s.AMP, s.Half, s.Segments, s.AllocConf
 	sc.Checkpoint = s.Checkpoint

@@ -4,7 +4,7 @@ import (
 	"os"
 
 	"github.com/onnxmem/onnxmem/internal/pickle"
-	"github.com/onnxmem/onnxmem/onnxmem"
+	"github.com/onnxmem/onnxmem/internal/sim"
 )
 
 // writeSnapshot writes s as torch.cuda.memory._dump_snapshot() writes a
@@ -14,7 +14,7 @@ import (
 // segment_free, oom) on device 0, stream 0, each with a frame that names
 // the ONNX node, so that PyTorch's memory_viz and
 // python -m torch.cuda._memory_viz open it.
-func writeSnapshot(path string, s *onnxmem.Snapshot) error {
+func writeSnapshot(path string, s *sim.Snapshot) error {
 	var segs pickle.List
 	for _, seg := range s.Segments {
 		var blocks pickle.List

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/onnxmem/onnxmem/onnxmem"
+	"github.com/onnxmem/onnxmem/internal/sim"
 )
 
 // runFields are a train_run line's fields beyond commonFields: the
@@ -16,10 +16,10 @@ var runFields = []string{"batch", "img", "img_h", "img_w", "amp", "amp_dtype", "
 
 // runEventFields are the fields each kind of run event takes.
 var runEventFields = map[string][]string{
-	onnxmem.RunEventSetup: nil,
-	onnxmem.RunEventTrain: {"boxes_per_img", "skipped"},
-	onnxmem.RunEventVal:   {"batch", "img", "img_h", "img_w", "boxes_per_img"},
-	onnxmem.RunEventCkpt:  nil,
+	sim.RunEventSetup: nil,
+	sim.RunEventTrain: {"boxes_per_img", "skipped"},
+	sim.RunEventVal:   {"batch", "img", "img_h", "img_w", "boxes_per_img"},
+	sim.RunEventCkpt:  nil,
 }
 
 // trainRun predicts a train_run line: the run's scenario and its events,
@@ -42,7 +42,7 @@ func (p *predictor) trainRun(obj map[string]json.RawMessage) (prediction, error)
 	if err := field(obj, "events", &raw, true); err != nil {
 		return prediction{}, fmt.Errorf("onnxmem: train_run: field \"events\": want a list of objects such as {\"train\": {\"boxes_per_img\": [3, 0, 12]}}")
 	}
-	events := make([]onnxmem.RunEvent, len(raw))
+	events := make([]sim.RunEvent, len(raw))
 	for i, ev := range raw {
 		if events[i], err = runEvent(ev, i, sc.Batch); err != nil {
 			return prediction{}, err
@@ -58,8 +58,8 @@ func (p *predictor) trainRun(obj map[string]json.RawMessage) (prediction, error)
 
 // runEvent reads event i of a train_run line: an object with one key, the
 // event's kind, whose value holds its fields.
-func runEvent(ev map[string]json.RawMessage, i int, batch int64) (onnxmem.RunEvent, error) {
-	var e onnxmem.RunEvent
+func runEvent(ev map[string]json.RawMessage, i int, batch int64) (sim.RunEvent, error) {
+	var e sim.RunEvent
 	if len(ev) != 1 {
 		return e, fmt.Errorf("onnxmem: train_run: event %d: want one key, setup, train, val or ckpt, not %d", i, len(ev))
 	}
@@ -82,7 +82,7 @@ func runEvent(ev map[string]json.RawMessage, i int, batch int64) (onnxmem.RunEve
 			return e, fmt.Errorf("onnxmem: train_run: event %d (%s): %w", i, kind, err)
 		}
 		n := batch
-		if kind == onnxmem.RunEventVal {
+		if kind == sim.RunEventVal {
 			var img int64
 			errs := []error{field(f, "batch", &e.Batch, true), field(f, "img", &img, false),
 				field(f, "img_h", &e.Height, false), field(f, "img_w", &e.Width, false)}
@@ -102,7 +102,7 @@ func runEvent(ev map[string]json.RawMessage, i int, batch int64) (onnxmem.RunEve
 			n = e.Batch
 		}
 		raw, ok := f["boxes_per_img"]
-		if !ok && kind == onnxmem.RunEventTrain {
+		if !ok && kind == sim.RunEventTrain {
 			return e, fmt.Errorf("onnxmem: train_run: event %d (train): missing field \"boxes_per_img\": give each image's count of boxes", i)
 		}
 		if ok {
@@ -138,7 +138,7 @@ type runPredicted struct {
 	OOMEvent       *int     `json:"oom_event,omitempty"`
 }
 
-func newRunPredicted(r *onnxmem.RunResult) runPredicted {
+func newRunPredicted(r *sim.RunResult) runPredicted {
 	js := runPredicted{Peak: r.Peak, PeakReserved: r.PeakReserved, OOM: r.OOM}
 	for _, s := range r.Steps {
 		js.ReservedAfter = append(js.ReservedAfter, s.Reserved)

@@ -16,7 +16,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/onnxmem/onnxmem/onnxmem"
+	"github.com/onnxmem/onnxmem/internal/sim"
 )
 
 // Claim is one claim with what the simulation finds.
@@ -72,8 +72,8 @@ func Check(s Setting) ([]Claim, error) {
 type checker struct {
 	s     Setting
 	out   []Claim
-	m     map[string]*onnxmem.Model
-	steps map[stepKey]*onnxmem.Result // the claims' model's steps, simulated once
+	m     map[string]*sim.Model
+	steps map[stepKey]*sim.Result // the claims' model's steps, simulated once
 }
 
 type stepKey struct {
@@ -84,7 +84,7 @@ type stepKey struct {
 
 // main returns the claims' model's train step with a setting, simulated
 // once for all the claims that quote it.
-func (c *checker) main(amp bool, segments int, img int64) (*onnxmem.Result, error) {
+func (c *checker) main(amp bool, segments int, img int64) (*sim.Result, error) {
 	k := stepKey{amp, segments, img}
 	if r := c.steps[k]; r != nil {
 		return r, nil
@@ -94,20 +94,20 @@ func (c *checker) main(amp bool, segments int, img int64) (*onnxmem.Result, erro
 		return nil, err
 	}
 	if c.steps == nil {
-		c.steps = map[stepKey]*onnxmem.Result{}
+		c.steps = map[stepKey]*sim.Result{}
 	}
 	c.steps[k] = r
 	return r, nil
 }
 
-func (c *checker) model(name string) (*onnxmem.Model, error) {
+func (c *checker) model(name string) (*sim.Model, error) {
 	if c.m == nil {
-		c.m = map[string]*onnxmem.Model{}
+		c.m = map[string]*sim.Model{}
 	}
 	if m := c.m[name]; m != nil {
 		return m, nil
 	}
-	m, err := onnxmem.Builtin(name)
+	m, err := sim.Builtin(name)
 	if err != nil {
 		return nil, err
 	}
@@ -116,13 +116,13 @@ func (c *checker) model(name string) (*onnxmem.Model, error) {
 }
 
 // step is train_dual.py's step of the setting.
-func (c *checker) step(amp bool, segments int, img int64) onnxmem.Scenario {
-	return onnxmem.Scenario{Batch: c.s.Batch, Height: img, Width: img, AMP: amp, Segments: segments, Train: true,
+func (c *checker) step(amp bool, segments int, img int64) sim.Scenario {
+	return sim.Scenario{Batch: c.s.Batch, Height: img, Width: img, AMP: amp, Segments: segments, Train: true,
 		Boxes: c.s.Boxes, EMA: true, PrevPredAlive: true}
 }
 
 // both returns the default train step under AMP and in fp32.
-func (c *checker) both() (amp, fp32 *onnxmem.Result, err error) {
+func (c *checker) both() (amp, fp32 *sim.Result, err error) {
 	if amp, err = c.main(true, 0, c.s.Img); err != nil {
 		return nil, nil, err
 	}
@@ -130,7 +130,7 @@ func (c *checker) both() (amp, fp32 *onnxmem.Result, err error) {
 	return amp, fp32, err
 }
 
-func (c *checker) sim(model string, sc onnxmem.Scenario) (*onnxmem.Result, error) {
+func (c *checker) sim(model string, sc sim.Scenario) (*sim.Result, error) {
 	m, err := c.model(model)
 	if err != nil {
 		return nil, err
@@ -230,7 +230,7 @@ func (c *checker) claim4() (Claim, error) {
 
 // run simulates an epoch: iters iterations, then (with val) the
 // validation of valImages at twice the batch, then more iterations.
-func (c *checker) run(val bool) (*onnxmem.RunResult, error) {
+func (c *checker) run(val bool) (*sim.RunResult, error) {
 	m, err := c.model(c.s.Model)
 	if err != nil {
 		return nil, err
@@ -239,7 +239,7 @@ func (c *checker) run(val bool) (*onnxmem.RunResult, error) {
 	if val {
 		valImages = 4 * 2 * c.s.Batch
 	}
-	events, err := m.PlanRun(onnxmem.RunPlan{Epochs: 2, Iterations: 3, Batch: c.s.Batch, Height: c.s.Img, Width: c.s.Img,
+	events, err := m.PlanRun(sim.RunPlan{Epochs: 2, Iterations: 3, Batch: c.s.Batch, Height: c.s.Img, Width: c.s.Img,
 		ValImages: valImages, MeanBoxes: 7.3, Seed: 1})
 	if err != nil {
 		return nil, err
@@ -262,7 +262,7 @@ func (c *checker) claim5() (Claim, error) {
 	cost := float64(with.PeakReserved-without.PeakReserved) / gb
 	var valPeak int64
 	for _, st := range with.Steps {
-		if st.Kind == onnxmem.RunEventVal {
+		if st.Kind == sim.RunEventVal {
 			valPeak = max(valPeak, st.Peak)
 		}
 	}
@@ -326,7 +326,7 @@ func (c *checker) claim7() (Claim, error) {
 
 func (c *checker) claim8() (Claim, error) {
 	cl := Claim{ID: 8, Claim: "the table: default 25.3 GB (OOM on an A100 40 GB), 16.7 with checkpointing, 14.9 without pinned memory, 11.5 with AMP, 10.8 with less validation"}
-	d, err := onnxmem.LookupDevice(c.s.Card)
+	d, err := sim.LookupDevice(c.s.Card)
 	if err != nil {
 		return cl, err
 	}

@@ -1,0 +1,124 @@
+package sim_test
+
+import (
+	"os"
+	"testing"
+
+	"github.com/onnxmem/onnxmem/internal/onnxbuild"
+	"github.com/onnxmem/onnxmem/internal/sim"
+)
+
+// The benchmarks of the simulations people run by the hundred. Each builds
+// its model once, outside the timer; the goals are for one core
+// (go test ./onnxmem -run X -bench . -cpu 1) and the README lists the
+// figures measured.
+
+// builtinBench returns a built-in model, warmed by one simulation so that
+// what is built once per model (its family's holds, the cuDNN table) is
+// not timed.
+func builtinBench(b *testing.B, name string, warm sim.Scenario) *sim.Model {
+	b.Helper()
+	m, err := sim.Builtin(name)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := m.Simulate(warm); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	return m
+}
+
+// BenchmarkSimulateYolov9E predicts the largest model, yolov9-e, at batch 64
+// and 640×640 under AMP: shape inference, the schedule, its liveness and the
+// allocator replay (a warm-up step and the measured one). Goal: under 2 ms.
+func BenchmarkSimulateYolov9E(b *testing.B) {
+	sc := sim.Scenario{Batch: 64, Height: 640, Width: 640, AMP: true}
+	m := builtinBench(b, "yolov9-e", sc)
+	for b.Loop() {
+		if _, err := m.Simulate(sc); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkTrainStepYolov9E is the same scenario as a train step of
+// train_dual.py with 16 boxes an image, SGD and EMA, under AMP: its
+// warm-up replays three iterations that GradScaler skips before the one
+// that makes the optimizer's state (Scenario.WarmSteps). Goal: under 4 ms.
+func BenchmarkTrainStepYolov9E(b *testing.B) {
+	sc := sim.Scenario{Batch: 64, Height: 640, Width: 640, AMP: true, Train: true, Boxes: 16, EMA: true}
+	m := builtinBench(b, "yolov9-e", sc)
+	for b.Loop() {
+		if _, err := m.Simulate(sc); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkSweep42 sweeps yolov9-e over batch 1 to 64 (7 sizes) × fp32 and
+// AMP × 0, 2 and 4 checkpoint segments at 640×640. Goal: under 50 ms.
+func BenchmarkSweep42(b *testing.B) {
+	m := builtinBench(b, "yolov9-e", sim.Scenario{Batch: 1, Height: 640, Width: 640})
+	batches := []int64{1, 2, 4, 8, 16, 32, 64}
+	for b.Loop() {
+		for _, amp := range []bool{false, true} {
+			for _, k := range []int{0, 2, 4} {
+				if _, err := m.Sweep(sim.Scenario{Height: 640, Width: 640, AMP: amp, Segments: k}, batches, nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	}
+}
+
+// BenchmarkMaxBatch finds the largest batch of a yolov9-c train step under
+// AMP that fits an RTX 4090 (24 GB). Goal: under 20 ms.
+func BenchmarkMaxBatch(b *testing.B) {
+	d, err := sim.LookupDevice("rtx4090")
+	if err != nil {
+		b.Fatal(err)
+	}
+	sc := sim.Scenario{Height: 640, Width: 640, AMP: true, Train: true, Boxes: 16, EMA: true}
+	warm := sc
+	warm.Batch = 1
+	m := builtinBench(b, "yolov9-c", warm)
+	for b.Loop() {
+		if _, _, err := m.MaxBatchOn(d, sc, 1024); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkLoad decodes the yolov9-e training export (708 kB, held in
+// memory) into a Model: ONNX decoding, the typed graph and its family's
+// preparation. Goal: under 20 ms.
+func BenchmarkLoad(b *testing.B) {
+	data, err := os.ReadFile(onnxbuild.Shared(b, "yolov9/yolov9-e-train.onnx"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(data)))
+	for b.Loop() {
+		if _, err := sim.LoadBytes("yolov9-e-train", data); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkLoadInferenceExport loads gelan-t's inference export, which
+// builds the built-in models one by one until one has its convolutions
+// (gelan-t is the sixth of ten to be tried). Goal: under 200 ms, once per
+// file a command reads (66 ms on one core).
+func BenchmarkLoadInferenceExport(b *testing.B) {
+	data, err := os.ReadFile(onnxbuild.Shared(b, "yolov9/gelan-t-infer.onnx"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		m, err := sim.LoadBytes("gelan-t-infer", data)
+		if err != nil || m.Builtin != "gelan-t" {
+			b.Fatalf("%v, stands for %q", err, m.Builtin)
+		}
+	}
+}

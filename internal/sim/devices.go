@@ -1,0 +1,241 @@
+package sim
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+)
+
+// Device is a GPU that people train on, as PyTorch sees it.
+type Device struct {
+	// Name is the short name used on the command line, such as "a100-40".
+	Name string
+	// Long is the marketing name.
+	Long string
+	// Total is the memory that torch.cuda.get_device_properties reports
+	// (total_memory), in bytes.
+	Total int64
+	// Context is the memory that the CUDA context takes on the device
+	// (driver, kernels, cuDNN and cuBLAS handles), which no PyTorch counter
+	// sees but nvidia-smi does.
+	Context int64
+	// CuBLASWorkspace is PyTorch's default cuBLAS workspace on the device.
+	CuBLASWorkspace int64
+	// Sources says where each figure comes from, or marks it an
+	// assumption.
+	Sources string
+}
+
+// Usable is the memory left for PyTorch's caching allocator, its limit on
+// the card: the total less the CUDA context. A step fits the card when it
+// runs under this limit (Device.Scenario, Result.Fits).
+func (d Device) Usable() int64 { return d.Total - d.Context }
+
+const (
+	mib = int64(1) << 20
+	// hopperCuBLAS is CUBLAS_WORKSPACE_CONFIG ":4096:8", PyTorch's default on
+	// compute capability 9.0 (aten/src/ATen/cuda/CublasHandlePool.cpp).
+	hopperCuBLAS = 32 * mib
+	// olderCuBLAS is ":4096:2:16:8", the default before Hopper: two 4 MiB
+	// and eight 16 KiB chunks.
+	olderCuBLAS = 8*mib + 128<<10
+	// contextAssumed is the CUDA context onnxmem assumes on every device: a
+	// few hundred MiB with CUDA 12–13 and lazy module loading, more with
+	// large kernel libraries. An assumption, not a measurement: nvidia-smi
+	// on the card tells the real figure.
+	contextAssumed = 512 * mib
+)
+
+// Devices lists the cards onnxmem knows, in the order tables print them.
+// Totals are what PyTorch reports as the card's total memory, a little less
+// than the vendor's figure; each entry's Sources says where it comes from.
+var Devices = []Device{
+	{Name: "h200", Long: "NVIDIA H200 141 GB", Total: 150109880320, Context: contextAssumed, CuBLASWorkspace: hopperCuBLAS,
+		Sources: "total: torch.cuda.get_device_properties on an H200 (shared/groundtruth/models.json); context: assumption"},
+	{Name: "h100-80", Long: "NVIDIA H100 80 GB", Total: 81008 * mib, Context: contextAssumed, CuBLASWorkspace: hopperCuBLAS,
+		Sources: "total: 79.11 GiB, the total capacity of public out-of-memory reports (assumption); context: assumption"},
+	{Name: "a100-80", Long: "NVIDIA A100 80 GB", Total: 81050 * mib, Context: contextAssumed, CuBLASWorkspace: olderCuBLAS,
+		Sources: "total: 79.15 GiB, the total capacity of public out-of-memory reports (assumption); context: assumption"},
+	{Name: "a100-40", Long: "NVIDIA A100 40 GB", Total: 40536 * mib, Context: contextAssumed, CuBLASWorkspace: olderCuBLAS,
+		Sources: "total: 40536 MiB (39.59 GiB), as nvidia-smi and public out-of-memory reports give it (assumption); context: assumption"},
+	{Name: "v100-32", Long: "NVIDIA V100 32 GB", Total: 32510 * mib, Context: contextAssumed, CuBLASWorkspace: olderCuBLAS,
+		Sources: "total: 32510 MiB (31.75 GiB), as public out-of-memory reports give it (assumption); context: assumption"},
+	{Name: "v100-16", Long: "NVIDIA V100 16 GB", Total: 16160 * mib, Context: contextAssumed, CuBLASWorkspace: olderCuBLAS,
+		Sources: "total: 16160 MiB (15.78 GiB), as public out-of-memory reports give it (assumption); context: assumption"},
+	{Name: "rtx4090", Long: "NVIDIA GeForce RTX 4090 24 GB", Total: 24217 * mib, Context: contextAssumed, CuBLASWorkspace: olderCuBLAS,
+		Sources: "total: 24217 MiB (23.65 GiB), as public out-of-memory reports give it (assumption); context: assumption"},
+	{Name: "rtx3090", Long: "NVIDIA GeForce RTX 3090 24 GB", Total: 24259 * mib, Context: contextAssumed, CuBLASWorkspace: olderCuBLAS,
+		Sources: "total: 24259 MiB (23.69 GiB), as public out-of-memory reports give it (assumption); context: assumption"},
+	{Name: "l4", Long: "NVIDIA L4 24 GB", Total: 23034 * mib, Context: contextAssumed, CuBLASWorkspace: olderCuBLAS,
+		Sources: "total: 23034 MiB, as nvidia-smi gives it (assumption); context: assumption"},
+	{Name: "t4", Long: "NVIDIA T4 16 GB", Total: 15110 * mib, Context: contextAssumed, CuBLASWorkspace: olderCuBLAS,
+		Sources: "total: 15110 MiB (14.76 GiB), as public out-of-memory reports give it (assumption); context: assumption"},
+}
+
+// LookupDevice returns the device of a name. Case, spaces, dashes and
+// underscores, a leading "NVIDIA" or "GeForce" and a trailing "GB" do not
+// matter, so "A100-40GB", "NVIDIA GeForce RTX 4090" and "4090" name
+// devices too; a family name that fits one listed card only ("h100")
+// names it, and one that fits several ("a100") is an error naming them.
+func LookupDevice(name string) (Device, error) {
+	var names []string
+	for _, d := range Devices {
+		if strings.EqualFold(d.Name, name) {
+			return d, nil
+		}
+		names = append(names, d.Name)
+	}
+	key := deviceKey(name)
+	var fits []Device
+	for _, d := range Devices {
+		k := deviceKey(d.Name)
+		switch {
+		case key == "":
+		case k == key || strings.TrimPrefix(k, "rtx") == key:
+			return d, nil
+		case strings.HasPrefix(k, key):
+			fits = append(fits, d)
+		}
+	}
+	switch len(fits) {
+	case 1:
+		return fits[0], nil
+	case 0:
+		return Device{}, fmt.Errorf("onnxmem: unknown device %q: want one of %s, or a size such as 24GB or 23.5GiB", name, strings.Join(names, ", "))
+	}
+	var fit []string
+	for _, d := range fits {
+		fit = append(fit, d.Name)
+	}
+	return Device{}, fmt.Errorf("onnxmem: device %q fits %s: give one of them (a card's memory tells them apart), or its size such as 40GB", name, strings.Join(fit, " and "))
+}
+
+// deviceKey is a device name without what LookupDevice ignores: "NVIDIA
+// GeForce RTX 4090" and "rtx-4090" are "rtx4090", "A100-40GB" is
+// "a10040".
+func deviceKey(name string) string {
+	k := strings.ToLower(name)
+	for _, p := range []string{"nvidia", "geforce"} {
+		k = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(k), p))
+	}
+	k = strings.NewReplacer(" ", "", "-", "", "_", "").Replace(k)
+	return strings.TrimSuffix(k, "gb")
+}
+
+// NewDevice returns a card of total bytes, as torch.cuda.mem_get_info or
+// get_device_properties reports its total, with a CUDA context of context
+// bytes (contextAssumed when 0). Its cuBLAS workspace is
+// DefaultCuBLASWorkspace, the larger of PyTorch's two defaults.
+func NewDevice(total, context int64) (Device, error) {
+	if context == 0 {
+		context = contextAssumed
+	}
+	if total <= 0 || context < 0 || context >= total {
+		return Device{}, fmt.Errorf("onnxmem: a device of %d bytes with a CUDA context of %d: the total must be positive and larger than the context", total, context)
+	}
+	name := FormatBytes(total)
+	return Device{Name: name, Long: "a card of " + name, Total: total, Context: context, CuBLASWorkspace: DefaultCuBLASWorkspace,
+		Sources: "total: given; context: " + map[bool]string{true: "assumption", false: "given"}[context == contextAssumed] +
+			"; cuBLAS workspace: the Hopper default (assumption)"}, nil
+}
+
+// ParseDevice returns the device that s names: a listed device (Devices,
+// LookupDevice), or a size with its unit, decimal (24GB, 24000MB) or binary
+// (23.5GiB, 24064MiB), optionally followed by the CUDA context as
+// "+ctx=SIZE" (24GB+ctx=600MiB). The size is what PyTorch reports as the
+// card's total memory.
+func ParseDevice(s string) (Device, error) {
+	if d, err := LookupDevice(s); err == nil {
+		return d, nil
+	}
+	size, ctx, hasCtx := strings.Cut(s, "+")
+	total, err := ParseBytes(size)
+	if err != nil {
+		_, lerr := LookupDevice(s)
+		return Device{}, lerr
+	}
+	var context int64
+	if hasCtx {
+		v, ok := strings.CutPrefix(ctx, "ctx=")
+		if !ok {
+			return Device{}, fmt.Errorf("onnxmem: device %q: after + want ctx=SIZE, the CUDA context, such as +ctx=600MiB", s)
+		}
+		if context, err = ParseBytes(v); err != nil {
+			return Device{}, fmt.Errorf("onnxmem: device %q: the CUDA context: %w", s, err)
+		}
+		if context == 0 {
+			context = -1 // an explicit zero context
+		}
+	}
+	d, err := NewDevice(total, max(context, 0))
+	if err != nil {
+		return Device{}, err
+	}
+	if context < 0 {
+		d.Context = 0
+	}
+	d.Name = s
+	if hasCtx {
+		d.Sources = strings.Replace(d.Sources, "context: assumption", "context: given", 1)
+	}
+	return d, nil
+}
+
+// byteUnits are the units ParseBytes takes, longest first.
+var byteUnits = []struct {
+	name string
+	size float64
+}{
+	{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40},
+	{"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12},
+	{"B", 1},
+}
+
+// ParseBytes reads a size with its unit: B, KB, MB, GB, TB (powers of
+// 1000) or KiB, MiB, GiB, TiB (powers of 1024), case ignored, decimals
+// allowed: "24GB", "23.5GiB", "600MiB". The size must be below 1 EiB.
+func ParseBytes(s string) (int64, error) {
+	t := strings.TrimSpace(s)
+	for _, u := range byteUnits {
+		if len(t) > len(u.name) && strings.EqualFold(t[len(t)-len(u.name):], u.name) {
+			x, err := strconv.ParseFloat(strings.TrimSpace(t[:len(t)-len(u.name)]), 64)
+			if err != nil || x < 0 || math.IsInf(x, 0) || math.IsNaN(x) || x*u.size >= 1<<60 {
+				break
+			}
+			return int64(math.Round(x * u.size)), nil
+		}
+	}
+	return 0, fmt.Errorf("onnxmem: size %q: want a number and a unit, such as 24GB, 23.5GiB or 600MiB", s)
+}
+
+// FormatBytes writes a size in the largest binary unit that keeps it at
+// least 1, with up to two decimals: "23.50GiB", "600MiB", "512B".
+func FormatBytes(n int64) string {
+	for _, u := range []struct {
+		name string
+		size int64
+	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if n >= u.size {
+			v := strconv.FormatFloat(float64(n)/float64(u.size), 'f', 2, 64)
+			v = strings.TrimSuffix(strings.TrimRight(v, "0"), ".")
+			return v + u.name
+		}
+	}
+	return strconv.FormatInt(n, 10) + "B"
+}
+
+// Scenario returns sc as it runs on the device: under the device's limit
+// (Capacity is Usable) and with its cuBLAS workspace.
+func (d Device) Scenario(sc Scenario) Scenario {
+	sc.Capacity = d.Usable()
+	sc.CuBLASWorkspace = d.CuBLASWorkspace
+	return sc
+}
+
+// MaxBatchOn returns the largest batch size, at most limit, whose step fits
+// on the device: MaxBatch under its usable memory, with its cuBLAS
+// workspace; 0 and nil when not even batch 1 fits.
+func (m *Model) MaxBatchOn(d Device, sc Scenario, limit int64) (int64, *Result, error) {
+	return m.MaxBatch(d.Scenario(sc), d.Usable(), limit)
+}

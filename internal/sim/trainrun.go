@@ -1,0 +1,731 @@
+package sim
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+
+	"github.com/onnxmem/onnxmem/allocator"
+	"github.com/onnxmem/onnxmem/ir"
+	"github.com/onnxmem/onnxmem/schedule"
+)
+
+// A whole training run: the events of a training script, one after another
+// in one process, through one caching allocator. A step's program says
+// what one iteration allocates; a run strings programs together and adds
+// what lies between them, as a detection trainer's loop does:
+//
+//	model = Model(cfg).to(device)            # setup: the parameters
+//	optimizer = SGD(...)                     # no state until the first step
+//	ema = ModelEMA(model)                    # a deep copy
+//	model.half().float()                     # each tensor: a half copy, then a float one
+//	for epoch ...:
+//	    for imgs, targets in loader:         # train: one step's program
+//	        imgs = imgs.to(device).float() / 255
+//	        pred = model(imgs); loss = ...   # the old imgs and pred go only now
+//	        ...
+//	    val.run(model=ema.ema, half=amp, batch_size=2*B)  # val: ema.half(), eval programs, ema.float()
+//	    ckpt = {'model': deepcopy(model).half(), 'ema': deepcopy(ema.ema).half(), ...}
+//	    torch.save(ckpt, last); del ckpt     # ckpt
+//
+// What belongs to one script (the small tensors of its setup and its
+// validation, the conversions, the validation's shapes) is its family's
+// schedule.Loop.
+//
+// Worked example: a 9.7 M-parameter detector at batch 16 under AMP.
+// Setup reserves the parameters twice (model and EMA, 38 MiB each) and a
+// half copy for a moment; the first train event runs a step whose
+// optimizer creates the momentum buffers inside the step, after the
+// backward has freed the activations, so they come from blocks the
+// activations left; later iterations differ in their box counts, so the
+// loss's assigner tensors grow and shrink with the most boxes an image of
+// the batch has; the val events halve the EMA in place, run the eval
+// forward at twice the batch on rectangular images, keep each batch's
+// outputs until the next forward returns, and return the EMA to float32 at
+// new addresses.
+//
+// The run's figures are the allocator's after each event, and its peaks
+// over the run: what the loop prints as GPU_mem after an iteration is
+// RunStep.Reserved / 1e9 (RunStep.GPUMem).
+
+// RunEvent is one event of a training run.
+type RunEvent struct {
+	// Kind is "setup", "train", "val" or "ckpt" (the RunEvent* constants).
+	Kind string
+	// BoxCounts are the ground-truth boxes of each image of a train or val
+	// batch: a train batch has the scenario's batch size, a val batch
+	// Batch images.
+	BoxCounts []int64
+	// Batch, Height and Width are a val batch's shape; train batches have
+	// the scenario's.
+	Batch, Height, Width int64
+	// Skipped marks a train iteration whose optimizer step GradScaler
+	// skipped (it found an inf or a NaN in the scaled gradients, as it
+	// does in the first iterations of AMP training while its scale falls
+	// from 65536): optimizer.step() does not run, so it makes no state and
+	// no temporaries.
+	Skipped bool
+}
+
+// The kinds of run events.
+const (
+	RunEventSetup = "setup"
+	RunEventTrain = "train"
+	RunEventVal   = "val"
+	RunEventCkpt  = "ckpt"
+)
+
+// RunStep is the allocator's state after one event of a run.
+type RunStep struct {
+	Event int
+	Kind  string
+	// Allocated and Reserved are the counters after the event; Peak and
+	// PeakReserved their peaks during it.
+	Allocated, Reserved, Peak, PeakReserved int64
+}
+
+// GPUMem is Reserved as the detection training loops print it in their
+// GPU_mem column (see Result.GPUMem).
+func (s RunStep) GPUMem() string { return gpuMem(s.Reserved) }
+
+// RunResult is the simulation of a training run.
+type RunResult struct {
+	Scenario Scenario
+	// Steps has one entry per event, in order; a run that ran out of
+	// memory stops at the event that did.
+	Steps []RunStep
+	// Peak and PeakReserved are the peaks over the whole run: what
+	// max_memory_allocated and max_memory_reserved say at its end.
+	Peak, PeakReserved int64
+	// OOM is set when the run ran out of memory under Scenario.Capacity,
+	// at event OOMEvent.
+	OOM      bool
+	OOMEvent int
+}
+
+// Run simulates a training run of the model: sc is the training scenario
+// (Train must be set; Batch, the image size, AMP, optimizer, EMA,
+// checkpointing, allocator options and limit as for a train step), events
+// what the run does, in order, starting with one setup. A train event's
+// box counts give the batch's boxes (its loss pads every image to the
+// largest); the previous iteration's outputs and batch stay alive until the
+// next forward has made its own, as the loop's variables hold them; the
+// optimizer's state is made by the first iteration's step that GradScaler
+// does not skip: the events' Skipped marks, or when none is marked the
+// first sc.WarmSteps-1 iterations (Scenario.WarmSteps: 3 under float16 AMP
+// by default, none otherwise). A val event is
+// one batch of the validation that the loop runs at an epoch end: the first
+// of a row of val events also halves the copy it validates (the EMA, or the
+// model without EMA) when AMP is on, and the last returns it to float32.
+func (m *Model) Run(sc Scenario, events []RunEvent) (*RunResult, error) {
+	if !sc.Train {
+		return nil, fmt.Errorf("onnxmem: run: the scenario is not a train step: a run trains (set Train)")
+	}
+	if sc.EmptyCache != "" {
+		return nil, fmt.Errorf("onnxmem: run: empty cache %s: a run's events say what it runs, and its training loop empties no cache; leave EmptyCache out", sc.EmptyCache)
+	}
+	if len(events) > MaxRunEvents {
+		return nil, fmt.Errorf("onnxmem: run: %d events, more than the %d a run simulates: a run's memory repeats from its second epoch on, so a few epochs say what a long run does", len(events), MaxRunEvents)
+	}
+	if len(events) == 0 || events[0].Kind != RunEventSetup {
+		return nil, fmt.Errorf("onnxmem: run: the events must start with one setup event")
+	}
+	marked := false
+	for i, e := range events {
+		if err := e.check(sc, i); err != nil {
+			return nil, err
+		}
+		marked = marked || e.Skipped
+	}
+	if err := sc.Supported(); err != nil {
+		return nil, err
+	}
+	if marked && sc.WarmSteps != 0 {
+		return nil, fmt.Errorf("onnxmem: run: warm steps %d with events marked skipped: give the skipped iterations one way", sc.WarmSteps)
+	}
+	if k := sc.warmSkips(); k > 0 && !marked {
+		// No event says which iterations GradScaler skipped: the first
+		// ones, as Scenario.WarmSteps says for a step.
+		events = slices.Clone(events)
+		for i := range events {
+			if k > 0 && events[i].Kind == RunEventTrain {
+				events[i].Skipped = true
+				k--
+			}
+		}
+	}
+	conf, err := sc.allocConfig()
+	if err != nil {
+		return nil, err
+	}
+	pr, err := m.forScenario(sc)
+	if err != nil {
+		return nil, err
+	}
+	loop := pr.fam.Loop(pr.graph)
+	if loop == nil {
+		return nil, fmt.Errorf("onnxmem: run: the %s family knows no training script to run: simulate its train steps instead", cmp.Or(sc.Family, m.Family))
+	}
+	r := &runner{m: m, sc: sc.Defaults(), loop: loop, a: allocator.NewWithConfig(conf), res: &RunResult{Scenario: sc, OOMEvent: -1}}
+	if loop.ValLoss != nil {
+		r.loss = pr.fam.Recipe(schedule.Optimizer(sc.Optimizer), sc.EMA, sc.Boxes).Loss
+	}
+	r.a.Capacity = sc.Capacity
+	for i, e := range events {
+		r.a.ResetPeaks()
+		var err error
+		switch e.Kind {
+		case RunEventSetup:
+			err = r.setup()
+		case RunEventTrain:
+			err = r.train(e)
+		case RunEventVal:
+			err = r.val(e, i+1 == len(events) || events[i+1].Kind != RunEventVal, i == 0 || events[i-1].Kind != RunEventVal)
+		case RunEventCkpt:
+			r.ckpt()
+		}
+		if err != nil {
+			return nil, err
+		}
+		st := r.a.Stats()
+		r.res.Steps = append(r.res.Steps, RunStep{Event: i, Kind: e.Kind, Allocated: st.Allocated, Reserved: st.Reserved,
+			Peak: st.PeakAllocated, PeakReserved: st.PeakReserved})
+		r.res.Peak = max(r.res.Peak, st.PeakAllocated)
+		r.res.PeakReserved = max(r.res.PeakReserved, st.PeakReserved)
+		if r.oom {
+			r.res.OOM, r.res.OOMEvent = true, i
+			break
+		}
+	}
+	return r.res, nil
+}
+
+// check returns why an event cannot be run in a run of sc, or nil.
+func (e RunEvent) check(sc Scenario, i int) error {
+	switch e.Kind {
+	case RunEventSetup:
+		if i != 0 {
+			return fmt.Errorf("onnxmem: run: event %d: setup comes once, first", i)
+		}
+	case RunEventTrain:
+		if e.Skipped && !sc.AMP {
+			return fmt.Errorf("onnxmem: run: event %d: a skipped step is GradScaler's, which skips only under AMP", i)
+		}
+		if e.Batch != 0 || e.Height != 0 || e.Width != 0 {
+			return fmt.Errorf("onnxmem: run: event %d: a train batch has the scenario's shape: leave batch and image out", i)
+		}
+		if e.BoxCounts != nil && int64(len(e.BoxCounts)) != sc.Batch {
+			return fmt.Errorf("onnxmem: run: event %d: %d box counts for a batch of %d: give one count for each image", i, len(e.BoxCounts), sc.Batch)
+		}
+	case RunEventVal:
+		if e.Skipped {
+			return fmt.Errorf("onnxmem: run: event %d: only a train event's optimizer step can be skipped", i)
+		}
+		if e.Batch < 1 || e.Height < 1 || e.Width < 1 {
+			return fmt.Errorf("onnxmem: run: event %d: a val batch needs its batch size and image height and width", i)
+		}
+		if e.BoxCounts != nil && int64(len(e.BoxCounts)) != e.Batch {
+			return fmt.Errorf("onnxmem: run: event %d: %d box counts for a val batch of %d: give one count for each image", i, len(e.BoxCounts), e.Batch)
+		}
+	case RunEventCkpt:
+		if e.Batch != 0 || e.Height != 0 || e.Width != 0 || e.BoxCounts != nil || e.Skipped {
+			return fmt.Errorf("onnxmem: run: event %d: a ckpt event takes no fields", i)
+		}
+	default:
+		return fmt.Errorf("onnxmem: run: event %d: unknown kind %q: want setup, train, val or ckpt", i, e.Kind)
+	}
+	if e.BoxCounts != nil && slices.Min(e.BoxCounts) < 0 {
+		return fmt.Errorf("onnxmem: run: event %d: box count %d: counts must be 0 or more", i, slices.Min(e.BoxCounts))
+	}
+	return nil
+}
+
+// runner holds a run's allocator and the tensors that outlive an event.
+type runner struct {
+	m    *Model
+	sc   Scenario
+	loop *schedule.Loop
+	loss schedule.Loss // the training loss, for a validation that computes it
+	a    *allocator.Allocator
+	res  *RunResult
+	oom  bool
+
+	ref *schedule.Program // a train step's program: the resident layout
+	// The persistent tensors, by their place among the program's resident
+	// buffers of each role.
+	model, copy, scalars, state []allocator.ID
+	ws                          allocator.ID
+	hasWS, stepped, halved      bool
+	once                        []allocator.ID // Program.Once, by position
+	small                       []allocator.ID // the loop's tiny tensors
+	// What the loop's variables hold from the last iteration or val batch.
+	prevOut  []allocator.ID // pred, as Program.CarriedFrom
+	prevImgs allocator.ID
+	hasImgs  bool
+	valOut   []allocator.ID // the last val batch's outputs
+	valHeld  []allocator.ID // the last val batch's input and targets
+	head     []allocator.ID // the eval head's anchors of the last val batch
+	valSmall []allocator.ID // run()'s own tensors (iouv, loss)
+}
+
+func (r *runner) malloc(n int64) allocator.ID {
+	if r.oom {
+		return -1
+	}
+	id, err := r.a.TryMalloc(n)
+	if err != nil {
+		r.oom = true
+		return -1
+	}
+	return id
+}
+
+func (r *runner) free(id allocator.ID) {
+	if !r.oom && id >= 0 {
+		r.a.Free(id)
+	}
+}
+
+// trainScenario is the step of the run's iterations with these box counts.
+func (r *runner) trainScenario(counts []int64) Scenario {
+	sc := r.sc
+	sc.PrevPredAlive = true
+	if counts != nil {
+		sc.BoxCounts, sc.Boxes = counts, 0
+	}
+	return sc
+}
+
+// residents returns the resident buffers of p with role ro, in order.
+func residents(p *schedule.Program, ro schedule.Role) []int32 {
+	var out []int32
+	for i, b := range p.Resident {
+		if p.ResidentRoles[i] == ro {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// convert replaces each float tensor of ids (the model's buffers of p with
+// the role, in order) by a copy with elements of size bytes, as
+// module.half() (2) and module.float() (4) do: the new tensor is made,
+// then the old one freed.
+func (r *runner) convert(p *schedule.Program, ro schedule.Role, ids []allocator.ID, size int64) {
+	for i, b := range residents(p, ro) {
+		buf := p.Buffers[b]
+		if buf.Value == ir.NoValue {
+			continue // num_batches_tracked, an int64
+		}
+		dt := p.Graph.Values[buf.Value].DType
+		if !dt.IsFloat() {
+			continue
+		}
+		id := r.malloc(buf.Bytes / dt.Size() * size)
+		r.free(ids[i])
+		ids[i] = id
+	}
+}
+
+// setup makes the model, the EMA copy and the loop's tiny tensors.
+func (r *runner) setup() error {
+	p, err := r.m.program(r.trainScenario(nil))
+	if err != nil {
+		return err
+	}
+	r.ref = p
+	for _, b := range residents(p, schedule.RoleModel) {
+		r.model = append(r.model, r.malloc(p.Buffers[b].Bytes))
+	}
+	for _, b := range residents(p, schedule.RoleCopy) {
+		r.copy = append(r.copy, r.malloc(p.Buffers[b].Bytes))
+	}
+	if r.loop.HalfFloatAtSetup {
+		r.convert(p, schedule.RoleModel, r.model, 2)
+		r.convert(p, schedule.RoleModel, r.model, 4)
+	}
+	for _, n := range r.loop.SetupTensors {
+		r.small = append(r.small, r.malloc(n))
+	}
+	return nil
+}
+
+// mapResident gives the resident buffers of p the run's tensors of their
+// roles, by position.
+func (r *runner) mapResident(p *schedule.Program, ids []allocator.ID, copyIDs []allocator.ID) error {
+	pos := map[schedule.Role]int{}
+	for i, b := range p.Resident {
+		ro := p.ResidentRoles[i]
+		j := pos[ro]
+		pos[ro]++
+		var list []allocator.ID
+		switch ro {
+		case schedule.RoleModel:
+			list = r.model
+		case schedule.RoleCopy:
+			list = copyIDs
+		case schedule.RoleScalar:
+			list = r.scalars
+		case schedule.RoleState:
+			list = r.state
+		case schedule.RoleWorkspace:
+			if r.hasWS {
+				ids[b] = r.ws
+			}
+			continue
+		case schedule.RoleHead:
+			continue
+		}
+		if j < len(list) {
+			ids[b] = list[j]
+		}
+	}
+	if pos[schedule.RoleModel] != len(r.model) {
+		return fmt.Errorf("onnxmem: run: a step's program holds %d model tensors, the run %d: a broken invariant of the schedule", pos[schedule.RoleModel], len(r.model))
+	}
+	return nil
+}
+
+// train runs one iteration.
+func (r *runner) train(e RunEvent) error {
+	p, err := r.m.program(r.trainScenario(e.BoxCounts))
+	if err != nil {
+		return err
+	}
+	ids := make([]allocator.ID, len(p.Buffers))
+	for i := range ids {
+		ids[i] = -1
+	}
+	if err := r.mapResident(p, ids, r.copy); err != nil {
+		return err
+	}
+	// The previous iteration's pred becomes this step's Carried.
+	if len(r.prevOut) == len(p.Carried) {
+		for i, b := range p.Carried {
+			ids[b] = r.prevOut[i]
+		}
+	}
+	x := p.Graph.Inputs[0]
+	inputFree := -1
+	if p.StepEnd < len(p.Events) {
+		if ev := p.Events[p.StepEnd]; ev.Free && p.Buffers[ev.Buf].Value == x && p.Buffers[ev.Buf].Kind == schedule.Input {
+			inputFree = p.StepEnd
+		}
+	}
+	firstLoss := true
+	once, state := 0, 0
+	states := slices.Clone(p.StateOrder)
+	stateIDs := map[int32]allocator.ID{}
+	for i, ev := range p.Events {
+		if e.Skipped && i >= p.OptStep && i < p.OptStepEnd {
+			continue
+		}
+		for ; !r.stepped && !e.Skipped && state < len(p.StateAt) && p.StateAt[state] <= i; state++ {
+			stateIDs[states[state]] = r.malloc(p.Buffers[states[state]].Bytes)
+		}
+		for ; once < len(p.Once) && p.OnceAt[once] <= i; once++ {
+			if once >= len(r.once) {
+				r.once = append(r.once, r.malloc(p.Buffers[p.Once[once]].Bytes))
+			}
+		}
+		if ev.Phase == schedule.LossPhase && firstLoss {
+			firstLoss = false
+			// The loss's first matrix product makes the cuBLAS workspace
+			// (the forward has none).
+			if !r.hasWS {
+				if ws := residents(p, schedule.RoleWorkspace); len(ws) > 0 {
+					r.ws, r.hasWS = r.malloc(p.Buffers[ws[0]].Bytes), true
+					ids[ws[0]] = r.ws
+				}
+			}
+		}
+		if ev.Phase == schedule.Backward && r.scalars == nil {
+			for _, b := range residents(p, schedule.RoleScalar) {
+				id := r.malloc(p.Buffers[b].Bytes)
+				r.scalars = append(r.scalars, id)
+				ids[b] = id
+			}
+		}
+		switch {
+		case ev.Free && i == inputFree:
+			// imgs stays bound until the next iteration's batch is made.
+			r.prevImgs, r.hasImgs = ids[ev.Buf], true
+			continue
+		case ev.Free:
+			if id := ids[ev.Buf]; id >= 0 {
+				r.free(id)
+			}
+		default:
+			ids[ev.Buf] = r.malloc(p.Buffers[ev.Buf].Bytes)
+			if b := p.Buffers[ev.Buf]; b.Kind == schedule.Input && b.Value == x && r.hasImgs {
+				r.free(r.prevImgs)
+				r.hasImgs = false
+			}
+		}
+		if r.oom {
+			return nil
+		}
+	}
+	for ; once < len(p.Once); once++ {
+		if once >= len(r.once) {
+			r.once = append(r.once, r.malloc(p.Buffers[p.Once[once]].Bytes))
+		}
+	}
+	if !r.stepped && !e.Skipped {
+		for ; state < len(states); state++ {
+			stateIDs[states[state]] = r.malloc(p.Buffers[states[state]].Bytes)
+		}
+		for _, b := range residents(p, schedule.RoleState) {
+			r.state = append(r.state, stateIDs[b])
+		}
+		r.stepped = true
+	}
+	r.prevOut = r.prevOut[:0]
+	for _, b := range p.CarriedFrom {
+		r.prevOut = append(r.prevOut, ids[b])
+	}
+	return nil
+}
+
+// val runs one batch of validation; first and last say whether it opens
+// or closes a row of val events (val_dual.run's preamble and return).
+func (r *runner) val(e RunEvent, last, first bool) error {
+	if r.ref == nil {
+		return fmt.Errorf("onnxmem: run: a val event before setup")
+	}
+	copyRole, copyIDs := schedule.RoleCopy, r.copy
+	if !r.sc.EMA {
+		copyRole, copyIDs = schedule.RoleModel, r.model
+	}
+	half := r.sc.AMP
+	if first {
+		if half {
+			r.convert(r.ref, copyRole, copyIDs, 2)
+		}
+		for _, n := range r.loop.ValTensors {
+			r.valSmall = append(r.valSmall, r.malloc(n))
+		}
+	}
+	sc := Scenario{Batch: e.Batch, Height: e.Height, Width: e.Width, Eval: true, EvalFloat: !half,
+		CuBLASWorkspace: r.sc.CuBLASWorkspace, Family: r.sc.Family, AllocConf: r.sc.AllocConf}
+	p, err := r.m.program(sc)
+	if err != nil {
+		return err
+	}
+	ids := make([]allocator.ID, len(p.Buffers))
+	for i := range ids {
+		ids[i] = -1
+	}
+	// The eval program's model is the training model, its copy the one
+	// validated; with EMA that is the EMA, else the model itself.
+	evalCopy := copyIDs
+	if err := r.mapResident(p, ids, evalCopy); err != nil {
+		return err
+	}
+	// im = im.to(device); targets = targets.to(device); im = im.half()
+	elemSize := int64(2)
+	if !half {
+		elemSize = 4
+	}
+	u8 := r.malloc(p.Buffers[p.Input].Bytes / elemSize)
+	var boxes int64
+	for _, c := range e.BoxCounts {
+		boxes += c
+	}
+	targets := r.malloc(boxes * 6 * 4)
+	for _, id := range r.valHeld {
+		r.free(id)
+	}
+	if p.Input >= 0 {
+		ids[p.Input] = r.malloc(p.Buffers[p.Input].Bytes)
+	}
+	r.free(u8)
+	// The head's anchors and strides for this shape replace the last ones.
+	var head []allocator.ID
+	for _, b := range residents(p, schedule.RoleHead) {
+		id := r.malloc(p.Buffers[b].Bytes)
+		ids[b] = id
+		head = append(head, id)
+	}
+	for _, id := range r.head {
+		r.free(id)
+	}
+	r.head = head
+	inputFree := -1
+	if p.StepEnd < len(p.Events) {
+		if ev := p.Events[p.StepEnd]; ev.Free && ev.Buf == p.Input {
+			inputFree = p.StepEnd
+		}
+	}
+	// The forward's outputs (the raw maps that the loop binds to
+	// train_out) stay bound until the next batch's forward returns.
+	isOut := make(map[ir.ValueID]bool, len(p.Graph.Outputs))
+	for _, v := range p.Graph.Outputs {
+		isOut[v] = true
+	}
+	var outs []allocator.ID
+	for i, ev := range p.Events {
+		switch {
+		case ev.Free && i == inputFree:
+			continue // im stays bound until the next batch
+		case ev.Free && ev.Phase == schedule.Cleanup && isOut[p.Buffers[ev.Buf].Value]:
+			outs = append(outs, ids[ev.Buf])
+			continue
+		case ev.Free:
+			r.free(ids[ev.Buf])
+		default:
+			ids[ev.Buf] = r.malloc(p.Buffers[ev.Buf].Bytes)
+		}
+		if i+1 == p.ForwardEnd {
+			for _, id := range r.valOut {
+				r.free(id)
+			}
+			r.valOut = nil
+			if r.loss != nil && r.loop.ValLoss(p.Outputs) {
+				r.loss.Forward(runTape{r}, schedule.LossInput{Batch: e.Batch, Outputs: p.Outputs,
+					Boxes: slices.Max(append([]int64{0}, e.BoxCounts...)), BoxCounts: e.BoxCounts, Validation: true})
+			}
+		}
+		if r.oom {
+			return nil
+		}
+	}
+	r.valOut = outs
+	r.valHeld = []allocator.ID{targets}
+	if p.Input >= 0 {
+		r.valHeld = append(r.valHeld, ids[p.Input])
+	}
+	if last {
+		// run() returns: its locals go, and the copy is float32 again.
+		for _, id := range append(append(append(r.valHeld, r.valOut...), r.valSmall...), r.head...) {
+			r.free(id)
+		}
+		r.valHeld, r.valOut, r.valSmall, r.head = nil, nil, nil, nil
+		if half {
+			r.convert(r.ref, copyRole, copyIDs, 4)
+		}
+	}
+	return nil
+}
+
+// runTape records a loss's allocations on the run's allocator.
+type runTape struct{ r *runner }
+
+func (t runTape) Alloc(bytes int64, what string) schedule.Buf { return schedule.Buf(t.r.malloc(bytes)) }
+func (t runTape) Free(b schedule.Buf)                         { t.r.free(allocator.ID(b)) }
+
+// ckpt saves the checkpoint: half deep copies of the model and the EMA,
+// which torch.save writes from the device and del ckpt frees.
+func (r *runner) ckpt() {
+	p := r.ref
+	copies := [][]allocator.ID{}
+	for _, ro := range []schedule.Role{schedule.RoleModel, schedule.RoleCopy} {
+		bufs := residents(p, ro)
+		if len(bufs) == 0 {
+			continue
+		}
+		ids := make([]allocator.ID, len(bufs))
+		for i, b := range bufs {
+			ids[i] = r.malloc(p.Buffers[b].Bytes)
+		}
+		r.convert(p, ro, ids, 2)
+		copies = append(copies, ids)
+	}
+	for _, ids := range copies {
+		for _, id := range ids {
+			r.free(id)
+		}
+	}
+}
+
+// MaxRunEvents is the most events a run may have: each train event replays
+// a whole step, so this bounds a run's time to minutes.
+const MaxRunEvents = 20000
+
+// maxRunBatch and maxMeanBoxes bound a planned run's batch and its mean box
+// count, whose per-image counts PlanRun draws: far beyond any device.
+const (
+	maxRunBatch  = 1 << 16
+	maxMeanBoxes = 1 << 16
+)
+
+// RunPlan describes a synthetic training run, for PlanRun: Epochs epochs of Iterations train iterations at
+// Batch, each epoch followed by its validation (ValImages images in
+// batches of twice Batch, the last one smaller when it does not divide)
+// and a checkpoint save.
+type RunPlan struct {
+	Epochs, Iterations int
+	Batch              int64
+	// Height and Width are the training image's; validation letterboxes to
+	// rectangles of its larger side.
+	Height, Width int64
+	ValImages     int64
+	// MeanBoxes is the mean of the per-image box counts, which follow a
+	// geometric distribution: many images with few boxes, a few with many,
+	// like COCO's (mean 7.3). Seed makes the counts.
+	MeanBoxes float64
+	Seed      uint64
+}
+
+// valShapes are the aspect ratios (height to width) of the validation
+// batches that PlanRun cycles through: landscape 4:3 and 3:2, square and
+// portrait 4:3, the commonest among photographs such as COCO's.
+var valShapes = [][2]int64{{3, 4}, {2, 3}, {1, 1}, {4, 3}}
+
+// PlanRun returns the events of a plan: a setup, then per epoch its train
+// events, its val events (in the shapes that the model family's
+// validation gives images of common aspect ratios) and a ckpt.
+func (m *Model) PlanRun(p RunPlan) ([]RunEvent, error) {
+	switch {
+	case p.Epochs < 1 || p.Iterations < 0 || p.ValImages < 0:
+		return nil, fmt.Errorf("onnxmem: plan run: %d epochs of %d iterations, %d validation images: want at least one epoch and no negative count", p.Epochs, p.Iterations, p.ValImages)
+	case p.Batch < 1 || p.Batch > maxRunBatch:
+		return nil, fmt.Errorf("onnxmem: plan run: batch %d: want 1 to %d", p.Batch, maxRunBatch)
+	case !(p.MeanBoxes >= 0) || p.MeanBoxes > maxMeanBoxes:
+		return nil, fmt.Errorf("onnxmem: plan run: %g boxes an image on average: want 0 to %d", p.MeanBoxes, maxMeanBoxes)
+	}
+	// Each factor is bounded before the product, so that it cannot wrap.
+	valBatches := p.ValImages/(2*p.Batch) + min(1, p.ValImages%(2*p.Batch))
+	if p.Epochs > MaxRunEvents || p.Iterations > MaxRunEvents || valBatches > MaxRunEvents ||
+		1+int64(p.Epochs)*(int64(p.Iterations)+valBatches+1) > MaxRunEvents {
+		return nil, fmt.Errorf("onnxmem: plan run: %d epochs of %d iterations and %d validation batches are more than the %d events a run simulates: a run's memory repeats from its second epoch on, so a few epochs say what a long run does", p.Epochs, p.Iterations, valBatches, MaxRunEvents)
+	}
+	pr, err := m.prepare(m.Family)
+	if err != nil {
+		return nil, err
+	}
+	loop := pr.fam.Loop(pr.graph)
+	if loop == nil {
+		return nil, fmt.Errorf("onnxmem: plan run: the %s family knows no training script to run", m.Family)
+	}
+	rng := rand.New(rand.NewPCG(p.Seed, 0x6f6e6e786d656d))
+	counts := func(n int64) []int64 {
+		c := make([]int64, n)
+		for i := range c {
+			// Geometric on 0, 1, 2, ... with mean MeanBoxes.
+			q := p.MeanBoxes / (1 + p.MeanBoxes)
+			if q > 0 {
+				c[i] = int64(math.Floor(math.Log(1-rng.Float64()) / math.Log(q)))
+			}
+		}
+		return c
+	}
+	side := max(p.Height, p.Width)
+	events := []RunEvent{{Kind: RunEventSetup}}
+	for range p.Epochs {
+		for range p.Iterations {
+			events = append(events, RunEvent{Kind: RunEventTrain, BoxCounts: counts(p.Batch)})
+		}
+		for i, left := 0, p.ValImages; left > 0; i++ {
+			n := min(left, 2*p.Batch)
+			left -= n
+			r := valShapes[i%len(valShapes)]
+			h, w := loop.ValShape(side, r[0], r[1])
+			events = append(events, RunEvent{Kind: RunEventVal, Batch: n, Height: h, Width: w, BoxCounts: counts(n)})
+		}
+		events = append(events, RunEvent{Kind: RunEventCkpt})
+	}
+	return events, nil
+}
