@@ -21,7 +21,7 @@ type replayOp struct {
 // out).
 func yolov9EOps(b *testing.B) ([]replayOp, int) {
 	b.Helper()
-	sc := sim.Scenario{Batch: 64, Height: 640, Width: 640, AMP: true, Train: true, Boxes: 16, EMA: true}
+	sc := sim.Options{Batch: 64, Height: 640, Width: 640, AMP: true, Train: true, Boxes: 16, EMA: true}
 	m, err := sim.Builtin("yolov9-e")
 	if err != nil {
 		b.Fatal(err)

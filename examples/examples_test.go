@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"log"
 
-	"github.com/onnxmem/onnxmem/internal/sim"
+	"github.com/onnxmem/onnxmem/onnxmem"
 )
 
 // tiny is the model the examples run on, relative to this folder.
@@ -17,11 +17,11 @@ func mib(n int64) string { return fmt.Sprintf("%.2f MiB", float64(n)/(1<<20)) }
 // 320×320 images: what torch.cuda.max_memory_allocated would report, and
 // where in the step it falls.
 func ExampleModel_Simulate() {
-	m, err := sim.Load(tiny)
+	m, err := onnxmem.Load(tiny)
 	if err != nil {
 		log.Fatal(err)
 	}
-	r, err := m.Simulate(sim.Scenario{Batch: 8, Height: 320, Width: 320})
+	r, err := m.Simulate(onnxmem.Scenario{Batch: 8, Height: 320, Width: 320})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -38,11 +38,11 @@ func ExampleModel_Simulate() {
 
 // Predict the peak over several batch sizes.
 func ExampleModel_Sweep() {
-	m, err := sim.Load(tiny)
+	m, err := onnxmem.Load(tiny)
 	if err != nil {
 		log.Fatal(err)
 	}
-	rs, err := m.Sweep(sim.Scenario{Height: 320, Width: 320}, []int64{1, 2, 4}, nil)
+	rs, err := m.Sweep(onnxmem.Scenario{Height: 320, Width: 320}, []int64{1, 2, 4}, nil)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -59,12 +59,12 @@ func ExampleModel_Sweep() {
 
 // Find the largest batch size whose step fits in a memory budget.
 func ExampleModel_MaxBatch() {
-	m, err := sim.Load(tiny)
+	m, err := onnxmem.Load(tiny)
 	if err != nil {
 		log.Fatal(err)
 	}
 	const budget = 256 << 20
-	batch, r, err := m.MaxBatch(sim.Scenario{Height: 320, Width: 320}, budget, 1024)
+	batch, r, err := m.MaxBatch(onnxmem.Scenario{Height: 320, Width: 320, Capacity: budget}, 1024)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -75,11 +75,11 @@ func ExampleModel_MaxBatch() {
 
 // Follow the allocator's counters through the step, event by event.
 func ExampleModel_Timeline() {
-	m, err := sim.Load(tiny)
+	m, err := onnxmem.Load(tiny)
 	if err != nil {
 		log.Fatal(err)
 	}
-	sc := sim.Scenario{Batch: 8, Height: 320, Width: 320}
+	sc := onnxmem.Scenario{Batch: 8, Height: 320, Width: 320}
 	r, samples, err := m.Timeline(sc)
 	if err != nil {
 		log.Fatal(err)
@@ -106,24 +106,22 @@ func ExampleModel_Timeline() {
 // memory does a full AMP training step of the built-in yolov9-c take at
 // batch 16, and what is the largest batch an RTX 4090 holds?
 func ExampleBuiltin() {
-	m, err := sim.Builtin("yolov9-c")
+	m, err := onnxmem.Builtin("yolov9-c")
 	if err != nil {
 		log.Fatal(err)
 	}
-	params, err := m.Parameters()
+	fp, err := m.Footprint()
 	if err != nil {
 		log.Fatal(err)
 	}
-	sc := sim.Scenario{Batch: 16, Height: 640, Width: 640, AMP: true, Train: true, Boxes: 16, Optimizer: "SGD", EMA: true}
+	params := fp.Trainable
+	sc := onnxmem.Scenario{Batch: 16, Step: onnxmem.TrainStep, AMP: true}
 	r, err := m.Simulate(sc)
 	if err != nil {
 		log.Fatal(err)
 	}
-	card, err := sim.LookupDevice("rtx4090")
-	if err != nil {
-		log.Fatal(err)
-	}
-	n, _, err := m.MaxBatchOn(card, sc, 256)
+	sc.Device = "rtx4090"
+	n, _, err := m.MaxBatch(sc, 256)
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -5,8 +5,8 @@ import (
 	"io"
 	"text/tabwriter"
 
-	"github.com/onnxmem/onnxmem/internal/sim"
 	"github.com/onnxmem/onnxmem/models"
+	"github.com/onnxmem/onnxmem/onnxmem"
 )
 
 // The notebook-style topics: each answers one question about YOLOv9's
@@ -39,7 +39,7 @@ func table(w io.Writer) *tabwriter.Writer {
 	return tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 }
 
-func builtin(name string) (*sim.Model, error) { return sim.Builtin(name) }
+func builtin(name string) (*onnxmem.Model, error) { return onnxmem.Builtin(name) }
 
 // PeakVsBatch simulates the model steps of four sizes of YOLOv9 at 640, in
 // fp32 and under AMP, at batch 8, 16 and 32.
@@ -53,7 +53,7 @@ func PeakVsBatch(w io.Writer) error {
 			return err
 		}
 		for _, b := range []int64{8, 16, 32} {
-			sc := sim.Scenario{Batch: b, Height: 640, Width: 640}
+			sc := onnxmem.Scenario{Batch: b}
 			f, err := m.Simulate(sc)
 			if err != nil {
 				return err
@@ -87,7 +87,7 @@ func Segments(w io.Writer) error {
 	var base int64
 	bestK, best := 0, 0.0
 	for k := 1; k <= 8; k++ {
-		sc := sim.Scenario{Batch: 16, Height: 640, Width: 640, AMP: true, Segments: k}
+		sc := onnxmem.Scenario{AMP: true, Segments: k}
 		r, err := m.Simulate(sc)
 		if err != nil {
 			return err
@@ -124,7 +124,7 @@ func ImgVsMaxBatch(w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	d, err := sim.LookupDevice("rtx4090")
+	d, err := onnxmem.ParseDevice("rtx4090")
 	if err != nil {
 		return err
 	}
@@ -132,7 +132,7 @@ func ImgVsMaxBatch(w io.Writer) error {
 	fmt.Fprintln(tw, "image\tmax batch\treserved GiB at it\t")
 	var first, last int64
 	for _, img := range []int64{320, 416, 512, 640} {
-		n, r, err := m.MaxBatchOn(d, sim.Scenario{Height: img, Width: img, AMP: true, Train: true, Boxes: 16, EMA: true}, 1024)
+		n, r, err := m.MaxBatch(onnxmem.Scenario{Height: img, Width: img, Step: onnxmem.TrainStep, AMP: true, Device: d.Name}, 1024)
 		if err != nil {
 			return err
 		}
@@ -159,25 +159,25 @@ func Breakdown(w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	ex, err := m.Explain(sim.Scenario{Batch: 16, Height: 640, Width: 640, AMP: true, Train: true, Boxes: 16, EMA: true})
+	ex, err := m.Explain(onnxmem.Scenario{Step: onnxmem.TrainStep, AMP: true})
 	if err != nil {
 		return err
 	}
 	tw := table(w)
 	fmt.Fprintln(tw, "GiB\tshare\t  alive at the peak")
 	for _, k := range ex.ByKind {
-		fmt.Fprintf(tw, "%s\t%.1f%%\t  %s\n", gib(k.Bytes), 100*float64(k.Bytes)/float64(ex.Peak), k.Kind)
+		fmt.Fprintf(tw, "%s\t%.1f%%\t  %s\n", gib(k.Bytes), 100*float64(k.Bytes)/float64(ex.Result.Peak), k.Kind)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	top := ex.ByKind[0]
 	_, err = fmt.Fprintf(w, "\nThe peak (%s GiB, in the %s) is %.0f%% %s: the model, its EMA copy and the optimizer state together are %.1f%%.\n",
-		gib(ex.Peak), ex.Result.PeakPhase, 100*float64(top.Bytes)/float64(ex.Peak), top.Kind, 100*float64(kindBytes(ex, sim.KindParameters)+kindBytes(ex, sim.KindCopy)+kindBytes(ex, sim.KindState))/float64(ex.Peak))
+		gib(ex.Result.Peak), ex.Result.PeakPhase, 100*float64(top.Bytes)/float64(ex.Result.Peak), top.Kind, 100*float64(kindBytes(ex, "parameters")+kindBytes(ex, "model copy")+kindBytes(ex, "optimizer state"))/float64(ex.Result.Peak))
 	return err
 }
 
-func kindBytes(ex *sim.Explanation, kind string) int64 {
+func kindBytes(ex *onnxmem.Explanation, kind string) int64 {
 	for _, k := range ex.ByKind {
 		if k.Kind == kind {
 			return k.Bytes
@@ -193,21 +193,21 @@ func Validation(w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	train, err := m.Simulate(sim.Scenario{Batch: 16, Height: 640, Width: 640, AMP: true, Train: true, Boxes: 16, EMA: true})
+	train, err := m.Simulate(onnxmem.Scenario{Step: onnxmem.TrainStep, AMP: true})
 	if err != nil {
 		return err
 	}
-	val, err := m.Simulate(sim.Scenario{Batch: 32, Height: 640, Width: 640, Eval: true})
+	val, err := m.Simulate(onnxmem.Scenario{Batch: 32, Step: onnxmem.EvalStep})
 	if err != nil {
 		return err
 	}
-	runs := [2]*sim.RunResult{}
+	runs := [2]*onnxmem.RunResult{}
 	for i, images := range []int64{0, 128} {
-		ev, err := m.PlanRun(sim.RunPlan{Epochs: 1, Iterations: 3, Batch: 16, Height: 640, Width: 640, ValImages: images, MeanBoxes: 7.3, Seed: 1})
+		ev, err := m.PlanRun(onnxmem.RunPlan{Epochs: 1, Iterations: 3, Batch: 16, Height: 640, Width: 640, ValImages: images, MeanBoxes: 7.3, Seed: 1})
 		if err != nil {
 			return err
 		}
-		if runs[i], err = m.Run(sim.Scenario{Batch: 16, Height: 640, Width: 640, AMP: true, Train: true, EMA: true}, ev); err != nil {
+		if runs[i], err = m.Run(onnxmem.Scenario{AMP: true}, ev); err != nil {
 			return err
 		}
 	}
@@ -238,18 +238,23 @@ func WhatIf(w io.Writer) error {
 	moved := map[string]float64{}
 	for _, k := range []knob{{"", models.Options{}}, {"width", models.Options{Width: 0.5}}, {"width", models.Options{Width: 1.5}},
 		{"depth", models.Options{Depth: 2}}, {"depth", models.Options{Depth: 3}}, {"classes", models.Options{Classes: 20}}, {"classes", models.Options{Classes: 365}}} {
-		m, err := sim.BuiltinOptions("gelan-c", k.o)
+		data, err := models.Build("gelan-c", k.o)
 		if err != nil {
 			return err
 		}
-		r, err := m.Simulate(sim.Scenario{Batch: 16, Height: 640, Width: 640, AMP: true, Train: true, Boxes: 16, EMA: true, Trainer: "train"})
+		m, err := onnxmem.LoadBytes("gelan-c", data)
 		if err != nil {
 			return err
 		}
-		p, err := m.Parameters()
+		r, err := m.Simulate(onnxmem.Scenario{Step: onnxmem.TrainStep, AMP: true})
 		if err != nil {
 			return err
 		}
+		fp, err := m.Footprint()
+		if err != nil {
+			return err
+		}
+		p := fp.Trainable
 		if base == 0 {
 			base = r.Peak
 		}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"errors"
 	"flag"
 	"fmt"
@@ -12,8 +11,8 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/onnxmem/onnxmem/internal/sim"
 	"github.com/onnxmem/onnxmem/models"
+	"github.com/onnxmem/onnxmem/onnxmem"
 )
 
 // flagSet is a subcommand's flags with its usage text. Flags may come before
@@ -117,7 +116,7 @@ func (f *flagSet) parseModel(args []string, optional bool, stdout, stderr io.Wri
 }
 
 // parseAndLoad parses flags around one MODEL.onnx and loads the model.
-func (f *flagSet) parseAndLoad(args []string, stdout, stderr io.Writer) (m *sim.Model, code int, ok bool) {
+func (f *flagSet) parseAndLoad(args []string, stdout, stderr io.Writer) (m *onnxmem.Model, code int, ok bool) {
 	path, code, ok := f.parseModel(args, false, stdout, stderr)
 	if !ok {
 		return nil, code, false
@@ -132,17 +131,17 @@ func (f *flagSet) parseAndLoad(args []string, stdout, stderr io.Writer) (m *sim.
 // familyFlag adds -family, the model family to simulate the model as, and
 // -nc, the classes of its head.
 func (f *flagSet) familyFlag() {
-	f.family = f.String("family", "", "simulate the model as this model `family`: "+strings.Join(sim.Families(), " or ")+"\n(default: the family detected from the graph's names)")
+	f.family = f.String("family", "", "simulate the model as this model `family`: "+strings.Join(onnxmem.Families(), " or ")+"\n(default: the family detected from the graph's names)")
 	f.nc = f.Int64("nc", 0, "the `number` of classes of a built-in model's head (a dataset's nc; default 80),\nas Model(cfg, nc=nc) builds it; with a file, the classes its head must have")
 }
 
 // load loads a model as load does, with -nc's classes, as the family of
 // -family when given. It tells stderr when a built-in model stands for an
 // inference export.
-func (f *flagSet) load(path string) (*sim.Model, error) {
+func (f *flagSet) load(path string) (*onnxmem.Model, error) {
 	m, err := load(path)
 	if err == nil && f.nc != nil && f.isSet("nc") {
-		m, err = withClasses(path, m, *f.nc)
+		m, err = withClasses(m, *f.nc)
 	}
 	if err == nil && m.Builtin != "" && f.stderr != nil {
 		fmt.Fprintf(f.stderr, "onnxmem: %s\n", standInNote(path, m))
@@ -158,35 +157,19 @@ func (f *flagSet) load(path string) (*sim.Model, error) {
 	return m.As(*f.family)
 }
 
-// withClasses returns the model loaded from path with nc classes: m when
-// its head has them, else the built-in model that path names or that stands
-// for it, built with nc classes (Model(cfg, nc=nc)), which differs from m
-// only in its head's class branches.
-func withClasses(path string, m *sim.Model, nc int64) (*sim.Model, error) {
-	has, err := m.Classes()
-	switch {
-	case err != nil:
-		return nil, err
-	case nc < 1:
-		return nil, fmt.Errorf("-nc %d: a head predicts at least 1 class", nc)
-	case has == 0:
-		return nil, fmt.Errorf("-nc: %s's family (%s) reads no classes from its outputs; leave -nc out", m.Name, m.Family)
-	case has == nc:
-		return m, nil
-	case builtin(path) || m.Builtin != "":
-		name := cmp.Or(m.Builtin, path)
-		b, err := sim.BuiltinOptions(name, models.Options{Classes: int(nc)})
-		if err == nil {
-			b.Name, b.Builtin = fmt.Sprintf("%s nc=%d", m.Name, nc), m.Builtin
-		}
-		return b, err
+// withClasses returns m with nc classes (Model.WithClasses), its errors
+// said of -nc.
+func withClasses(m *onnxmem.Model, nc int64) (*onnxmem.Model, error) {
+	b, err := m.WithClasses(nc)
+	if err != nil {
+		return nil, fmt.Errorf("-nc %d: %s", nc, strings.TrimPrefix(err.Error(), "onnxmem: "))
 	}
-	return nil, fmt.Errorf("-nc %d: %s predicts %d classes: give the built-in model's name (onnxmem models) with -nc, or an export with %d classes", nc, path, has, nc)
+	return b, nil
 }
 
 // standInNote says that a built-in model stands for the inference export
 // at path, and why.
-func standInNote(path string, m *sim.Model) string {
+func standInNote(path string, m *onnxmem.Model) string {
 	classes, _ := m.Classes()
 	return fmt.Sprintf("%s is an inference export (its batch norms folded into the convolutions): simulating the built-in %s with %d classes, whose training graph has the same convolutions (a model that differs from it in other layers is not this one)", path, m.Builtin, classes)
 }
@@ -304,7 +287,7 @@ func (f *flagSet) settingFlags() func() (setting, error) {
 		case len(plan) > 0 && *seg > 1:
 			return setting{}, errors.New("-segments and -checkpoint exclude each other: give segments or an explicit plan")
 		}
-		return conf(setting{AMP: *amp, Half: *half, Segments: *seg, Checkpoint: []sim.Range(plan)})
+		return conf(setting{AMP: *amp, Half: *half, Segments: *seg, Checkpoint: []onnxmem.Range(plan)})
 	}
 }
 
@@ -331,7 +314,7 @@ func (f *flagSet) allocConfFlag() func(setting) (setting, error) {
 	conf := f.String("alloc-conf", "", "the caching allocator's `options` as PYTORCH_CUDA_ALLOC_CONF takes them, such as\nexpandable_segments:True or max_split_size_mb:128 (default: PyTorch's defaults)")
 	return func(st setting) (setting, error) {
 		st.AllocConf = *conf
-		if err := (sim.Scenario{Batch: 1, Height: 1, Width: 1, AllocConf: *conf}).Supported(); err != nil {
+		if err := (onnxmem.Scenario{AllocConf: *conf}).Check(); err != nil {
 			return st, errors.New(strings.TrimPrefix(err.Error(), "onnxmem: "))
 		}
 		return st, nil
@@ -346,10 +329,10 @@ func (f *flagSet) allocConfFlag() func(setting) (setting, error) {
 func (f *flagSet) trainFlags() func(setting) (setting, error) {
 	train := f.Bool("train", false, "simulate a full training step of the model family's script (YOLOv9: train_dual.py: batch upload,\nforward, its loss, backward, gradient clipping, optimizer step and EMA update)")
 	boxes := f.Int64("boxes", 16, "`N` ground-truth boxes in each image of a -train step (0 or more)")
-	opt := optimizerValue(sim.SGD)
+	opt := optimizerValue("SGD")
 	f.Var(&opt, "optimizer", "`NAME` of the optimizer of a -train step: SGD, Adam, AdamW (with amsgrad), Lion or none")
 	ema := f.Bool("ema", true, "update an EMA copy of the model after the optimizer step of a -train step (-ema=false: none)")
-	warm := f.Int("warm-steps", 0, "`N` iterations of the training loop before the measured -train step under float16 -amp, the last making\nthe optimizer's state, GradScaler skipping the others (default: "+strconv.Itoa(sim.DefaultAMPWarmSteps)+"; a step without -amp runs 1)")
+	warm := f.Int("warm-steps", 0, "`N` iterations of the training loop before the measured -train step under float16 -amp, the last making\nthe optimizer's state, GradScaler skipping the others (default: "+strconv.Itoa(onnxmem.DefaultAMPWarmSteps)+"; a step without -amp runs 1)")
 	return func(st setting) (setting, error) {
 		if !*train {
 			for _, name := range []string{"boxes", "optimizer", "ema", "warm-steps"} {
@@ -367,7 +350,7 @@ func (f *flagSet) trainFlags() func(setting) (setting, error) {
 		case f.isSet("warm-steps") && *warm < 1:
 			return setting{}, errors.New("-warm-steps must be 1 or more: the last iteration makes the optimizer's state")
 		}
-		st.Train, st.Boxes, st.Optimizer, st.EMA, st.WarmSteps = true, *boxes, sim.Optimizer(opt), *ema, *warm
+		st.Train, st.Boxes, st.Optimizer, st.EMA, st.WarmSteps = true, *boxes, string(opt), *ema, *warm
 		return st, nil
 	}
 }
@@ -396,13 +379,13 @@ func (f *flagSet) evalFlags() func(setting) (setting, error) {
 }
 
 // optimizerValue is a flag.Value: an optimizer that schedule models, its
-// name's case ignored (sim.ParseOptimizer).
-type optimizerValue sim.Optimizer
+// name's case ignored (onnxmem.ParseOptimizer).
+type optimizerValue string
 
 func (o *optimizerValue) String() string { return string(*o) }
 
 func (o *optimizerValue) Set(v string) error {
-	opt, err := sim.ParseOptimizer(v)
+	opt, err := onnxmem.ParseOptimizer(v)
 	if err != nil {
 		return errors.New("want SGD, Adam, AdamW, Lion or none")
 	}
@@ -413,13 +396,13 @@ func (o *optimizerValue) Set(v string) error {
 // deviceFlag adds -device, a device profile's name. The returned function
 // reads it after parsing: nil when it was not given, an error when the name
 // is unknown.
-func (f *flagSet) deviceFlag() func() (*sim.Device, error) {
+func (f *flagSet) deviceFlag() func() (*onnxmem.Device, error) {
 	name := f.String("device", "", "the card: a device profile's `NAME` (see onnxmem devices; A100-40GB, 4090 and h100 are read too) or its total memory such as 24GB or 23.5GiB, optionally +ctx=600MiB for its CUDA context; its total less the context is the allocator's limit")
-	return func() (*sim.Device, error) {
+	return func() (*onnxmem.Device, error) {
 		if !f.isSet("device") {
 			return nil, nil
 		}
-		d, err := sim.ParseDevice(*name)
+		d, err := onnxmem.ParseDevice(*name)
 		if err != nil {
 			return nil, errors.New(strings.TrimPrefix(err.Error(), "onnxmem: "))
 		}
@@ -491,14 +474,14 @@ func (b *batchList) Set(v string) error {
 // load reads the model a command names: an ONNX file, or, where no such file
 // exists, a built-in model of package models ("yolov9-c"; onnxmem models
 // lists them). Every command loads through it.
-func load(path string) (*sim.Model, error) {
+func load(path string) (*onnxmem.Model, error) {
 	switch {
 	case builtin(path):
-		return sim.Builtin(path)
+		return onnxmem.Builtin(path)
 	case !fileExists(path) && !strings.ContainsAny(path, `/\.`):
 		return nil, fmt.Errorf("onnxmem: %s is neither a file nor a built-in model (%s)", path, strings.Join(models.Names(), ", "))
 	}
-	return sim.Load(path)
+	return onnxmem.Load(path)
 }
 
 // builtin reports whether load reads path as a built-in model: no file has
@@ -515,7 +498,7 @@ func fileExists(path string) bool {
 
 // source says where load reads path from, for people: the path, or that the
 // model is built in and whether it was compared with its export.
-func source(path string, m *sim.Model) string {
+func source(path string, m *onnxmem.Model) string {
 	switch {
 	case m != nil && m.Builtin != "":
 		return path + ", an inference export: simulated as the built-in " + m.Builtin + ", which has its convolutions"
@@ -527,9 +510,13 @@ func source(path string, m *sim.Model) string {
 	return "built in from the official configuration; no export to compare with"
 }
 
+// defaultModel is the built-in model a command simulates when it is given
+// none.
+var defaultModel = onnxmem.Builtins()[0]
+
 // scenario is the fp32 model step at a batch size and image size.
-func scenario(batch int64, img imageSize) sim.Scenario {
-	return sim.Scenario{Batch: batch, Height: img.H, Width: img.W}
+func scenario(batch int64, img imageSize) onnxmem.Scenario {
+	return onnxmem.Scenario{Batch: batch, Height: img.H, Width: img.W}
 }
 
 // gib formats bytes as GiB with two decimals, for tables.
@@ -538,7 +525,7 @@ func gib(b int64) string {
 }
 
 // where says where a peak falls: its phase and top-level layer.
-func where(r *sim.Result) string {
+func where(r *onnxmem.Result) string {
 	switch {
 	case r.PeakPhase == "":
 		return "-"
@@ -627,7 +614,7 @@ func writeSVG(path string, p *plot) error {
 
 // rangesValue is a flag.Value: checkpointed layer ranges, inclusive,
 // "0-5,9-12" (a single layer is "7").
-type rangesValue []sim.Range
+type rangesValue []onnxmem.Range
 
 func (r *rangesValue) String() string { return rangesFlag(*r) }
 
@@ -647,8 +634,8 @@ const maxLayer = 1 << 30
 
 // parseRanges reads "0-5,9-12": ranges of layers, inclusive, in order and
 // disjoint.
-func parseRanges(v string) ([]sim.Range, error) {
-	var out []sim.Range
+func parseRanges(v string) ([]onnxmem.Range, error) {
+	var out []onnxmem.Range
 	for _, part := range strings.Split(v, ",") {
 		a, b, isRange := strings.Cut(strings.TrimSpace(part), "-")
 		from, err := strconv.Atoi(a)
@@ -667,13 +654,13 @@ func parseRanges(v string) ([]sim.Range, error) {
 		if n := len(out); n > 0 && from < out[n-1].To {
 			return nil, fmt.Errorf("range %q overlaps or comes before the one before it: give ranges in order", part)
 		}
-		out = append(out, sim.Range{From: from, To: to + 1})
+		out = append(out, onnxmem.Range{From: from, To: to + 1})
 	}
 	return out, nil
 }
 
 // rangesFlag writes ranges as -checkpoint takes them.
-func rangesFlag(rs []sim.Range) string {
+func rangesFlag(rs []onnxmem.Range) string {
 	parts := make([]string, len(rs))
 	for i, r := range rs {
 		parts[i] = strconv.Itoa(r.From)

@@ -5,7 +5,7 @@ import (
 	"io"
 	"strconv"
 
-	"github.com/onnxmem/onnxmem/internal/sim"
+	"github.com/onnxmem/onnxmem/onnxmem"
 )
 
 func cmdDevices(args []string, _ io.Reader, stdout, stderr io.Writer) int {
@@ -19,25 +19,25 @@ func cmdDevices(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	}
 	var err error
 	if *asCSV {
-		rows := make([]deviceJSON, len(sim.Devices))
-		for i, d := range sim.Devices {
+		rows := make([]deviceJSON, len(onnxmem.Devices()))
+		for i, d := range onnxmem.Devices() {
 			rows[i] = newDeviceJSON(d)
 		}
 		return exit(stderr, writeCSV(stdout, rows))
 	}
 	if *asJSON {
-		js := devicesJSON{Devices: make([]deviceJSON, len(sim.Devices))}
-		for i, d := range sim.Devices {
+		js := devicesJSON{Devices: make([]deviceJSON, len(onnxmem.Devices()))}
+		for i, d := range onnxmem.Devices() {
 			js.Devices[i] = newDeviceJSON(d)
 		}
 		err = writeJSON(stdout, js)
 	} else {
-		err = printDevices(stdout, sim.Devices)
+		err = printDevices(stdout, onnxmem.Devices())
 	}
 	return exit(stderr, err)
 }
 
-func printDevices(w io.Writer, ds []sim.Device) error {
+func printDevices(w io.Writer, ds []onnxmem.Device) error {
 	width := len("device")
 	for _, d := range ds {
 		width = max(width, len(d.Name))
@@ -76,7 +76,7 @@ type deviceJSON struct {
 	Sources         string `json:"sources,omitempty"`
 }
 
-func newDeviceJSON(d sim.Device) deviceJSON {
+func newDeviceJSON(d onnxmem.Device) deviceJSON {
 	return deviceJSON{Name: d.Name, Model: d.Long, Total: d.Total, Context: d.Context, Usable: d.Usable(),
 		CuBLASWorkspace: d.CuBLASWorkspace, Sources: d.Sources}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"os"
@@ -32,7 +33,12 @@ func cmdDiff(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	if err != nil {
 		return f.usageError(stderr, "%v", err)
 	}
-	real, err := readSnapshotTrace(pos[0])
+	file, err := os.Open(pos[0])
+	if err != nil {
+		return fail(stderr, err)
+	}
+	real, err := readSnapshotTrace(file, pos[0])
+	file.Close()
 	if err != nil {
 		return fail(stderr, err)
 	}
@@ -40,15 +46,13 @@ func cmdDiff(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(stderr, err)
 	}
-	s, err := m.Snapshot(st.scenario(*batch, *img))
-	if err != nil {
+	var snap bytes.Buffer
+	if _, err := m.WriteSnapshot(&snap, st.scenario(*batch, *img)); err != nil {
 		return fail(stderr, err)
 	}
-	var simulated []traceEvent
-	for _, e := range s.Events {
-		if e.Action == "alloc" || e.Action == "free_completed" {
-			simulated = append(simulated, traceEvent{alloc: e.Action == "alloc", size: e.Size, where: e.Node})
-		}
+	simulated, err := readSnapshotTrace(&snap, "simulated")
+	if err != nil {
+		return fail(stderr, err)
 	}
 	return exit(stderr, printDiff(stdout, m.Name, pos[0], real, simulated))
 }
@@ -73,13 +77,9 @@ func (e traceEvent) String() string {
 }
 
 // readSnapshotTrace reads the first device's allocs and frees from a
-// snapshot pickle, each with its innermost frame.
-func readSnapshotTrace(path string) ([]traceEvent, error) {
-	file, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("onnxmem: %w", err)
-	}
-	defer file.Close()
+// snapshot pickle, named path in errors, each with its innermost frame:
+// a file and its line, or an ONNX node.
+func readSnapshotTrace(file io.Reader, path string) ([]traceEvent, error) {
 	v, err := pickle.Read(file)
 	if err != nil {
 		return nil, fmt.Errorf("onnxmem: snapshot %s: %w", path, err)
@@ -113,7 +113,10 @@ func readSnapshotTrace(path string) ([]traceEvent, error) {
 				if fr, ok := frames[0].(pickle.Dict); ok {
 					name, _ := get(fr, "filename").(string)
 					line, _ := get(fr, "line").(int64)
-					te.where = fmt.Sprintf("%s:%d", name, line)
+					te.where = name
+					if line != 0 {
+						te.where = fmt.Sprintf("%s:%d", name, line)
+					}
 				}
 			}
 			out = append(out, te)

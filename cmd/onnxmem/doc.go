@@ -21,28 +21,28 @@
 // (package family/yolov9/loss).
 //
 // "Fits" has one meaning in every command (report, knobs and maxbatch) and
-// in the library (sim.Result.Fits, sim.Model.Fit,
-// sim.Model.MaxBatch): a step fits when it runs to its end under the
+// in the library (onnxmem.Result.Fits, onnxmem.Model.Fit,
+// onnxmem.Model.MaxBatch): a step fits when it runs to its end under the
 // caching allocator's limit without running out of memory, as PyTorch runs
 // it. A request that would push the reserved memory past the limit first
 // makes the allocator release its cached segments that hold no live block
 // and retry; only when that fails does the step raise
 // torch.OutOfMemoryError. A step can therefore fit although, run without a
 // limit, it would reserve more than the limit. The limit
-// (sim.Scenario.Capacity) is what
+// (onnxmem.Scenario.Capacity) is what
 // torch.cuda.set_per_process_memory_fraction(f) sets, f × total_memory:
 // -budget GiB (80 when neither flag is given), or with -device the card's
 // usable memory.
 //
 // Device profiles (onnxmem devices) give common cards' memory as PyTorch
 // reports it, less the CUDA context (an assumption of 512 MiB): the memory
-// usable by PyTorch's caching allocator (sim.Device.Usable), its limit on
+// usable by PyTorch's caching allocator (onnxmem.Device.Usable), its limit on
 // the card. -device takes a profile's name, case ignored, or a card's total
 // memory as PyTorch reports it, a number and a unit, decimal (24GB, 24000MB)
 // or binary (23.5GiB, 24000MiB), optionally followed by +ctx=SIZE, its CUDA
 // context (24GB+ctx=600MiB); without it the context is assumed to be 512 MiB
-// (sim.ParseDevice). A step on a device also keeps the device's cuBLAS
-// workspace (sim.Device.Scenario); a card given by its size has
+// (onnxmem.ParseDevice). A step on a device also keeps the device's cuBLAS
+// workspace (onnxmem.Device.Scenario); a card given by its size has
 // PyTorch's Hopper default, 32 MiB.
 //
 // Every command that reads a model detects its model family from the graph's
@@ -61,10 +61,10 @@
 // no file. An inference export (export.py's: batch norms folded, RepConvN
 // fused) holds no training graph; the built-in model with the same
 // convolutions and classes stands for it, and stderr says which
-// (sim.Model.Builtin). Every command that reads a model takes -nc N, the
+// (onnxmem.Model.Builtin). Every command that reads a model takes -nc N, the
 // classes of a built-in model's head (a dataset's nc; the model is then
 // named "yolov9-c nc=20"), and -family. With no arguments onnxmem runs report on the built-in yolov9-c
-// (sim.DefaultModel). Flags may come
+// (the first of onnxmem.Builtins). Flags may come
 // before or after MODEL.onnx; "--" ends the flags. Every command takes -h,
 // which prints its syntax, an example and its flags to stdout.
 //
@@ -96,7 +96,7 @@
 //     train_dual.py's default: phase, event, node and layer; the 10 largest
 //     tensors alive at the peak; and the live bytes by kind of buffer.
 //
-// The searches use sim.Model.MaxBatchOn, which simulates each batch
+// The searches use onnxmem.Model.MaxBatchOn, which simulates each batch
 // size under the card's limit. Each one's limit is one below the smallest
 // batch size of -batches whose peak requested exceeds the card's usable
 // memory (1024 when none does), since no layout of the allocator holds the
@@ -170,7 +170,7 @@
 //	{"peak", "peak_req", "peak_reserved", "m0", "after_fwd", "fwd_peak", "after_bwd"}
 //
 // in bytes, or with a field "error" (a message starting "onnxmem: ") when the
-// scenario cannot be simulated: a scenario that sim.Scenario.Supported
+// scenario cannot be simulated: a scenario that onnxmem.Scenario.Supported
 // refuses (a negative segments, an unknown family or optimizer), a
 // model file that cannot be loaded, a missing or mistyped field. model_step
 // lines with amp true or segments above 1 are predicted; eval_step lines
@@ -181,7 +181,7 @@
 // required; a missing amp means false and a missing segments 0. Each model
 // file is loaded once.
 //
-// A train_run line simulates a whole training run (sim.Model.Run):
+// A train_run line simulates a whole training run (onnxmem.Model.Run):
 // the training scenario (batch, img or img_h and img_w, amp, segments,
 // optimizer, ema, trainer, nc) and "events", a list of {"setup": {}},
 // {"train": {"boxes_per_img": [3, 0, 12, ...]}} (one count per image, or
@@ -210,7 +210,7 @@
 //	            [-epochs E] [-iters N] [-val-images N] [-mean-boxes M] [-seed S] [-events FILE.json]
 //	            [-device NAME|SIZE] [-json] [MODEL.onnx]
 //
-// A whole training run in one process (sim.Model.Run): the setup, then
+// A whole training run in one process (onnxmem.Model.Run): the setup, then
 // per epoch -iters iterations whose images hold box counts drawn from a
 // long-tailed distribution of mean -mean-boxes (seeded by -seed), the
 // validation of -val-images images at twice the batch in the rectangular
@@ -252,7 +252,7 @@
 //	             [-alloc-conf OPTS] [-json] MODEL.onnx
 //
 // The checkpoint plan with the fewest recomputed FLOPs that it finds for
-// the step to fit under the limit (sim.Model.MakePlan: the usual
+// the step to fit under the limit (onnxmem.Model.MakePlan: the usual
 // recipes as the start, then a descent that takes layers out while the step
 // fits), the best checkpoint_sequential that fits for comparison, and the
 // plan as -checkpoint takes it. A limit that no plan meets is an error that
@@ -269,8 +269,8 @@
 //	onnxmem explain [-batch N] [-img N] [-amp|-half] [-segments K] [-eval [-eval-float]] [-train [-boxes N] [-optimizer NAME] [-ema=false] [-warm-steps N]]
 //	                [-alloc-conf OPTS] [-json] MODEL.onnx
 //
-// What makes the peak (sim.Model.Explain): the bytes alive at it by
-// kind (sim.ExplainKinds: parameters, the EMA or half copy, optimizer
+// What makes the peak (onnxmem.Model.Explain): the bytes alive at it by
+// kind (onnxmem.ExplainKinds: parameters, the EMA or half copy, optimizer
 // state, gradients, activations, activation gradients, autocast copies,
 // kernel copies, loss tensors, workspaces, the input, the loop's tensors,
 // and the allocator's slack, what blocks that it did not split hold beyond
@@ -294,12 +294,12 @@
 // batch, so the largest training batch whose validation fits is half the
 // answer). It fits when it runs to its end under the
 // caching allocator's limit without running out of memory, the allocator's
-// release of its cache and retry included (sim.Model.MaxBatch, which
+// release of its cache and retry included (onnxmem.Model.MaxBatch, which
 // simulates each batch size under the limit). The limit is:
 //
 //   - -device NAME: the card's usable memory, its total less the CUDA
 //     context, and the step keeps the device's cuBLAS workspace
-//     (sim.Model.MaxBatchOn). The output names the device with its
+//     (onnxmem.Model.MaxBatchOn). The output names the device with its
 //     total, CUDA context and usable GiB.
 //   - -budget GiB (80 when neither is given): the budget, as
 //     torch.cuda.set_per_process_memory_fraction sets it.
@@ -351,7 +351,7 @@
 //
 //	onnxmem devices [-json]
 //
-// Lists the device profiles (sim.Devices), in their order: name, total
+// Lists the device profiles (onnxmem.Devices), in their order: name, total
 // GiB (what torch.cuda.get_device_properties reports as total_memory), the
 // CUDA context GiB assumed, the usable GiB (total less context), PyTorch's
 // default cuBLAS workspace in MiB and the card's model name; under the table,
@@ -384,16 +384,16 @@
 //	              memory of the card of -device, without running out of
 //	              memory (the allocator releases its cache and retries
 //	              first), so a step whose reserved GiB exceeds the limit may
-//	              still fit (sim.Model.Fit)
+//	              still fit (onnxmem.Model.Fit)
 //	recompute     the extra FLOPs of recomputing the checkpointed layers in
 //	              the backward, relative to the step's forward and backward
-//	              FLOPs (sim.Cost.Overhead); "-" without checkpointing
+//	              FLOPs (onnxmem.Cost.Overhead); "-" without checkpointing
 //	peak at       where the peak falls: phase (forward, backward,
 //	              recompute, …) and top-level layer
 //
 // A line above the table gives the step's forward and backward FLOPs, which
 // the precision does not change. FLOPs are counted from the graph
-// (sim.Model.Cost: a multiply-add is 2 FLOPs; the backward is twice the
+// (onnxmem.Model.Cost: a multiply-add is 2 FLOPs; the backward is twice the
 // forward of the ops that need gradients; the recomputation counts the whole
 // checkpointed ranges, an upper bound by the few trailing ops that PyTorch's
 // early stop skips).

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/onnxmem/onnxmem/internal/sim"
+	"github.com/onnxmem/onnxmem/onnxmem"
 )
 
 func cmdExplain(args []string, _ io.Reader, stdout, stderr io.Writer) int {
@@ -65,8 +65,8 @@ type layerJSON struct {
 	Count int    `json:"count"`
 }
 
-func newExplainJSON(model string, ex *sim.Explanation) explainJSON {
-	js := explainJSON{Model: model, Result: newResultJSON(ex.Result, false), Peak: ex.Peak, ByKind: map[string]int64{}}
+func newExplainJSON(model string, ex *onnxmem.Explanation) explainJSON {
+	js := explainJSON{Model: model, Result: newResultJSON(ex.Result, false), Peak: ex.Result.Peak, ByKind: map[string]int64{}}
 	for _, k := range ex.ByKind {
 		js.ByKind[k.Kind] = k.Bytes
 	}
@@ -79,14 +79,14 @@ func newExplainJSON(model string, ex *sim.Explanation) explainJSON {
 	return js
 }
 
-func printExplain(w io.Writer, model string, ex *sim.Explanation) error {
+func printExplain(w io.Writer, model string, ex *onnxmem.Explanation) error {
 	r := ex.Result
 	fmt.Fprintf(w, "%s, batch %d\npeak %s GiB allocated (%s GiB reserved), %s\n\n",
-		stepTitle(model, r.Scenario), r.Scenario.Batch, gib(ex.Peak), gib(r.PeakReserved), where(r))
+		stepTitle(model, r.Scenario), r.Scenario.Batch, gib(ex.Result.Peak), gib(r.PeakReserved), where(r))
 	tw := newTable(w)
 	fmt.Fprintln(tw, "GiB\tshare\ttensors\t  alive at the peak")
 	for _, k := range ex.ByKind {
-		fmt.Fprintf(tw, "%s\t%.1f%%\t%d\t  %s\n", gib(k.Bytes), 100*float64(k.Bytes)/float64(ex.Peak), k.Count, k.Kind)
+		fmt.Fprintf(tw, "%s\t%.1f%%\t%d\t  %s\n", gib(k.Bytes), 100*float64(k.Bytes)/float64(ex.Result.Peak), k.Count, k.Kind)
 	}
 	fmt.Fprintln(tw, "\t\t\t")
 	fmt.Fprintln(tw, "GiB\tshare\ttensors\t  by top-level layer")
@@ -95,7 +95,7 @@ func printExplain(w io.Writer, model string, ex *sim.Explanation) error {
 		if l.Layer < 0 {
 			name = "none: the input, the loop's tensors, the slack"
 		}
-		fmt.Fprintf(tw, "%s\t%.1f%%\t%d\t  %s\n", gib(l.Bytes), 100*float64(l.Bytes)/float64(ex.Peak), l.Count, name)
+		fmt.Fprintf(tw, "%s\t%.1f%%\t%d\t  %s\n", gib(l.Bytes), 100*float64(l.Bytes)/float64(ex.Result.Peak), l.Count, name)
 	}
 	fmt.Fprintln(tw, "\t\t\t")
 	fmt.Fprintln(tw, "GiB\tkind\t  largest tensors, and the op that made each")

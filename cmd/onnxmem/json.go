@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"io"
 
-	"github.com/onnxmem/onnxmem/internal/sim"
+	"github.com/onnxmem/onnxmem/onnxmem"
 )
 
 // predicted is the figures predict adds to a scenario, in bytes; the names
@@ -23,7 +23,7 @@ type predicted struct {
 	AfterBwd      int64  `json:"after_bwd"`
 }
 
-func newPredicted(r *sim.Result) predicted {
+func newPredicted(r *onnxmem.Result) predicted {
 	return predicted{
 		Peak: r.Peak, PeakReq: r.PeakRequested, PeakReserved: r.PeakReserved, ReservedAfter: r.ReservedAfter, GPUMem: r.GPUMem(),
 		M0: r.M0, AfterFwd: r.AfterForward, FwdPeak: r.ForwardPeak, AfterBwd: r.AfterBackward,
@@ -82,7 +82,7 @@ type kindJSON struct {
 }
 
 // newResultJSON converts a Result; detail adds the buffers alive at the peak.
-func newResultJSON(r *sim.Result, detail bool) resultJSON {
+func newResultJSON(r *onnxmem.Result, detail bool) resultJSON {
 	j := resultJSON{
 		Batch: r.Scenario.Batch, Height: r.Scenario.Height, Width: r.Scenario.Width,
 		AMP: r.Scenario.AMP, Half: r.Scenario.Half, Segments: r.Scenario.Segments, AllocConf: r.Scenario.AllocConf,
@@ -90,13 +90,13 @@ func newResultJSON(r *sim.Result, detail bool) resultJSON {
 		PeakPhase: r.PeakPhase, PeakNode: r.PeakNode, PeakLayer: r.PeakLayer, PeakEvent: r.PeakEvent,
 		Events: r.Events, OOM: r.OOM,
 	}
-	if sc := r.Scenario; sc.Train {
-		j.Train = &trainJSON{Boxes: sc.Boxes, Optimizer: string(sc.Defaults().Optimizer), EMA: sc.EMA, WarmSteps: sc.WarmStepsUsed()}
+	if sc := r.Scenario; sc.Step == onnxmem.TrainStep {
+		j.Train = &trainJSON{Boxes: max(sc.Boxes, 0), Optimizer: string(sc.Optimizer), EMA: !sc.NoEMA, WarmSteps: sc.WarmSteps}
 	}
 	switch sc := r.Scenario; {
-	case sc.Eval && sc.EvalFloat:
+	case sc.Step == onnxmem.EvalStep && sc.EvalFloat:
 		j.Eval = "float32"
-	case sc.Eval:
+	case sc.Step == onnxmem.EvalStep:
 		j.Eval = "half"
 	}
 	if detail {
@@ -110,7 +110,7 @@ func newResultJSON(r *sim.Result, detail bool) resultJSON {
 	return j
 }
 
-func newResultsJSON(rs []*sim.Result) []resultJSON {
+func newResultsJSON(rs []*onnxmem.Result) []resultJSON {
 	out := make([]resultJSON, len(rs))
 	for i, r := range rs {
 		out[i] = newResultJSON(r, false)

@@ -5,7 +5,7 @@ import (
 	"io"
 	"strconv"
 
-	"github.com/onnxmem/onnxmem/internal/sim"
+	"github.com/onnxmem/onnxmem/onnxmem"
 )
 
 func cmdKnobs(args []string, _ io.Reader, stdout, stderr io.Writer) int {
@@ -59,15 +59,15 @@ func cmdKnobs(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 // knob is one setting's prediction and arithmetic.
 type knob struct {
 	Setting setting
-	Result  *sim.Result
+	Result  *onnxmem.Result
 	// Fits says whether the step runs to its end under the limit.
 	Fits bool
-	Cost sim.Cost
+	Cost onnxmem.Cost
 }
 
 // knobs simulates and counts each setting at a batch size, in the order
 // given, and says whether each fits under the limit.
-func knobs(m *sim.Model, settings []setting, batch int64, img imageSize, lim fitCriterion) ([]knob, error) {
+func knobs(m *onnxmem.Model, settings []setting, batch int64, img imageSize, lim fitCriterion) ([]knob, error) {
 	out := make([]knob, len(settings))
 	err := parallel(len(settings), func(i int) error {
 		sc := settings[i].scenario(batch, img)

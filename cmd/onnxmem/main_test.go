@@ -11,8 +11,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/onnxmem/onnxmem/internal/sim"
 	"github.com/onnxmem/onnxmem/models"
+	"github.com/onnxmem/onnxmem/onnxmem"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
@@ -282,8 +282,8 @@ func TestModels(t *testing.T) {
 	if err := json.Unmarshal([]byte(stdout), &js); err != nil {
 		t.Fatal(err)
 	}
-	if js.Default != sim.DefaultModel || len(js.Models) != len(models.Names()) {
-		t.Errorf("-json: default %q and %d models, want %q and %d", js.Default, len(js.Models), sim.DefaultModel, len(models.Names()))
+	if js.Default != defaultModel || len(js.Models) != len(models.Names()) {
+		t.Errorf("-json: default %q and %d models, want %q and %d", js.Default, len(js.Models), defaultModel, len(models.Names()))
 	}
 }
 
@@ -318,15 +318,15 @@ func TestExportModel(t *testing.T) {
 	}
 	// yolov9-t at width 2 is yolov9-s but for its name.
 	code, stdout, stderr = runCmd(t, "", "export-model", "-width", "2", "-o", "-", "yolov9-t")
-	wide, err := sim.LoadBytes("wide", []byte(stdout))
+	wide, err := onnxmem.LoadBytes("wide", []byte(stdout))
 	if code != 0 || err != nil {
 		t.Fatalf("-width 2: exit code %d, stderr %q, %v", code, stderr, err)
 	}
-	s, err := sim.Builtin("yolov9-s")
+	s, err := onnxmem.Builtin("yolov9-s")
 	if err != nil {
 		t.Fatal(err)
 	}
-	sc := sim.Scenario{Batch: 2, Height: 640, Width: 640, AMP: true}
+	sc := onnxmem.Scenario{Batch: 2, AMP: true}
 	rw, err := wide.Simulate(sc)
 	if err != nil {
 		t.Fatal(err)

@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/onnxmem/onnxmem/internal/sim"
+	"github.com/onnxmem/onnxmem/onnxmem"
 )
 
 func cmdMaxBatch(args []string, _ io.Reader, stdout, stderr io.Writer) int {
@@ -74,8 +74,8 @@ func cmdMaxBatch(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		return forBatchCmd(m, c, st, *forBatch, *img, *asJSON, *asCSV, stdout, stderr)
 	}
 	var n int64
-	var r *sim.Result
-	n, r, err = m.MaxBatch(c.scenario(st.scenario(1, *img)), c.limit(), *limit)
+	var r *onnxmem.Result
+	n, r, err = m.MaxBatch(c.scenario(st.scenario(1, *img)), *limit)
 	if err != nil {
 		return fail(stderr, err)
 	}
@@ -113,9 +113,9 @@ func cmdMaxBatch(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 
 // forBatchCmd answers maxbatch -for-batch: the fewest checkpoint segments,
 // of segmentCandidates, with which the batch fits.
-func forBatchCmd(m *sim.Model, c fitCriterion, st setting, batch int64, img imageSize, asJSON, asCSV bool, stdout, stderr io.Writer) int {
+func forBatchCmd(m *onnxmem.Model, c fitCriterion, st setting, batch int64, img imageSize, asJSON, asCSV bool, stdout, stderr io.Writer) int {
 	ks := segmentCandidates(m.Layers())
-	rs := make([]*sim.Result, len(ks))
+	rs := make([]*onnxmem.Result, len(ks))
 	fits := make([]bool, len(ks))
 	err := parallel(len(ks), func(i int) error {
 		s := st
@@ -205,7 +205,7 @@ func segmentsText(k int) string {
 // limit, as torch.cuda.set_per_process_memory_fraction sets it; a step fits
 // when it runs under it without running out of memory (Result.Fits).
 type fitCriterion struct {
-	device *sim.Device
+	device *onnxmem.Device
 	budget int64 // bytes, without a device
 }
 
@@ -219,18 +219,19 @@ func (c fitCriterion) limit() int64 {
 
 // scenario is a scenario as run under the limit: on a device, with its
 // cuBLAS workspace too.
-func (c fitCriterion) scenario(sc sim.Scenario) sim.Scenario {
+func (c fitCriterion) scenario(sc onnxmem.Scenario) onnxmem.Scenario {
 	if c.device != nil {
-		return c.device.Scenario(sc)
+		sc.Device = c.device.Name
+		return sc
 	}
 	sc.Capacity = c.budget
 	return sc
 }
 
 // fit simulates sc without a limit, for its figures, and says whether it
-// fits under the limit (sim.Model.Fit).
-func (c fitCriterion) fit(m *sim.Model, sc sim.Scenario) (*sim.Result, bool, error) {
-	return m.Fit(c.scenario(sc), c.limit())
+// fits under the limit (onnxmem.Model.Fit).
+func (c fitCriterion) fit(m *onnxmem.Model, sc onnxmem.Scenario) (*onnxmem.Result, bool, error) {
+	return m.Fit(c.scenario(sc))
 }
 
 // limitText is the limit a step must fit under: "23.15 GiB usable on
@@ -243,17 +244,17 @@ func (c fitCriterion) limitText() string {
 }
 
 // uses says what a step that fits uses of the limit.
-func (c fitCriterion) uses(r *sim.Result) string {
+func (c fitCriterion) uses(r *onnxmem.Result) string {
 	return fmt.Sprintf("reserves %s GiB of %s (GPU_mem %s), peak %s GiB allocated", gib(r.PeakReserved), c.limitText(), r.GPUMem(), gib(r.Peak))
 }
 
 // needs says what a step that does not fit needs without a limit.
-func (c fitCriterion) needs(r *sim.Result) string {
+func (c fitCriterion) needs(r *onnxmem.Result) string {
 	return fmt.Sprintf("would reserve %s GiB (peak %s GiB allocated) without a limit", gib(r.PeakReserved), gib(r.Peak))
 }
 
 // printHeader writes the step's title and, on a device, its memory.
-func (c fitCriterion) printHeader(w io.Writer, name string, sc sim.Scenario) {
+func (c fitCriterion) printHeader(w io.Writer, name string, sc onnxmem.Scenario) {
 	fmt.Fprintln(w, stepTitle(name, sc))
 	if d := c.device; d != nil {
 		fmt.Fprintf(w, "device %s (%s): %s GiB total, %s GiB CUDA context, %s GiB usable\n",

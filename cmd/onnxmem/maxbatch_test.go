@@ -6,11 +6,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/onnxmem/onnxmem/internal/sim"
+	"github.com/onnxmem/onnxmem/onnxmem"
 )
 
 // TestDevices checks the devices command against testdata and the JSON
-// against sim.Devices. It needs no shared data.
+// against onnxmem.Devices. It needs no shared data.
 func TestDevices(t *testing.T) {
 	code, stdout, stderr := runCmd(t, "", "devices")
 	if code != 0 || stderr != "" {
@@ -29,10 +29,10 @@ func TestDevices(t *testing.T) {
 	if err := dec.Decode(&js); err != nil {
 		t.Fatal(err)
 	}
-	if len(js.Devices) != len(sim.Devices) {
-		t.Fatalf("-json: %d devices, want %d", len(js.Devices), len(sim.Devices))
+	if len(js.Devices) != len(onnxmem.Devices()) {
+		t.Fatalf("-json: %d devices, want %d", len(js.Devices), len(onnxmem.Devices()))
 	}
-	for i, d := range sim.Devices {
+	for i, d := range onnxmem.Devices() {
 		if got := js.Devices[i]; got != newDeviceJSON(d) || got.Usable != got.Total-got.Context || got.Sources == "" {
 			t.Errorf("-json: device %d is %+v, want %s with its sources", i, got, d.Name)
 		}
@@ -68,13 +68,13 @@ func TestTrainFlags(t *testing.T) {
 	}{
 		{nil, setting{}},
 		{[]string{"-amp", "-segments", "2"}, setting{AMP: true, Segments: 2}},
-		{[]string{"-train"}, setting{Train: true, Boxes: 16, Optimizer: sim.SGD, EMA: true}},
+		{[]string{"-train"}, setting{Train: true, Boxes: 16, Optimizer: "SGD", EMA: true}},
 		{[]string{"-train", "-amp", "-boxes", "0", "-optimizer", "adamw", "-ema=false"},
-			setting{AMP: true, Train: true, Boxes: 0, Optimizer: sim.AdamW, EMA: false}},
+			setting{AMP: true, Train: true, Boxes: 0, Optimizer: "AdamW", EMA: false}},
 		{[]string{"-optimizer", "none", "-train", "-segments", "3"},
-			setting{Segments: 3, Train: true, Boxes: 16, Optimizer: sim.None, EMA: true}},
+			setting{Segments: 3, Train: true, Boxes: 16, Optimizer: "none", EMA: true}},
 		{[]string{"-train", "-amp", "-warm-steps", "1"},
-			setting{AMP: true, Train: true, Boxes: 16, Optimizer: sim.SGD, EMA: true, WarmSteps: 1}},
+			setting{AMP: true, Train: true, Boxes: 16, Optimizer: "SGD", EMA: true, WarmSteps: 1}},
 	} {
 		f := newFlagSet("test", "onnxmem test", "", "")
 		set, train := f.settingFlags(), f.trainFlags()
@@ -93,7 +93,7 @@ func TestTrainFlags(t *testing.T) {
 			t.Errorf("%q: settingOf(scenario) = %+v, want %+v", tc.args, got, st)
 		}
 	}
-	st := setting{AMP: true, Train: true, Boxes: 8, Optimizer: sim.Lion}
+	st := setting{AMP: true, Train: true, Boxes: 8, Optimizer: "Lion"}
 	want := "m: amp train step (forward, YOLOv9 loss with 8 boxes an image, backward, Lion step, no EMA), image 320x320"
 	if got := stepTitle("m", st.scenario(4, imageSize{320, 320})); got != want {
 		t.Errorf("stepTitle = %q, want %q", got, want)
@@ -111,17 +111,17 @@ func TestMaxBatchTrain(t *testing.T) {
 	if err := json.Unmarshal([]byte(stdout), &mb); err != nil {
 		t.Fatal(err)
 	}
-	d, err := sim.LookupDevice("rtx4090")
+	d, err := onnxmem.ParseDevice("rtx4090")
 	if err != nil {
 		t.Fatal(err)
 	}
-	sc := sim.Scenario{Height: 640, Width: 640, AMP: true, Train: true, Boxes: 8, Optimizer: sim.AdamW, EMA: true}
-	want, _, err := mustLoad(t, path).MaxBatchOn(d, sc, 1024)
+	sc := onnxmem.Scenario{Step: onnxmem.TrainStep, AMP: true, Boxes: 8, Optimizer: "AdamW", Device: d.Name}
+	want, _, err := mustLoad(t, path).MaxBatch(sc, 1024)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if mb.MaxBatch != want || mb.Result == nil || mb.Result.Train == nil ||
-		*mb.Result.Train != (trainJSON{Boxes: 8, Optimizer: "AdamW", EMA: true, WarmSteps: sim.DefaultAMPWarmSteps}) || mb.Result.PeakReserved > d.Usable() {
+		*mb.Result.Train != (trainJSON{Boxes: 8, Optimizer: "AdamW", EMA: true, WarmSteps: onnxmem.DefaultAMPWarmSteps}) || mb.Result.PeakReserved > d.Usable() {
 		t.Errorf("maxbatch -train: %+v, want max batch %d of a train step", mb, want)
 	}
 	if want < 1 {

@@ -6,8 +6,8 @@ import (
 	"os"
 	"strconv"
 
-	"github.com/onnxmem/onnxmem/internal/sim"
 	"github.com/onnxmem/onnxmem/models"
+	"github.com/onnxmem/onnxmem/onnxmem"
 )
 
 // builtinInfo describes one built-in model for onnxmem models.
@@ -16,7 +16,7 @@ type builtinInfo struct {
 	Layers     int    `json:"layers"`
 	Parameters int64  `json:"parameters"`
 	// Loaded is torch.cuda.memory_allocated() after model.to('cuda')
-	// (sim.Model.Footprint), in bytes.
+	// (onnxmem.Model.Footprint), in bytes.
 	Loaded int64 `json:"loaded"`
 	// Checked says the graph was compared node for node with the export of
 	// the official code.
@@ -34,19 +34,15 @@ func cmdModels(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	}
 	var infos []builtinInfo
 	for _, name := range models.Names() {
-		m, err := sim.Builtin(name)
+		m, err := onnxmem.Builtin(name)
 		if err != nil {
 			return fail(stderr, err)
 		}
-		n, err := m.Parameters()
+		fp, err := m.Footprint()
 		if err != nil {
 			return fail(stderr, err)
 		}
-		fp, err := m.Footprint(sim.Scenario{})
-		if err != nil {
-			return fail(stderr, err)
-		}
-		infos = append(infos, builtinInfo{Name: name, Layers: m.Layers(), Parameters: n, Loaded: fp.Allocated, Checked: models.Checked(name)})
+		infos = append(infos, builtinInfo{Name: name, Layers: m.Layers(), Parameters: fp.Trainable, Loaded: fp.Allocated, Checked: models.Checked(name)})
 	}
 	if *asCSV {
 		return exit(stderr, writeCSV(stdout, infos))
@@ -55,7 +51,7 @@ func cmdModels(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		return exit(stderr, writeJSON(stdout, struct {
 			Default string        `json:"default"`
 			Models  []builtinInfo `json:"models"`
-		}{sim.DefaultModel, infos}))
+		}{defaultModel, infos}))
 	}
 	tw := newTable(stdout)
 	fmt.Fprint(tw, "model    \tlayers\tparameters\tloaded MiB\t  checked\n")
@@ -65,7 +61,7 @@ func cmdModels(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 			checked = "same as export"
 		}
 		name := in.Name
-		if name == sim.DefaultModel {
+		if name == defaultModel {
 			name += "*"
 		}
 		fmt.Fprintf(tw, "%-9s\t%d\t%s\t%.1f\t  %s\n", name, in.Layers, strconv.FormatInt(in.Parameters, 10), float64(in.Loaded)/(1<<20), checked)

@@ -16,7 +16,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/onnxmem/onnxmem/internal/sim"
+	"github.com/onnxmem/onnxmem/onnxmem"
 )
 
 // TestDiff checks onnxmem diff on snapshots that timeline -snapshot wrote:
@@ -205,7 +205,7 @@ func TestJSON(t *testing.T) {
 	// On a device the peak reserved must be within the usable memory.
 	var on maxBatchJSON
 	decode([]string{"maxbatch", "-json", "-device", "t4", "-amp", m}, &on)
-	t4, err := sim.LookupDevice("t4")
+	t4, err := onnxmem.ParseDevice("t4")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -350,7 +350,7 @@ func TestReportMaxBatch(t *testing.T) {
 	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
 		t.Fatal(err)
 	}
-	m, err := sim.Load(path)
+	m, err := onnxmem.Load(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -363,25 +363,21 @@ func TestReportMaxBatch(t *testing.T) {
 	}
 	for _, st := range rep.Settings {
 		for c, dj := range rep.Devices {
-			d, err := sim.LookupDevice(dj.Name)
-			if err != nil {
-				t.Fatal(err)
-			}
-			want, _, err := m.MaxBatchOn(d, sim.Scenario{Height: 640, Width: 640, AMP: st.AMP, Segments: st.Segments}, maxBatchLimit)
+			want, _, err := m.MaxBatch(onnxmem.Scenario{AMP: st.AMP, Segments: st.Segments, Device: dj.Name}, maxBatchLimit)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if got := st.MaxBatch[c]; got != want {
-				t.Errorf("%s on %s: max batch %d, Model.MaxBatchOn says %d", st.Name, d.Name, got, want)
+				t.Errorf("%s on %s: max batch %d, Model.MaxBatch says %d", st.Name, dj.Name, got, want)
 			}
 		}
 	}
 }
 
 // mustLoad loads a model file.
-func mustLoad(t *testing.T, path string) *sim.Model {
+func mustLoad(t *testing.T, path string) *onnxmem.Model {
 	t.Helper()
-	m, err := sim.Load(path)
+	m, err := onnxmem.Load(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -392,23 +388,29 @@ func TestSearchLimit(t *testing.T) {
 	// The cut follows the peak requested, which no layout under the limit
 	// can hold, not the reserved one, which releasing the cache may bring
 	// under it.
-	rs := []*sim.Result{
-		{Scenario: sim.Scenario{Batch: 1}, PeakRequested: 10, Peak: 11, PeakReserved: 20},
-		{Scenario: sim.Scenario{Batch: 8}, PeakRequested: 80, Peak: 88, PeakReserved: 160},
-		{Scenario: sim.Scenario{Batch: 64}, PeakRequested: 640, Peak: 704, PeakReserved: 1280},
+	model := onnxmem.Scenario{Step: onnxmem.ModelStep}
+	at := func(sc onnxmem.Scenario, b int64) onnxmem.Scenario { sc.Batch = b; return sc }
+	rs := []*onnxmem.Result{
+		{Scenario: at(model, 1), PeakRequested: 10, Peak: 11, PeakReserved: 20},
+		{Scenario: at(model, 8), PeakRequested: 80, Peak: 88, PeakReserved: 160},
+		{Scenario: at(model, 64), PeakRequested: 640, Peak: 704, PeakReserved: 1280},
 	}
 	const context = 100
 	for _, tc := range []struct{ usable, want int64 }{{5, 0}, {10, 7}, {79, 7}, {80, 63}, {640, maxBatchLimit}} {
-		d := sim.Device{Total: tc.usable + context, Context: context, CuBLASWorkspace: 8 << 20}
+		d := onnxmem.Device{Total: tc.usable + context, Context: context, CuBLASWorkspace: 8 << 20}
 		if got := searchLimit(rs, d); got != tc.want {
 			t.Errorf("usable %d: limit %d, want %d", tc.usable, got, tc.want)
 		}
 	}
 	// A train or eval step simulated with another cuBLAS workspace than the
 	// device's does not cut the search; one with the device's does.
-	train := []*sim.Result{{Scenario: sim.Scenario{Batch: 8, Train: true}, PeakRequested: 80}}
-	eval := []*sim.Result{{Scenario: sim.Scenario{Batch: 8, Eval: true, CuBLASWorkspace: 8 << 20}, PeakRequested: 80}}
-	small := sim.Device{Total: 50 + context, Context: context, CuBLASWorkspace: 8 << 20}
+	t4, err := onnxmem.ParseDevice("t4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	train := []*onnxmem.Result{{Scenario: onnxmem.Scenario{Batch: 8, Step: onnxmem.TrainStep}, PeakRequested: 80}}
+	eval := []*onnxmem.Result{{Scenario: onnxmem.Scenario{Batch: 8, Step: onnxmem.EvalStep, Device: "t4"}, PeakRequested: 80}}
+	small := onnxmem.Device{Total: 50 + context, Context: context, CuBLASWorkspace: t4.CuBLASWorkspace}
 	if got := searchLimit(train, small); got != maxBatchLimit {
 		t.Errorf("train step with the default workspace: limit %d, want %d", got, maxBatchLimit)
 	}

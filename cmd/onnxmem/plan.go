@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/onnxmem/onnxmem/internal/sim"
+	"github.com/onnxmem/onnxmem/onnxmem"
 )
 
 func cmdPlan(args []string, _ io.Reader, stdout, stderr io.Writer) int {
@@ -18,7 +18,7 @@ func cmdPlan(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 			"as everywhere else: the step runs to its end under the caching allocator's limit\n"+
 			"(-budget GiB, or the card of -device). The search simulates every candidate:\n"+
 			"checkpoint_sequential's plans and one range per layer as the start, then a\n"+
-			"descent that takes layers out while the step fits (sim.Model.MakePlan). Feed\n"+
+			"descent that takes layers out while the step fits (onnxmem.Model.Plan). Feed\n"+
 			"the plan back with -checkpoint wherever a command takes a step. A limit no plan\n"+
 			"meets is an error that says the lowest peak reachable. -csv writes the -json\n"+
 			"fields as one CSV row, the plan as its -checkpoint ranges.",
@@ -47,10 +47,9 @@ func cmdPlan(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		return f.usageError(stderr, "%v", err)
 	}
 	sc := c.scenario(st.scenario(*batch, *img))
-	sc.Capacity = 0
-	p, err := m.MakePlan(sc, c.limit())
+	p, err := m.Plan(sc)
 	if err != nil {
-		var np *sim.ErrNoPlan
+		var np *onnxmem.ErrNoPlan
 		if errors.As(err, &np) {
 			return fail(stderr, fmt.Errorf("%v (limit: %s)", err, c.limitText()))
 		}
@@ -61,7 +60,7 @@ func cmdPlan(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	for k := 2; k <= m.Layers() && len(p.Ranges) > 0; k++ {
 		s := sc
 		s.Segments = k
-		_, ok, err := m.Fit(s, c.limit())
+		_, ok, err := m.Fit(s)
 		if err != nil {
 			return fail(stderr, err)
 		}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/onnxmem/onnxmem/internal/sim"
 	"github.com/onnxmem/onnxmem/models"
+	"github.com/onnxmem/onnxmem/onnxmem"
 )
 
 func cmdPredict(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
@@ -173,20 +174,28 @@ type prediction struct {
 
 func (p prediction) json() any {
 	if p.run != nil {
-		return newRunPredicted(p.run)
+		return newRunPredicted(publicRun(p.run))
 	}
 	if f := p.footprint; f != nil {
 		return footprintJSON{Params: f.Params, ParamBytes: f.ParamBytes, BufferBytes: f.BufferBytes, Allocated: f.Allocated, Layers: p.layers}
 	}
 	if p.maxBatch == nil {
-		return newPredicted(p.r)
+		return simPredicted(p.r)
 	}
 	js := maxBatchPredicted{MaxBatch: *p.maxBatch}
 	if p.r != nil {
-		pr := newPredicted(p.r)
+		pr := simPredicted(p.r)
 		js.predicted = &pr
 	}
 	return js
+}
+
+// simPredicted is an engine's result as predict writes it.
+func simPredicted(r *sim.Result) predicted {
+	return predicted{
+		Peak: r.Peak, PeakReq: r.PeakRequested, PeakReserved: r.PeakReserved, ReservedAfter: r.ReservedAfter, GPUMem: r.GPUMem(),
+		M0: r.M0, AfterFwd: r.AfterForward, FwdPeak: r.ForwardPeak, AfterBwd: r.AfterBackward,
+	}
 }
 
 // footprintJSON is a model line's answer: sim.Footprint, named as the
@@ -266,7 +275,7 @@ func (p *predictor) simulate(obj map[string]json.RawMessage) (prediction, error)
 		if err != nil {
 			return prediction{}, err
 		}
-		var sc sim.Scenario
+		var sc sim.Options
 		for _, err := range []error{field(obj, "family", &sc.Family, false), field(obj, "alloc_conf", &sc.AllocConf, false),
 			field(obj, "deterministic", new(bool), false)} {
 			if err != nil {
@@ -318,7 +327,7 @@ func (p *predictor) simulate(obj map[string]json.RawMessage) (prediction, error)
 		// What set_per_process_memory_fraction(f) sets on the card that
 		// predict simulates (its cuBLAS workspace and cuDNN's choices):
 		// int(f × total_memory), as CUDACachingAllocator computes it.
-		h200, err := sim.LookupDevice("h200")
+		h200, err := onnxmem.ParseDevice("h200")
 		if err != nil {
 			return prediction{}, err
 		}
@@ -341,7 +350,7 @@ func (p *predictor) simulate(obj map[string]json.RawMessage) (prediction, error)
 // way of emptying the cache, or a step before it ran out of memory, which a
 // harness catches and goes on from as if anew). A line in error leaves the
 // process as it was.
-func (p *predictor) inProcess(m *sim.Model, sc sim.Scenario) (prediction, error) {
+func (p *predictor) inProcess(m *sim.Model, sc sim.Options) (prediction, error) {
 	if p.proc != nil && p.procOf == m {
 		r, err := p.proc.Simulate(sc)
 		if !errors.Is(err, sim.ErrProcess) {
@@ -363,8 +372,8 @@ const maxBatchSearch = 1 << 16
 
 // stepScenario reads the scenario of a step line: of a max_batch line's
 // step when search is set, without a batch.
-func stepScenario(obj map[string]json.RawMessage, step string, search bool) (sim.Scenario, error) {
-	var sc sim.Scenario
+func stepScenario(obj map[string]json.RawMessage, step string, search bool) (sim.Options, error) {
+	var sc sim.Options
 	var img, h, w int64
 	var ampDType, opt, trainer, allocConf, emptyCache string
 	var half, prevPred bool
@@ -476,7 +485,7 @@ var errNoBoxes = errors.New("onnxmem: missing field \"boxes_per_img\"")
 
 // boxesField reads boxes_per_img: a number of boxes in every image, or (not
 // in a max_batch search, whose batch varies) a list of each image's count.
-func boxesField(obj map[string]json.RawMessage, sc *sim.Scenario, search bool) error {
+func boxesField(obj map[string]json.RawMessage, sc *sim.Options, search bool) error {
 	raw, ok := obj["boxes_per_img"]
 	if !ok || string(raw) == "null" {
 		return errNoBoxes

@@ -20,20 +20,20 @@ func TestPredict(t *testing.T) {
 	}
 	// outcome is the field predict adds for a scenario of yolov9-s: the
 	// prediction, or the error for one that Supported refuses.
-	outcome := func(sc sim.Scenario) (key, value string) {
+	outcome := func(sc sim.Options) (key, value string) {
 		r, err := m.Simulate(sc)
 		if err != nil {
 			return "error", string(marshal(errText(err)))
 		}
-		return "predicted", string(marshal(newPredicted(r)))
+		return "predicted", string(marshal(simPredicted(r)))
 	}
 	// withOutcome adds outcome(sc) to the fields of a line.
-	withOutcome := func(fields map[string]string, sc sim.Scenario) map[string]string {
+	withOutcome := func(fields map[string]string, sc sim.Options) map[string]string {
 		key, value := outcome(sc)
 		fields[key] = value
 		return fields
 	}
-	fp32 := sim.Scenario{Batch: 2, Height: 640, Width: 640}
+	fp32 := sim.Options{Batch: 2, Height: 640, Width: 640}
 	if key, value := outcome(fp32); key != "predicted" {
 		t.Fatalf("yolov9-s at batch 2: %s", value)
 	}
@@ -146,12 +146,12 @@ func TestPredictInProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	step := func(b int64, seg int) sim.Scenario {
-		return sim.Scenario{Batch: b, Height: 640, Width: 640, AMP: true, Segments: seg}
+	step := func(b int64, seg int) sim.Options {
+		return sim.Options{Batch: b, Height: 640, Width: 640, AMP: true, Segments: seg}
 	}
 	chain := m.NewProcess()
 	var want []int64
-	for _, sc := range []sim.Scenario{step(64, 2), step(1, 4)} {
+	for _, sc := range []sim.Options{step(64, 2), step(1, 4)} {
 		r, err := chain.Simulate(sc)
 		if err != nil {
 			t.Fatal(err)
@@ -245,7 +245,7 @@ func TestPredictCalibration(t *testing.T) {
 		if err := json.Unmarshal([]byte(l), &obj); err != nil {
 			t.Fatal(err)
 		}
-		sc := sim.Scenario{Batch: obj.Batch, Height: obj.Img, Width: obj.Img, AMP: obj.Amp, Segments: obj.Segments}
+		sc := sim.Options{Batch: obj.Batch, Height: obj.Img, Width: obj.Img, AMP: obj.Amp, Segments: obj.Segments}
 		simulated := (obj.Kind == "model_step" || obj.Kind == "train_step") && sc.Supported() == nil || obj.Kind == "eval_step"
 		switch {
 		case simulated && (obj.Predicted == nil || obj.Predicted.Peak <= 0 || obj.Error != ""):
@@ -286,38 +286,38 @@ func TestPredictFields(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	simulate := func(m *sim.Model, sc sim.Scenario) string {
+	simulate := func(m *sim.Model, sc sim.Options) string {
 		r, err := m.Simulate(sc)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return string(marshal(newPredicted(r)))
+		return string(marshal(simPredicted(r)))
 	}
-	mb := func(m *sim.Model, sc sim.Scenario, capacity int64) string {
+	mb := func(m *sim.Model, sc sim.Options, capacity int64) string {
 		n, r, err := m.MaxBatch(sc, capacity, maxBatchSearch)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return string(marshal(prediction{r: r, maxBatch: &n}.json()))
 	}
-	fp := func(m *sim.Model, sc sim.Scenario) string {
+	fp := func(m *sim.Model, sc sim.Options) string {
 		f, err := m.Footprint(sc)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return string(marshal(prediction{footprint: f, layers: m.Layers()}.json()))
 	}
-	run := func(m *sim.Model, sc sim.Scenario, ev []sim.RunEvent) string {
+	run := func(m *sim.Model, sc sim.Options, ev []sim.RunEvent) string {
 		r, err := m.Run(sc, ev)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return string(marshal(prediction{run: r}.json()))
 	}
-	runSc := sim.Scenario{Batch: 2, Height: 320, Width: 320, AMP: true, Train: true, EMA: true}
+	runSc := sim.Options{Batch: 2, Height: 320, Width: 320, AMP: true, Train: true, EMA: true}
 	runEv := []sim.RunEvent{{Kind: "setup"}, {Kind: "train", BoxCounts: []int64{3, 0}}, {Kind: "train", BoxCounts: []int64{5, 5}},
 		{Kind: "val", Batch: 3, Height: 256, Width: 320, BoxCounts: []int64{1, 2, 3}}, {Kind: "val", Batch: 1, Height: 320, Width: 320}, {Kind: "ckpt"}}
-	base := sim.Scenario{Batch: 2, Height: 384, Width: 640}
+	base := sim.Options{Batch: 2, Height: 384, Width: 640}
 	half, amp, eval := base, base, base
 	half.Half, amp.AMP = true, true
 	eval.Eval = true
@@ -329,28 +329,28 @@ func TestPredictFields(t *testing.T) {
 		{`{"kind":"model_step","model":"yolov9-s","batch":2,"img_h":384,"img_w":640}`, simulate(s, base)},
 		{`{"kind":"model_step","model":"yolov9-s","batch":2,"img":640,"img_h":384,"img_w":640,"deterministic":true}`, simulate(s, base)},
 		{`{"kind":"model_step","model":"yolov9-s","batch":2,"img":640,"img_h":384,"img_w":640,"half":true}`, simulate(s, half)},
-		{`{"kind":"model_step","model":"yolov9-s","batch":2,"img_h":384,"img_w":640,"amp":true,"amp_dtype":"float16"}`, simulate(s, sim.Scenario{Batch: 2, Height: 384, Width: 640, AMP: true, AMPDType: "float16"})},
+		{`{"kind":"model_step","model":"yolov9-s","batch":2,"img_h":384,"img_w":640,"amp":true,"amp_dtype":"float16"}`, simulate(s, sim.Options{Batch: 2, Height: 384, Width: 640, AMP: true, AMPDType: "float16"})},
 		{`{"kind":"eval_step","model":"yolov9-s","batch":2,"img_h":384,"img_w":640,"amp":false,"half":true,"segments":0}`, simulate(s, eval)},
 		{`{"kind":"model_step","model":null,"cfg":"yolov9-s","nc":20,"batch":2,"img_h":384,"img_w":640}`, simulate(nc20, base)},
 		{`{"kind":"max_batch","step":"model_step","cfg":"yolov9-s","model":null,"img":640,"amp":true,"segments":0,"capacity_bytes":4294967296}`,
-			mb(s, sim.Scenario{Height: 640, Width: 640, AMP: true}, capacity)},
+			mb(s, sim.Options{Height: 640, Width: 640, AMP: true}, capacity)},
 		// fraction alone: set_per_process_memory_fraction's limit on the
 		// H200, int(0.1 × 150109880320) = 15010988032.
 		{`{"kind":"max_batch","step":"model_step","cfg":"yolov9-s","model":null,"img":640,"fraction":0.1}`,
-			mb(s, sim.Scenario{Height: 640, Width: 640}, 15010988032)},
+			mb(s, sim.Options{Height: 640, Width: 640}, 15010988032)},
 		{`{"kind":"max_batch","step":"model_step","cfg":"yolov9-s","model":null,"img":640,"fraction":1.5}`, `onnxmem: max_batch: fraction 1.5`},
 		{`{"kind":"max_batch","step":"model_step","cfg":"yolov9-s","model":null,"img":640,"fraction":-0.1,"capacity_bytes":15010988032}`, `onnxmem: max_batch: fraction -0.1`},
 		{`{"kind":"max_batch","step":"model_step","cfg":"yolov9-s","model":null,"img":640,"fraction":0.1,"capacity_bytes":15010988032}`,
-			mb(s, sim.Scenario{Height: 640, Width: 640}, 15010988032)},
+			mb(s, sim.Options{Height: 640, Width: 640}, 15010988032)},
 		{`{"kind":"max_batch","step":"model_step","cfg":"yolov9-s","model":null,"img":640}`, `onnxmem: missing field "capacity_bytes" (or "fraction"`},
 		{`{"kind":"model_step","model":"yolov9-s","batch":2,"img":640,"img_h":384,"img_w":600}`, `onnxmem: img 640 with img_h 384 and img_w 600`},
 		{`{"kind":"model_step","model":"yolov9-s","batch":2,"img_h":384}`, `onnxmem: img_h 384 and img_w 0`},
 		{`{"kind":"model_step","model":"yolov9-s","batch":2,"img":640,"amp":true,"amp_dtype":"bfloat16"}`,
-			simulate(s, sim.Scenario{Batch: 2, Height: 640, Width: 640, AMP: true, AMPDType: "bfloat16"})},
+			simulate(s, sim.Options{Batch: 2, Height: 640, Width: 640, AMP: true, AMPDType: "bfloat16"})},
 		{`{"kind":"model_step","model":"yolov9-s","batch":2,"img":640,"amp":true,"amp_dtype":"float8"}`, `onnxmem: amp_dtype "float8"`},
 		{`{"kind":"model_step","model":"yolov9-s","batch":2,"img":640,"amp":false,"amp_dtype":"bfloat16"}`, `onnxmem: autocast type bfloat16 without amp`},
 		{`{"kind":"model_step","model":"yolov9-s","batch":2,"img":640,"alloc_conf":"expandable_segments:True"}`,
-			simulate(s, sim.Scenario{Batch: 2, Height: 640, Width: 640, AllocConf: "expandable_segments:True"})},
+			simulate(s, sim.Options{Batch: 2, Height: 640, Width: 640, AllocConf: "expandable_segments:True"})},
 		{`{"kind":"model_step","model":"yolov9-s","batch":2,"img":640,"alloc_conf":"expandable:True"}`, `onnxmem: alloc conf: allocator: `},
 		{`{"kind":"model_step","model":"yolov9-s","batch":2,"img":640,"alloc_conf":"per_process_memory_fraction:0.5"}`, `onnxmem: alloc conf "per_process_memory_fraction:0.5"`},
 		// nc with a file: the file when its head has nc classes, else the
@@ -362,30 +362,30 @@ func TestPredictFields(t *testing.T) {
 		{`{"kind":"model_step","model":"yolov9-s","batch":2,"img_h":384,"img_w":640,"nc":20}`, simulate(nc20, base)},
 		{`{"kind":"train_step","model":"yolov9-s","batch":2,"img":640,"boxes_per_img":4,"trainer":"train"}`, `onnxmem: yolov9-s: yolov9: trainer train: train.py trains a single head`},
 		{`{"kind":"train_step","model":"gelan-t","batch":2,"img":640,"boxes_per_img":4,"trainer":"train_dual"}`, `onnxmem: gelan-t: yolov9: trainer train_dual: train_dual.py trains a dual head`},
-		{`{"kind":"train_step","model":"gelan-t","batch":2,"img":640,"boxes_per_img":4,"trainer":"train"}`, simulate(gelanT, sim.Scenario{Batch: 2, Height: 640, Width: 640, Train: true, Boxes: 4})},
-		{`{"kind":"train_step","model":"yolov9-s","batch":2,"img":640,"boxes_per_img":4,"trainer":"train_dual","optimizer":"AdamW","ema":true}`, simulate(s, sim.Scenario{Batch: 2, Height: 640, Width: 640, Train: true, Boxes: 4, Optimizer: sim.AdamW, EMA: true})},
+		{`{"kind":"train_step","model":"gelan-t","batch":2,"img":640,"boxes_per_img":4,"trainer":"train"}`, simulate(gelanT, sim.Options{Batch: 2, Height: 640, Width: 640, Train: true, Boxes: 4})},
+		{`{"kind":"train_step","model":"yolov9-s","batch":2,"img":640,"boxes_per_img":4,"trainer":"train_dual","optimizer":"AdamW","ema":true}`, simulate(s, sim.Options{Batch: 2, Height: 640, Width: 640, Train: true, Boxes: 4, Optimizer: sim.AdamW, EMA: true})},
 		// train_dual.py's own spelling, --optimizer LION, and any case.
-		{`{"kind":"train_step","model":"yolov9-s","batch":2,"img":640,"boxes_per_img":4,"optimizer":"LION"}`, simulate(s, sim.Scenario{Batch: 2, Height: 640, Width: 640, Train: true, Boxes: 4, Optimizer: sim.Lion})},
-		{`{"kind":"train_step","model":"yolov9-s","batch":2,"img":640,"boxes_per_img":4,"optimizer":"adamw"}`, simulate(s, sim.Scenario{Batch: 2, Height: 640, Width: 640, Train: true, Boxes: 4, Optimizer: sim.AdamW})},
+		{`{"kind":"train_step","model":"yolov9-s","batch":2,"img":640,"boxes_per_img":4,"optimizer":"LION"}`, simulate(s, sim.Options{Batch: 2, Height: 640, Width: 640, Train: true, Boxes: 4, Optimizer: sim.Lion})},
+		{`{"kind":"train_step","model":"yolov9-s","batch":2,"img":640,"boxes_per_img":4,"optimizer":"adamw"}`, simulate(s, sim.Options{Batch: 2, Height: 640, Width: 640, Train: true, Boxes: 4, Optimizer: sim.AdamW})},
 		{`{"kind":"train_step","model":"yolov9-s","batch":2,"img":640,"boxes_per_img":4,"optimizer":"RMSprop"}`, `onnxmem: unknown optimizer "RMSprop"`},
 		{`{"kind":"train_step","model":"yolov9-s","batch":2,"img":640,"boxes_per_img":4,"prev_pred_alive":true}`,
-			simulate(s, sim.Scenario{Batch: 2, Height: 640, Width: 640, Train: true, Boxes: 4, PrevPredAlive: true})},
+			simulate(s, sim.Options{Batch: 2, Height: 640, Width: 640, Train: true, Boxes: 4, PrevPredAlive: true})},
 		{`{"kind":"train_step","model":"yolov9-s","batch":2,"img":640,"boxes_per_img":[3,14]}`,
-			simulate(s, sim.Scenario{Batch: 2, Height: 640, Width: 640, Train: true, BoxCounts: []int64{3, 14}})},
+			simulate(s, sim.Options{Batch: 2, Height: 640, Width: 640, Train: true, BoxCounts: []int64{3, 14}})},
 		{`{"kind":"train_step","model":"yolov9-s","batch":3,"img":640,"boxes_per_img":[3,4]}`, `onnxmem: 2 box counts for a batch of 3`},
 		{`{"kind":"train_step","model":"yolov9-s","batch":2,"img":640,"amp":true,"boxes_per_img":4,"warm_steps":1}`,
-			simulate(s, sim.Scenario{Batch: 2, Height: 640, Width: 640, AMP: true, Train: true, Boxes: 4, WarmSteps: 1})},
+			simulate(s, sim.Options{Batch: 2, Height: 640, Width: 640, AMP: true, Train: true, Boxes: 4, WarmSteps: 1})},
 		{`{"kind":"train_step","model":"yolov9-s","batch":2,"img":640,"boxes_per_img":4,"warm_steps":2}`, `onnxmem: warm steps 2 without float16 amp`},
 		{`{"kind":"model_step","model":"yolov9-s","batch":2,"img":640,"warm_steps":2}`, `onnxmem: model_step line: unknown field "warm_steps"`},
 		{`{"kind":"train_step","model":"yolov9-s","batch":2,"img":640,"boxes_per_img":4,"half":true}`, `onnxmem: train steps train float32 parameters, with or without amp: half does not apply`},
-		{`{"kind":"train_step","model":"yolov9-s","batch":2,"img":640,"boxes_per_img":4,"half":false}`, simulate(s, sim.Scenario{Batch: 2, Height: 640, Width: 640, Train: true, Boxes: 4})},
+		{`{"kind":"train_step","model":"yolov9-s","batch":2,"img":640,"boxes_per_img":4,"half":false}`, simulate(s, sim.Options{Batch: 2, Height: 640, Width: 640, Train: true, Boxes: 4})},
 		{`{"kind":"train_step","model":"yolov9-s","batch":2,"img":640,"boxes_per_img":"many"}`, `onnxmem: field "boxes_per_img": "many" is neither`},
 		{`{"kind":"max_batch","step":"train_step","model":"yolov9-s","img":640,"boxes_per_img":[3,4],"capacity_bytes":1000000000}`, `onnxmem: max_batch: boxes_per_img is a list`},
 		{`{"kind":"model_step","model":"yolov9-s","batch":2,"img":640,"boxes_per_img":4}`, `onnxmem: model_step line: unknown field "boxes_per_img"`},
 		{`{"kind":"train_step","model":"yolov9-s","batch":2,"img":640}`, `onnxmem: missing field "boxes_per_img": the yolov9 family's loss assigns each image's boxes`},
 		{`{"kind":"train_step","model":"torchvision/resnet18-train.onnx","batch":2,"img":224,"optimizer":"SGD"}`,
-			simulate(rn18, sim.Scenario{Batch: 2, Height: 224, Width: 224, Train: true, Optimizer: sim.SGD})},
-		{`{"kind":"eval_step","model":"yolov9-s","batch":2,"img":640,"half":false}`, simulate(s, sim.Scenario{Batch: 2, Height: 640, Width: 640, Eval: true, EvalFloat: true})},
+			simulate(rn18, sim.Options{Batch: 2, Height: 224, Width: 224, Train: true, Optimizer: sim.SGD})},
+		{`{"kind":"eval_step","model":"yolov9-s","batch":2,"img":640,"half":false}`, simulate(s, sim.Options{Batch: 2, Height: 640, Width: 640, Eval: true, EvalFloat: true})},
 		{`{"kind":"max_batch","step":"model_step","model":"yolov9-s","img":640,"batch":4,"capacity_bytes":1}`, `onnxmem: max_batch line: unknown field "batch"`},
 		{`{"kind":"max_batch","step":"train","model":"yolov9-s","img":640,"capacity_bytes":1}`, `onnxmem: max_batch: unknown step "train"`},
 		{`{"kind":"max_batch","step":"model_step","model":"yolov9-s","img":640}`, `onnxmem: missing field "capacity_bytes"`},
@@ -397,7 +397,7 @@ func TestPredictFields(t *testing.T) {
 		{`{"kind":"train_run","model":"yolov9-s","batch":2,"img":320,"amp":true,"ema":true,"events":[{"setup":{}},{"train":{"boxes_per_img":[1,2],"skipped":true}},{"train":{"boxes_per_img":[1,2]}}]}`,
 			run(s, runSc, []sim.RunEvent{{Kind: "setup"}, {Kind: "train", BoxCounts: []int64{1, 2}, Skipped: true}, {Kind: "train", BoxCounts: []int64{1, 2}}})},
 		{`{"kind":"train_run","model":"yolov9-s","batch":2,"img":320,"amp":true,"ema":true,"warm_steps":1,"events":[{"setup":{}},{"train":{"boxes_per_img":[1,2]}}]}`,
-			run(s, sim.Scenario{Batch: 2, Height: 320, Width: 320, AMP: true, Train: true, EMA: true, WarmSteps: 1}, []sim.RunEvent{{Kind: "setup"}, {Kind: "train", BoxCounts: []int64{1, 2}}})},
+			run(s, sim.Options{Batch: 2, Height: 320, Width: 320, AMP: true, Train: true, EMA: true, WarmSteps: 1}, []sim.RunEvent{{Kind: "setup"}, {Kind: "train", BoxCounts: []int64{1, 2}}})},
 		{`{"kind":"train_run","model":"yolov9-s","batch":2,"img":320,"amp":true,"warm_steps":2,"events":[{"setup":{}},{"train":{"boxes_per_img":[1,2],"skipped":true}}]}`, `onnxmem: run: warm steps 2 with events marked skipped`},
 		{`{"kind":"train_run","model":"yolov9-s","batch":2,"img":640,"events":[{"setup":{}},{"train":{}}]}`, `onnxmem: train_run: event 1 (train): missing field "boxes_per_img"`},
 		{`{"kind":"train_run","model":"yolov9-s","batch":2,"img":640,"events":[{"setup":{}},{"train":{"boxes_per_img":[1,2],"lr":0.1}}]}`, `onnxmem: train_run: event 1 (train): unknown field "lr"`},
@@ -406,14 +406,14 @@ func TestPredictFields(t *testing.T) {
 		{`{"kind":"train_run","model":"yolov9-s","batch":2,"img":640,"boxes_per_img":4,"events":[{"setup":{}}]}`, `onnxmem: train_run line: unknown field "boxes_per_img"`},
 		{`{"kind":"train_run","model":"yolov9-s","batch":2,"img":640,"events":[{"setup":{}},{"setup":{}}]}`, `onnxmem: run: event 1: setup comes once, first`},
 		{`{"kind":"model_step","batch":2,"img":640}`, `onnxmem: missing field "model"`},
-		{`{"kind":"model","model":"yolov9-s","params":9804512,"param_bytes":39218048,"buffer_bytes":162072,"alloc_after_load":39840256,"n_layers":30}`, fp(s, sim.Scenario{})},
-		{`{"kind":"model","model":null,"cfg":"yolov9-s","nc":20}`, fp(nc20, sim.Scenario{})},
-		{`{"kind":"model","model":"yolov9-s","alloc_conf":"expandable_segments:True"}`, fp(s, sim.Scenario{AllocConf: "expandable_segments:True"})},
+		{`{"kind":"model","model":"yolov9-s","params":9804512,"param_bytes":39218048,"buffer_bytes":162072,"alloc_after_load":39840256,"n_layers":30}`, fp(s, sim.Options{})},
+		{`{"kind":"model","model":null,"cfg":"yolov9-s","nc":20}`, fp(nc20, sim.Options{})},
+		{`{"kind":"model","model":"yolov9-s","alloc_conf":"expandable_segments:True"}`, fp(s, sim.Options{AllocConf: "expandable_segments:True"})},
 		{`{"kind":"model","model":"yolov9-s","batch":2}`, `onnxmem: model line: unknown field "batch"`},
 		{`{"kind":"model_step","model":"../groundtruth/../yolov9/yolov9-s-train.onnx","batch":2,"img":640}`, `onnxmem: model "../groundtruth/../yolov9/yolov9-s-train.onnx": give a path inside -root`},
 		{`{"kind":"model_step","model":"/etc/passwd","batch":2,"img":640}`, `onnxmem: model "/etc/passwd": give a path inside -root`},
 		{`{"kind":"model_step","model":"yolov9-s","batch":2,"img_h":384,"img_w":640,"checkpoint":[[0,5],[9,12]]}`,
-			simulate(s, sim.Scenario{Batch: 2, Height: 384, Width: 640, Checkpoint: []sim.Range{{From: 0, To: 6}, {From: 9, To: 13}}})},
+			simulate(s, sim.Options{Batch: 2, Height: 384, Width: 640, Checkpoint: []sim.Range{{From: 0, To: 6}, {From: 9, To: 13}}})},
 		{`{"kind":"model_step","model":"yolov9-s","batch":2,"img":640,"checkpoint":[[0,100]]}`, `onnxmem: checkpoint range 0-100: yolov9-s has 30 top-level layers`},
 		{`{"kind":"model_step","model":"yolov9-s","batch":2,"img":640,"checkpoint":[[5,1]]}`, `onnxmem: field "checkpoint": range [5 1]`},
 	} {
@@ -604,11 +604,11 @@ func TestClassesFlag(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r80, err := base.Simulate(sim.Scenario{Batch: 2, Height: 320, Width: 320})
+	r80, err := base.Simulate(sim.Options{Batch: 2, Height: 320, Width: 320})
 	if err != nil {
 		t.Fatal(err)
 	}
-	r20, err := m.Simulate(sim.Scenario{Batch: 2, Height: 320, Width: 320})
+	r20, err := m.Simulate(sim.Options{Batch: 2, Height: 320, Width: 320})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -620,15 +620,15 @@ func TestClassesFlag(t *testing.T) {
 	if code != 0 || json.Unmarshal([]byte(out), &mb) != nil || mb.Result == nil {
 		t.Fatalf("maxbatch -train -nc 20: exit code %d, stderr %q", code, stderr)
 	}
-	if n, _, err := m.MaxBatch(sim.Scenario{Height: 320, Width: 320, Train: true, Boxes: 16, EMA: true}, 4<<30, 1024); err != nil || n != mb.MaxBatch {
+	if n, _, err := m.MaxBatch(sim.Options{Height: 320, Width: 320, Train: true, Boxes: 16, EMA: true}, 4<<30, 1024); err != nil || n != mb.MaxBatch {
 		t.Errorf("maxbatch -train -nc 20: %d, want the 20-class model's %d (%v)", mb.MaxBatch, n, err)
 	}
 	for _, tc := range []struct {
 		args []string
 		want string
 	}{
-		{[]string{"sweep", "-nc", "20", sharedFile(t, "yolov9/yolov9-t-train.onnx")}, "-nc 20: " + sharedFile(t, "yolov9/yolov9-t-train.onnx") + " predicts 80 classes: give the built-in model's name"},
-		{[]string{"sweep", "-nc", "3", sharedFile(t, "torchvision/resnet18-train.onnx")}, "-nc: resnet18-train's family (generic) reads no classes"},
+		{[]string{"sweep", "-nc", "20", sharedFile(t, "yolov9/yolov9-t-train.onnx")}, "-nc 20: yolov9-t-train predicts 80 classes: give a built-in model's name"},
+		{[]string{"sweep", "-nc", "3", sharedFile(t, "torchvision/resnet18-train.onnx")}, "-nc 3: resnet18-train's family (generic) reads no classes"},
 		{[]string{"sweep", "-nc", "0", "yolov9-t"}, "-nc 0: a head predicts at least 1 class"},
 	} {
 		if code, _, stderr := runCmd(t, "", tc.args...); code != 1 || !strings.Contains(stderr, tc.want) {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"encoding/csv"
 	"fmt"
 	"io"
@@ -10,6 +9,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/onnxmem/onnxmem/internal/sim"
+	"github.com/onnxmem/onnxmem/onnxmem"
 )
 
 // reportDevices names the device profiles of the report's "largest batch
@@ -17,10 +17,10 @@ import (
 var reportDevices = []string{"rtx4090", "a100-40", "a100-80"}
 
 // cards returns the profiles of reportDevices.
-func cards() []sim.Device {
-	out := make([]sim.Device, len(reportDevices))
+func cards() []onnxmem.Device {
+	out := make([]onnxmem.Device, len(reportDevices))
 	for i, name := range reportDevices {
-		d, err := sim.LookupDevice(name)
+		d, err := onnxmem.ParseDevice(name)
 		if err != nil {
 			panic(err) // reportDevices names profiles that exist
 		}
@@ -43,7 +43,7 @@ var detailSetting = setting{AMP: true}
 func cmdReport(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	f := newFlagSet("report",
 		"onnxmem report [-img N] [-batches LIST] [-batch N] [-train [-boxes N] [-optimizer NAME] [-ema=false] [-warm-steps N]] [-alloc-conf OPTS] [-json|-csv] [-v] [MODEL.onnx]",
-		"Report predicts the peak of the model step (with -train, the full train_dual.py\nstep) at common batch sizes in fp32 and AMP, each without checkpointing and\nwith 2 and 4 checkpoint segments; finds the largest batch of each that fits an\nRTX 4090 and an A100 of 40 and 80 GB (the profiles rtx4090, a100-40 and a100-80\nof onnxmem devices); and explains the AMP peak at one batch size: where it\nfalls, the largest tensors alive then and the totals by kind. MODEL.onnx is an\nONNX file or the name of a built-in model (onnxmem models lists them); without\nit, report uses the built-in "+sim.DefaultModel+", which needs no file.\n-csv writes one row for each setting and batch size: the setting, its largest\nbatch on each card (max_batch.CARD) and the prediction's -json fields.",
+		"Report predicts the peak of the model step (with -train, the full train_dual.py\nstep) at common batch sizes in fp32 and AMP, each without checkpointing and\nwith 2 and 4 checkpoint segments; finds the largest batch of each that fits an\nRTX 4090 and an A100 of 40 and 80 GB (the profiles rtx4090, a100-40 and a100-80\nof onnxmem devices); and explains the AMP peak at one batch size: where it\nfalls, the largest tensors alive then and the totals by kind. MODEL.onnx is an\nONNX file or the name of a built-in model (onnxmem models lists them); without\nit, report uses the built-in "+defaultModel+", which needs no file.\n-csv writes one row for each setting and batch size: the setting, its largest\nbatch on each card (max_batch.CARD) and the prediction's -json fields.",
 		"onnxmem report -train -img 512 yolov9-s")
 	img, batches := f.imgFlag(), f.batchesFlag()
 	batch := f.positive("batch", 16, "batch `size` whose AMP peak is explained in detail")
@@ -68,7 +68,7 @@ func cmdReport(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	}
 	isDefault := path == ""
 	if isDefault {
-		path = sim.DefaultModel
+		path = defaultModel
 	}
 	m, err := f.load(path)
 	if err != nil {
@@ -119,20 +119,20 @@ func (rep *report) writeCSV(w io.Writer) error {
 
 type report struct {
 	Model, Path string
-	model       *sim.Model // the model loaded from Path
-	Family      string     // the model's family, which names the training script's default
-	Default     bool       // Path is the default model
+	model       *onnxmem.Model // the model loaded from Path
+	Family      string         // the model's family, which names the training script's default
+	Default     bool           // Path is the default model
 	Settings    []setting
-	Devices     []sim.Device
+	Devices     []onnxmem.Device
 	// Results[s][b] is setting s at the b-th batch size; MaxBatch[s][c] the
 	// largest batch of setting s that fits Devices[c] (Device.Fits).
-	Results  [][]*sim.Result
+	Results  [][]*onnxmem.Result
 	MaxBatch [][]int64
 	// DetailSetting is the setting explained: AMP without checkpointing,
 	// train_dual.py's default, as a model or training step like the other
 	// settings. Detail is its result at the batch size explained.
 	DetailSetting setting
-	Detail        *sim.Result
+	Detail        *onnxmem.Result
 }
 
 // scriptDefault returns, after prefix, the note that AMP is train_dual.py's
@@ -147,13 +147,13 @@ func scriptDefault(family, prefix string) string {
 
 // simulate fills the report's results: the peaks, then the largest batches,
 // then the detail, each batch of work spread over the CPUs.
-func (rep *report) simulate(m *sim.Model, img imageSize, batches []int64, batch int64, stderr io.Writer, verbose bool) error {
+func (rep *report) simulate(m *onnxmem.Model, img imageSize, batches []int64, batch int64, stderr io.Writer, verbose bool) error {
 	ns, nb, nc := len(rep.Settings), len(batches), len(rep.Devices)
 	step := steps(stderr, verbose, "report", ns*(nb+nc))
-	rep.Results = make([][]*sim.Result, ns)
+	rep.Results = make([][]*onnxmem.Result, ns)
 	rep.MaxBatch = make([][]int64, ns)
 	for i := range rep.Settings {
-		rep.Results[i] = make([]*sim.Result, nb)
+		rep.Results[i] = make([]*onnxmem.Result, nb)
 		rep.MaxBatch[i] = make([]int64, nc)
 	}
 	err := parallel(ns*nb, func(i int) error {
@@ -168,7 +168,9 @@ func (rep *report) simulate(m *sim.Model, img imageSize, batches []int64, batch 
 	}
 	err = parallel(ns*nc, func(i int) error {
 		s, d := rep.Settings[i/nc], rep.Devices[i%nc]
-		n, _, err := m.MaxBatchOn(d, s.scenario(1, img), searchLimit(rep.Results[i/nc], d))
+		sc := s.scenario(1, img)
+		sc.Device = d.Name
+		n, _, err := m.MaxBatch(sc, searchLimit(rep.Results[i/nc], d))
 		rep.MaxBatch[i/nc][i%nc] = n
 		step(fmt.Sprintf("%s on %s", s, d.Name))
 		return err
@@ -196,16 +198,21 @@ func (rep *report) simulate(m *sim.Model, img imageSize, batches []int64, batch 
 // batch size, so the answer is the one a search up to maxBatchLimit finds,
 // in fewer simulations.
 //
-// A result cuts the search only when it is the step MaxBatchOn simulates:
-// that one runs with the device's cuBLAS workspace. Model steps, the
-// report's, keep no cuBLAS workspace resident, so theirs changes nothing;
-// a train or eval step cuts only when simulated with the device's.
-func searchLimit(rs []*sim.Result, d sim.Device) int64 {
+// A result cuts the search only when it is the step MaxBatch simulates on
+// the device: that one runs with the device's cuBLAS workspace. Model
+// steps keep no cuBLAS workspace resident, so theirs changes nothing; a
+// train or eval step cuts only when it was simulated with the device's:
+// on a device of the same workspace, or on none where the device's is the
+// engine's default.
+func searchLimit(rs []*onnxmem.Result, d onnxmem.Device) int64 {
 	limit := int64(maxBatchLimit)
 	for _, r := range rs {
 		sc := r.Scenario
-		ws := cmp.Or(sc.CuBLASWorkspace, sim.DefaultCuBLASWorkspace)
-		if (sc.Train || sc.Eval) && ws != d.CuBLASWorkspace {
+		ws := int64(sim.DefaultCuBLASWorkspace)
+		if on, err := onnxmem.ParseDevice(sc.Device); err == nil && sc.Device != "" {
+			ws = on.CuBLASWorkspace
+		}
+		if sc.Step != onnxmem.ModelStep && ws != d.CuBLASWorkspace {
 			continue
 		}
 		if r.PeakRequested > d.Usable() {
@@ -322,7 +329,7 @@ func yesNo(b bool) string {
 }
 
 // contextNote says what CUDA context the devices assume.
-func contextNote(ds []sim.Device) string {
+func contextNote(ds []onnxmem.Device) string {
 	for _, d := range ds[1:] {
 		if d.Context != ds[0].Context {
 			return "an assumption that differs by card"

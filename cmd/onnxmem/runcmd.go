@@ -8,6 +8,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/onnxmem/onnxmem/internal/sim"
+	"github.com/onnxmem/onnxmem/onnxmem"
 )
 
 func cmdRun(args []string, _ io.Reader, stdout, stderr io.Writer) int {
@@ -29,7 +30,7 @@ func cmdRun(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		"onnxmem run -batch 16 -amp -epochs 2 -iters 20 -device rtx4090 yolov9-s")
 	batch := f.positive("batch", 16, "training batch `size`")
 	img, set := f.imgFlag(), f.settingFlags()
-	opt := optimizerValue(sim.SGD)
+	opt := optimizerValue("SGD")
 	f.Var(&opt, "optimizer", "`NAME` of the optimizer: SGD, Adam, AdamW (with amsgrad), Lion or none")
 	ema := f.Bool("ema", true, "keep an EMA copy of the model, validated at each epoch end (-ema=false: none)")
 	epochs := f.positive("epochs", 2, "`E` epochs")
@@ -59,12 +60,12 @@ func cmdRun(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	if *meanBoxes < 0 {
 		return f.usageError(stderr, "-mean-boxes must be 0 or more")
 	}
-	st.Train, st.Optimizer, st.EMA = true, sim.Optimizer(opt), *ema
+	st.Train, st.Optimizer, st.EMA = true, string(opt), *ema
 	sc := st.scenario(*batch, *img)
 	if d != nil {
-		sc = d.Scenario(sc)
+		sc.Device = d.Name
 	}
-	var events []sim.RunEvent
+	var events []onnxmem.RunEvent
 	if *eventsFile != "" {
 		for _, name := range []string{"epochs", "iters", "val-images", "mean-boxes", "seed"} {
 			if f.isSet(name) {
@@ -79,7 +80,7 @@ func cmdRun(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		if !f.isSet("val-images") {
 			vi = 8 * *batch
 		}
-		events, err = m.PlanRun(sim.RunPlan{Epochs: int(*epochs), Iterations: int(*iters), Batch: *batch, Height: sc.Height, Width: sc.Width,
+		events, err = m.PlanRun(onnxmem.RunPlan{Epochs: int(*epochs), Iterations: int(*iters), Batch: *batch, Height: sc.Height, Width: sc.Width,
 			ValImages: vi, MeanBoxes: *meanBoxes, Seed: *seed})
 		if err != nil {
 			return fail(stderr, err)
@@ -93,14 +94,14 @@ func cmdRun(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		return exit(stderr, writeCSV(stdout, runRows(r, events)))
 	}
 	if *asJSON {
-		return exit(stderr, writeJSON(stdout, runJSON{Model: m.Name, Device: deviceName(d), Limit: sc.Capacity, Fits: !r.OOM, Predicted: newRunPredicted(r)}))
+		return exit(stderr, writeJSON(stdout, runJSON{Model: m.Name, Device: deviceName(d), Limit: limitOf(d), Fits: !r.OOM, Predicted: newRunPredicted(r)}))
 	}
 	return exit(stderr, printRun(stdout, m.Name, r, events, d))
 }
 
 // readRunEvents reads a run's events from a JSON file in predict's
 // train_run format.
-func readRunEvents(path string, batch int64) ([]sim.RunEvent, error) {
+func readRunEvents(path string, batch int64) ([]onnxmem.RunEvent, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("onnxmem: events: %w", err)
@@ -117,7 +118,7 @@ func readRunEvents(path string, batch int64) ([]sim.RunEvent, error) {
 	if err := json.Unmarshal(b, &raw); err != nil {
 		return nil, fmt.Errorf("onnxmem: events %s: want a JSON list of events such as [{\"setup\":{}}, {\"train\":{\"boxes_per_img\":[3,0,12]}}]: %v", path, err)
 	}
-	events := make([]sim.RunEvent, len(raw))
+	events := make([]onnxmem.RunEvent, len(raw))
 	for i, ev := range raw {
 		if events[i], err = runEvent(ev, i, batch); err != nil {
 			return nil, fmt.Errorf("%w (in %s)", err, path)
@@ -126,7 +127,7 @@ func readRunEvents(path string, batch int64) ([]sim.RunEvent, error) {
 	return events, nil
 }
 
-func deviceName(d *sim.Device) string {
+func deviceName(d *onnxmem.Device) string {
 	if d == nil {
 		return ""
 	}
@@ -144,14 +145,14 @@ type runJSON struct {
 	Predicted runPredicted `json:"predicted"`
 }
 
-func printRun(w io.Writer, model string, r *sim.RunResult, events []sim.RunEvent, d *sim.Device) error {
+func printRun(w io.Writer, model string, r *onnxmem.RunResult, events []onnxmem.RunEvent, d *onnxmem.Device) error {
 	sc := r.Scenario
 	prec := "fp32"
 	if sc.AMP {
 		prec = "amp"
 	}
-	fmt.Fprintf(w, "model  %s\nrun    training run, batch %d, image %dx%d, %s, %s", model, sc.Batch, sc.Height, sc.Width, prec, sc.Defaults().Optimizer)
-	if sc.EMA {
+	fmt.Fprintf(w, "model  %s\nrun    training run, batch %d, image %dx%d, %s, %s", model, sc.Batch, sc.Height, sc.Width, prec, sc.Optimizer)
+	if !sc.NoEMA {
 		fmt.Fprint(w, ", EMA")
 	}
 	if sc.AllocConf != "" {
@@ -164,13 +165,13 @@ func printRun(w io.Writer, model string, r *sim.RunResult, events []sim.RunEvent
 		e := events[s.Event]
 		detail := ""
 		switch e.Kind {
-		case sim.RunEventTrain:
+		case "train":
 			mx := int64(0)
 			for _, c := range e.BoxCounts {
 				mx = max(mx, c)
 			}
 			detail = fmt.Sprintf("max %d boxes", mx)
-		case sim.RunEventVal:
+		case "val":
 			detail = fmt.Sprintf("%dx%dx%d", e.Batch, e.Height, e.Width)
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t\n", s.Event, e.Kind, detail, gib(s.Allocated), gib(s.Reserved), gib(s.Peak), s.GPUMem())
@@ -179,7 +180,7 @@ func printRun(w io.Writer, model string, r *sim.RunResult, events []sim.RunEvent
 		return err
 	}
 	fmt.Fprintf(w, "\nover the run: peak %s GiB allocated, %s GiB reserved (max GPU_mem %s)\n", gib(r.Peak), gib(r.PeakReserved),
-		sim.RunStep{Reserved: r.PeakReserved}.GPUMem())
+		onnxmem.RunStep{Reserved: r.PeakReserved}.GPUMem())
 	if d != nil {
 		verdict := "fits"
 		if r.OOM {
@@ -204,13 +205,13 @@ type runRow struct {
 	GPUMem    string `json:"gpu_mem"`
 }
 
-func runRows(r *sim.RunResult, events []sim.RunEvent) []runRow {
+func runRows(r *onnxmem.RunResult, events []onnxmem.RunEvent) []runRow {
 	var out []runRow
 	for _, s := range r.Steps {
 		e := events[s.Event]
 		row := runRow{Event: s.Event, Kind: e.Kind, Batch: e.Batch, Height: e.Height, Width: e.Width,
 			Allocated: s.Allocated, Reserved: s.Reserved, Peak: s.Peak, GPUMem: s.GPUMem()}
-		if e.Kind == sim.RunEventTrain {
+		if e.Kind == "train" {
 			row.Batch, row.Height, row.Width = r.Scenario.Batch, r.Scenario.Height, r.Scenario.Width
 		}
 		for _, c := range e.BoxCounts {
@@ -219,4 +220,12 @@ func runRows(r *sim.RunResult, events []sim.RunEvent) []runRow {
 		out = append(out, row)
 	}
 	return out
+}
+
+// limitOf is the caching allocator's limit on d, 0 without a device.
+func limitOf(d *onnxmem.Device) int64 {
+	if d == nil {
+		return 0
+	}
+	return d.Usable()
 }

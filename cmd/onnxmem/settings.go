@@ -8,7 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/onnxmem/onnxmem/internal/sim"
+	"github.com/onnxmem/onnxmem/onnxmem"
 )
 
 // setting is one way to run the step: a precision and a number of
@@ -20,10 +20,10 @@ type setting struct {
 	Segments  int
 	// Checkpoint is an explicit plan of checkpointed layer ranges
 	// (-checkpoint 0-5,9-12); it excludes Segments.
-	Checkpoint []sim.Range
+	Checkpoint []onnxmem.Range
 	Train      bool
 	Boxes      int64
-	Optimizer  sim.Optimizer
+	Optimizer  string
 	EMA        bool
 	// WarmSteps is the loop's iterations before the measured train step
 	// under float16 AMP (-warm-steps); 0 is onnxmem's default. Settings
@@ -54,11 +54,11 @@ func (s setting) equal(o setting) bool {
 }
 
 // settingOf is the setting of a scenario.
-func settingOf(sc sim.Scenario) setting {
+func settingOf(sc onnxmem.Scenario) setting {
 	st := setting{AMP: sc.AMP, Half: sc.Half, Segments: sc.Segments, Checkpoint: sc.Checkpoint, AllocConf: sc.AllocConf,
-		Eval: sc.Eval, EvalFloat: sc.EvalFloat}
-	if sc.Train {
-		st.Train, st.Boxes, st.Optimizer, st.EMA, st.WarmSteps = true, sc.Boxes, sc.Optimizer, sc.EMA, sc.WarmSteps
+		Eval: sc.Step == onnxmem.EvalStep, EvalFloat: sc.EvalFloat}
+	if sc.Step == onnxmem.TrainStep {
+		st.Train, st.Boxes, st.Optimizer, st.EMA, st.WarmSteps = true, max(sc.Boxes, 0), sc.Optimizer, !sc.NoEMA, sc.WarmSteps
 	}
 	return st
 }
@@ -98,8 +98,8 @@ func (s setting) step() string {
 		return "model step (forward, loss, backward)"
 	}
 	opt, ema := "no optimizer step", "no EMA"
-	if s.Optimizer != sim.None {
-		opt = string(s.scenario(1, imageSize{1, 1}).Defaults().Optimizer) + " step"
+	if s.Optimizer != "none" {
+		opt = cmpOr(s.Optimizer, "SGD") + " step"
 	}
 	if s.EMA {
 		ema = "EMA update"
@@ -108,13 +108,18 @@ func (s setting) step() string {
 }
 
 // scenario is the step of the setting at a batch size and image size.
-func (s setting) scenario(batch int64, img imageSize) sim.Scenario {
+func (s setting) scenario(batch int64, img imageSize) onnxmem.Scenario {
 	sc := scenario(batch, img)
 	sc.AMP, sc.Half, sc.Segments, sc.AllocConf = s.AMP, s.Half, s.Segments, s.AllocConf
 	sc.Checkpoint = s.Checkpoint
-	sc.Eval, sc.EvalFloat = s.Eval, s.EvalFloat
-	if s.Train {
-		sc.Train, sc.Boxes, sc.Optimizer, sc.EMA = true, s.Boxes, s.Optimizer, s.EMA
+	switch {
+	case s.Eval:
+		sc.Step, sc.EvalFloat = onnxmem.EvalStep, s.EvalFloat
+	case s.Train:
+		sc.Step, sc.Boxes, sc.Optimizer, sc.NoEMA = onnxmem.TrainStep, s.Boxes, s.Optimizer, !s.EMA
+		if s.Boxes == 0 {
+			sc.Boxes = onnxmem.NoBoxes
+		}
 		if s.AMP {
 			sc.WarmSteps = s.WarmSteps
 		}

@@ -5,7 +5,7 @@ import (
 	"io"
 	"text/tabwriter"
 
-	"github.com/onnxmem/onnxmem/internal/sim"
+	"github.com/onnxmem/onnxmem/onnxmem"
 )
 
 func cmdSweep(args []string, _ io.Reader, stdout, stderr io.Writer) int {
@@ -52,7 +52,7 @@ type sweepJSON struct {
 }
 
 // stepTitle names the simulated step, above tables and plots.
-func stepTitle(name string, sc sim.Scenario) string {
+func stepTitle(name string, sc onnxmem.Scenario) string {
 	st := settingOf(sc)
 	t := fmt.Sprintf("%s: %s %s, image %dx%d", name, st, st.step(), sc.Height, sc.Width)
 	if sc.AllocConf != "" {
@@ -67,7 +67,7 @@ func newTable(w io.Writer) *tabwriter.Writer {
 	return tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 }
 
-func printSweep(w io.Writer, name string, rs []*sim.Result) error {
+func printSweep(w io.Writer, name string, rs []*onnxmem.Result) error {
 	if len(rs) > 0 {
 		fmt.Fprintln(w, stepTitle(name, rs[0].Scenario))
 	}
@@ -82,7 +82,7 @@ func printSweep(w io.Writer, name string, rs []*sim.Result) error {
 }
 
 // sweepPlot is the peak against the batch size.
-func sweepPlot(name string, rs []*sim.Result) *plot {
+func sweepPlot(name string, rs []*onnxmem.Result) *plot {
 	s := series{Name: "peak allocated", Color: "#1f5fbf", Dots: true}
 	title := name + ": peak against batch size"
 	for _, r := range rs {

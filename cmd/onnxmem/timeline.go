@@ -5,7 +5,7 @@ import (
 	"io"
 	"text/tabwriter"
 
-	"github.com/onnxmem/onnxmem/internal/sim"
+	"github.com/onnxmem/onnxmem/onnxmem"
 )
 
 func cmdTimeline(args []string, _ io.Reader, stdout, stderr io.Writer) int {
@@ -35,11 +35,7 @@ func cmdTimeline(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		return fail(stderr, err)
 	}
 	if *snapshot != "" {
-		s, err := m.Snapshot(sc)
-		if err != nil {
-			return fail(stderr, err)
-		}
-		if err := writeSnapshot(*snapshot, s); err != nil {
+		if err := writeSnapshot(*snapshot, m, sc); err != nil {
 			return fail(stderr, err)
 		}
 	}
@@ -72,7 +68,7 @@ type span struct {
 }
 
 // phaseSpans cuts the samples into runs of one phase, in order.
-func phaseSpans(samples []sim.Sample) []span {
+func phaseSpans(samples []onnxmem.Sample) []span {
 	var out []span
 	for _, s := range samples {
 		if n := len(out); n > 0 && out[n-1].Phase == s.Phase {
@@ -92,7 +88,7 @@ type timelineJSON struct {
 	Samples []sampleJSON `json:"samples"`
 }
 
-// sampleJSON is sim.Sample with JSON names.
+// sampleJSON is onnxmem.Sample with JSON names.
 type sampleJSON struct {
 	Event     int    `json:"event"`
 	Phase     string `json:"phase"`
@@ -102,7 +98,7 @@ type sampleJSON struct {
 	Live      int64  `json:"live"`
 }
 
-func printTimeline(w io.Writer, name string, r *sim.Result, spans []span) error {
+func printTimeline(w io.Writer, name string, r *onnxmem.Result, spans []span) error {
 	fmt.Fprintf(w, "%s, batch %d\n", stepTitle(name, r.Scenario), r.Scenario.Batch)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	row := func(label string, b int64, note string) {
@@ -140,7 +136,7 @@ var phaseFill = map[string]string{
 }
 
 // timelinePlot is allocated and reserved memory against the event index.
-func timelinePlot(name string, r *sim.Result, samples []sim.Sample, spans []span) *plot {
+func timelinePlot(name string, r *onnxmem.Result, samples []onnxmem.Sample, spans []span) *plot {
 	alloc := series{Name: "allocated", Color: "#1f5fbf"}
 	res := series{Name: "reserved", Color: "#e08a00"}
 	for _, s := range samples {

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/onnxmem/onnxmem/internal/sim"
+	"github.com/onnxmem/onnxmem/onnxmem"
 )
 
 // runFields are a train_run line's fields beyond commonFields: the
@@ -16,10 +17,10 @@ var runFields = []string{"batch", "img", "img_h", "img_w", "amp", "amp_dtype", "
 
 // runEventFields are the fields each kind of run event takes.
 var runEventFields = map[string][]string{
-	sim.RunEventSetup: nil,
-	sim.RunEventTrain: {"boxes_per_img", "skipped"},
-	sim.RunEventVal:   {"batch", "img", "img_h", "img_w", "boxes_per_img"},
-	sim.RunEventCkpt:  nil,
+	"setup": nil,
+	"train": {"boxes_per_img", "skipped"},
+	"val":   {"batch", "img", "img_h", "img_w", "boxes_per_img"},
+	"ckpt":  nil,
 }
 
 // trainRun predicts a train_run line: the run's scenario and its events,
@@ -44,9 +45,11 @@ func (p *predictor) trainRun(obj map[string]json.RawMessage) (prediction, error)
 	}
 	events := make([]sim.RunEvent, len(raw))
 	for i, ev := range raw {
-		if events[i], err = runEvent(ev, i, sc.Batch); err != nil {
+		e, err := runEvent(ev, i, sc.Batch)
+		if err != nil {
 			return prediction{}, err
 		}
+		events[i] = sim.RunEvent(e)
 	}
 	m, err := p.model(obj)
 	if err != nil {
@@ -58,8 +61,8 @@ func (p *predictor) trainRun(obj map[string]json.RawMessage) (prediction, error)
 
 // runEvent reads event i of a train_run line: an object with one key, the
 // event's kind, whose value holds its fields.
-func runEvent(ev map[string]json.RawMessage, i int, batch int64) (sim.RunEvent, error) {
-	var e sim.RunEvent
+func runEvent(ev map[string]json.RawMessage, i int, batch int64) (onnxmem.RunEvent, error) {
+	var e onnxmem.RunEvent
 	if len(ev) != 1 {
 		return e, fmt.Errorf("onnxmem: train_run: event %d: want one key, setup, train, val or ckpt, not %d", i, len(ev))
 	}
@@ -82,7 +85,7 @@ func runEvent(ev map[string]json.RawMessage, i int, batch int64) (sim.RunEvent, 
 			return e, fmt.Errorf("onnxmem: train_run: event %d (%s): %w", i, kind, err)
 		}
 		n := batch
-		if kind == sim.RunEventVal {
+		if kind == "val" {
 			var img int64
 			errs := []error{field(f, "batch", &e.Batch, true), field(f, "img", &img, false),
 				field(f, "img_h", &e.Height, false), field(f, "img_w", &e.Width, false)}
@@ -102,7 +105,7 @@ func runEvent(ev map[string]json.RawMessage, i int, batch int64) (sim.RunEvent, 
 			n = e.Batch
 		}
 		raw, ok := f["boxes_per_img"]
-		if !ok && kind == sim.RunEventTrain {
+		if !ok && kind == "train" {
 			return e, fmt.Errorf("onnxmem: train_run: event %d (train): missing field \"boxes_per_img\": give each image's count of boxes", i)
 		}
 		if ok {
@@ -138,7 +141,7 @@ type runPredicted struct {
 	OOMEvent       *int     `json:"oom_event,omitempty"`
 }
 
-func newRunPredicted(r *sim.RunResult) runPredicted {
+func newRunPredicted(r *onnxmem.RunResult) runPredicted {
 	js := runPredicted{Peak: r.Peak, PeakReserved: r.PeakReserved, OOM: r.OOM}
 	for _, s := range r.Steps {
 		js.ReservedAfter = append(js.ReservedAfter, s.Reserved)
@@ -150,4 +153,14 @@ func newRunPredicted(r *sim.RunResult) runPredicted {
 		js.OOMEvent = &r.OOMEvent
 	}
 	return js
+}
+
+// publicRun is the engine's run as the public one, for newRunPredicted:
+// the figures, not the scenario.
+func publicRun(r *sim.RunResult) *onnxmem.RunResult {
+	out := &onnxmem.RunResult{Peak: r.Peak, PeakReserved: r.PeakReserved, OOM: r.OOM, OOMEvent: r.OOMEvent}
+	for _, s := range r.Steps {
+		out.Steps = append(out.Steps, onnxmem.RunStep(s))
+	}
+	return out
 }

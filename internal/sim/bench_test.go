@@ -16,7 +16,7 @@ import (
 // builtinBench returns a built-in model, warmed by one simulation so that
 // what is built once per model (its family's holds, the cuDNN table) is
 // not timed.
-func builtinBench(b *testing.B, name string, warm sim.Scenario) *sim.Model {
+func builtinBench(b *testing.B, name string, warm sim.Options) *sim.Model {
 	b.Helper()
 	m, err := sim.Builtin(name)
 	if err != nil {
@@ -33,7 +33,7 @@ func builtinBench(b *testing.B, name string, warm sim.Scenario) *sim.Model {
 // and 640×640 under AMP: shape inference, the schedule, its liveness and the
 // allocator replay (a warm-up step and the measured one). Goal: under 2 ms.
 func BenchmarkSimulateYolov9E(b *testing.B) {
-	sc := sim.Scenario{Batch: 64, Height: 640, Width: 640, AMP: true}
+	sc := sim.Options{Batch: 64, Height: 640, Width: 640, AMP: true}
 	m := builtinBench(b, "yolov9-e", sc)
 	for b.Loop() {
 		if _, err := m.Simulate(sc); err != nil {
@@ -47,7 +47,7 @@ func BenchmarkSimulateYolov9E(b *testing.B) {
 // warm-up replays three iterations that GradScaler skips before the one
 // that makes the optimizer's state (Scenario.WarmSteps). Goal: under 4 ms.
 func BenchmarkTrainStepYolov9E(b *testing.B) {
-	sc := sim.Scenario{Batch: 64, Height: 640, Width: 640, AMP: true, Train: true, Boxes: 16, EMA: true}
+	sc := sim.Options{Batch: 64, Height: 640, Width: 640, AMP: true, Train: true, Boxes: 16, EMA: true}
 	m := builtinBench(b, "yolov9-e", sc)
 	for b.Loop() {
 		if _, err := m.Simulate(sc); err != nil {
@@ -59,33 +59,15 @@ func BenchmarkTrainStepYolov9E(b *testing.B) {
 // BenchmarkSweep42 sweeps yolov9-e over batch 1 to 64 (7 sizes) × fp32 and
 // AMP × 0, 2 and 4 checkpoint segments at 640×640. Goal: under 50 ms.
 func BenchmarkSweep42(b *testing.B) {
-	m := builtinBench(b, "yolov9-e", sim.Scenario{Batch: 1, Height: 640, Width: 640})
+	m := builtinBench(b, "yolov9-e", sim.Options{Batch: 1, Height: 640, Width: 640})
 	batches := []int64{1, 2, 4, 8, 16, 32, 64}
 	for b.Loop() {
 		for _, amp := range []bool{false, true} {
 			for _, k := range []int{0, 2, 4} {
-				if _, err := m.Sweep(sim.Scenario{Height: 640, Width: 640, AMP: amp, Segments: k}, batches, nil); err != nil {
+				if _, err := m.Sweep(sim.Options{Height: 640, Width: 640, AMP: amp, Segments: k}, batches, nil); err != nil {
 					b.Fatal(err)
 				}
 			}
-		}
-	}
-}
-
-// BenchmarkMaxBatch finds the largest batch of a yolov9-c train step under
-// AMP that fits an RTX 4090 (24 GB). Goal: under 20 ms.
-func BenchmarkMaxBatch(b *testing.B) {
-	d, err := sim.LookupDevice("rtx4090")
-	if err != nil {
-		b.Fatal(err)
-	}
-	sc := sim.Scenario{Height: 640, Width: 640, AMP: true, Train: true, Boxes: 16, EMA: true}
-	warm := sc
-	warm.Batch = 1
-	m := builtinBench(b, "yolov9-c", warm)
-	for b.Loop() {
-		if _, _, err := m.MaxBatchOn(d, sc, 1024); err != nil {
-			b.Fatal(err)
 		}
 	}
 }

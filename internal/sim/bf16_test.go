@@ -43,7 +43,7 @@ func TestBF16Measured(t *testing.T) {
 	models := builtins{}
 	for _, s := range f.Scenarios {
 		m := models.get(t, s.Cfg)
-		r, err := m.Simulate(sim.Scenario{Batch: s.Batch, Height: s.Img, Width: s.Img, AMP: true, AMPDType: s.AMPDType, Segments: s.Segments, EmptyCache: ownHarness})
+		r, err := m.Simulate(sim.Options{Batch: s.Batch, Height: s.Img, Width: s.Img, AMP: true, AMPDType: s.AMPDType, Segments: s.Segments, EmptyCache: ownHarness})
 		if err != nil {
 			t.Fatal(err)
 		}

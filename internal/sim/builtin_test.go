@@ -49,7 +49,7 @@ func TestBuiltinMatchesExport(t *testing.T) {
 			if built.Name != name {
 				t.Errorf("Name = %q, want %q", built.Name, name)
 			}
-			for _, sc := range []sim.Scenario{
+			for _, sc := range []sim.Options{
 				{Batch: 4, Height: 640, Width: 640},
 				{Batch: 3, Height: 512, Width: 384, AMP: true, Segments: 2},
 				{Batch: 2, Height: 640, Width: 640, Half: true},
@@ -114,7 +114,7 @@ func TestBuiltinEveryModel(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r, err := m.Simulate(sim.Scenario{Batch: 1, Height: 640, Width: 640, AMP: true})
+		r, err := m.Simulate(sim.Options{Batch: 1, Height: 640, Width: 640, AMP: true})
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}

@@ -37,8 +37,8 @@ type calibrationLine struct {
 }
 
 // scenario is the Scenario the line measured.
-func (l calibrationLine) scenario() sim.Scenario {
-	sc := sim.Scenario{Batch: l.Batch, Height: l.Img, Width: l.Img, AMP: l.AMP, Segments: l.Segments}
+func (l calibrationLine) scenario() sim.Options {
+	sc := sim.Options{Batch: l.Batch, Height: l.Img, Width: l.Img, AMP: l.AMP, Segments: l.Segments}
 	switch l.Kind {
 	case "eval_step":
 		sc.Eval = true

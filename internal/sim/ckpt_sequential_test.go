@@ -305,7 +305,7 @@ func TestCkptSequential(t *testing.T) {
 			t.Errorf("amp=%v segments=%d: the measurement failed: %s", s.AMP, s.Segments, s.Error)
 			continue
 		}
-		sc := sim.Scenario{Batch: res.Input[0], Height: res.Input[2], Width: res.Input[3], AMP: s.AMP, Segments: s.Segments}
+		sc := sim.Options{Batch: res.Input[0], Height: res.Input[2], Width: res.Input[3], AMP: s.AMP, Segments: s.Segments}
 		p, err := m.Program(sc)
 		if err != nil {
 			t.Fatal(err)
@@ -459,7 +459,7 @@ func TestRecomputeStopKeepsLaterReads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := m.Program(sim.Scenario{Batch: 1, Height: 640, Width: 640, Segments: 2})
+	p, err := m.Program(sim.Options{Batch: 1, Height: 640, Width: 640, Segments: 2})
 	if err != nil {
 		t.Fatal(err)
 	}

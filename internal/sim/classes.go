@@ -103,7 +103,7 @@ type template struct {
 
 // classKey names a scenario's class: everything but the batch size and the
 // allocator's limit and options, which no program depends on.
-func classKey(sc Scenario) string {
+func classKey(sc Options) string {
 	sc.Batch, sc.Capacity, sc.AllocConf, sc.EmptyCache = 0, 0, "", ""
 	return fmt.Sprintf("%+v", sc)
 }
@@ -112,7 +112,7 @@ func classKey(sc Scenario) string {
 // class's template when there is one, else built (and kept towards one).
 // The program it returns may share its events with other programs and has
 // no Shapes; it is for the allocator's replay only.
-func (m *Model) program(sc Scenario) (*schedule.Program, error) {
+func (m *Model) program(sc Options) (*schedule.Program, error) {
 	prog, err := m.programOf(sc)
 	if err != nil {
 		return nil, err
@@ -136,7 +136,7 @@ func (e *ErrTooLarge) Error() string {
 
 // checkBytes returns an *ErrTooLarge when the buffers of prog add up to more than
 // MaxStepBytes.
-func checkBytes(prog *schedule.Program, sc Scenario) error {
+func checkBytes(prog *schedule.Program, sc Options) error {
 	var total int64
 	for _, b := range prog.Buffers {
 		total += b.Bytes
@@ -148,7 +148,7 @@ func checkBytes(prog *schedule.Program, sc Scenario) error {
 }
 
 // programOf returns the step's program as program says, unchecked.
-func (m *Model) programOf(sc Scenario) (*schedule.Program, error) {
+func (m *Model) programOf(sc Options) (*schedule.Program, error) {
 	p, sc, err := m.programPrep(sc)
 	if err != nil {
 		return nil, err

@@ -15,7 +15,7 @@ func TestClassPrograms(t *testing.T) {
 		batches = append(batches, b)
 	}
 	batches = append(batches, 96, 127, 128, 250)
-	scenarios := []Scenario{
+	scenarios := []Options{
 		{Height: 640, Width: 640},
 		{Height: 640, Width: 640, AMP: true, Segments: 2},
 		{Height: 384, Width: 640, Half: true},
@@ -27,11 +27,11 @@ func TestClassPrograms(t *testing.T) {
 	// A ViT's and a ConvNeXt's Linears sum their bias gradients over B·L
 	// rows, whose staging appears past some batch size: the derived
 	// programs must size it anew, as the convs' workspaces.
-	tv := []Scenario{{Height: 224, Width: 224}, {Height: 224, Width: 224, AMP: true}}
+	tv := []Options{{Height: 224, Width: 224}, {Height: 224, Width: 224, AMP: true}}
 	models := []struct {
 		name      string
 		load      func(string) (*Model, error)
-		scenarios []Scenario
+		scenarios []Options
 	}{
 		{"yolov9-s", Builtin, scenarios},
 		{"gelan-t", Builtin, scenarios},

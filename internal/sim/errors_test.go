@@ -69,7 +69,7 @@ func simulateAfterBlock(t *testing.T, op string) error {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = m.Simulate(sim.Scenario{Batch: 2, Height: 32, Width: 32})
+	_, err = m.Simulate(sim.Options{Batch: 2, Height: 32, Width: 32})
 	return err
 }
 
@@ -88,7 +88,7 @@ func TestSimulateErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, sc := range []sim.Scenario{{Batch: 0, Height: 64, Width: 64}, {Batch: 1, Height: 0, Width: 64}} {
+	for _, sc := range []sim.Options{{Batch: 0, Height: 64, Width: 64}, {Batch: 1, Height: 0, Width: 64}} {
 		_, err := m.Simulate(sc)
 		wantErr(t, "scenario", err, "onnxmem: ")
 	}
@@ -112,13 +112,13 @@ func TestImageMultiple(t *testing.T) {
 		{500, 640, []string{"image 500×640", "multiples of 32", "give 512×640"}},
 		{640, 650, []string{"image 640×650", "multiples of 32", "give 640×672"}},
 	} {
-		sc := sim.Scenario{Batch: 1, Height: tc.h, Width: tc.w}
+		sc := sim.Options{Batch: 1, Height: tc.h, Width: tc.w}
 		_, err := m.Simulate(sc)
 		wantErr(t, fmt.Sprintf("Simulate %d×%d", tc.h, tc.w), err, "onnxmem: yolov9-t: ", tc.parts...)
 		_, err = m.Cost(sc)
 		wantErr(t, fmt.Sprintf("Cost %d×%d", tc.h, tc.w), err, "onnxmem: yolov9-t: ", tc.parts...)
 	}
-	if _, err := m.Simulate(sim.Scenario{Batch: 1, Height: 672, Width: 512}); err != nil {
+	if _, err := m.Simulate(sim.Options{Batch: 1, Height: 672, Width: 512}); err != nil {
 		t.Errorf("672×512: %v", err)
 	}
 }
@@ -135,7 +135,7 @@ func TestFixedImage(t *testing.T) {
 	if h, w, ok := m.FixedImage(); !ok || h != 224 || w != 224 {
 		t.Errorf("vit_b_16: FixedImage %d×%d %v, want 224×224 true", h, w, ok)
 	}
-	_, err = m.Simulate(sim.Scenario{Batch: 2, Height: 640, Width: 640})
+	_, err = m.Simulate(sim.Options{Batch: 2, Height: 640, Width: 640})
 	wantErr(t, "vit_b_16 at 640", err, "onnxmem: vit_b_16-train: image 640×640: the export fixes its input at 224×224", "give 224×224")
 	y, err := sim.Builtin("yolov9-t")
 	if err != nil {

@@ -156,7 +156,7 @@ func TestEvalMeasured(t *testing.T) {
 			continue
 		}
 		m := models.get(t, s.Cfg)
-		sc := sim.Scenario{Batch: s.Batch, Height: s.ImgH, Width: s.ImgW, Eval: true, EmptyCache: ownHarness}
+		sc := sim.Options{Batch: s.Batch, Height: s.ImgH, Width: s.ImgW, Eval: true, EmptyCache: ownHarness}
 		r, err := m.Simulate(sc)
 		if err != nil {
 			t.Fatal(err)
@@ -252,7 +252,7 @@ func TestEvalDumpProgram(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		p, err := m.Program(sim.Scenario{Batch: b, Height: h, Width: w, Eval: true})
+		p, err := m.Program(sim.Options{Batch: b, Height: h, Width: w, Eval: true})
 		if err != nil {
 			t.Fatal(err)
 		}

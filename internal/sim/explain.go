@@ -69,7 +69,7 @@ func ExplainKinds() []string {
 }
 
 // Explain simulates a scenario and explains its peak.
-func (m *Model) Explain(sc Scenario) (*Explanation, error) {
+func (m *Model) Explain(sc Options) (*Explanation, error) {
 	p, err := m.program(sc)
 	if err != nil {
 		return nil, err

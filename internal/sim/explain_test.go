@@ -16,7 +16,7 @@ func TestExplainSums(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, sc := range []sim.Scenario{
+		for _, sc := range []sim.Options{
 			{Batch: 4, Height: 320, Width: 320},
 			{Batch: 4, Height: 320, Width: 320, AMP: true, Segments: 2},
 			{Batch: 4, Height: 320, Width: 320, AMP: true, Train: true, Boxes: 8, EMA: true},

@@ -19,7 +19,7 @@ func TestFamilies(t *testing.T) {
 	if m.Family != "yolov9" {
 		t.Fatalf("yolov9-t: family %q, want yolov9", m.Family)
 	}
-	train := sim.Scenario{Batch: 4, Height: 320, Width: 320, Train: true, Boxes: 32, AMP: true}
+	train := sim.Options{Batch: 4, Height: 320, Width: 320, Train: true, Boxes: 32, AMP: true}
 	yolo, err := m.Simulate(train)
 	if err != nil {
 		t.Fatal(err)
@@ -52,7 +52,7 @@ func TestFamilies(t *testing.T) {
 	}
 	// The model step of the generic family keeps the layer loop's and the
 	// modules' arguments; YOLOv9's lists (ELAN, CBFuse) keep a little more.
-	step := sim.Scenario{Batch: 8, Height: 640, Width: 640, Segments: 4}
+	step := sim.Options{Batch: 8, Height: 640, Width: 640, Segments: 4}
 	a, err := m.Simulate(step)
 	if err != nil {
 		t.Fatal(err)
@@ -73,11 +73,11 @@ func TestFamilies(t *testing.T) {
 	}{
 		{func() error { _, err := m.As("yolov5"); return err }, `onnxmem: yolov9-t: family: unknown family "yolov5": want one of yolov9, generic`},
 		{func() error {
-			_, err := m.Simulate(sim.Scenario{Batch: 1, Height: 64, Width: 64, Family: "yolov5"})
+			_, err := m.Simulate(sim.Options{Batch: 1, Height: 64, Width: 64, Family: "yolov5"})
 			return err
 		}, `unknown family "yolov5"`},
 		{func() error {
-			_, err := (&sim.Model{Name: "x"}).Simulate(sim.Scenario{Batch: 1, Height: 64, Width: 64})
+			_, err := (&sim.Model{Name: "x"}).Simulate(sim.Options{Batch: 1, Height: 64, Width: 64})
 			return err
 		}, "was not made by Load"},
 	} {

@@ -50,7 +50,7 @@ func (c Cost) Overhead() float64 {
 // element for element-wise ops, none for views and copies. In a CNN the
 // convolutions make nearly all of the count (99.5% on the default model). An
 // op on tensor data outside the table is an error.
-func (m *Model) Cost(sc Scenario) (Cost, error) {
+func (m *Model) Cost(sc Options) (Cost, error) {
 	if err := sc.Supported(); err != nil {
 		return Cost{}, err
 	}

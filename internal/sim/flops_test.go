@@ -67,7 +67,7 @@ func TestCost(t *testing.T) {
 		// Sigmoid whose output the loss never reads.
 		bwd = 2 * (fwd - scale - sig4)
 	)
-	sc := Scenario{Batch: 2, Height: 16, Width: 16}
+	sc := Options{Batch: 2, Height: 16, Width: 16}
 	for _, tc := range []struct {
 		name      string
 		segments  int
@@ -109,11 +109,11 @@ func TestCost(t *testing.T) {
 
 func TestCostScalesWithBatch(t *testing.T) {
 	m := flopsNet(t)
-	one, err := m.Cost(Scenario{Batch: 1, Height: 32, Width: 32, Segments: 2})
+	one, err := m.Cost(Options{Batch: 1, Height: 32, Width: 32, Segments: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
-	four, err := m.Cost(Scenario{Batch: 4, Height: 32, Width: 32, Segments: 2})
+	four, err := m.Cost(Options{Batch: 4, Height: 32, Width: 32, Segments: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +124,7 @@ func TestCostScalesWithBatch(t *testing.T) {
 
 func TestCostErrors(t *testing.T) {
 	m := flopsNet(t)
-	for _, sc := range []Scenario{
+	for _, sc := range []Options{
 		{Batch: 0, Height: 16, Width: 16},
 		{Batch: 1, Height: 16, Width: 16, AMP: true, Half: true},
 		{Batch: 1, Height: 16, Width: 16, Segments: 2, Checkpoint: []Range{{From: 0, To: 1}}},
@@ -160,7 +160,7 @@ func TestCostYOLOv9C(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := m.Cost(Scenario{Batch: 1, Height: 640, Width: 640})
+	c, err := m.Cost(Options{Batch: 1, Height: 640, Width: 640})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,7 +172,7 @@ func TestCostYOLOv9C(t *testing.T) {
 	if c.Backward < c.Forward || c.Backward > 2*c.Forward {
 		t.Errorf("backward %d outside [forward, 2×forward] of %d", c.Backward, c.Forward)
 	}
-	k2, err := m.Cost(Scenario{Batch: 1, Height: 640, Width: 640, Segments: 2})
+	k2, err := m.Cost(Options{Batch: 1, Height: 640, Width: 640, Segments: 2})
 	if err != nil {
 		t.Fatal(err)
 	}

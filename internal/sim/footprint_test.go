@@ -27,7 +27,7 @@ func TestFootprint(t *testing.T) {
 	}
 	check := func(name string, m *sim.Model, w want) {
 		t.Helper()
-		f, err := m.Footprint(sim.Scenario{})
+		f, err := m.Footprint(sim.Options{})
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}

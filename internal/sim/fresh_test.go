@@ -55,7 +55,7 @@ func (b builtins) classes(t *testing.T, cfg string, nc int) *sim.Model {
 // in models across calls.
 func (s ownRun) simulate(t *testing.T, models builtins) *sim.Result {
 	t.Helper()
-	r, err := models.get(t, s.Cfg).Simulate(sim.Scenario{Batch: s.Batch, Height: s.Img, Width: s.Img, AMP: s.AMP, Half: s.Half,
+	r, err := models.get(t, s.Cfg).Simulate(sim.Options{Batch: s.Batch, Height: s.Img, Width: s.Img, AMP: s.AMP, Half: s.Half,
 		Segments: s.Segments, AllocConf: s.AllocConf, EmptyCache: ownHarness})
 	if err != nil {
 		t.Fatal(err)

@@ -25,7 +25,7 @@ func TestGoldenTiny(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := m.Simulate(sim.Scenario{Batch: 2, Height: 64, Width: 64})
+	got, err := m.Simulate(sim.Options{Batch: 2, Height: 64, Width: 64})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -67,7 +67,7 @@ func TestH100CrossCheck(t *testing.T) {
 			continue
 		}
 		m := models.get(t, s.Cfg)
-		r, err := m.Simulate(sim.Scenario{Batch: s.Batch, Height: s.ImgH, Width: s.ImgW, Eval: true, EmptyCache: ownHarness})
+		r, err := m.Simulate(sim.Options{Batch: s.Batch, Height: s.ImgH, Width: s.ImgW, Eval: true, EmptyCache: ownHarness})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -74,7 +74,7 @@ func TestGroundTruthHistory(t *testing.T) {
 				}
 				pr = m.NewProcess()
 			}
-			s := Scenario{Batch: l.Batch, Height: l.Img, Width: l.Img, AMP: l.AMP, Segments: l.Segments, EmptyCache: c.mode}
+			s := Options{Batch: l.Batch, Height: l.Img, Width: l.Img, AMP: l.AMP, Segments: l.Segments, EmptyCache: c.mode}
 			got, r := inOrderAndAlone(t, pr, m, s)
 			me := l.Measured.PeakReserved
 			pct := func(x int64) float64 { return 100 * float64(x-me) / float64(me) }
@@ -97,7 +97,7 @@ func TestGroundTruthHistory(t *testing.T) {
 
 // inOrderAndAlone simulates s as the next scenario of pr, a process of m,
 // and alone.
-func inOrderAndAlone(t *testing.T, pr *Process, m *Model, s Scenario) (inOrder, alone *Result) {
+func inOrderAndAlone(t *testing.T, pr *Process, m *Model, s Options) (inOrder, alone *Result) {
 	t.Helper()
 	inOrder, err := pr.Simulate(s)
 	if err != nil {
@@ -175,7 +175,7 @@ func TestHarnessSweep(t *testing.T) {
 			}
 			pr, cfg = m.NewProcess(), l.Cfg
 		}
-		s := Scenario{Batch: l.Batch, Height: l.Img, Width: l.Img, AMP: l.AMP, Segments: l.Segments}
+		s := Options{Batch: l.Batch, Height: l.Img, Width: l.Img, AMP: l.AMP, Segments: l.Segments}
 		got, r := inOrderAndAlone(t, pr, m, s)
 		me := l.Measured
 		what := fmt.Sprintf("%s amp %v segments %d batch %d", l.Cfg, l.AMP, l.Segments, l.Batch)
@@ -252,7 +252,7 @@ func TestHarnessSweepRepeat(t *testing.T) {
 			if s.Measured.OOM {
 				continue
 			}
-			r, err := pr.Simulate(Scenario{Batch: s.Batch, Height: 640, Width: 640, AMP: s.AMP, Segments: s.Segments})
+			r, err := pr.Simulate(Options{Batch: s.Batch, Height: 640, Width: 640, AMP: s.AMP, Segments: s.Segments})
 			if err != nil {
 				t.Fatal(err)
 			}

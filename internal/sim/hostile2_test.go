@@ -49,7 +49,7 @@ func TestHostileGraphs(t *testing.T) {
 			}()
 			m, err := sim.LoadBytes(tc.name, tc.data)
 			if err == nil {
-				_, err = m.Simulate(sim.Scenario{Batch: 1, Height: 32, Width: 32})
+				_, err = m.Simulate(sim.Options{Batch: 1, Height: 32, Width: 32})
 			}
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("%s: %v, want an error with %q", tc.name, err, tc.want)

@@ -41,7 +41,7 @@ func TestLayerProfile(t *testing.T) {
 		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
 			t.Fatal(err)
 		}
-		s := sim.Scenario{Batch: r.Batch, Height: r.Img, Width: r.Img, AMP: r.Amp}
+		s := sim.Options{Batch: r.Batch, Height: r.Img, Width: r.Img, AMP: r.Amp}
 		if s.Supported() != nil {
 			t.Logf("%s b%d amp=%v: not simulated yet", r.Cfg, r.Batch, r.Amp)
 			continue

@@ -38,8 +38,8 @@ func maxBatchRuns(t *testing.T, name ...string) []maxBatchRun {
 // model step by yolov9_segments.py's harness, eval_step.py's validation
 // step, or train_step.py's step of the official code (SGD, EMA, 16 boxes
 // an image).
-func (s maxBatchRun) scenario(t *testing.T) sim.Scenario {
-	sc := sim.Scenario{Height: s.Img, Width: s.Img}
+func (s maxBatchRun) scenario(t *testing.T) sim.Options {
+	sc := sim.Options{Height: s.Img, Width: s.Img}
 	switch s.Step {
 	case "model_step":
 		sc.AMP, sc.Segments, sc.EmptyCache = s.AMP, s.Segments, ownHarness
@@ -113,7 +113,7 @@ func TestMaxBatchBoundary(t *testing.T) {
 		t.Fatal(err)
 	}
 	rng := rand.New(rand.NewPCG(7, 11))
-	fits := func(sc sim.Scenario, b int64) (*sim.Result, bool) {
+	fits := func(sc sim.Options, b int64) (*sim.Result, bool) {
 		sc.Batch = b
 		r, err := m.Simulate(sc)
 		if err != nil {
@@ -122,7 +122,7 @@ func TestMaxBatchBoundary(t *testing.T) {
 		return r, r.Fits()
 	}
 	for i := 0; i < 12; i++ {
-		sc := sim.Scenario{Height: 320, Width: 320, AMP: rng.IntN(2) == 1, Segments: 2 * rng.IntN(2),
+		sc := sim.Options{Height: 320, Width: 320, AMP: rng.IntN(2) == 1, Segments: 2 * rng.IntN(2),
 			Train: rng.IntN(2) == 1, Boxes: 8, EMA: true}
 		capacity := int64(200<<20) + rng.Int64N(8<<30)
 		limit := 1 + rng.Int64N(300)
@@ -177,7 +177,7 @@ func TestOffGridBatchesMeasured(t *testing.T) {
 				continue
 			}
 			n++
-			r, err := m.Simulate(sim.Scenario{Batch: tr.Batch, Height: s.Img, Width: s.Img, AMP: s.AMP, Segments: s.Segments, EmptyCache: ownHarness})
+			r, err := m.Simulate(sim.Options{Batch: tr.Batch, Height: s.Img, Width: s.Img, AMP: s.AMP, Segments: s.Segments, EmptyCache: ownHarness})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -219,7 +219,7 @@ func TestGPUMemUnderLimit(t *testing.T) {
 			if tr.Status != "ok" {
 				continue
 			}
-			sc := sim.Scenario{Batch: tr.Batch, Height: s.Img, Width: s.Img, AMP: s.AMP, Segments: s.Segments, EmptyCache: ownHarness}
+			sc := sim.Options{Batch: tr.Batch, Height: s.Img, Width: s.Img, AMP: s.AMP, Segments: s.Segments, EmptyCache: ownHarness}
 			limit := "-"
 			if tr.Capacity != nil {
 				sc.Capacity = *tr.Capacity

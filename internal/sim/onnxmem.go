@@ -270,9 +270,9 @@ func ParseOptimizer(name string) (Optimizer, error) {
 	return "", fmt.Errorf("onnxmem: unknown optimizer %q: want SGD, Adam, AdamW, Lion (LION) or none", name)
 }
 
-// Scenario is one configuration to simulate. The zero value of a field
+// Options is one configuration to simulate. The zero value of a field
 // means its default, which Defaults fills in.
-type Scenario struct {
+type Options struct {
 	// Batch is the batch size; Height and Width the input image's size.
 	Batch, Height, Width int64
 	// AMP runs the forward under torch.autocast('cuda', torch.float16), as
@@ -407,7 +407,7 @@ const (
 // one place that says what a Scenario's zero fields mean, but for
 // EmptyCache, whose default depends on the model's family too
 // (emptyCacheOf).
-func (sc Scenario) Defaults() Scenario {
+func (sc Options) Defaults() Options {
 	if sc.Train && sc.Optimizer == "" {
 		sc.Optimizer = SGD
 	}
@@ -431,7 +431,7 @@ const DefaultAMPWarmSteps = 4
 // WarmStepsUsed returns how many iterations of the training loop a train
 // step's simulation runs before the measured one: WarmSteps, or its default
 // for the scenario's precision; 0 for other steps.
-func (sc Scenario) WarmStepsUsed() int {
+func (sc Options) WarmStepsUsed() int {
 	if !sc.Train {
 		return 0
 	}
@@ -439,7 +439,7 @@ func (sc Scenario) WarmStepsUsed() int {
 }
 
 // warmSkips returns how many of sc's warm-up steps GradScaler skips.
-func (sc Scenario) warmSkips() int {
+func (sc Options) warmSkips() int {
 	switch {
 	case !sc.Train:
 		return 0
@@ -490,7 +490,7 @@ type KindBytes struct {
 
 // Result is the prediction for one scenario. All sizes are bytes.
 type Result struct {
-	Scenario Scenario
+	Scenario Options
 	// Peak is allocated_bytes.all.peak of the measured step: the figure that
 	// torch.cuda.max_memory_allocated reports. PeakRequested is the same before
 	// the allocator's rounding, PeakReserved the segments held.
@@ -523,7 +523,7 @@ type Result struct {
 }
 
 // allocConfig returns the caching allocator's options of the scenario.
-func (sc Scenario) allocConfig() (allocator.Config, error) {
+func (sc Options) allocConfig() (allocator.Config, error) {
 	c, err := allocator.ParseConf(sc.AllocConf)
 	if err != nil {
 		return c, fmt.Errorf("onnxmem: alloc conf: %w", err)
@@ -535,7 +535,7 @@ func (sc Scenario) allocConfig() (allocator.Config, error) {
 }
 
 // Supported reports why a scenario cannot be simulated yet, or nil.
-func (sc Scenario) Supported() error {
+func (sc Options) Supported() error {
 	switch {
 	case sc.AMP && sc.Half:
 		return fmt.Errorf("onnxmem: amp and half exclude each other: autocast runs on float32 parameters")
@@ -592,7 +592,7 @@ func (sc Scenario) Supported() error {
 
 // Program builds the step's program for a scenario without running the
 // allocator over it.
-func (m *Model) Program(sc Scenario) (*schedule.Program, error) {
+func (m *Model) Program(sc Options) (*schedule.Program, error) {
 	p, sc, err := m.programPrep(sc)
 	if err != nil {
 		return nil, err
@@ -606,7 +606,7 @@ func (m *Model) Program(sc Scenario) (*schedule.Program, error) {
 
 // programPrep checks a scenario and returns the model as its family
 // prepares it, with the scenario's defaults filled in.
-func (m *Model) programPrep(sc Scenario) (*prepared, Scenario, error) {
+func (m *Model) programPrep(sc Options) (*prepared, Options, error) {
 	if err := sc.Supported(); err != nil {
 		return nil, sc, err
 	}
@@ -628,7 +628,7 @@ func (m *Model) programPrep(sc Scenario) (*prepared, Scenario, error) {
 
 // checkLayers returns why sc's checkpointing does not fit a graph of n
 // top-level layers, or nil.
-func (m *Model) checkLayers(sc Scenario, n int) error {
+func (m *Model) checkLayers(sc Options, n int) error {
 	if sc.Segments > max(n, 1) {
 		return fmt.Errorf("onnxmem: segments %d: %s has %d top-level layers, and checkpoint_sequential cannot cut them into more segments than layers (PyTorch raises: its segment size would be 0); give at most %d", sc.Segments, m.Name, n, n)
 	}
@@ -643,7 +643,7 @@ func (m *Model) checkLayers(sc Scenario, n int) error {
 // build infers the shapes of sc and builds its program, asking workspace
 // for the cuDNN workspace of each convolution call; it also returns the
 // calls, in the order the program makes them.
-func (m *Model) build(p *prepared, sc Scenario, workspace func(schedule.ConvCall) int64) (*schedule.Program, []convCall, error) {
+func (m *Model) build(p *prepared, sc Options, workspace func(schedule.ConvCall) int64) (*schedule.Program, []convCall, error) {
 	s, err := m.infer(p.graph, sc)
 	if err != nil {
 		return nil, nil, err
@@ -691,12 +691,12 @@ func (m *Model) build(p *prepared, sc Scenario, workspace func(schedule.ConvCall
 
 // forScenario returns the model as the scenario's family prepares it: its
 // Family field, else the detected one.
-func (m *Model) forScenario(sc Scenario) (*prepared, error) {
+func (m *Model) forScenario(sc Options) (*prepared, error) {
 	return m.prepare(cmp.Or(sc.Family, m.Family))
 }
 
 // Simulate predicts one scenario.
-func (m *Model) Simulate(sc Scenario) (*Result, error) {
+func (m *Model) Simulate(sc Options) (*Result, error) {
 	p, err := m.program(sc)
 	if err != nil {
 		return nil, err
@@ -709,7 +709,7 @@ func (m *Model) Simulate(sc Scenario) (*Result, error) {
 // at once. progress, when not nil, is called after each one, from one
 // goroutine at a time, with the number done so far. On errors it returns
 // the one of the earliest batch size in the list.
-func (m *Model) Sweep(sc Scenario, batches []int64, progress func(done, total int)) ([]*Result, error) {
+func (m *Model) Sweep(sc Options, batches []int64, progress func(done, total int)) ([]*Result, error) {
 	out := make([]*Result, len(batches))
 	errs := make([]error, len(batches))
 	var mu sync.Mutex
@@ -774,7 +774,7 @@ func (r *Result) Fits() bool { return !r.OOM }
 // the limit is then the same run); it does not when the bytes it requests
 // at once exceed capacity (no layout holds them); in between, the step is
 // simulated under the limit, where releasing the cache may let it fit.
-func (m *Model) Fit(sc Scenario, capacity int64) (*Result, bool, error) {
+func (m *Model) Fit(sc Options, capacity int64) (*Result, bool, error) {
 	sc.Capacity = 0
 	r, err := m.Simulate(sc)
 	if err != nil {
@@ -810,7 +810,7 @@ func (m *Model) Fit(sc Scenario, capacity int64) (*Result, bool, error) {
 // finishes. A step whose fitting is monotone in the batch gets the answer a
 // binary search gives, in about 2 + 2·log2(the guess's error) simulations
 // instead of log2(limit).
-func (m *Model) MaxBatch(sc Scenario, capacity, limit int64) (int64, *Result, error) {
+func (m *Model) MaxBatch(sc Options, capacity, limit int64) (int64, *Result, error) {
 	if capacity <= 0 {
 		return 0, nil, fmt.Errorf("onnxmem: max batch under a limit of %d bytes: the limit must be positive", capacity)
 	}
@@ -901,7 +901,7 @@ func layers(g *ir.Graph) int {
 // model.parameters()) also counts frozen weights, which the training graph
 // shows as constants (a detection head's fixed bin weights, say).
 func (m *Model) Parameters() (int64, error) {
-	p, err := m.Program(Scenario{Batch: 1, Height: 64, Width: 64})
+	p, err := m.Program(Options{Batch: 1, Height: 64, Width: 64})
 	if err != nil {
 		return 0, err
 	}
@@ -935,7 +935,7 @@ type Footprint struct {
 // and its stride tensor, say), each moved to the device as PyTorch's
 // Module._apply moves them, one allocation a tensor. Of the scenario it
 // reads only Family and AllocConf; the other fields are ignored.
-func (m *Model) Footprint(sc Scenario) (*Footprint, error) {
+func (m *Model) Footprint(sc Options) (*Footprint, error) {
 	conf, err := sc.allocConfig()
 	if err != nil {
 		return nil, err
@@ -944,7 +944,7 @@ func (m *Model) Footprint(sc Scenario) (*Footprint, error) {
 	if fh, fw, ok := m.FixedImage(); ok {
 		h, w = fh, fw // a fixed input size, such as a ViT's
 	}
-	p, err := m.Program(Scenario{Batch: 1, Height: h, Width: w, Family: sc.Family})
+	p, err := m.Program(Options{Batch: 1, Height: h, Width: w, Family: sc.Family})
 	if err != nil {
 		return nil, err
 	}
@@ -1064,7 +1064,7 @@ func (m *Model) FixedImage() (h, w int64, ok bool) {
 // names that multiple, the smallest whose next two multiples both infer,
 // and the nearest size that works, the way training
 // scripts round an image size up (⌈650/32⌉·32 = 672 for a stride of 32).
-func (m *Model) infer(g *ir.Graph, sc Scenario) (*ir.Shapes, error) {
+func (m *Model) infer(g *ir.Graph, sc Options) (*ir.Shapes, error) {
 	b := ir.Binding{Batch: sc.Batch, Height: sc.Height, Width: sc.Width}
 	s, err := g.Infer(b)
 	if err == nil {

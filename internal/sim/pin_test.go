@@ -21,7 +21,7 @@ var pinnedPath = filepath.Join("..", "..", "testdata", "golden", "pinned.json")
 // pinned is one entry of pinnedPath.
 type pinned struct {
 	Model    string
-	Scenario sim.Scenario
+	Scenario sim.Options
 	Result   *sim.Result
 }
 
@@ -51,11 +51,11 @@ func pinScenarios(t *testing.T) []pinned {
 	}
 	for _, file := range []string{"yolov9_segments.json", "yolov9_segments_fresh.json", "yolov9_other_fresh.json"} {
 		for _, r := range ownRuns(t, file) {
-			out = append(out, pinned{Model: r.Cfg, Scenario: sim.Scenario{Batch: r.Batch, Height: r.Img, Width: r.Img, AMP: r.AMP, Segments: r.Segments}})
+			out = append(out, pinned{Model: r.Cfg, Scenario: sim.Options{Batch: r.Batch, Height: r.Img, Width: r.Img, AMP: r.AMP, Segments: r.Segments}})
 		}
 	}
 	for _, name := range models.Names() {
-		for _, s := range []sim.Scenario{
+		for _, s := range []sim.Options{
 			{Batch: 4, Height: 640, Width: 640},
 			{Batch: 4, Height: 384, Width: 512, AMP: true, Segments: 3},
 			{Batch: 2, Height: 320, Width: 320, Half: true},

@@ -61,8 +61,8 @@ type ErrNoPlan struct {
 }
 
 func (e *ErrNoPlan) Error() string {
-	return fmt.Sprintf("onnxmem: plan: no checkpoint plan fits a limit of %s: the lowest peak reachable is %s allocated, checkpointing layers %s; use a smaller batch or image, or AMP",
-		FormatBytes(e.Capacity), FormatBytes(e.Lowest), formatRanges(e.Plan))
+	return fmt.Sprintf("onnxmem: plan: no checkpoint plan fits a limit of %d bytes: the lowest peak reachable is %d bytes allocated, checkpointing layers %s; use a smaller batch or image, or AMP",
+		e.Capacity, e.Lowest, formatRanges(e.Plan))
 }
 
 // formatRanges writes ranges as the -checkpoint flag takes them: inclusive
@@ -84,7 +84,7 @@ func formatRanges(rs []Range) string {
 // LayerFLOPs returns the forward FLOPs of each top-level layer at the
 // scenario's shapes (Cost's counting), what checkpointing the layer
 // recomputes.
-func (m *Model) LayerFLOPs(sc Scenario) ([]int64, error) {
+func (m *Model) LayerFLOPs(sc Options) ([]int64, error) {
 	n := m.Layers()
 	out := make([]int64, n)
 	for l := range n {
@@ -102,7 +102,7 @@ func (m *Model) LayerFLOPs(sc Scenario) ([]int64, error) {
 // it finds for sc to fit (Model.Fit) under capacity, the caching
 // allocator's limit; sc's own Segments and Checkpoint are replaced. When no
 // plan fits it returns an *ErrNoPlan.
-func (m *Model) MakePlan(sc Scenario, capacity int64) (*Plan, error) {
+func (m *Model) MakePlan(sc Options, capacity int64) (*Plan, error) {
 	if capacity <= 0 {
 		return nil, fmt.Errorf("onnxmem: plan: a limit of %d bytes: the limit must be positive", capacity)
 	}

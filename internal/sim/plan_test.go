@@ -17,11 +17,11 @@ import (
 func TestMakePlan(t *testing.T) {
 	for _, tc := range []struct {
 		model string
-		sc    sim.Scenario
+		sc    sim.Options
 	}{
-		{"yolov9-t", sim.Scenario{Batch: 8, Height: 320, Width: 320}},
-		{"yolov9-s", sim.Scenario{Batch: 8, Height: 320, Width: 320, AMP: true, Train: true, Boxes: 8, EMA: true}},
-		{"gelan-c", sim.Scenario{Batch: 4, Height: 320, Width: 320, AMP: true}},
+		{"yolov9-t", sim.Options{Batch: 8, Height: 320, Width: 320}},
+		{"yolov9-s", sim.Options{Batch: 8, Height: 320, Width: 320, AMP: true, Train: true, Boxes: 8, EMA: true}},
+		{"gelan-c", sim.Options{Batch: 4, Height: 320, Width: 320, AMP: true}},
 	} {
 		m, err := sim.Builtin(tc.model)
 		if err != nil {
@@ -112,7 +112,7 @@ func TestPlanMeasured(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		sc := sim.Scenario{Batch: p.Batch, Height: p.Img, Width: p.Img, AMP: p.AMP, EmptyCache: ownHarness}
+		sc := sim.Options{Batch: p.Batch, Height: p.Img, Width: p.Img, AMP: p.AMP, EmptyCache: ownHarness}
 		for _, r := range p.Checkpoint {
 			sc.Checkpoint = append(sc.Checkpoint, sim.Range{From: r[0], To: r[1] + 1})
 		}

@@ -30,7 +30,7 @@ type Process struct {
 	m     *Model
 	ps    process
 	first *schedule.Program // the first scenario's program
-	sc    Scenario          // the first scenario, its defaults set
+	sc    Options           // the first scenario, its defaults set
 	conf  allocator.Config
 	steps int
 	oom   int // the step that ran out of memory, or -1
@@ -53,7 +53,7 @@ func (m *Model) NewProcess() *Process {
 // tensors: model steps of one precision, say) and share its allocator
 // options, limit and way of emptying the cache. Once a step has run out of
 // memory the process ends: later scenarios are refused.
-func (pr *Process) Simulate(sc Scenario) (*Result, error) {
+func (pr *Process) Simulate(sc Options) (*Result, error) {
 	p, err := pr.m.program(sc)
 	if err != nil {
 		return nil, err

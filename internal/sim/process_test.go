@@ -16,7 +16,7 @@ func TestProcessFirstIsSimulate(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, mode := range []sim.EmptyCache{"", sim.EmptyCacheStep, sim.EmptyCacheWarmUp, sim.EmptyCacheNever} {
-		for _, sc := range []sim.Scenario{
+		for _, sc := range []sim.Options{
 			{Batch: 4, Height: 320, Width: 320, AMP: true, Segments: 2},
 			{Batch: 4, Height: 320, Width: 320, Train: true, Boxes: 4, EMA: true},
 			{Batch: 8, Height: 320, Width: 320, Eval: true},
@@ -47,8 +47,8 @@ func TestEmptyCacheModes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	big := sim.Scenario{Batch: 16, Height: 320, Width: 320}
-	small := sim.Scenario{Batch: 1, Height: 320, Width: 320}
+	big := sim.Options{Batch: 16, Height: 320, Width: 320}
+	small := sim.Options{Batch: 1, Height: 320, Width: 320}
 	var requested []int64
 	reserved := map[sim.EmptyCache]int64{}
 	for _, mode := range []sim.EmptyCache{sim.EmptyCacheStep, sim.EmptyCacheWarmUp, sim.EmptyCacheNever} {
@@ -85,18 +85,18 @@ func TestProcessRefuses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	step := sim.Scenario{Batch: 2, Height: 320, Width: 320}
+	step := sim.Options{Batch: 2, Height: 320, Width: 320}
 	for _, c := range []struct {
-		first, next sim.Scenario
+		first, next sim.Options
 		want        string
 	}{
-		{step, sim.Scenario{Batch: 2, Height: 320, Width: 320, AllocConf: "expandable_segments:True"}, "a process has one allocator"},
-		{step, sim.Scenario{Batch: 2, Height: 320, Width: 320, Capacity: 1 << 30}, "a process has one allocator"},
-		{step, sim.Scenario{Batch: 2, Height: 320, Width: 320, EmptyCache: sim.EmptyCacheNever}, "one way to every scenario"},
-		{step, sim.Scenario{Batch: 2, Height: 320, Width: 320, Train: true, Boxes: 2, EmptyCache: sim.EmptyCacheStep}, "other parameters"},
-		{step, sim.Scenario{Batch: 2, Height: 320, Width: 320, Half: true}, "other parameters"},
-		{sim.Scenario{Batch: 64, Height: 640, Width: 640, Capacity: 1 << 30}, sim.Scenario{Batch: 1, Height: 640, Width: 640, Capacity: 1 << 30}, "ran out of memory"},
-		{step, sim.Scenario{Batch: 2, Height: 320, Width: 320, EmptyCache: "sometimes"}, `empty cache "sometimes"`},
+		{step, sim.Options{Batch: 2, Height: 320, Width: 320, AllocConf: "expandable_segments:True"}, "a process has one allocator"},
+		{step, sim.Options{Batch: 2, Height: 320, Width: 320, Capacity: 1 << 30}, "a process has one allocator"},
+		{step, sim.Options{Batch: 2, Height: 320, Width: 320, EmptyCache: sim.EmptyCacheNever}, "one way to every scenario"},
+		{step, sim.Options{Batch: 2, Height: 320, Width: 320, Train: true, Boxes: 2, EmptyCache: sim.EmptyCacheStep}, "other parameters"},
+		{step, sim.Options{Batch: 2, Height: 320, Width: 320, Half: true}, "other parameters"},
+		{sim.Options{Batch: 64, Height: 640, Width: 640, Capacity: 1 << 30}, sim.Options{Batch: 1, Height: 640, Width: 640, Capacity: 1 << 30}, "ran out of memory"},
+		{step, sim.Options{Batch: 2, Height: 320, Width: 320, EmptyCache: "sometimes"}, `empty cache "sometimes"`},
 	} {
 		p := m.NewProcess()
 		if _, err := p.Simulate(c.first); err != nil {

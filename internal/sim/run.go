@@ -23,7 +23,7 @@ import (
 // program that schedule.Build
 // made: Run panics on one whose events are not balanced, a broken invariant,
 // and on a scenario whose allocator options Supported refuses.
-func Run(p *schedule.Program, sc Scenario) *Result {
+func Run(p *schedule.Program, sc Options) *Result {
 	s := scratches.Get().(*scratch)
 	defer scratches.Put(s)
 	r, _ := runInto(s, p, sc, nil, nil, false)
@@ -47,7 +47,7 @@ type Sample struct {
 // Timeline simulates a scenario like Simulate and also returns the
 // allocator's counters and the live bytes after every event of the measured
 // step, for plots of memory over time.
-func (m *Model) Timeline(sc Scenario) (*Result, []Sample, error) {
+func (m *Model) Timeline(sc Options) (*Result, []Sample, error) {
 	p, err := m.program(sc)
 	if err != nil {
 		return nil, nil, err
@@ -82,14 +82,14 @@ var scratches = sync.Pool{New: func() any { return new(scratch) }}
 // run replays p as Run says, calling begin with the allocator just before
 // the measured step and observe after each of its events, and returns the
 // Result with the liveness analysis of the step.
-func run(p *schedule.Program, sc Scenario, begin func(*allocator.Allocator), observe func(int, allocator.Stats)) (*Result, *liveness.Analysis) {
+func run(p *schedule.Program, sc Options, begin func(*allocator.Allocator), observe func(int, allocator.Stats)) (*Result, *liveness.Analysis) {
 	return runInto(new(scratch), p, sc, begin, observe, true)
 }
 
 // runInto is run with its memory taken from s. It returns the liveness
 // analysis of the step only when analyze is set; the Result does not need
 // it.
-func runInto(s *scratch, p *schedule.Program, sc Scenario, begin func(*allocator.Allocator), observe func(int, allocator.Stats), analyze bool) (*Result, *liveness.Analysis) {
+func runInto(s *scratch, p *schedule.Program, sc Options, begin func(*allocator.Allocator), observe func(int, allocator.Stats), analyze bool) (*Result, *liveness.Analysis) {
 	conf, err := sc.allocConfig()
 	if err != nil {
 		panic(fmt.Sprintf("onnxmem: Run of a scenario that Supported refuses: %v", err))
@@ -112,7 +112,7 @@ func runInto(s *scratch, p *schedule.Program, sc Scenario, begin func(*allocator
 // harness of the model family's reference measurements (Program.Harness),
 // or, for a program that names none (one that schedule.Build made for
 // another caller), EmptyCacheStep.
-func emptyCacheOf(sc Scenario, p *schedule.Program) EmptyCache {
+func emptyCacheOf(sc Options, p *schedule.Program) EmptyCache {
 	switch {
 	case sc.EmptyCache != "":
 		return sc.EmptyCache
@@ -222,7 +222,7 @@ func (ps *process) ended(q *schedule.Program, ids []allocator.ID) {
 // leaves (the step's input allocated) and returns its Result, with the
 // liveness analysis of the step when analyze is set; begin and observe are
 // run's. It leaves rp.oom set when the step ran out of memory.
-func (s *scratch) measure(p *schedule.Program, sc Scenario, conf allocator.Config, rp *replayer, ids []allocator.ID, begin func(*allocator.Allocator), observe func(int, allocator.Stats), analyze bool) (*Result, *liveness.Analysis) {
+func (s *scratch) measure(p *schedule.Program, sc Options, conf allocator.Config, rp *replayer, ids []allocator.ID, begin func(*allocator.Allocator), observe func(int, allocator.Stats), analyze bool) (*Result, *liveness.Analysis) {
 	a := rp.a
 	r := &Result{Scenario: sc, Events: len(p.Events), PeakLayer: -1, PeakEvent: -1}
 	r.M0 = a.Allocated()

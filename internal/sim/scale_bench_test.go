@@ -44,7 +44,7 @@ func BenchmarkMillionNodes(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if _, err := m.Simulate(sim.Scenario{Batch: 1, Height: 8, Width: 8}); err != nil {
+		if _, err := m.Simulate(sim.Options{Batch: 1, Height: 8, Width: 8}); err != nil {
 			b.Fatal(err)
 		}
 		var ms runtime.MemStats

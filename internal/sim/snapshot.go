@@ -41,7 +41,7 @@ type SnapshotEvent struct {
 // Snapshot simulates a scenario and records its measured step's allocator
 // history. Allocator options (AllocConf) are not recorded yet: their pages
 // and expandable segments have no events here.
-func (m *Model) Snapshot(sc Scenario) (*Snapshot, error) {
+func (m *Model) Snapshot(sc Options) (*Snapshot, error) {
 	if sc.AllocConf != "" {
 		return nil, fmt.Errorf("onnxmem: snapshot: allocator options %q: only PyTorch's default allocator's history is recorded yet", sc.AllocConf)
 	}

@@ -15,7 +15,7 @@ func TestSnapshot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, sc := range []sim.Scenario{
+	for _, sc := range []sim.Options{
 		{Batch: 2, Height: 320, Width: 320},
 		{Batch: 4, Height: 320, Width: 320, AMP: true, Segments: 2},
 		{Batch: 2, Height: 320, Width: 320, AMP: true, Train: true, Boxes: 4, EMA: true},
@@ -68,7 +68,7 @@ func TestSnapshot(t *testing.T) {
 			t.Errorf("%+v: no alloc names its node", sc)
 		}
 	}
-	if _, err := m.Snapshot(sim.Scenario{Batch: 1, Height: 64, Width: 64, AllocConf: "expandable_segments:True"}); err == nil {
+	if _, err := m.Snapshot(sim.Options{Batch: 1, Height: 64, Width: 64, AllocConf: "expandable_segments:True"}); err == nil {
 		t.Error("a snapshot under allocator options was made")
 	}
 }

@@ -19,7 +19,7 @@ func TestInferenceExportStandsIn(t *testing.T) {
 	if err != nil || len(files) < 8 {
 		t.Fatalf("%d inference exports (%v), want the 8 of the shared data", len(files), err)
 	}
-	scs := []sim.Scenario{
+	scs := []sim.Options{
 		{Batch: 4, Height: 384, Width: 640, AMP: true, Segments: 2},
 		{Batch: 2, Height: 640, Width: 640, Train: true, Boxes: 7, EMA: true},
 		{Batch: 8, Height: 640, Width: 640, Eval: true},
@@ -77,6 +77,6 @@ func TestInferenceExportNoStandIn(t *testing.T) {
 	if m.Builtin != "" {
 		t.Fatalf("Builtin %q stands for a one-convolution graph", m.Builtin)
 	}
-	_, err = m.Simulate(sim.Scenario{Batch: 1, Height: 64, Width: 64})
+	_, err = m.Simulate(sim.Options{Batch: 1, Height: 64, Width: 64})
 	wantErr(t, "one convolution", err, "onnxmem: odd: yolov9: an inference export", "no built-in model (yolov9-t, ", "has its convolutions")
 }

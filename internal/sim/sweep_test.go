@@ -17,7 +17,7 @@ func TestSweep(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sc := sim.Scenario{Height: 320, Width: 320, AMP: true, Segments: 2}
+	sc := sim.Options{Height: 320, Width: 320, AMP: true, Segments: 2}
 	batches := []int64{8, 1, 4, 2, 16, 3}
 	var counts []int
 	got, err := m.Sweep(sc, batches, func(done, total int) {

@@ -153,7 +153,7 @@ func checkTorchvisionSteps(t *testing.T, file string, path func(model string) st
 		if l.Kind != "model_step" || l.Measured.Peak == 0 {
 			continue
 		}
-		step := sim.Scenario{Batch: l.Batch, Height: l.Img, Width: l.Img, AMP: l.AMP, Segments: l.Segments}
+		step := sim.Options{Batch: l.Batch, Height: l.Img, Width: l.Img, AMP: l.AMP, Segments: l.Segments}
 		m := models[l.Model]
 		if m == nil {
 			if m, err = sim.Load(path(l.Model)); err != nil {
@@ -231,7 +231,7 @@ func TestTorchvisionTraces(t *testing.T) {
 	}
 	models := map[string]*sim.Model{}
 	for _, s := range steps {
-		sc := sim.Scenario{Batch: s.B, Height: 224, Width: 224, AMP: s.AMP, EmptyCache: ownHarness}
+		sc := sim.Options{Batch: s.B, Height: 224, Width: 224, AMP: s.AMP, EmptyCache: ownHarness}
 		m := models[s.Model]
 		if m == nil {
 			if m, err = sim.Load(onnxbuild.Shared(t, "torchvision/"+s.Model+"-train.onnx")); err != nil {
@@ -375,7 +375,7 @@ func TestTorchvisionFreshSteps(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r, err := m.Simulate(sim.Scenario{Batch: s.B, Height: 224, Width: 224, AMP: s.AMP, EmptyCache: ownHarness})
+		r, err := m.Simulate(sim.Options{Batch: s.B, Height: 224, Width: 224, AMP: s.AMP, EmptyCache: ownHarness})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -460,7 +460,7 @@ func TestTorchvisionReservedInOrder(t *testing.T) {
 				}
 				model, process = s.Model, m.NewProcess()
 			}
-			r, err := process.Simulate(sim.Scenario{Batch: s.Batch, Height: s.Img, Width: s.Img, AMP: s.AMP, EmptyCache: c.mode})
+			r, err := process.Simulate(sim.Options{Batch: s.Batch, Height: s.Img, Width: s.Img, AMP: s.AMP, EmptyCache: c.mode})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -40,7 +40,7 @@ func TestTraces(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			checkTrace(t, name, readTrace(t, f), m, sim.Scenario{Batch: batch, Height: 640, Width: 640, AMP: prec == "amp", Segments: k}, true)
+			checkTrace(t, name, readTrace(t, f), m, sim.Options{Batch: batch, Height: 640, Width: 640, AMP: prec == "amp", Segments: k}, true)
 		})
 	}
 }
@@ -68,7 +68,7 @@ func TestOwnTraces(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			checkTrace(t, name, readTrace(t, f), m, sim.Scenario{Batch: batch, Height: 640, Width: 640, AMP: prec == "amp", Segments: k}, false)
+			checkTrace(t, name, readTrace(t, f), m, sim.Options{Batch: batch, Height: 640, Width: 640, AMP: prec == "amp", Segments: k}, false)
 		})
 	}
 }
@@ -78,7 +78,7 @@ func TestOwnTraces(t *testing.T) {
 // fresh says the trace's process ran nothing before the step, so that its
 // reserved peak is the step's own and held to 1.5%; the traces of
 // calibration/yolov9_segments.py ran after other scenarios.
-func checkTrace(t *testing.T, name string, tr *trace, m *sim.Model, sc sim.Scenario, fresh bool) {
+func checkTrace(t *testing.T, name string, tr *trace, m *sim.Model, sc sim.Options, fresh bool) {
 	t.Helper()
 	p, err := m.Program(sc)
 	if err != nil {

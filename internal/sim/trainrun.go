@@ -92,7 +92,7 @@ func (s RunStep) GPUMem() string { return gpuMem(s.Reserved) }
 
 // RunResult is the simulation of a training run.
 type RunResult struct {
-	Scenario Scenario
+	Scenario Options
 	// Steps has one entry per event, in order; a run that ran out of
 	// memory stops at the event that did.
 	Steps []RunStep
@@ -119,7 +119,7 @@ type RunResult struct {
 // one batch of the validation that the loop runs at an epoch end: the first
 // of a row of val events also halves the copy it validates (the EMA, or the
 // model without EMA) when AMP is on, and the last returns it to float32.
-func (m *Model) Run(sc Scenario, events []RunEvent) (*RunResult, error) {
+func (m *Model) Run(sc Options, events []RunEvent) (*RunResult, error) {
 	if !sc.Train {
 		return nil, fmt.Errorf("onnxmem: run: the scenario is not a train step: a run trains (set Train)")
 	}
@@ -203,7 +203,7 @@ func (m *Model) Run(sc Scenario, events []RunEvent) (*RunResult, error) {
 }
 
 // check returns why an event cannot be run in a run of sc, or nil.
-func (e RunEvent) check(sc Scenario, i int) error {
+func (e RunEvent) check(sc Options, i int) error {
 	switch e.Kind {
 	case RunEventSetup:
 		if i != 0 {
@@ -245,7 +245,7 @@ func (e RunEvent) check(sc Scenario, i int) error {
 // runner holds a run's allocator and the tensors that outlive an event.
 type runner struct {
 	m    *Model
-	sc   Scenario
+	sc   Options
 	loop *schedule.Loop
 	loss schedule.Loss // the training loss, for a validation that computes it
 	a    *allocator.Allocator
@@ -289,7 +289,7 @@ func (r *runner) free(id allocator.ID) {
 }
 
 // trainScenario is the step of the run's iterations with these box counts.
-func (r *runner) trainScenario(counts []int64) Scenario {
+func (r *runner) trainScenario(counts []int64) Options {
 	sc := r.sc
 	sc.PrevPredAlive = true
 	if counts != nil {
@@ -508,7 +508,7 @@ func (r *runner) val(e RunEvent, last, first bool) error {
 			r.valSmall = append(r.valSmall, r.malloc(n))
 		}
 	}
-	sc := Scenario{Batch: e.Batch, Height: e.Height, Width: e.Width, Eval: true, EvalFloat: !half,
+	sc := Options{Batch: e.Batch, Height: e.Height, Width: e.Width, Eval: true, EvalFloat: !half,
 		CuBLASWorkspace: r.sc.CuBLASWorkspace, Family: r.sc.Family, AllocConf: r.sc.AllocConf}
 	p, err := r.m.program(sc)
 	if err != nil {

@@ -43,7 +43,7 @@ type measuredRun struct {
 // replay returns the built-in model of a measured run, its scenario and its
 // events, each train event skipped where GradScaler skipped the measured
 // one's optimizer step.
-func (run *measuredRun) replay(t *testing.T) (*sim.Model, sim.Scenario, []sim.RunEvent) {
+func (run *measuredRun) replay(t *testing.T) (*sim.Model, sim.Options, []sim.RunEvent) {
 	t.Helper()
 	m, err := sim.Builtin(run.Cfg)
 	if err != nil {
@@ -53,7 +53,7 @@ func (run *measuredRun) replay(t *testing.T) (*sim.Model, sim.Scenario, []sim.Ru
 	if trainer == "train_dual" {
 		trainer = ""
 	}
-	s := sim.Scenario{Batch: run.Batch, Height: run.Img, Width: run.Img, AMP: run.AMP, Train: true,
+	s := sim.Options{Batch: run.Batch, Height: run.Img, Width: run.Img, AMP: run.AMP, Train: true,
 		Optimizer: sim.Optimizer(run.Optimizer), EMA: run.EMA, Trainer: trainer}
 	events := runEvents(t, run.Events)
 	for i, st := range run.Measured.Stepped {

@@ -21,7 +21,7 @@ func TestRunSteadyState(t *testing.T) {
 	}
 	for _, amp := range []bool{false, true} {
 		// One warm step: no iteration skipped, the state made in the first.
-		sc := sim.Scenario{Batch: 4, Height: 320, Width: 320, AMP: amp, Train: true, EMA: true, WarmSteps: 1}
+		sc := sim.Options{Batch: 4, Height: 320, Width: 320, AMP: amp, Train: true, EMA: true, WarmSteps: 1}
 		counts := []int64{3, 0, 7, 1}
 		events := []sim.RunEvent{{Kind: sim.RunEventSetup}}
 		for range 4 {
@@ -69,7 +69,7 @@ func TestRunValEvents(t *testing.T) {
 	}
 	for _, amp := range []bool{false, true} {
 		// One warm step: no iteration skipped, the state made in the first.
-		sc := sim.Scenario{Batch: 4, Height: 320, Width: 320, AMP: amp, Train: true, EMA: true, WarmSteps: 1}
+		sc := sim.Options{Batch: 4, Height: 320, Width: 320, AMP: amp, Train: true, EMA: true, WarmSteps: 1}
 		events := []sim.RunEvent{{Kind: sim.RunEventSetup}, {Kind: sim.RunEventTrain, BoxCounts: []int64{1, 2, 3, 4}},
 			{Kind: sim.RunEventVal, Batch: 8, Height: 256, Width: 320}, {Kind: sim.RunEventVal, Batch: 8, Height: 320, Width: 320},
 			{Kind: sim.RunEventVal, Batch: 3, Height: 320, Width: 256}, {Kind: sim.RunEventCkpt}}
@@ -154,7 +154,7 @@ func TestRunSkipped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sc := sim.Scenario{Batch: 2, Height: 320, Width: 320, AMP: true, Train: true, EMA: true}
+	sc := sim.Options{Batch: 2, Height: 320, Width: 320, AMP: true, Train: true, EMA: true}
 	counts := []int64{2, 5}
 	events := []sim.RunEvent{{Kind: sim.RunEventSetup},
 		{Kind: sim.RunEventTrain, BoxCounts: counts, Skipped: true}, {Kind: sim.RunEventTrain, BoxCounts: counts, Skipped: true},

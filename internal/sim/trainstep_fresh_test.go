@@ -59,12 +59,12 @@ func jsonLines[T any](t *testing.T, name string) []T {
 }
 
 // scenario is the record's step as a Scenario, with the default warm steps.
-func (l trainStepRecord) scenario() sim.Scenario {
+func (l trainStepRecord) scenario() sim.Options {
 	h, w := l.Img, l.Img
 	if l.ImgH != 0 {
 		h, w = l.ImgH, l.ImgW
 	}
-	return sim.Scenario{Batch: l.Batch, Height: h, Width: w, AMP: l.AMP, AMPDType: l.AMPDType, Segments: l.Segments, Train: true,
+	return sim.Options{Batch: l.Batch, Height: h, Width: w, AMP: l.AMP, AMPDType: l.AMPDType, Segments: l.Segments, Train: true,
 		Boxes: l.Boxes, Optimizer: sim.Optimizer(l.Optimizer), EMA: l.EMA, Trainer: l.Trainer, PrevPredAlive: l.PrevPredAlive}
 }
 
@@ -134,7 +134,7 @@ func TestWarmStepsSettle(t *testing.T) {
 	}
 	const measured = 3867148288
 	for w := 1; w <= 8; w++ {
-		r, err := m.Simulate(sim.Scenario{Batch: 2, Height: 640, Width: 640, AMP: true, Train: true, Boxes: 16, EMA: true, WarmSteps: w})
+		r, err := m.Simulate(sim.Options{Batch: 2, Height: 640, Width: 640, AMP: true, Train: true, Boxes: 16, EMA: true, WarmSteps: w})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -142,7 +142,7 @@ func TestWarmStepsSettle(t *testing.T) {
 			t.Errorf("warm steps %d: reserved peak %d, measured %d", w, r.PeakReserved, int64(measured))
 		}
 	}
-	r, err := m.Simulate(sim.Scenario{Batch: 2, Height: 640, Width: 640, AMP: true, Train: true, Boxes: 16, EMA: true})
+	r, err := m.Simulate(sim.Options{Batch: 2, Height: 640, Width: 640, AMP: true, Train: true, Boxes: 16, EMA: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +164,7 @@ func TestWarmStepsCombinations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	base := sim.Scenario{Batch: 4, Height: 320, Width: 320, AMP: true, Train: true, BoxCounts: []int64{3, 0, 9, 1},
+	base := sim.Options{Batch: 4, Height: 320, Width: 320, AMP: true, Train: true, BoxCounts: []int64{3, 0, 9, 1},
 		EMA: true, PrevPredAlive: true, Segments: 2}
 	def, err := m.Simulate(base)
 	if err != nil {
@@ -204,15 +204,15 @@ func TestWarmStepsCombinations(t *testing.T) {
 // step.
 func TestWarmStepsUsed(t *testing.T) {
 	for _, c := range []struct {
-		sc   sim.Scenario
+		sc   sim.Options
 		want int
 	}{
-		{sim.Scenario{Train: true, AMP: true}, sim.DefaultAMPWarmSteps},
-		{sim.Scenario{Train: true, AMP: true, AMPDType: "bfloat16"}, 1},
-		{sim.Scenario{Train: true}, 1},
-		{sim.Scenario{Train: true, AMP: true, WarmSteps: 2}, 2},
-		{sim.Scenario{Train: true, AMP: true, WarmSteps: 1}, 1},
-		{sim.Scenario{AMP: true}, 0},
+		{sim.Options{Train: true, AMP: true}, sim.DefaultAMPWarmSteps},
+		{sim.Options{Train: true, AMP: true, AMPDType: "bfloat16"}, 1},
+		{sim.Options{Train: true}, 1},
+		{sim.Options{Train: true, AMP: true, WarmSteps: 2}, 2},
+		{sim.Options{Train: true, AMP: true, WarmSteps: 1}, 1},
+		{sim.Options{AMP: true}, 0},
 	} {
 		if got := c.sc.WarmStepsUsed(); got != c.want {
 			t.Errorf("%+v: %d warm steps, want %d", c.sc, got, c.want)

@@ -306,7 +306,7 @@ func BenchmarkCuDNNTableFirstModel(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	p, sc, err := m.programPrep(Scenario{Batch: 16, Height: 640, Width: 640, AMP: true, Train: true, Boxes: 16, EMA: true})
+	p, sc, err := m.programPrep(Options{Batch: 16, Height: 640, Width: 640, AMP: true, Train: true, Boxes: 16, EMA: true})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/onnxmem/onnxmem/internal/cards"
 	"github.com/onnxmem/onnxmem/internal/sim"
 )
 
@@ -116,8 +117,8 @@ func (c *checker) model(name string) (*sim.Model, error) {
 }
 
 // step is train_dual.py's step of the setting.
-func (c *checker) step(amp bool, segments int, img int64) sim.Scenario {
-	return sim.Scenario{Batch: c.s.Batch, Height: img, Width: img, AMP: amp, Segments: segments, Train: true,
+func (c *checker) step(amp bool, segments int, img int64) sim.Options {
+	return sim.Options{Batch: c.s.Batch, Height: img, Width: img, AMP: amp, Segments: segments, Train: true,
 		Boxes: c.s.Boxes, EMA: true, PrevPredAlive: true}
 }
 
@@ -130,7 +131,7 @@ func (c *checker) both() (amp, fp32 *sim.Result, err error) {
 	return amp, fp32, err
 }
 
-func (c *checker) sim(model string, sc sim.Scenario) (*sim.Result, error) {
+func (c *checker) sim(model string, sc sim.Options) (*sim.Result, error) {
 	m, err := c.model(model)
 	if err != nil {
 		return nil, err
@@ -326,7 +327,7 @@ func (c *checker) claim7() (Claim, error) {
 
 func (c *checker) claim8() (Claim, error) {
 	cl := Claim{ID: 8, Claim: "the table: default 25.3 GB (OOM on an A100 40 GB), 16.7 with checkpointing, 14.9 without pinned memory, 11.5 with AMP, 10.8 with less validation"}
-	d, err := sim.LookupDevice(c.s.Card)
+	d, err := cards.Parse(c.s.Card)
 	if err != nil {
 		return cl, err
 	}
@@ -337,7 +338,9 @@ func (c *checker) claim8() (Claim, error) {
 	// The article's chain, in its order: fp32 (its default), then 2
 	// checkpoint segments, then pin_memory=False (no device change), then
 	// AMP, then a run without validation.
-	fp32, fits, err := m.Fit(d.Scenario(c.step(false, 0, c.s.Img)), d.Usable())
+	sc := c.step(false, 0, c.s.Img)
+	sc.Capacity, sc.CuBLASWorkspace = d.Usable(), d.CuBLASWorkspace
+	fp32, fits, err := m.Fit(sc, d.Usable())
 	if err != nil {
 		return cl, err
 	}

@@ -1,35 +1,29 @@
-package sim
+// Package cards holds the GPUs people train on as PyTorch sees them: their
+// total memory, the CUDA context, PyTorch's cuBLAS workspace on them, and
+// where each figure comes from; and the sizes people write ("24GB",
+// "23.5GiB").
+package cards
 
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 )
 
-// Device is a GPU that people train on, as PyTorch sees it.
+// Device is a card as PyTorch sees it: its short Name ("a100-40") and Long
+// one, its Total memory as get_device_properties reports it, the CUDA
+// Context that no PyTorch counter sees, PyTorch's default cuBLAS workspace
+// on it, and the Sources of these figures, which mark assumptions.
 type Device struct {
-	// Name is the short name used on the command line, such as "a100-40".
-	Name string
-	// Long is the marketing name.
-	Long string
-	// Total is the memory that torch.cuda.get_device_properties reports
-	// (total_memory), in bytes.
-	Total int64
-	// Context is the memory that the CUDA context takes on the device
-	// (driver, kernels, cuDNN and cuBLAS handles), which no PyTorch counter
-	// sees but nvidia-smi does.
-	Context int64
-	// CuBLASWorkspace is PyTorch's default cuBLAS workspace on the device.
-	CuBLASWorkspace int64
-	// Sources says where each figure comes from, or marks it an
-	// assumption.
-	Sources string
+	Name, Long                      string
+	Total, Context, CuBLASWorkspace int64
+	Sources                         string
 }
 
-// Usable is the memory left for PyTorch's caching allocator, its limit on
-// the card: the total less the CUDA context. A step fits the card when it
-// runs under this limit (Device.Scenario, Result.Fits).
+// Usable is the caching allocator's limit on the card: the total less the
+// CUDA context.
 func (d Device) Usable() int64 { return d.Total - d.Context }
 
 const (
@@ -47,10 +41,10 @@ const (
 	contextAssumed = 512 * mib
 )
 
-// Devices lists the cards onnxmem knows, in the order tables print them.
+// devices lists the cards onnxmem knows, in the order tables print them.
 // Totals are what PyTorch reports as the card's total memory, a little less
 // than the vendor's figure; each entry's Sources says where it comes from.
-var Devices = []Device{
+var devices = []Device{
 	{Name: "h200", Long: "NVIDIA H200 141 GB", Total: 150109880320, Context: contextAssumed, CuBLASWorkspace: hopperCuBLAS,
 		Sources: "total: torch.cuda.get_device_properties on an H200 (shared/groundtruth/models.json); context: assumption"},
 	{Name: "h100-80", Long: "NVIDIA H100 80 GB", Total: 81008 * mib, Context: contextAssumed, CuBLASWorkspace: hopperCuBLAS,
@@ -73,14 +67,19 @@ var Devices = []Device{
 		Sources: "total: 15110 MiB (14.76 GiB), as public out-of-memory reports give it (assumption); context: assumption"},
 }
 
-// LookupDevice returns the device of a name. Case, spaces, dashes and
+// List returns the cards onnxmem knows, in the order tables print them.
+// Totals are what PyTorch reports as total_memory; Sources says where each
+// figure comes from.
+func List() []Device { return slices.Clone(devices) }
+
+// lookup returns the device of a name. Case, spaces, dashes and
 // underscores, a leading "NVIDIA" or "GeForce" and a trailing "GB" do not
 // matter, so "A100-40GB", "NVIDIA GeForce RTX 4090" and "4090" name
 // devices too; a family name that fits one listed card only ("h100")
 // names it, and one that fits several ("a100") is an error naming them.
-func LookupDevice(name string) (Device, error) {
+func lookup(name string) (Device, error) {
 	var names []string
-	for _, d := range Devices {
+	for _, d := range devices {
 		if strings.EqualFold(d.Name, name) {
 			return d, nil
 		}
@@ -88,7 +87,7 @@ func LookupDevice(name string) (Device, error) {
 	}
 	key := deviceKey(name)
 	var fits []Device
-	for _, d := range Devices {
+	for _, d := range devices {
 		k := deviceKey(d.Name)
 		switch {
 		case key == "":
@@ -111,7 +110,7 @@ func LookupDevice(name string) (Device, error) {
 	return Device{}, fmt.Errorf("onnxmem: device %q fits %s: give one of them (a card's memory tells them apart), or its size such as 40GB", name, strings.Join(fit, " and "))
 }
 
-// deviceKey is a device name without what LookupDevice ignores: "NVIDIA
+// deviceKey is a device name without what lookup ignores: "NVIDIA
 // GeForce RTX 4090" and "rtx-4090" are "rtx4090", "A100-40GB" is
 // "a10040".
 func deviceKey(name string) string {
@@ -123,11 +122,11 @@ func deviceKey(name string) string {
 	return strings.TrimSuffix(k, "gb")
 }
 
-// NewDevice returns a card of total bytes, as torch.cuda.mem_get_info or
+// newDevice returns a card of total bytes, as torch.cuda.mem_get_info or
 // get_device_properties reports its total, with a CUDA context of context
 // bytes (contextAssumed when 0). Its cuBLAS workspace is
-// DefaultCuBLASWorkspace, the larger of PyTorch's two defaults.
-func NewDevice(total, context int64) (Device, error) {
+// hopperCuBLAS, the larger of PyTorch's two defaults.
+func newDevice(total, context int64) (Device, error) {
 	if context == 0 {
 		context = contextAssumed
 	}
@@ -135,24 +134,23 @@ func NewDevice(total, context int64) (Device, error) {
 		return Device{}, fmt.Errorf("onnxmem: a device of %d bytes with a CUDA context of %d: the total must be positive and larger than the context", total, context)
 	}
 	name := FormatBytes(total)
-	return Device{Name: name, Long: "a card of " + name, Total: total, Context: context, CuBLASWorkspace: DefaultCuBLASWorkspace,
+	return Device{Name: name, Long: "a card of " + name, Total: total, Context: context, CuBLASWorkspace: hopperCuBLAS,
 		Sources: "total: given; context: " + map[bool]string{true: "assumption", false: "given"}[context == contextAssumed] +
 			"; cuBLAS workspace: the Hopper default (assumption)"}, nil
 }
 
-// ParseDevice returns the device that s names: a listed device (Devices,
-// LookupDevice), or a size with its unit, decimal (24GB, 24000MB) or binary
-// (23.5GiB, 24064MiB), optionally followed by the CUDA context as
-// "+ctx=SIZE" (24GB+ctx=600MiB). The size is what PyTorch reports as the
-// card's total memory.
-func ParseDevice(s string) (Device, error) {
-	if d, err := LookupDevice(s); err == nil {
+// Parse returns the card s names: a listed one, its case, spaces,
+// dashes, "NVIDIA", "GeForce" and "GB" ignored ("A100-40GB", "4090"), or a
+// size as total_memory, decimal or binary ("24GB", "23.5GiB"), optionally
+// with its CUDA context ("24GB+ctx=600MiB").
+func Parse(s string) (Device, error) {
+	if d, err := lookup(s); err == nil {
 		return d, nil
 	}
 	size, ctx, hasCtx := strings.Cut(s, "+")
 	total, err := ParseBytes(size)
 	if err != nil {
-		_, lerr := LookupDevice(s)
+		_, lerr := lookup(s)
 		return Device{}, lerr
 	}
 	var context int64
@@ -168,7 +166,7 @@ func ParseDevice(s string) (Device, error) {
 			context = -1 // an explicit zero context
 		}
 	}
-	d, err := NewDevice(total, max(context, 0))
+	d, err := newDevice(total, max(context, 0))
 	if err != nil {
 		return Device{}, err
 	}
@@ -223,19 +221,4 @@ func FormatBytes(n int64) string {
 		}
 	}
 	return strconv.FormatInt(n, 10) + "B"
-}
-
-// Scenario returns sc as it runs on the device: under the device's limit
-// (Capacity is Usable) and with its cuBLAS workspace.
-func (d Device) Scenario(sc Scenario) Scenario {
-	sc.Capacity = d.Usable()
-	sc.CuBLASWorkspace = d.CuBLASWorkspace
-	return sc
-}
-
-// MaxBatchOn returns the largest batch size, at most limit, whose step fits
-// on the device: MaxBatch under its usable memory, with its cuBLAS
-// workspace; 0 and nil when not even batch 1 fits.
-func (m *Model) MaxBatchOn(d Device, sc Scenario, limit int64) (int64, *Result, error) {
-	return m.MaxBatch(d.Scenario(sc), d.Usable(), limit)
 }

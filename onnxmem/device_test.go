@@ -1,4 +1,4 @@
-package sim_test
+package onnxmem_test
 
 import (
 	"path/filepath"
@@ -6,12 +6,12 @@ import (
 	"testing"
 
 	"github.com/onnxmem/onnxmem/internal/onnxbuild"
-	"github.com/onnxmem/onnxmem/internal/sim"
+	"github.com/onnxmem/onnxmem/onnxmem"
 )
 
 func TestDevices(t *testing.T) {
 	seen := map[string]bool{}
-	for _, d := range sim.Devices {
+	for _, d := range onnxmem.Devices() {
 		switch {
 		case seen[d.Name]:
 			t.Errorf("%s listed twice", d.Name)
@@ -23,7 +23,7 @@ func TestDevices(t *testing.T) {
 			t.Errorf("%s: sources %q do not cite the total and the context", d.Name, d.Sources)
 		}
 		seen[d.Name] = true
-		if got, err := sim.LookupDevice(strings.ToUpper(d.Name)); err != nil || got.Name != d.Name {
+		if got, err := onnxmem.ParseDevice(strings.ToUpper(d.Name)); err != nil || got.Name != d.Name {
 			t.Errorf("LookupDevice(%q) = %v, %v", strings.ToUpper(d.Name), got.Name, err)
 		}
 	}
@@ -32,32 +32,32 @@ func TestDevices(t *testing.T) {
 			t.Errorf("no profile for %s", n)
 		}
 	}
-	if _, err := sim.LookupDevice("gtx480"); err == nil || !strings.HasPrefix(err.Error(), "onnxmem: unknown device") {
+	if _, err := onnxmem.ParseDevice("gtx480"); err == nil || !strings.HasPrefix(err.Error(), "onnxmem: unknown device") {
 		t.Errorf("LookupDevice(gtx480): %v", err)
 	}
 }
 
-// TestMaxBatchOn checks the search against single simulations under the
-// card's limit: the batch it finds fits, the next one runs out of memory,
-// and a larger card never takes fewer.
-func TestMaxBatchOn(t *testing.T) {
-	m, err := sim.Load(onnxbuild.Shared(t, filepath.Join("yolov9", "yolov9-s-train.onnx")))
+// TestMaxBatchOnDevice checks the search against single simulations under
+// the card's limit: the batch it finds fits, the next one runs out of
+// memory, and a larger card never takes fewer.
+func TestMaxBatchOnDevice(t *testing.T) {
+	m, err := onnxmem.Load(onnxbuild.Shared(t, filepath.Join("yolov9", "yolov9-s-train.onnx")))
 	if err != nil {
 		t.Fatal(err)
 	}
 	prev := int64(0)
 	for _, name := range []string{"t4", "rtx4090", "a100-40"} {
-		d, _ := sim.LookupDevice(name)
-		sc := sim.Scenario{Height: 640, Width: 640, AMP: true}
-		n, r, err := m.MaxBatchOn(d, sc, 512)
+		d, _ := onnxmem.ParseDevice(name)
+		sc := onnxmem.Scenario{AMP: true, Device: name}
+		n, r, err := m.MaxBatch(sc, 512)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if n < 1 || r == nil || !r.Fits() || r.Scenario.Capacity != d.Usable() {
+		if n < 1 || r == nil || !r.Fits() || r.Scenario.Batch != n {
 			t.Fatalf("%s: max batch %d", name, n)
 		}
 		sc.Batch = n + 1
-		next, err := m.Simulate(d.Scenario(sc))
+		next, err := m.Simulate(sc)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -83,7 +83,7 @@ func TestParseDevice(t *testing.T) {
 		{"80GB+ctx=0B", 80e9, 0},
 		{"16384MiB", 16 << 30, contextAssumedForTest},
 	} {
-		d, err := sim.ParseDevice(tc.in)
+		d, err := onnxmem.ParseDevice(tc.in)
 		if err != nil {
 			t.Errorf("ParseDevice(%q): %v", tc.in, err)
 			continue
@@ -92,33 +92,33 @@ func TestParseDevice(t *testing.T) {
 			t.Errorf("ParseDevice(%q) = total %d context %d name %q, want %d and %d", tc.in, d.Total, d.Context, d.Name, tc.total, tc.context)
 		}
 	}
-	if d, err := sim.ParseDevice("RTX4090"); err != nil || d.Name != "rtx4090" {
+	if d, err := onnxmem.ParseDevice("RTX4090"); err != nil || d.Name != "rtx4090" {
 		t.Errorf("ParseDevice(RTX4090) = %v, %v", d.Name, err)
 	}
 	for _, bad := range []string{"", "24", "GB", "-1GB", "24XB", "24GB+600MiB", "24GB+ctx=", "1GB+ctx=2GB", "gtx480", "1e30GB"} {
-		if _, err := sim.ParseDevice(bad); err == nil || !strings.HasPrefix(err.Error(), "onnxmem: ") {
+		if _, err := onnxmem.ParseDevice(bad); err == nil || !strings.HasPrefix(err.Error(), "onnxmem: ") {
 			t.Errorf("ParseDevice(%q): %v, want an onnxmem error", bad, err)
 		}
 	}
-	if got := sim.FormatBytes(23.5 * (1 << 30)); got != "23.5GiB" {
+	if got := onnxmem.FormatBytes(23.5 * (1 << 30)); got != "23.5GiB" {
 		t.Errorf("FormatBytes = %q", got)
 	}
 }
 
 // contextAssumedForTest is the CUDA context NewDevice assumes: the one the
 // listed devices carry.
-var contextAssumedForTest = sim.Devices[0].Context
+var contextAssumedForTest = onnxmem.Devices()[0].Context
 
 // TestAllocConf simulates a step with the caching allocator's options: the
 // bytes requested do not depend on them, expandable segments reserve no
 // more than one segment per request does, and a bad option is an error that
 // names it.
 func TestAllocConf(t *testing.T) {
-	m, err := sim.Builtin("yolov9-s")
+	m, err := onnxmem.Builtin("yolov9-s")
 	if err != nil {
 		t.Fatal(err)
 	}
-	sc := sim.Scenario{Batch: 16, Height: 640, Width: 640, AMP: true, Train: true, Boxes: 16, EMA: true}
+	sc := onnxmem.Scenario{Step: onnxmem.TrainStep, AMP: true}
 	base, err := m.Simulate(sc)
 	if err != nil {
 		t.Fatal(err)
@@ -167,7 +167,7 @@ func TestLookupDeviceSpellings(t *testing.T) {
 		{"NVIDIA H200", "h200"},
 		{"T4", "t4"},
 	} {
-		d, err := sim.LookupDevice(tc.in)
+		d, err := onnxmem.ParseDevice(tc.in)
 		if err != nil || d.Name != tc.want {
 			t.Errorf("LookupDevice(%q) = %q, %v; want %q", tc.in, d.Name, err, tc.want)
 		}
@@ -178,12 +178,12 @@ func TestLookupDeviceSpellings(t *testing.T) {
 		{"mi300", `unknown device "mi300"`},
 		{"", `unknown device ""`},
 	} {
-		if _, err := sim.LookupDevice(tc.in); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, err := onnxmem.ParseDevice(tc.in); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("LookupDevice(%q): %v, want an error with %q", tc.in, err, tc.want)
 		}
 	}
 	// A size is still a size.
-	if d, err := sim.ParseDevice("24GB"); err != nil || d.Total != 24e9 {
+	if d, err := onnxmem.ParseDevice("24GB"); err != nil || d.Total != 24e9 {
 		t.Errorf("ParseDevice(24GB) = %d, %v", d.Total, err)
 	}
 }
