@@ -33,7 +33,8 @@ func packageDoc(t *testing.T) *comment.Doc {
 // that hold for every command, from doc.go's package comment up to its
 // first heading, then the list that onnxmem help prints and, for each
 // command, what onnxmem COMMAND -h prints: its synopsis, what it does, an
-// example and its flags. Nothing in it is written by hand twice.
+// example and its flags, then the outputs of a few examples (cliExamples).
+// Nothing in it is written by hand twice.
 func TestCLIDoc(t *testing.T) {
 	var doc bytes.Buffer
 	doc.WriteString("# The onnxmem command\n\n" +
@@ -75,6 +76,17 @@ func TestCLIDoc(t *testing.T) {
 			t.Fatalf("%s -h: exit code %d: %s", c.name, code, stderr)
 		}
 		fmt.Fprintf(&doc, "\n## %s\n\n%s.\n\n```text\n%s```\n", c.name, upperFirst(c.summary), stdout)
+		for _, ex := range cliExamples[c.name] {
+			code, stdout, stderr := runCmd(t, ex.stdin, ex.args...)
+			if code != 0 {
+				t.Fatalf("onnxmem %s: exit code %d: %s", strings.Join(ex.args, " "), code, stderr)
+			}
+			line := "onnxmem " + strings.Join(ex.args, " ")
+			if ex.stdin != "" {
+				line = "echo '" + strings.TrimSpace(ex.stdin) + "' |\n  " + line
+			}
+			fmt.Fprintf(&doc, "\n%s\n\n```sh\n%s\n```\n\n```text\n%s```\n", ex.about, line, stdout)
+		}
 	}
 
 	path := "../../docs/cli.md"
@@ -91,6 +103,50 @@ func TestCLIDoc(t *testing.T) {
 	if d := cmp.Diff(string(want), doc.String()); d != "" {
 		t.Errorf("docs/cli.md differs from what the commands print (-file +now; run with -update if the change is right):\n%s", d)
 	}
+}
+
+// cliExamples are the commands whose outputs docs/cli.md shows under each
+// command's usage, run as TestCLIDoc writes the file: what each says is
+// what the command prints.
+var cliExamples = map[string][]struct {
+	about string
+	args  []string
+	stdin string
+}{
+	"sweep": {{about: "The model step of yolov9-s at three batch sizes:",
+		args: strings.Fields("sweep -batches 1,8,32 yolov9-s")}},
+	"timeline": {{about: "One AMP step of yolov9-s at batch 16, summarized:",
+		args: strings.Fields("timeline -batch 16 -amp yolov9-s")}},
+	"claims": {{about: "What the popular advice about YOLOv9's memory gets wrong, claim by claim:",
+		args: []string{"claims"}}},
+	"plan": {{about: "The cheapest checkpointing for yolov9-c's train step at batch 16 under a 12 GiB limit:",
+		args: strings.Fields("plan -batch 16 -amp -train -budget 12 yolov9-c")}},
+	"run": {{about: "A short run of yolov9-s, one epoch of five iterations and its validation; under AMP the first iterations' optimizer steps are skipped, so the optimizer's state comes later:",
+		args: strings.Fields("run -batch 16 -amp -epochs 1 -iters 5 -val-images 64 -device rtx4090 yolov9-s")}},
+	"predict": {
+		{about: "A model step of the built-in yolov9-c (\"model\": null takes the built-in model of \"cfg\"); every size is in bytes:",
+			args: []string{"predict"}, stdin: `{"kind": "model_step", "model": null, "cfg": "yolov9-c", "batch": 16, "img": 640, "amp": true, "segments": 2}` + "\n"},
+		{about: "The largest batch of a train step under the limit that set_per_process_memory_fraction sets, in bytes:",
+			args: []string{"predict"}, stdin: `{"kind": "max_batch", "step": "train_step", "model": null, "cfg": "yolov9-s", "img": 640, "amp": true, "boxes_per_img": 16, "optimizer": "SGD", "ema": true, "capacity_bytes": 24000000000}` + "\n"},
+	},
+	"maxbatch": {
+		{about: "The largest batch of yolov9-c's AMP train step on an RTX 4090:",
+			args: strings.Fields("maxbatch -device rtx4090 -train -amp yolov9-c")},
+		{about: "The same with PyTorch's expandable segments (`PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`): the allocator maps pages of one growing segment per pool and splits every block, so the step reserves less:",
+			args: strings.Fields("maxbatch -device rtx4090 -train -amp -alloc-conf expandable_segments:True yolov9-c")},
+		{about: "A card without a profile, by the total memory PyTorch reports and its CUDA context:",
+			args: strings.Fields("maxbatch -device 24GB+ctx=600MiB -train -amp yolov9-c")},
+		{about: "The fewest checkpoint segments with which a batch fits:",
+			args: strings.Fields("maxbatch -device rtx4090 -train -amp -for-batch 64 yolov9-c")},
+		{about: "When no segment count fits, the closest, with what it would reserve without a limit:",
+			args: strings.Fields("maxbatch -device rtx4090 -train -amp -for-batch 128 yolov9-c")},
+	},
+	"knobs": {{about: "Every knob on yolov9-c's model step at batch 64, under the default limit:",
+		args: strings.Fields("knobs yolov9-c")}},
+	"devices": {{about: "The profiles, and where each figure comes from:",
+		args: []string{"devices"}}},
+	"models": {{about: "The built-in models:",
+		args: []string{"models"}}},
 }
 
 func upperFirst(s string) string {
