@@ -78,20 +78,51 @@ func TestAccuracyDoc(t *testing.T) {
 	writeMaxBatchSection(t, &doc, p)
 	writeTrainMaxBatchSection(t, &doc, p)
 	doc.WriteString(checkedElsewhere)
-	path := "../../docs/accuracy.md"
+	generatedDoc(t, "accuracy.md", doc.Bytes(), "TestAccuracyDoc", "the predictions")
+}
+
+// generatedDoc compares docs/name with what test generated, or rewrites it
+// with -update; from says what the file is generated from.
+func generatedDoc(t *testing.T, name string, got []byte, test, from string) {
+	t.Helper()
+	path := filepath.Join("..", "..", "docs", name)
 	if *update {
-		if err := os.WriteFile(path, doc.Bytes(), 0o644); err != nil {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
 			t.Fatal(err)
 		}
 		return
 	}
 	want, err := os.ReadFile(path)
 	if err != nil {
-		t.Fatalf("%v (run go test ./cmd/onnxmem -run TestAccuracyDoc -update)", err)
+		t.Fatalf("%v (run go test ./cmd/onnxmem -run %s -update)", err, test)
 	}
-	if d := cmp.Diff(string(want), doc.String()); d != "" {
-		t.Errorf("docs/accuracy.md differs from the predictions (-file +now; run with -update if the change is right):\n%s", d)
+	if d := cmp.Diff(string(want), string(got)); d != "" {
+		t.Errorf("docs/%s differs from %s (-file +now; run go test ./cmd/onnxmem -run %s -update if the change is right):\n%s", name, from, test, d)
 	}
+}
+
+// jsonLines returns the objects of a JSON Lines file, one a line.
+func jsonLines(t *testing.T, file string) []map[string]json.RawMessage {
+	t.Helper()
+	f, err := os.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var objs []map[string]json.RawMessage
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 1<<24)
+	for sc.Scan() {
+		var obj map[string]json.RawMessage
+		if err := json.Unmarshal(sc.Bytes(), &obj); err != nil {
+			t.Fatalf("%s: %v", file, err)
+		}
+		objs = append(objs, obj)
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return objs
 }
 
 // accuracyRow is one scenario's errors by figure.
@@ -104,20 +135,8 @@ var accuracyFields = []string{"peak", "peak_req", "peak_reserved", "peak_reserve
 
 func accuracyRows(t *testing.T, p *predictor, src accuracySource) (rows []accuracyRow, unsupported []string) {
 	t.Helper()
-	file := src.file
 	alone := &predictor{root: p.root, models: p.models, alone: true}
-	f, err := os.Open(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(nil, 1<<24)
-	for sc.Scan() {
-		var obj map[string]json.RawMessage
-		if err := json.Unmarshal(sc.Bytes(), &obj); err != nil {
-			t.Fatal(err)
-		}
+	for _, obj := range jsonLines(t, src.file) {
 		var kind string
 		json.Unmarshal(obj["kind"], &kind)
 		if kind == "model" || kind == "error" {
@@ -313,18 +332,7 @@ func writeTrainMaxBatchSection(t *testing.T, doc *bytes.Buffer, p *predictor) {
 		"`TestTrainMaxBatchMeasured` checks the second.\n\n" +
 		"| card | model | precision | limit (bytes) | batch | measured | onnxmem | onnxmem, measured skips |\n| --- | --- | --- | --- | --- | --- | --- | --- |\n")
 	p.root, p.alone, p.proc = filepath.Dir(onnxbuild.Shared(t, "groundtruth")), true, nil
-	f, err := os.Open("../../calibration/results/train_max_batch.jsonl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(nil, 1<<24)
-	for sc.Scan() {
-		var obj map[string]json.RawMessage
-		if err := json.Unmarshal(sc.Bytes(), &obj); err != nil {
-			t.Fatal(err)
-		}
+	for _, obj := range jsonLines(t, "../../calibration/results/train_max_batch.jsonl") {
 		var m struct {
 			Fraction    float64 `json:"fraction"`
 			TotalMemory float64 `json:"total_memory"`
@@ -340,7 +348,7 @@ func writeTrainMaxBatchSection(t *testing.T, doc *bytes.Buffer, p *predictor) {
 			GPU string `json:"gpu"`
 		}
 		if json.Unmarshal(obj["env"], &env); env.GPU == "" {
-			t.Fatalf("train_max_batch.jsonl: a trial without env.gpu: %.100s", sc.Bytes())
+			t.Fatalf("train_max_batch.jsonl: a trial without env.gpu: %.100s", obj["cfg"])
 		}
 		limit := int64(m.Fraction * m.TotalMemory)
 		delete(obj, "measured")

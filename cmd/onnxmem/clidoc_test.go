@@ -6,12 +6,9 @@ import (
 	"go/doc/comment"
 	"go/parser"
 	"go/token"
-	"os"
 	"regexp"
 	"strings"
 	"testing"
-
-	"github.com/google/go-cmp/cmp"
 )
 
 // packageDoc is the doc comment of this command (doc.go), parsed.
@@ -89,20 +86,7 @@ func TestCLIDoc(t *testing.T) {
 		}
 	}
 
-	path := "../../docs/cli.md"
-	if *update {
-		if err := os.WriteFile(path, doc.Bytes(), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test ./cmd/onnxmem -run TestCLIDoc -update)", err)
-	}
-	if d := cmp.Diff(string(want), doc.String()); d != "" {
-		t.Errorf("docs/cli.md differs from what the commands print (-file +now; run with -update if the change is right):\n%s", d)
-	}
+	generatedDoc(t, "cli.md", doc.Bytes(), "TestCLIDoc", "what the commands print")
 }
 
 // cliExamples are the commands whose outputs docs/cli.md shows under each
