@@ -16,6 +16,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/onnxmem/onnxmem/internal/measured"
 	"github.com/onnxmem/onnxmem/internal/onnxbuild"
+	"github.com/onnxmem/onnxmem/onnxmem"
 )
 
 // accuracySource is one file of measured scenarios in predict's line
@@ -75,20 +76,53 @@ func TestAccuracyDoc(t *testing.T) {
 		}
 	}
 	writeMaxBatchSection(t, &doc, p)
-	path := "../../docs/accuracy.md"
+	writeTrainMaxBatchSection(t, &doc, p)
+	doc.WriteString(checkedElsewhere)
+	generatedDoc(t, "accuracy.md", doc.Bytes(), "TestAccuracyDoc", "the predictions")
+}
+
+// generatedDoc compares docs/name with what test generated, or rewrites it
+// with -update; from says what the file is generated from.
+func generatedDoc(t *testing.T, name string, got []byte, test, from string) {
+	t.Helper()
+	path := filepath.Join("..", "..", "docs", name)
 	if *update {
-		if err := os.WriteFile(path, doc.Bytes(), 0o644); err != nil {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
 			t.Fatal(err)
 		}
 		return
 	}
 	want, err := os.ReadFile(path)
 	if err != nil {
-		t.Fatalf("%v (run go test ./cmd/onnxmem -run TestAccuracyDoc -update)", err)
+		t.Fatalf("%v (run go test ./cmd/onnxmem -run %s -update)", err, test)
 	}
-	if d := cmp.Diff(string(want), doc.String()); d != "" {
-		t.Errorf("docs/accuracy.md differs from the predictions (-file +now; run with -update if the change is right):\n%s", d)
+	if d := cmp.Diff(string(want), string(got)); d != "" {
+		t.Errorf("docs/%s differs from %s (-file +now; run go test ./cmd/onnxmem -run %s -update if the change is right):\n%s", name, from, test, d)
 	}
+}
+
+// jsonLines returns the objects of a JSON Lines file, one a line.
+func jsonLines(t *testing.T, file string) []map[string]json.RawMessage {
+	t.Helper()
+	f, err := os.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var objs []map[string]json.RawMessage
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 1<<24)
+	for sc.Scan() {
+		var obj map[string]json.RawMessage
+		if err := json.Unmarshal(sc.Bytes(), &obj); err != nil {
+			t.Fatalf("%s: %v", file, err)
+		}
+		objs = append(objs, obj)
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return objs
 }
 
 // accuracyRow is one scenario's errors by figure.
@@ -101,20 +135,8 @@ var accuracyFields = []string{"peak", "peak_req", "peak_reserved", "peak_reserve
 
 func accuracyRows(t *testing.T, p *predictor, src accuracySource) (rows []accuracyRow, unsupported []string) {
 	t.Helper()
-	file := src.file
 	alone := &predictor{root: p.root, models: p.models, alone: true}
-	f, err := os.Open(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(nil, 1<<24)
-	for sc.Scan() {
-		var obj map[string]json.RawMessage
-		if err := json.Unmarshal(sc.Bytes(), &obj); err != nil {
-			t.Fatal(err)
-		}
+	for _, obj := range jsonLines(t, src.file) {
 		var kind string
 		json.Unmarshal(obj["kind"], &kind)
 		if kind == "model" || kind == "error" {
@@ -291,3 +313,131 @@ func writeMaxBatchSection(t *testing.T, doc *bytes.Buffer, p *predictor) {
 		}
 	}
 }
+
+// writeTrainMaxBatchSection writes the official training loop's trials
+// under a limit (calibration/train_max_batch.py: train_dual.py, train.py
+// for GELAN, ten iterations at batch B in a fresh process capped by
+// set_per_process_memory_fraction) against the same run simulated under
+// the same limit: whether each trial ran to its end or ran out of memory,
+// and in which event. Each run is simulated twice: as a user would send it
+// (onnxmem's GradScaler skips), and with the skips the device recorded.
+func writeTrainMaxBatchSection(t *testing.T, doc *bytes.Buffer, p *predictor) {
+	t.Helper()
+	doc.WriteString("\n## max batch of the training loop under a limit (calibration/train_max_batch.py)\n\n" +
+		"The official `train_dual.py` (`train.py` for gelan-c) in a fresh process capped by\n" +
+		"`set_per_process_memory_fraction`: the setup and ten iterations at the batch, each image with\n" +
+		"its own box count, the previous `pred` alive into the next forward. Each trial's events are\n" +
+		"simulated under the same limit (`Model.Run` with `Scenario.Capacity`): as a user would send\n" +
+		"them (onnxmem's GradScaler skips under AMP), and with the skips the device recorded.\n" +
+		"`TestTrainMaxBatchMeasured` checks the second.\n\n" +
+		"| card | model | precision | limit (bytes) | batch | measured | onnxmem | onnxmem, measured skips |\n| --- | --- | --- | --- | --- | --- | --- | --- |\n")
+	p.root, p.alone, p.proc = filepath.Dir(onnxbuild.Shared(t, "groundtruth")), true, nil
+	for _, obj := range jsonLines(t, "../../calibration/results/train_max_batch.jsonl") {
+		var m struct {
+			Fraction    float64 `json:"fraction"`
+			TotalMemory float64 `json:"total_memory"`
+			Stepped     []*bool `json:"optimizer_stepped"`
+			OOM         *struct {
+				Event int `json:"event"`
+			} `json:"oom"`
+		}
+		if err := json.Unmarshal(obj["measured"], &m); err != nil {
+			t.Fatal(err)
+		}
+		var env struct {
+			GPU string `json:"gpu"`
+		}
+		if json.Unmarshal(obj["env"], &env); env.GPU == "" {
+			t.Fatalf("train_max_batch.jsonl: a trial without env.gpu: %.100s", obj["cfg"])
+		}
+		limit := int64(m.Fraction * m.TotalMemory)
+		delete(obj, "measured")
+		delete(obj, "env")
+		asSent := runUnderLimit(t, p, obj, limit, nil)
+		measuredSkips := runUnderLimit(t, p, obj, limit, m.Stepped)
+		want := "ran"
+		if m.OOM != nil {
+			want = fmt.Sprintf("out of memory in event %d", m.OOM.Event)
+		}
+		var cfg string
+		var amp bool
+		var batch int64
+		json.Unmarshal(obj["cfg"], &cfg)
+		json.Unmarshal(obj["amp"], &amp)
+		json.Unmarshal(obj["batch"], &batch)
+		fmt.Fprintf(doc, "| %s | %s | %s | %d | %d | %s | %s | %s |\n", env.GPU, cfg, map[bool]string{false: "fp32", true: "amp"}[amp], limit, batch, want, asSent, measuredSkips)
+	}
+}
+
+// runUnderLimit simulates a train_run line's events under the allocator's
+// limit, marking skipped the train events whose optimizer step the device
+// did not take (stepped false), and says how the run ended.
+func runUnderLimit(t *testing.T, p *predictor, obj map[string]json.RawMessage, limit int64, stepped []*bool) string {
+	t.Helper()
+	step := map[string]json.RawMessage{}
+	for k, v := range obj {
+		if k != "events" {
+			step[k] = v
+		}
+	}
+	step["boxes_per_img"] = json.RawMessage("0")
+	s, err := stepScenario(step, "train_step", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var raw []map[string]json.RawMessage
+	if err := json.Unmarshal(obj["events"], &raw); err != nil {
+		t.Fatal(err)
+	}
+	events := make([]onnxmem.RunEvent, len(raw))
+	for i, ev := range raw {
+		if events[i], err = runEvent(ev, i, s.Batch); err != nil {
+			t.Fatal(err)
+		}
+		if i < len(stepped) && stepped[i] != nil && !*stepped[i] {
+			events[i].Skipped = true
+		}
+	}
+	mod, err := p.model(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Capacity = limit
+	r, err := mod.Run(s, events)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.OOM {
+		return fmt.Sprintf("out of memory in event %d", r.OOMEvent)
+	}
+	return "ran"
+}
+
+// checkedElsewhere closes docs/accuracy.md: the measurements that tests
+// compare with the simulation beyond predict's lines, and what each test
+// requires (its doc comment says more).
+const checkedElsewhere = `
+## checked by tests, beyond these tables
+
+Each test holds a measurement of the device (in ` + "`calibration/results`" + ` or the shared folder) as its
+expectation, and fails when the simulation leaves what it allows. ` + "`go test ./PACKAGE -run NAME -v`" + `
+prints its table.
+
+| test | measured on the device | what must hold |
+| --- | --- | --- |
+| ` + "`onnxmem.TestOwnMeasurements`" + ` | model steps of ` + "`calibration/yolov9_segments.py`" + `, in fresh processes and in order | requested peak within 512 bytes; peak within 1% |
+| ` + "`onnxmem.TestHalfMeasured`" + ` | model steps in half precision (` + "`model.half()`" + `) | requested peak within 512 bytes; peak, reserved peak and bytes before the step within 0.05% |
+| ` + "`onnxmem.TestBF16Measured`" + ` | model steps under bfloat16 autocast | requested peak within 512 bytes; peak within 0.1%, reserved within 1% |
+| ` + "`onnxmem.TestEvalMeasured`" + ` | eval steps of ` + "`calibration/eval_step.py`" + ` | peak within 1%; reserved peak within 1% or 8 MiB |
+| ` + "`onnxmem.TestFootprint`" + ` | memory after ` + "`model.to('cuda')`" + ` | exact |
+| ` + "`onnxmem.TestLayerProfile`" + ` | ` + "`memory_allocated()`" + ` after each top-level layer's forward | within 8 MiB |
+| ` + "`onnxmem.TestTraces`" + `, ` + "`TestOwnTraces`" + ` | allocation-level traces of whole steps | event by event; the largest difference named |
+| ` + "`onnxmem.TestGPUMemUnderLimit`" + ` | what stays reserved after a step under a limit (GPU_mem), ` + "`calibration/max_batch.py`" + ` | within 2% |
+| ` + "`onnxmem.TestPlanMeasured`" + ` | steps under the checkpoint plans that ` + "`onnxmem plan`" + ` made | allocated and reserved peaks within 0.1% |
+| ` + "`onnxmem.TestH100CrossCheck`" + ` | large steps on an H100 80GB HBM3, same torch and cuDNN, predicted with the H200's cuDNN tables | peak within 0.1%, reserved within 1% |
+| ` + "`onnxmem.TestTorchvisionFreshSteps`" + ` | torchvision steps traced in fresh processes | requested peaks within 0.01% |
+| ` + "`onnxmem.TestGroundTruthHistory`" + ` | the ground truth's model steps, replayed in one process in its order | reserved peaks closer than each step alone |
+| ` + "`allocator.TestDeviceConf`" + ` | allocator sequences under ` + "`PYTORCH_CUDA_ALLOC_CONF`" + ` options (` + "`calibration/allocator_conf.py`" + `) | every counter and every block's place after every step, exact |
+| ` + "`onnxmem.TestInferenceExportStandsIn`" + ` | (no measurement) the inference exports of the shared folder | the figures of their training exports, exactly |
+| ` + "`onnxmem.TestPinned`" + ` | (no measurement) the whole Result of the pinned scenarios | unchanged to the byte: a guard against unintended change |
+`

@@ -3,22 +3,26 @@
 // torch.cuda.max_memory_allocated reports, where in the step it falls and
 // which tensors make it.
 //
-// What is simulated is the "model step" of package onnxmem: the parameters
-// and the input batch are resident, the forward runs in train mode, the loss
-// is sum(o.sum()) over the outputs, and the backward follows. The step runs
-// in fp32, under AMP (torch.autocast float16, the default of YOLOv9's
-// train_dual.py) or in half precision (model.half()), with or without
-// checkpoint segments (torch.utils.checkpoint.checkpoint_sequential with N
-// segments: the first N-1 run under checkpoint(use_reentrant=False)). report
-// compares fp32 and AMP with 0, 2 and 4 segments, knobs every precision with
-// 0, 2 and 4 segments, and predict takes amp and segments from each line;
-// sweep, timeline and maxbatch take -amp, -half and -segments. predict also
-// simulates eval steps (validation: a half copy of the model under no_grad,
-// with the head's decode). Full training steps of train_dual.py (the batch's
-// upload, YOLOv9's loss, the backward, gradient clipping, the optimizer step
-// and the EMA update) are simulated by maxbatch -train and predict's
-// train_step lines, with YOLOv9's task-aligned loss modelled op by op
-// (package family/yolov9/loss).
+// The step it simulates is one of three. The model step of package
+// onnxmem: the parameters and the input batch are resident, the forward runs
+// in train mode, the loss is sum(o.sum()) over the outputs, and the backward
+// follows. The train step, with -train: one step of YOLOv9's train_dual.py
+// in steady state (the batch's upload, the forward, YOLOv9's task-aligned
+// loss modelled op by op in package family/yolov9/loss, the backward,
+// GradScaler, gradient clipping, the optimizer step and the EMA update),
+// taken by report, knobs, maxbatch, plan, explain and diff. The eval step,
+// with -eval: validation as train_dual.py runs it at an epoch's end (a half
+// copy of the model under no_grad, with the head's decode), taken by sweep,
+// timeline, maxbatch and explain. A step runs in fp32, under AMP
+// (torch.autocast float16, the default of train_dual.py) or in half
+// precision (model.half()), with or without checkpoint segments
+// (torch.utils.checkpoint.checkpoint_sequential with N segments: the first
+// N-1 run under checkpoint(use_reentrant=False)). report compares fp32 and
+// AMP with 0, 2 and 4 segments, knobs every precision with 0, 2 and 4
+// segments; sweep, timeline, maxbatch, explain, plan, diff and run take
+// -amp, -half and -segments, and -checkpoint, the ranges of layers that
+// plan prints. run simulates a whole training run, and predict takes each
+// of these from JSON lines.
 //
 // "Fits" has one meaning in every command (report, knobs and maxbatch) and
 // in the library (onnxmem.Result.Fits, onnxmem.Model.Fit,
@@ -68,7 +72,19 @@
 // before or after MODEL.onnx; "--" ends the flags. Every command takes -h,
 // which prints its syntax, an example and its flags to stdout.
 //
-// Tables print sizes in GiB with two decimals; -json prints bytes. Output is
+// Three figures come out of a step. "peak" is what
+// torch.cuda.max_memory_allocated() reports: the bytes of live tensors at
+// their most. "reserved" is what torch.cuda.max_memory_reserved() reports:
+// the caching allocator's segments at their most. GPU_mem is what YOLOv9's
+// training loop prints in its GPU_mem column,
+// f'{torch.cuda.memory_reserved() / 1E9:.3g}G': the segments still reserved
+// when the step ends, in decimal gigabytes (onnxmem.Result.GPUMem). Without
+// a limit nothing is released during a step, so GPU_mem is the reserved
+// peak in other units; under a limit it can be less, when the allocator
+// released its cache to retry a request.
+//
+// Tables print sizes in GiB with two decimals; -json prints bytes, and -csv
+// a table's rows in bytes (every command with a table takes it). Output is
 // deterministic. Errors go to stderr, prefixed "onnxmem: ". The exit code is
 // 0 on success, 1 on a failure (a model that cannot be read or simulated, a
 // file that cannot be written) and 2 on a usage error (an unknown command or
@@ -76,8 +92,7 @@
 //
 // # report
 //
-//	onnxmem report [-img N] [-batches LIST] [-batch N]
-//	               [-train [-boxes N] [-optimizer NAME] [-ema=false] [-warm-steps N]] [-json] [-v] [MODEL.onnx]
+//	onnxmem report [-img N] [-batches LIST] [-batch N] [-train [-boxes N] [-optimizer NAME] [-ema=false] [-warm-steps N]] [-alloc-conf OPTS] [-json|-csv] [-v] [MODEL.onnx]
 //
 // Predicts the model step, or with -train the full training step of
 // train_dual.py (flags as for maxbatch), at each batch size of -batches in six settings: fp32 and
@@ -124,7 +139,7 @@
 //
 // # sweep
 //
-//	onnxmem sweep [-img N] [-batches LIST] [-eval [-eval-float]] [-json] [-svg FILE] [-v] MODEL.onnx
+//	onnxmem sweep [-img N] [-batches LIST] [-amp|-half] [-segments K] [-eval [-eval-float]] [-alloc-conf OPTS] [-json|-csv] [-svg FILE] [-v] MODEL.onnx
 //
 // Predicts the step at each batch size and prints a table: batch, peak, peak
 // requested (before the allocator's rounding), peak reserved, after forward,
@@ -138,7 +153,7 @@
 //
 // # timeline
 //
-//	onnxmem timeline [-batch N] [-img N] [-eval [-eval-float]] [-json] [-svg FILE] [-snapshot FILE.pickle] MODEL.onnx
+//	onnxmem timeline [-batch N] [-img N] [-amp|-half] [-segments K] [-eval [-eval-float]] [-alloc-conf OPTS] [-json|-csv] [-svg FILE] [-snapshot FILE.pickle] MODEL.onnx
 //
 // Replays the measured step and prints a summary: allocated memory before
 // the step (m0), after the forward, the forward's peak, the step's peak and
@@ -156,7 +171,7 @@
 //
 // # predict
 //
-//	onnxmem predict [-root DIR] < SCENARIOS.jsonl
+//	onnxmem predict [-root DIR] [-alone] < SCENARIOS.jsonl
 //
 // The interface for accuracy checks. Reads JSON Lines on stdin, one scenario
 // an object, with the fields of the ground truth's calibration.jsonl: model
@@ -208,7 +223,7 @@
 //
 //	onnxmem run [-batch N] [-img N] [-amp] [-segments K] [-optimizer NAME] [-ema=false] [-alloc-conf OPTS]
 //	            [-epochs E] [-iters N] [-val-images N] [-mean-boxes M] [-seed S] [-events FILE.json]
-//	            [-device NAME|SIZE] [-json] [MODEL.onnx]
+//	            [-device NAME|SIZE] [-json|-csv] [MODEL.onnx]
 //
 // A whole training run in one process (onnxmem.Model.Run): the setup, then
 // per epoch -iters iterations whose images hold box counts drawn from a
@@ -227,7 +242,7 @@
 //
 // # claims
 //
-//	onnxmem claims [-model NAME] [-batch N] [-img N] [-boxes N] [-device NAME] [-json]
+//	onnxmem claims [-model NAME] [-batch N] [-img N] [-boxes N] [-device NAME] [-json|-csv]
 //
 // A popular article's claims about training YOLOv9 at batch 64 without
 // running out of memory, each checked against the simulation of
@@ -237,7 +252,7 @@
 //
 // # diff
 //
-//	onnxmem diff [-batch N] [-img N] [-amp|-half] [-segments K] [-train ...] SNAPSHOT.pickle MODEL.onnx
+//	onnxmem diff [-batch N] [-img N] [-amp|-half] [-segments K] [-train [-boxes N] [-optimizer NAME] [-ema=false] [-warm-steps N]] SNAPSHOT.pickle MODEL.onnx
 //
 // A memory snapshot taken on the GPU (torch.cuda.memory._dump_snapshot()
 // after torch.cuda.memory._record_memory_history() was enabled just before
@@ -249,7 +264,7 @@
 // # plan
 //
 //	onnxmem plan [-batch N] [-img N] [-budget GiB | -device NAME|SIZE] [-amp|-half] [-train [-boxes N] [-optimizer NAME] [-ema=false] [-warm-steps N]]
-//	             [-alloc-conf OPTS] [-json] MODEL.onnx
+//	             [-alloc-conf OPTS] [-json|-csv] MODEL.onnx
 //
 // The checkpoint plan with the fewest recomputed FLOPs that it finds for
 // the step to fit under the limit (onnxmem.Model.MakePlan: the usual
@@ -267,7 +282,7 @@
 // # explain
 //
 //	onnxmem explain [-batch N] [-img N] [-amp|-half] [-segments K] [-eval [-eval-float]] [-train [-boxes N] [-optimizer NAME] [-ema=false] [-warm-steps N]]
-//	                [-alloc-conf OPTS] [-json] MODEL.onnx
+//	                [-alloc-conf OPTS] [-json|-csv] MODEL.onnx
 //
 // What makes the peak (onnxmem.Model.Explain): the bytes alive at it by
 // kind (onnxmem.ExplainKinds: parameters, the EMA or half copy, optimizer
@@ -281,9 +296,8 @@
 //
 // # maxbatch
 //
-//	onnxmem maxbatch [-img N] [-budget GiB | -device NAME] [-limit N | -for-batch N] [-eval [-eval-float]]
-//	                 [-amp|-half] [-segments K]
-//	                 [-train [-boxes N] [-optimizer NAME] [-ema=false] [-warm-steps N]] [-json] MODEL.onnx
+//	onnxmem maxbatch [-img N] [-budget GiB | -device NAME] [-limit N | -for-batch N] [-amp|-half] [-segments K] [-eval [-eval-float]] [-alloc-conf OPTS]
+//	                 [-train [-boxes N] [-optimizer NAME] [-ema=false] [-warm-steps N]] [-json|-csv] MODEL.onnx
 //
 // Finds the largest batch size, at most -limit, whose step fits, by binary
 // search; 0 when not even batch 1 fits. The step is the model step (fp32
@@ -305,8 +319,8 @@
 //     torch.cuda.set_per_process_memory_fraction sets it.
 //
 // -device and -budget exclude each other. The answer gives the step's
-// reserved and allocated peaks: "max batch 22: reserves 23.09 GiB of 23.15
-// GiB usable on rtx4090, peak 22.71 GiB allocated (loss)". When not even
+// reserved and allocated peaks: "max batch B: reserves R GiB of U GiB
+// usable on CARD (GPU_mem G), peak P GiB allocated (where)". When not even
 // batch 1 fits, it says so: "max batch 0: not even batch 1 fits in …".
 //
 // With -for-batch N maxbatch answers another question: the fewest checkpoint
@@ -349,7 +363,7 @@
 //
 // # devices
 //
-//	onnxmem devices [-json]
+//	onnxmem devices [-json|-csv]
 //
 // Lists the device profiles (onnxmem.Devices), in their order: name, total
 // GiB (what torch.cuda.get_device_properties reports as total_memory), the
@@ -363,8 +377,7 @@
 //
 // # knobs
 //
-//	onnxmem knobs [-batch N] [-img N] [-budget GiB | -device NAME]
-//	              [-train [-boxes N] [-optimizer NAME] [-ema=false] [-warm-steps N]] [-json] MODEL.onnx
+//	onnxmem knobs [-batch N] [-img N] [-budget GiB | -device NAME] [-train [-boxes N] [-optimizer NAME] [-ema=false] [-warm-steps N]] [-alloc-conf OPTS] [-json|-csv] MODEL.onnx
 //
 // What each knob buys at one batch size: the step in fp32, amp and half,
 // each with 0, 2 and 4 checkpoint segments, in that order (fp32 first, the
@@ -415,7 +428,7 @@
 //
 // # models
 //
-//	onnxmem models [-json]
+//	onnxmem models [-json|-csv]
 //
 // Lists the built-in models: name, top-level layers, trainable parameters
 // (those with a .grad, auxiliary branch included; PyTorch's
@@ -429,7 +442,7 @@
 //
 // # export-model
 //
-//	onnxmem export-model [-o FILE.onnx] [-classes N] [-width F] [-depth F] [-weights] NAME
+//	onnxmem export-model [-o FILE.onnx] [-classes N | -nc N] [-width F] [-depth F] [-weights] NAME
 //
 // Writes a built-in model as an ONNX file (opset 17, input images of dims
 // [batch, 3, height, width], all symbolic), for onnxmem or any ONNX tool,

@@ -1,61 +1,116 @@
 package main
 
 import (
+	"maps"
 	"os"
+	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
 
-// TestReadmeOutputs runs every command whose output the README shows in a
-// text block (the block follows a paragraph that names the command in
-// backquotes) and checks the block against what the command prints now:
-// the whole output, or its first lines when the block ends with "…". The
-// README's numbers come from the program, and this test fails when they
-// drift.
-func TestReadmeOutputs(t *testing.T) {
+// A readmeBlock is one fenced block of the README: its language, the line
+// of its opening fence (1-based), its lines, and whether only blank lines
+// separate it from the block before.
+type readmeBlock struct {
+	lang       string
+	line       int
+	lines      []string
+	afterBlock bool
+}
+
+// readReadme returns the README's fenced blocks and its prose: every line
+// outside them, numbered from 1.
+func readReadme(t *testing.T) (blocks []readmeBlock, prose map[int]string) {
+	t.Helper()
 	data, err := os.ReadFile("../../README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	lines := strings.Split(string(data), "\n")
-	command := regexp.MustCompile("`((?:go run \\./cmd/)?onnxmem(?: [^`]*)?)`")
-	checked := 0
+	prose = map[int]string{}
+	lastEnd := -2 // the line of the last closing fence
 	for i := 0; i < len(lines); i++ {
-		if lines[i] != "```text" {
+		if !strings.HasPrefix(lines[i], "```") {
+			prose[i+1] = lines[i]
 			continue
 		}
-		// The command: the last one named in the lines just before.
-		var cmdline string
-		j := i - 1
-		for j >= 0 && lines[j] == "" {
-			j--
+		b := readmeBlock{lang: strings.TrimPrefix(lines[i], "```"), line: i + 1, afterBlock: lastEnd >= 0}
+		for k := lastEnd + 1; k < i && b.afterBlock; k++ {
+			b.afterBlock = strings.TrimSpace(lines[k]) == ""
 		}
-		for k := j; k >= 0 && k >= j-3 && lines[k] != "" && cmdline == ""; k-- {
-			if m := command.FindAllStringSubmatch(lines[k], -1); m != nil {
-				cmdline = m[len(m)-1][1]
-			}
+		i++
+		for i < len(lines) && lines[i] != "```" {
+			b.lines = append(b.lines, lines[i])
+			i++
 		}
-		end := i + 1
-		for end < len(lines) && lines[end] != "```" {
-			end++
+		if i == len(lines) {
+			t.Fatalf("README line %d: a block that never closes", b.line)
 		}
-		block := lines[i+1 : end]
-		i = end
-		if cmdline == "" {
+		lastEnd = i
+		blocks = append(blocks, b)
+	}
+	return blocks, prose
+}
+
+// inlineCode matches a span of inline code in a line of Markdown.
+var inlineCode = regexp.MustCompile("`([^`]*)`")
+
+// readmeCommand matches a command line of the README: the program run from
+// the repository root, or the installed command.
+var readmeCommand = regexp.MustCompile(`^(?:go run \./cmd/onnxmem|onnxmem)(?: (.*))?$`)
+
+// commandArgs returns the arguments of a README command line, its comment
+// dropped, or ok false when the line runs something else.
+func commandArgs(line string) (args []string, ok bool) {
+	line, _, _ = strings.Cut(line, " #")
+	m := readmeCommand.FindStringSubmatch(strings.TrimSpace(line))
+	if m == nil {
+		return nil, false
+	}
+	return strings.Fields(m[1]), true
+}
+
+// TestReadmeOutputs runs every command whose output the README shows and
+// checks the output against what the command prints now: the whole output,
+// or its first lines when the block ends with "…". An output is a text
+// block, and the sh block right before it (blank lines between at most)
+// names the command as its last line. A text block without its command is
+// an error, and so is a block of another language than text (an output),
+// sh or python (inputs, which the reader runs): the README's figures come
+// from the program, and this test fails when they drift. The commands run
+// in a temporary folder, where any file they write goes.
+func TestReadmeOutputs(t *testing.T) {
+	blocks, _ := readReadme(t)
+	t.Chdir(t.TempDir())
+	checked := 0
+	for i, b := range blocks {
+		switch b.lang {
+		case "sh", "python":
+			continue
+		case "text":
+		default:
+			t.Errorf("README line %d: a block of language %q: an output is a text block, checked here; a command is an sh block", b.line, b.lang)
 			continue
 		}
-		fields := strings.Fields(strings.TrimPrefix(strings.TrimPrefix(cmdline, "go run ./cmd/"), "onnxmem"))
-		if len(fields) > 0 && (fields[0] == "predict" || fields[0] == "help") {
+		var args []string
+		ok := i > 0 && b.afterBlock && blocks[i-1].lang == "sh"
+		if ok {
+			sh := blocks[i-1].lines
+			args, ok = commandArgs(sh[len(sh)-1])
+		}
+		if !ok {
+			t.Errorf("README line %d: an output whose command is not named: put it on the last line of an sh block right before", b.line)
 			continue
 		}
-		code, stdout, stderr := runCmd(t, "", fields...)
+		code, stdout, stderr := runCmd(t, "", args...)
 		if code != 0 {
-			t.Errorf("README line %d: %s: exit code %d: %s", i, cmdline, code, stderr)
+			t.Errorf("README line %d: onnxmem %s: exit code %d: %s", b.line, strings.Join(args, " "), code, stderr)
 			continue
 		}
 		got := strings.Split(strings.TrimRight(stdout, "\n"), "\n")
-		want := block
+		want := b.lines
 		if n := len(want); n > 0 && strings.TrimSpace(want[n-1]) == "…" {
 			want = want[:n-1]
 			if len(got) > len(want) {
@@ -63,59 +118,87 @@ func TestReadmeOutputs(t *testing.T) {
 			}
 		}
 		if strings.Join(got, "\n") != strings.Join(want, "\n") {
-			t.Errorf("README's output of %s (the block ending at line %d) differs from what it prints now:\n%s", cmdline, i+1, strings.Join(got, "\n"))
+			t.Errorf("README's output of onnxmem %s (the block at line %d) differs from what it prints now:\n%s", strings.Join(args, " "), b.line, strings.Join(got, "\n"))
 		}
 		checked++
 	}
-	t.Logf("%d README blocks checked", checked)
-	if checked < 3 {
-		t.Errorf("%d README blocks checked: the README's outputs lost their commands", checked)
+	t.Logf("%d README outputs checked", checked)
+	if checked < 4 {
+		t.Errorf("%d README outputs checked: the README's tour lost its outputs", checked)
 	}
 }
 
-// TestReadmeSyntax checks each command's synopsis in the README's sh
-// blocks (a line "onnxmem CMD [..." and the indented lines that continue
-// it) against the usage lines that CMD -h prints.
+// TestReadmeSyntax checks every onnxmem command the README gives, in its sh
+// blocks and in its prose, by running it with -h added (help as it is): the command must
+// exist and take every flag given (the flag package stops at the first it
+// does not know, before -h), so that each line a reader pastes runs.
 func TestReadmeSyntax(t *testing.T) {
-	data, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
+	blocks, prose := readReadme(t)
+	var lines []string
+	for _, b := range blocks {
+		if b.lang == "sh" {
+			lines = append(lines, b.lines...)
+		}
 	}
-	lines := strings.Split(string(data), "\n")
-	synopsis := regexp.MustCompile(`^onnxmem ([a-z-]+) \[`)
-	inSh, checked := false, 0
-	for i := 0; i < len(lines); i++ {
-		if strings.HasPrefix(lines[i], "```") {
-			inSh = lines[i] == "```sh"
+	for _, l := range prose {
+		for _, m := range inlineCode.FindAllStringSubmatch(l, -1) {
+			lines = append(lines, m[1])
+		}
+	}
+	checked := 0
+	for _, line := range lines {
+		args, ok := commandArgs(line)
+		if !ok {
 			continue
 		}
-		m := synopsis.FindStringSubmatch(lines[i])
-		if !inSh || m == nil || m[1] == "help" { // help has no flags
-			continue
+		if len(args) == 0 || args[0] != "help" { // help takes no flags, and prints the same
+			args = append(slices.Clone(args), "-h")
 		}
-		got := []string{lines[i]}
-		for i+1 < len(lines) && strings.HasPrefix(lines[i+1], "  ") && !strings.HasPrefix(strings.TrimSpace(lines[i+1]), "onnxmem") {
-			i++
-			got = append(got, strings.TrimSpace(lines[i]))
-		}
-		code, stdout, _ := runCmd(t, "", m[1], "-h")
-		if code != 0 {
-			t.Fatalf("%s -h: exit code %d", m[1], code)
-		}
-		usage := strings.Split(strings.TrimPrefix(stdout, "usage: "), "\n")
-		want := []string{usage[0]}
-		for _, l := range usage[1:] {
-			if !strings.HasPrefix(l, "   ") {
-				break
-			}
-			want = append(want, strings.TrimSpace(l))
-		}
-		if strings.Join(got, "\n") != strings.Join(want, "\n") {
-			t.Errorf("README's synopsis of %s:\n%s\n-h says:\n%s", m[1], strings.Join(got, "\n"), strings.Join(want, "\n"))
+		code, stdout, stderr := runCmd(t, "", args...)
+		if code != 0 || !strings.HasPrefix(stdout, "usage: onnxmem ") && !strings.HasPrefix(stdout, "onnxmem predicts") {
+			t.Errorf("README: %q does not run: exit code %d: %s", line, code, stderr)
 		}
 		checked++
 	}
 	if checked < 5 {
-		t.Errorf("checked %d synopses in the README; it lists more", checked)
+		t.Errorf("checked %d commands in the README; it gives more", checked)
+	}
+}
+
+// TestReadmeFigures checks the README's prose (the lines outside its
+// blocks and inline code) for figures that no checked output shows: every
+// number in it must appear in one of the README's text blocks, which
+// TestReadmeOutputs runs, or be the Go version of go.mod.
+func TestReadmeFigures(t *testing.T) {
+	blocks, prose := readReadme(t)
+	number := regexp.MustCompile(`(^|[^\w.\-/#])(\d+(?:[.,]\d+)*)`)
+	shown := map[string]bool{}
+	for _, b := range blocks {
+		if b.lang != "text" {
+			continue
+		}
+		for _, l := range b.lines {
+			for _, m := range number.FindAllStringSubmatch(l, -1) {
+				shown[m[2]] = true
+			}
+		}
+	}
+	gomod, err := os.ReadFile(filepath.Join("..", "..", "go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	goVersion := regexp.MustCompile(`(?m)^go (\S+)$`).FindSubmatch(gomod)
+	if goVersion == nil {
+		t.Fatal("go.mod has no go line")
+	}
+	for _, n := range slices.Sorted(maps.Keys(prose)) {
+		line := inlineCode.ReplaceAllString(prose[n], "")
+		for _, m := range number.FindAllStringSubmatchIndex(line, -1) {
+			num := line[m[4]:m[5]]
+			if shown[num] || num == string(goVersion[1]) && strings.HasSuffix(line[:m[4]], "Go ") {
+				continue
+			}
+			t.Errorf("README line %d: %q: a figure that no checked output shows (%q); show the command's output or leave the number out", n, strings.TrimSpace(line), num)
+		}
 	}
 }

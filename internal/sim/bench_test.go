@@ -10,8 +10,8 @@ import (
 
 // The benchmarks of the simulations people run by the hundred. Each builds
 // its model once, outside the timer; the goals are for one core
-// (go test ./onnxmem -run X -bench . -cpu 1) and the README lists the
-// figures measured.
+// (go test ./onnxmem -run X -bench . -cpu 1) and docs/performance.md lists
+// the figures measured.
 
 // builtinBench returns a built-in model, warmed by one simulation so that
 // what is built once per model (its family's holds, the cuDNN table) is

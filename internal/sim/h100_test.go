@@ -24,7 +24,7 @@ import (
 // 3.7 MiB below the prediction, one call's workspace. The allocated peaks
 // are within 0.06%, the reserved ones within 0.9%. So the tables stand for
 // an H100 with the same torch and cuDNN; for other cards or versions they
-// are an assumption (README, "Known gaps").
+// are an assumption (docs/limitations.md, "Known gaps").
 func TestH100CrossCheck(t *testing.T) {
 	const mib = 1 << 20
 	pct := func(got, want int64) float64 { return 100 * float64(got-want) / float64(want) }
