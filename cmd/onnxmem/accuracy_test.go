@@ -16,7 +16,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/onnxmem/onnxmem/internal/measured"
 	"github.com/onnxmem/onnxmem/internal/onnxbuild"
-	"github.com/onnxmem/onnxmem/onnxmem"
+	"github.com/onnxmem/onnxmem/internal/sim"
 )
 
 // accuracySource is one file of measured scenarios in predict's line
@@ -389,11 +389,13 @@ func runUnderLimit(t *testing.T, p *predictor, obj map[string]json.RawMessage, l
 	if err := json.Unmarshal(obj["events"], &raw); err != nil {
 		t.Fatal(err)
 	}
-	events := make([]onnxmem.RunEvent, len(raw))
+	events := make([]sim.RunEvent, len(raw))
 	for i, ev := range raw {
-		if events[i], err = runEvent(ev, i, s.Batch); err != nil {
+		e, err := runEvent(ev, i, s.Batch)
+		if err != nil {
 			t.Fatal(err)
 		}
+		events[i] = sim.RunEvent(e)
 		if i < len(stepped) && stepped[i] != nil && !*stepped[i] {
 			events[i].Skipped = true
 		}

@@ -3,6 +3,7 @@ package main
 import (
 	"maps"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -87,7 +88,7 @@ func TestReadmeOutputs(t *testing.T) {
 	checked := 0
 	for i, b := range blocks {
 		switch b.lang {
-		case "sh", "python":
+		case "sh", "python", "go":
 			continue
 		case "text":
 		default:
@@ -95,16 +96,26 @@ func TestReadmeOutputs(t *testing.T) {
 			continue
 		}
 		var args []string
+		var example string
 		ok := i > 0 && b.afterBlock && blocks[i-1].lang == "sh"
 		if ok {
 			sh := blocks[i-1].lines
-			args, ok = commandArgs(sh[len(sh)-1])
+			if example, ok = exampleRun(sh[len(sh)-1]); !ok {
+				args, ok = commandArgs(sh[len(sh)-1])
+			}
 		}
 		if !ok {
 			t.Errorf("README line %d: an output whose command is not named: put it on the last line of an sh block right before", b.line)
 			continue
 		}
-		code, stdout, stderr := runCmd(t, "", args...)
+		var code int
+		var stdout, stderr string
+		if example != "" {
+			args = []string{"(go run ./examples/" + example + ")"}
+			code, stdout, stderr = goRun(t, "./examples/"+example)
+		} else {
+			code, stdout, stderr = runCmd(t, "", args...)
+		}
 		if code != 0 {
 			t.Errorf("README line %d: onnxmem %s: exit code %d: %s", b.line, strings.Join(args, " "), code, stderr)
 			continue
@@ -125,6 +136,77 @@ func TestReadmeOutputs(t *testing.T) {
 	t.Logf("%d README outputs checked", checked)
 	if checked < 4 {
 		t.Errorf("%d README outputs checked: the README's tour lost its outputs", checked)
+	}
+}
+
+// exampleRun returns the example a README line runs, "go run
+// ./examples/NAME", or ok false.
+func exampleRun(line string) (name string, ok bool) {
+	name, ok = strings.CutPrefix(strings.TrimSpace(line), "go run ./examples/")
+	if !ok {
+		return "", false
+	}
+	return name, true
+}
+
+// goRun runs go run on a package of the module, from its root, and returns
+// its exit code and outputs; it skips the test where no go command is.
+func goRun(t *testing.T, pkg string) (code int, stdout, stderr string) {
+	t.Helper()
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command to run " + pkg)
+	}
+	root, err := filepath.Abs(filepath.Join(readmeDir, "..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(gobin, "run", pkg)
+	cmd.Dir = root
+	var out, errOut strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Run(); err != nil {
+		code = 1
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		}
+	}
+	return code, out.String(), errOut.String()
+}
+
+// readmeDir is this package's folder, where the test starts (TestReadmeOutputs
+// moves to a temporary one).
+var readmeDir, _ = os.Getwd()
+
+// TestReadmeLibrary checks that the README's Go program is the body of
+// examples/library's main, which TestReadmeOutputs runs.
+func TestReadmeLibrary(t *testing.T) {
+	blocks, _ := readReadme(t)
+	src, err := os.ReadFile(filepath.Join("..", "..", "examples", "library", "main.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, body, ok := strings.Cut(string(src), "func main() {\n")
+	if !ok {
+		t.Fatal("examples/library/main.go has no func main")
+	}
+	body = body[:strings.LastIndex(body, "}")]
+	var want []string
+	for _, l := range strings.Split(strings.TrimRight(body, "\n"), "\n") {
+		want = append(want, strings.TrimPrefix(l, "\t"))
+	}
+	shown := 0
+	for _, b := range blocks {
+		if b.lang != "go" {
+			continue
+		}
+		shown++
+		if strings.Join(b.lines, "\n") != strings.Join(want, "\n") {
+			t.Errorf("README line %d: the Go program is not the body of examples/library/main.go:\n%s", b.line, strings.Join(want, "\n"))
+		}
+	}
+	if shown != 1 {
+		t.Errorf("the README shows %d Go programs, want the library's one", shown)
 	}
 }
 
