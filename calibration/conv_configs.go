@@ -31,9 +31,9 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/onnxmem/onnxmem/family/yolov9/models"
 	"github.com/onnxmem/onnxmem/internal/sim"
 	"github.com/onnxmem/onnxmem/ir"
-	"github.com/onnxmem/onnxmem/models"
 	"github.com/onnxmem/onnxmem/schedule"
 )
 

@@ -70,7 +70,7 @@ func ExampleModel_MaxBatch() {
 	}
 	fmt.Printf("batch %d fits in %s: peak %s\n", batch, mib(budget), mib(r.Peak))
 	// Output:
-	// batch 10 fits in 256.00 MiB: peak 238.34 MiB
+	// batch 10 fits in 256.00 MiB: peak 238.39 MiB
 }
 
 // Follow the allocator's counters through the step, event by event.

@@ -1,222 +1,67 @@
 package family_test
 
 import (
-	"os"
-	"path/filepath"
-	"regexp"
-	"slices"
 	"strings"
 	"testing"
 
 	"github.com/onnxmem/onnxmem/family"
+	"github.com/onnxmem/onnxmem/family/generic"
 	"github.com/onnxmem/onnxmem/internal/onnxbuild"
+	"github.com/onnxmem/onnxmem/internal/schedtest"
 	"github.com/onnxmem/onnxmem/ir"
-	"github.com/onnxmem/onnxmem/models"
+	"github.com/onnxmem/onnxmem/schedule"
 )
 
-func loadBytes(t *testing.T, data []byte) *ir.Graph {
-	t.Helper()
-	g, err := ir.Load(data)
-	if err != nil {
-		t.Fatal(err)
+// TestDefaults checks what a family that says only the four things of
+// Family gets from the optional answers: no eval head, classes or unseen
+// tensors, the plain training step (the sum of the outputs through
+// GradScaler) with no script to name and no loop, no deployment export,
+// and the harness that empties the cache before the warm-up only.
+func TestDefaults(t *testing.T) {
+	var f family.Family = generic.Family{}
+	outs := []schedule.Output{{Dims: []int64{2, 144, 80, 80}, DType: ir.Float32}}
+	if family.EvalHead(f) != nil || family.Classes(f, outs) != 0 || family.Unseen(f, outs) != nil || family.Loop(f, nil) != nil {
+		t.Errorf("a core-only family has a head, classes, unseen tensors or a loop")
 	}
-	return g
-}
-
-func build(t *testing.T, b *onnxbuild.Builder) *ir.Graph {
-	t.Helper()
-	data, err := b.Bytes()
-	if err != nil {
-		t.Fatal(err)
+	if r := family.Recipe(f, schedule.Adam, true, 3); r.Optimizer != schedule.Adam || !r.EMA || r.Boxes != 3 || !r.GradScaler || r.Loss != nil {
+		t.Errorf("default recipe %+v, want Adam, EMA, 3 boxes, GradScaler and the sum of the outputs", r)
 	}
-	return loadBytes(t, data)
-}
-
-// resnetLike is a torchvision-style network: the root's children conv1, bn1,
-// layer1 (a Sequential of two blocks) and fc-like head conv, named as
-// torch.onnx names them.
-func resnetLike() *onnxbuild.Builder {
-	b := onnxbuild.New("resnet-like")
-	x := b.Module("conv1").Conv(b.Input("images", 3), 8, 3, 2)
-	x = b.Module("bn1").BatchNorm(x)
-	l1 := b.Module("layer1")
-	for i := range 2 {
-		blk := l1.Index(i)
-		y := blk.Sub("conv1").Conv(x, 8, 3, 1)
-		y = blk.Sub("bn1").BatchNorm(y)
-		x = blk.Add(y, x)
+	if err := family.CheckTrain(f, outs, ""); err != nil {
+		t.Errorf("default trainer: %v", err)
 	}
-	b.Output(b.Module("head").Conv(x, 4, 1, 1))
-	return b
-}
-
-// wrapped is a model whose nn.Sequential is an attribute named model of a
-// wrapper: "/model/model.0/conv/Conv" is no YOLOv9 layer.
-func wrapped() *onnxbuild.Builder {
-	b := onnxbuild.New("wrapped")
-	seq := b.Module("model")
-	x := seq.Sub("model.0").Conv(b.Input("images", 3), 8, 3, 2)
-	b.Output(seq.Sub("model.1").Conv(x, 8, 3, 1))
-	return b
-}
-
-// TestDetect checks which family claims which graph.
-func TestDetect(t *testing.T) {
-	yolo, err := models.Build("gelan-t", models.Options{})
-	if err != nil {
-		t.Fatal(err)
+	if err := family.CheckTrain(f, outs, "train_dual"); err == nil || !strings.HasPrefix(err.Error(), `generic: trainer "train_dual"`) {
+		t.Errorf("a named trainer: %v, want an error naming it", err)
 	}
-	for _, tc := range []struct {
-		name string
-		g    *ir.Graph
-		want string
-	}{
-		{"tiny", build(t, onnxbuild.Tiny()), "yolov9"},
-		{"gelan-t", loadBytes(t, yolo), "yolov9"},
-		{"resnet-like", build(t, resnetLike()), "generic"},
-		{"wrapped", build(t, wrapped()), "generic"},
-	} {
-		if got := family.Detect(tc.g).Name(); got != tc.want {
-			t.Errorf("%s: family %s, want %s", tc.name, got, tc.want)
-		}
+	if _, _, ok := family.Deployment(f, nil); ok {
+		t.Errorf("a core-only family reads deployment exports")
 	}
-	path := onnxbuild.Shared(t, "torchvision/resnet18-train.onnx")
-	g, err := ir.LoadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := family.Detect(g).Name(); got != "generic" {
-		t.Errorf("resnet18: family %s, want generic", got)
+	if h := family.Harness(f); h != "before_warmup" {
+		t.Errorf("harness %q, want before_warmup", h)
 	}
 }
 
-// TestByName checks the lookup of families by name.
-func TestByName(t *testing.T) {
-	if got := family.Names(); !slices.Equal(got, []string{"yolov9", "generic"}) {
-		t.Errorf("Names() = %v", got)
-	}
-	for _, name := range family.Names() {
-		if f, err := family.ByName(name); err != nil || f.Name() != name {
-			t.Errorf("ByName(%q) = %v, %v", name, f, err)
+// TestCheckStepEvalExport checks the default CheckStep, the generic
+// family's: that an export made in eval mode, whose
+// batch norms all use running statistics, is refused with the way to make
+// the training-mode one, and that a training-mode export passes.
+func TestCheckStepEvalExport(t *testing.T) {
+	build := func(eval bool) *ir.Graph {
+		b := onnxbuild.New("net")
+		m := b.Module("bn")
+		c := b.Module("conv").Conv(b.Input("x", 3), 8, 3, 1)
+		if eval {
+			ins := []string{c.Name, m.Param("weight", 8), m.Param("bias", 8), m.Param("running_mean", 8), m.Param("running_var", 8)}
+			b.Output(onnxbuild.T{Name: m.Node("BatchNormalization", ins, 1)[0], C: 8})
+		} else {
+			b.Output(m.BatchNorm(c))
 		}
+		return schedtest.Kit{Prepare: generic.Family{}.Prepare}.Load(t, b)
 	}
-	if _, err := family.ByName("yolov5"); err == nil || err.Error() != `family: unknown family "yolov5": want one of yolov9, generic` {
-		t.Errorf("ByName(yolov5): error %v", err)
+	err := family.CheckStep(generic.Family{}, build(true))
+	if err == nil || !strings.Contains(err.Error(), "generic: an export made in eval mode (its 1 batch norms use running statistics)") || !strings.Contains(err.Error(), "TrainingMode.TRAINING") {
+		t.Errorf("eval-mode export: %v", err)
 	}
-}
-
-// TestGenericLayers checks the generic family's layers on a torchvision-style
-// graph: the root's children and a Sequential's numbered children, in the
-// order they run.
-func TestGenericLayers(t *testing.T) {
-	f, _ := family.ByName("generic")
-	g, err := f.Prepare(build(t, resnetLike()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := map[string]int{"conv1": 0, "bn1": 1, "layer1/layer1.0": 2, "layer1/layer1.1": 3, "head": 4}
-	for _, n := range g.Nodes {
-		key := strings.TrimPrefix(n.Name, "/")
-		key = key[:strings.LastIndexByte(key, '/')]
-		if strings.HasPrefix(key, "layer1/") {
-			key = strings.Join(strings.Split(key, "/")[:2], "/")
-		}
-		if l, ok := want[key]; !ok || n.Layer != l {
-			t.Errorf("node %s: layer %d, want %d", n.Name, n.Layer, l)
-		}
-	}
-}
-
-// TestGenericOnYOLO checks that the generic family numbers a YOLOv9
-// graph's layers as the YOLOv9 family does: model.model's children, in
-// order.
-func TestGenericOnYOLO(t *testing.T) {
-	data, err := models.Build("yolov9-t", models.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	gen, _ := family.ByName("generic")
-	yolo, _ := family.ByName("yolov9")
-	a, err := gen.Prepare(loadBytes(t, data))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := loadBytes(t, data)
-	b.AssignLayers(func(string) int { return -1 })
-	if b, err = yolo.Prepare(b); err != nil {
-		t.Fatal(err)
-	}
-	layerOf := map[string]int{}
-	for _, n := range b.Nodes {
-		layerOf[n.Name] = n.Layer
-	}
-	for _, n := range a.Nodes {
-		if l, ok := layerOf[n.Name]; ok && l != n.Layer {
-			t.Fatalf("node %s: generic layer %d, yolov9 layer %d", n.Name, n.Layer, l)
-		}
-	}
-}
-
-// familyNames are the names that belong to one model family and must not
-// appear in the engine's code.
-var familyNames = regexp.MustCompile(`(?i)yolo|adown|\belan|repncsp|cbfuse|cblinear|sppelan|\bdfl\b|/model\.|train_dual|_forward_once`)
-
-// TestEngineKnowsNoFamily checks that the generic packages (ir, schedule,
-// liveness, allocator and the public onnxmem package's code) name no model
-// family: what belongs to YOLOv9 lives under family/yolov9.
-func TestEngineKnowsNoFamily(t *testing.T) {
-	for _, dir := range []string{"ir", "schedule", "liveness", "allocator", "internal/sim"} {
-		files, err := filepath.Glob(filepath.Join("..", dir, "*.go"))
-		if err != nil || len(files) == 0 {
-			t.Fatalf("%s: no Go files (%v)", dir, err)
-		}
-		for _, path := range files {
-			if strings.HasSuffix(path, "_test.go") {
-				continue
-			}
-			data, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for i, line := range strings.Split(string(data), "\n") {
-				if m := familyNames.FindString(line); m != "" {
-					t.Errorf("%s:%d names %q, which belongs in a family package: %s", path, i+1, m, strings.TrimSpace(line))
-				}
-			}
-		}
-	}
-}
-
-// TestGenericOnDynamo checks that the generic family reads a dynamo
-// export's module scopes: no generic layer spans two of model.model's
-// layers.
-func TestGenericOnDynamo(t *testing.T) {
-	path := onnxbuild.Shared(t, "yolov9/yolov9-c-infer-dynamo.onnx")
-	gen, _ := family.ByName("generic")
-	yolo, _ := family.ByName("yolov9")
-	load := func(f family.Family) *ir.Graph {
-		g, err := ir.LoadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if g, err = f.Prepare(g); err != nil {
-			t.Fatal(err)
-		}
-		return g
-	}
-	a, b := load(gen), load(yolo)
-	of := map[int]int{}
-	for i := range a.Nodes {
-		ga, yb := a.Nodes[i].Layer, b.Nodes[i].Layer
-		if ga < 0 || yb < 0 {
-			continue
-		}
-		if l, ok := of[ga]; ok && l != yb {
-			t.Fatalf("generic layer %d holds nodes of YOLOv9 layers %d and %d (node %s)", ga, l, yb, a.Nodes[i].Name)
-		}
-		of[ga] = yb
-	}
-	if len(of) < 30 {
-		t.Errorf("%d generic layers, want about the 39 of model.model", len(of))
+	if err := family.CheckStep(generic.Family{}, build(false)); err != nil {
+		t.Errorf("training-mode export: %v", err)
 	}
 }

@@ -27,8 +27,8 @@ import (
 	"os"
 	"slices"
 
+	"github.com/onnxmem/onnxmem/family/registry"
 	"github.com/onnxmem/onnxmem/internal/sim"
-	"github.com/onnxmem/onnxmem/models"
 )
 
 // Model is a loaded network, prepared by its model family.
@@ -38,6 +38,7 @@ type Model struct {
 	// Builtin names the built-in model that stands for an inference
 	// export, which holds no training graph: the one with its convolutions.
 	Builtin string
+	Note    string // why a graph like a family's is not one, when it is not
 
 	m       *sim.Model
 	builtin string // the built-in model m is, by Builtin
@@ -68,9 +69,7 @@ func Builtin(name string) (*Model, error) {
 
 // Builtins lists the built-in models, the command line's default first.
 func Builtins() []string {
-	names := models.Names()
-	i := slices.Index(names, models.Default)
-	return append(append([]string{models.Default}, names[:i]...), names[i+1:]...)
+	return append([]string{registry.Default()}, slices.DeleteFunc(registry.Builtins(), func(s string) bool { return s == registry.Default() })...)
 }
 
 // Families lists the model families, in the order they are tried.
@@ -81,7 +80,7 @@ func wrap(m *sim.Model, err error) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Model{Name: m.Name, Family: m.Family, Builtin: m.Builtin, m: m}, nil
+	return &Model{Name: m.Name, Family: m.Family, Builtin: m.Builtin, Note: m.Note, m: m}, nil
 }
 
 // engine returns m's engine model under m's name.
@@ -124,7 +123,7 @@ func (m *Model) WithClasses(nc int64) (*Model, error) {
 	case m.Builtin == "" && m.builtin == "":
 		return nil, fmt.Errorf("onnxmem: %s predicts %d classes: give a built-in model's name, or an export with %d classes", m.Name, has, nc)
 	}
-	b, err := wrap(sim.BuiltinOptions(cmp.Or(m.Builtin, m.builtin), models.Options{Classes: int(nc)}))
+	b, err := wrap(sim.BuiltinClasses(cmp.Or(m.Builtin, m.builtin), nc))
 	if err == nil {
 		b.Name, b.Builtin, b.builtin = fmt.Sprintf("%s nc=%d", m.Name, nc), m.Builtin, m.builtin
 	}

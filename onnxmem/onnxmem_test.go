@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/onnxmem/onnxmem/internal/onnxbuild"
 	"github.com/onnxmem/onnxmem/internal/sim"
 	"github.com/onnxmem/onnxmem/onnxmem"
 )
@@ -252,5 +253,35 @@ func TestPackageDocExample(t *testing.T) {
 	}
 	if len(shown) > 16 {
 		t.Errorf("the package documentation's program is %d lines, want about 15", len(shown))
+	}
+}
+
+// TestNotYOLOv9 checks that an export named as YOLOv9's ("/model.i/…") but
+// with another head, as Ultralytics' YOLOv8 exports are, is simulated by
+// the generic family with a note that says why, not as YOLOv9 with
+// train_dual.py's loss, and that As can still take it as YOLOv9.
+func TestNotYOLOv9(t *testing.T) {
+	data, err := onnxbuild.Ultralytics().Bytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := onnxmem.LoadBytes("yolov8-like", data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Family != "generic" || !strings.Contains(m.Note, "no detection head is DDetect's") {
+		t.Fatalf("family %q, note %q; want generic, with a note on the head", m.Family, m.Note)
+	}
+	r, err := m.Simulate(onnxmem.Scenario{Batch: 2, Height: 64, Width: 64, Step: onnxmem.TrainStep})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range r.PeakByKind {
+		if k.Kind == "loss" {
+			t.Errorf("the generic train step allocates %d bytes of a detection loss", k.Bytes)
+		}
+	}
+	if y, err := m.As("yolov9"); err != nil || y.Family != "yolov9" {
+		t.Errorf("As(yolov9): %v, %v", y, err)
 	}
 }

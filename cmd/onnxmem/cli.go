@@ -11,7 +11,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/onnxmem/onnxmem/models"
+	"github.com/onnxmem/onnxmem/family/yolov9/models"
 	"github.com/onnxmem/onnxmem/onnxmem"
 )
 
@@ -145,6 +145,9 @@ func (f *flagSet) load(path string) (*onnxmem.Model, error) {
 	}
 	if err == nil && m.Builtin != "" && f.stderr != nil {
 		fmt.Fprintf(f.stderr, "onnxmem: %s\n", standInNote(path, m))
+	}
+	if err == nil && m.Note != "" && f.stderr != nil && (f.family == nil || *f.family == "") {
+		fmt.Fprintf(f.stderr, "onnxmem: %s: %s (-family yolov9 simulates it as YOLOv9 all the same)\n", path, m.Note)
 	}
 	if err == nil && f.img != nil && !f.isSet("img") {
 		if h, w, ok := m.FixedImage(); ok {

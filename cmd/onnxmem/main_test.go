@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/onnxmem/onnxmem/models"
+	"github.com/onnxmem/onnxmem/family/yolov9/models"
 	"github.com/onnxmem/onnxmem/onnxmem"
 )
 
@@ -108,9 +108,9 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"knobs", "-batch", "0", "m.onnx"}, `invalid value "0" for flag -batch`},
 		{[]string{"knobs", "-budget", "-1", "m.onnx"}, `invalid value "-1" for flag -budget`},
 		{[]string{"knobs", "-segments", "2", "m.onnx"}, "flag provided but not defined: -segments"},
-		{[]string{"sweep", "-amp", "-half", "../../testdata/tiny.onnx"}, "-amp and -half exclude each other"},
-		{[]string{"maxbatch", "-segments", "-1", "../../testdata/tiny.onnx"}, "-segments must be 0 or more"},
-		{[]string{"timeline", "-amp", "-half", "../../testdata/tiny.onnx"}, "-amp and -half exclude each other"},
+		{[]string{"sweep", "-amp", "-half", "yolov9-t"}, "-amp and -half exclude each other"},
+		{[]string{"maxbatch", "-segments", "-1", "yolov9-t"}, "-segments must be 0 or more"},
+		{[]string{"timeline", "-amp", "-half", "yolov9-t"}, "-amp and -half exclude each other"},
 		{[]string{"devices", "m.onnx"}, "devices takes no arguments, got: m.onnx"},
 		{[]string{"devices", "-budget", "24"}, "flag provided but not defined: -budget"},
 		{[]string{"maxbatch", "-device", "rtx4090", "-budget", "24", "m.onnx"}, "-device and -budget exclude each other"},
@@ -126,7 +126,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"report", "-warm-steps", "2", "m.onnx"}, "-warm-steps applies to train steps: add -train"},
 		{[]string{"maxbatch", "-train", "-warm-steps", "0", "m.onnx"}, "-warm-steps must be 1 or more: the last iteration makes the optimizer's state"},
 		{[]string{"maxbatch", "-train", "-warm-steps", "2", "m.onnx"}, "-warm-steps 2 needs -amp"},
-		{[]string{"explain", "-train", "-warm-steps", "3", "../../testdata/tiny.onnx"}, "-warm-steps 3 needs -amp"},
+		{[]string{"explain", "-train", "-warm-steps", "3", "yolov9-t"}, "-warm-steps 3 needs -amp"},
 		{[]string{"maxbatch", "-train", "-boxes", "x", "m.onnx"}, `invalid value "x" for flag -boxes`},
 		{[]string{"export-model", "-width", "0", "yolov9-t"}, "-width 0: want a multiplier above 0"},
 		{[]string{"export-model", "-depth", "NaN", "yolov9-t"}, "-depth NaN: want a multiplier above 0"},

@@ -6,7 +6,7 @@ import (
 	"os"
 	"strconv"
 
-	"github.com/onnxmem/onnxmem/models"
+	"github.com/onnxmem/onnxmem/family/yolov9/models"
 	"github.com/onnxmem/onnxmem/onnxmem"
 )
 

@@ -13,8 +13,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/onnxmem/onnxmem/family/yolov9/models"
 	"github.com/onnxmem/onnxmem/internal/sim"
-	"github.com/onnxmem/onnxmem/models"
 	"github.com/onnxmem/onnxmem/onnxmem"
 )
 
@@ -557,7 +557,7 @@ func (p *predictor) model(obj map[string]json.RawMessage) (*sim.Model, error) {
 				key := fmt.Sprintf("%s nc=%d", path, nc)
 				b, ok := p.models[key]
 				if !ok {
-					b.m, b.err = sim.BuiltinOptions(l.m.Builtin, models.Options{Classes: int(nc)})
+					b.m, b.err = sim.BuiltinClasses(l.m.Builtin, nc)
 					if b.err == nil {
 						b.m.Name, b.m.Builtin = l.m.Name, l.m.Builtin
 					}
@@ -574,7 +574,7 @@ func (p *predictor) model(obj map[string]json.RawMessage) (*sim.Model, error) {
 	l, ok := p.models[key]
 	if !ok {
 		if nc != 0 {
-			l.m, l.err = sim.BuiltinOptions(model, models.Options{Classes: int(nc)})
+			l.m, l.err = sim.BuiltinClasses(model, nc)
 		} else {
 			l.m, l.err = sim.Builtin(model)
 		}

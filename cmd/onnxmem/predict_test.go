@@ -10,7 +10,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/onnxmem/onnxmem/internal/sim"
-	"github.com/onnxmem/onnxmem/models"
 )
 
 func TestPredict(t *testing.T) {
@@ -270,7 +269,7 @@ func TestPredictFields(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	nc20, err := sim.BuiltinOptions("yolov9-s", models.Options{Classes: 20})
+	nc20, err := sim.BuiltinClasses("yolov9-s", 20)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -588,7 +587,7 @@ func TestPredictInferenceExport(t *testing.T) {
 // peak of BuiltinOptions' model, the name saying nc), a file whose head
 // has other classes refused, and a family that reads no classes refused.
 func TestClassesFlag(t *testing.T) {
-	m, err := sim.BuiltinOptions("yolov9-t", models.Options{Classes: 20})
+	m, err := sim.BuiltinClasses("yolov9-t", 20)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,6 @@
 package generic
 
 import (
-	"fmt"
 	"slices"
 	"strings"
 
@@ -30,7 +29,7 @@ type Family struct{}
 func (Family) Name() string { return "generic" }
 
 // Detect reports true: the generic family takes any graph of supported ops.
-func (Family) Detect(*ir.Graph) bool { return true }
+func (Family) Detect(*ir.Graph) (bool, string) { return true, "" }
 
 // Prepare puts back the ops that the exporter spelled out (fuse), assigns
 // the top-level layers from the module paths, in the order they first
@@ -310,66 +309,4 @@ func scaled(f *schedule.Flow, p int32) bool {
 		}
 	}
 	return false
-}
-
-// Recipe returns a plain training step: the float batch resident before the
-// step, the loss sum(o.sum() for o in outputs), the backward (through
-// GradScaler under AMP), the optimizer's step over one parameter group
-// without weight decay, zero_grad and, with ema, an EMA update.
-func (Family) Recipe(opt schedule.Optimizer, ema bool, boxes int64) *schedule.Train {
-	return &schedule.Train{Boxes: boxes, Optimizer: opt, EMA: ema, GradScaler: true}
-}
-
-// CheckStep refuses an export made in eval mode, which it recognises by
-// batch norms that all use running statistics (training_mode 0, one
-// output): a training step's batch norms compute batch statistics and
-// save them. Any other graph of supported ops is taken as it is.
-func (Family) CheckStep(g *ir.Graph) error {
-	bns := 0
-	for i := range g.Nodes {
-		n := &g.Nodes[i]
-		if n.OpType != "BatchNormalization" {
-			continue
-		}
-		if n.IntAttr("training_mode", 0) == 1 || len(n.Outputs) == 3 {
-			return nil
-		}
-		bns++
-	}
-	if bns > 0 {
-		return fmt.Errorf("generic: an export made in eval mode (its %d batch norms use running statistics): a training step's memory needs the training-mode export (model.train(); torch.onnx.export(..., training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False))", bns)
-	}
-	return nil
-}
-
-// Deployment returns false: CheckStep refuses no graph.
-func (Family) Deployment(*ir.Graph) (int64, func(*ir.Graph) bool, bool) { return 0, nil, false }
-
-// Loop returns nil: the generic family knows no training script to run.
-func (Family) Loop(*ir.Graph) *schedule.Loop { return nil }
-
-// Harness returns "before_warmup": the torchvision ground truth
-// (../shared/groundtruth/torchvision.jsonl) runs each model step twice and
-// measures the second, the cache emptied before the first only; replayed
-// so in its order, its reserved peaks follow to a median of 0.00%, and
-// with the cache emptied again before the measured step to 0.73%.
-func (Family) Harness() string { return "before_warmup" }
-
-// Unseen returns nothing: a torchvision model's graph shows every
-// parameter and buffer it moves to the device.
-func (Family) Unseen([]schedule.Output) []schedule.Unseen { return nil }
-
-// EvalHead returns nil: the eval forward returns the graph's outputs.
-func (Family) EvalHead() schedule.Head { return nil }
-
-// Classes returns 0: a generic graph's outputs name no classes.
-func (Family) Classes([]schedule.Output) int64 { return 0 }
-
-// CheckTrain returns nil for the default trainer: the sum of the outputs
-// trains any graph. The family knows no training script by name.
-func (Family) CheckTrain(_ []schedule.Output, trainer string) error {
-	if trainer != "" {
-		return fmt.Errorf("generic: trainer %q: the generic family's step is the sum of the outputs, with no training script to name", trainer)
-	}
-	return nil
 }

@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/onnxmem/onnxmem/internal/onnxbuild"
-	"github.com/onnxmem/onnxmem/internal/schedtest"
 	"github.com/onnxmem/onnxmem/ir"
 	"github.com/onnxmem/onnxmem/schedule"
 )
@@ -165,28 +164,3 @@ func TestInPlaceTorchvision(t *testing.T) {
 type holderFunc func(*schedule.Flow) *schedule.Holds
 
 func (h holderFunc) Holds(f *schedule.Flow) *schedule.Holds { return h(f) }
-
-// TestCheckStepEvalExport checks that an export made in eval mode, whose
-// batch norms all use running statistics, is refused with the way to make
-// the training-mode one, and that a training-mode export passes.
-func TestCheckStepEvalExport(t *testing.T) {
-	build := func(eval bool) *ir.Graph {
-		b := onnxbuild.New("net")
-		m := b.Module("bn")
-		c := b.Module("conv").Conv(b.Input("x", 3), 8, 3, 1)
-		if eval {
-			ins := []string{c.Name, m.Param("weight", 8), m.Param("bias", 8), m.Param("running_mean", 8), m.Param("running_var", 8)}
-			b.Output(onnxbuild.T{Name: m.Node("BatchNormalization", ins, 1)[0], C: 8})
-		} else {
-			b.Output(m.BatchNorm(c))
-		}
-		return schedtest.Kit{Prepare: Family{}.Prepare}.Load(t, b)
-	}
-	err := Family{}.CheckStep(build(true))
-	if err == nil || !strings.Contains(err.Error(), "generic: an export made in eval mode (its 1 batch norms use running statistics)") || !strings.Contains(err.Error(), "TrainingMode.TRAINING") {
-		t.Errorf("eval-mode export: %v", err)
-	}
-	if err := (Family{}).CheckStep(build(false)); err != nil {
-		t.Errorf("training-mode export: %v", err)
-	}
-}

@@ -10,9 +10,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/onnxmem/onnxmem/family/yolov9/models"
 	"github.com/onnxmem/onnxmem/internal/onnxbuild"
 	"github.com/onnxmem/onnxmem/ir"
-	"github.com/onnxmem/onnxmem/models"
 )
 
 // yolov9Files returns the ONNX exports in the shared yolov9 folder.

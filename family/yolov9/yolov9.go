@@ -29,22 +29,55 @@ type Family struct{}
 // Name returns "yolov9".
 func (Family) Name() string { return "yolov9" }
 
-// Detect reports whether g is a YOLOv9 export: some node's name starts
-// with a top-level layer "/model.i/" of model.model, or a dynamo node's
-// scope names one. A wrapper's "/model/model.0/…" is not one.
-func (Family) Detect(g *ir.Graph) bool {
+// Detect reports whether g is a YOLOv9 export: its nodes lie in the
+// top-level layers "/model.i/" of model.model (or a dynamo export's scopes
+// name them; a wrapper's "/model/model.0/…" is not one), and its head is
+// DDetect's or DualDDetect's, whose box branch at each level ends in a 1×1
+// convolution of four groups to 4·reg_max channels
+// (nn.Conv2d(c2, 4 * reg_max, 1, groups=4) in models/yolo.py). The names
+// alone are no evidence: Ultralytics' YOLOv8 and YOLO11 exports name their
+// layers so too, and their Detect head's box convolution has one group.
+// A graph named so without the head is declined with a note.
+func (Family) Detect(g *ir.Graph) (bool, string) {
+	named := false
 	for i := range g.Nodes {
 		n := &g.Nodes[i]
-		if strings.HasPrefix(n.Name, "/model.") && layerIn(n.Name) >= 0 {
-			return true
+		if !inLayer(n) {
+			continue
 		}
-		for _, s := range n.Scopes {
-			if layerIn(s) >= 0 {
-				return true
-			}
+		named = true
+		if isBoxConv(g, n) {
+			return true, ""
+		}
+	}
+	if named {
+		return false, fmt.Sprintf("yolov9: the nodes are named as model.model's layers, as YOLOv9's are, but no detection head is DDetect's (a 1×1 box convolution of 4 groups to %d channels), as an Ultralytics YOLOv8 or YOLO11 export has none: simulated as a generic network, whose training step is the sum of its outputs", 4*regMax)
+	}
+	return false, ""
+}
+
+// inLayer reports whether node n lies in a top-level layer of model.model:
+// its name starts with "/model.i/", or a dynamo scope of it names one.
+func inLayer(n *ir.Node) bool {
+	if strings.HasPrefix(n.Name, "/model.") && layerIn(n.Name) >= 0 {
+		return true
+	}
+	for _, s := range n.Scopes {
+		if layerIn(s) >= 0 {
+			return true
 		}
 	}
 	return false
+}
+
+// isBoxConv reports whether n is the last convolution of DDetect's box
+// branch: 1×1, four groups, 4·regMax output channels.
+func isBoxConv(g *ir.Graph, n *ir.Node) bool {
+	if n.OpType != "Conv" || len(n.Inputs) < 2 || n.IntAttr("group", 1) != 4 {
+		return false
+	}
+	w := g.Values[n.Inputs[1]].Dims
+	return len(w) == 4 && w[0].Param == "" && w[0].Value == 4*regMax && w[2].Value == 1 && w[3].Value == 1
 }
 
 // Prepare assigns the top-level layers of g from its names and restores

@@ -38,3 +38,43 @@ func Tiny() *Builder {
 	b.Output(h.Sub("m.0").Conv(l5, 8, 1, 1, Bias()), h.Sub("m.1").Conv(l3, 8, 1, 1, Bias()))
 	return b
 }
+
+// Ultralytics builds a graph shaped like an Ultralytics YOLOv8 training
+// export: layers "/model.i/…" as YOLOv9's, a stride-8, -16 and -32 feature
+// map, and a Detect head whose box branch at each level is
+// Sequential(Conv(x, c2, 3), Conv(c2, c2, 3), nn.Conv2d(c2, 4·16, 1)) and
+// class branch Sequential(Conv(x, c3, 3), Conv(c3, c3, 3),
+// nn.Conv2d(c3, nc, 1)), their maps concatenated: [B, 64+nc, H, W] at each
+// level. Its box convolution has one group, where YOLOv9's DDetect has four.
+//
+//	0  stem: Conv-BN-SiLU 3→16, 3×3 stride 2                 H/2
+//	1  Conv-BN-SiLU 16→32, 3×3 stride 2                      H/4
+//	2  Conv-BN-SiLU 32→32, 3×3 stride 2                      H/8
+//	3  Conv-BN-SiLU 32→64, 3×3 stride 2                      H/16
+//	4  Conv-BN-SiLU 64→64, 3×3 stride 2                      H/32
+//	5  Detect(nc=2) on layers 2, 3 and 4
+func Ultralytics() *Builder {
+	b := New("ultralytics")
+	x := b.Input("images", 3)
+	var maps []T
+	for i, c := range []int64{16, 32, 32, 64, 64} {
+		x = b.Layer(i).Block(x, c, 3, 2)
+		if i >= 2 {
+			maps = append(maps, x)
+		}
+	}
+	d := b.Layer(5)
+	const nc = 2
+	var outs []T
+	for i, m := range maps {
+		box := d.Sub("cv2").Index(i)
+		y := box.Index(1).Block(box.Index(0).Block(m, 64, 3, 1), 64, 3, 1)
+		y = box.Index(2).Conv(y, 64, 1, 1, Bias())
+		cls := d.Sub("cv3").Index(i)
+		z := cls.Index(1).Block(cls.Index(0).Block(m, 32, 3, 1), 32, 3, 1)
+		z = cls.Index(2).Conv(z, nc, 1, 1, Bias())
+		outs = append(outs, d.Concat(y, z))
+	}
+	b.Output(outs...)
+	return b
+}

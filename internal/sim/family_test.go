@@ -6,7 +6,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/onnxmem/onnxmem/internal/sim"
-	"github.com/onnxmem/onnxmem/models"
 )
 
 // TestFamilies checks the detected family of the built-in models, the
@@ -101,7 +100,7 @@ func TestClasses(t *testing.T) {
 		{"gelan-c", 1, 1},
 		{"yolov9-e", 365, 365},
 	} {
-		m, err := sim.BuiltinOptions(tc.name, models.Options{Classes: tc.nc})
+		m, err := sim.BuiltinClasses(tc.name, int64(tc.nc))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/onnxmem/onnxmem/internal/sim"
-	"github.com/onnxmem/onnxmem/models"
 )
 
 // ownRun is one model step measured by calibration/yolov9_segments.py.
@@ -43,7 +42,7 @@ func (b builtins) classes(t *testing.T, cfg string, nc int) *sim.Model {
 	if m := b[key]; m != nil {
 		return m
 	}
-	m, err := sim.BuiltinOptions(cfg, models.Options{Classes: nc})
+	m, err := sim.BuiltinClasses(cfg, int64(nc))
 	if err != nil {
 		t.Fatal(err)
 	}

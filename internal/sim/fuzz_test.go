@@ -3,9 +3,9 @@ package sim_test
 import (
 	"testing"
 
+	"github.com/onnxmem/onnxmem/family/yolov9/models"
 	"github.com/onnxmem/onnxmem/internal/onnxbuild"
 	"github.com/onnxmem/onnxmem/internal/sim"
-	"github.com/onnxmem/onnxmem/models"
 )
 
 // FuzzLoad feeds ONNX bytes to LoadBytes and simulates what loads: every

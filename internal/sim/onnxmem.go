@@ -36,8 +36,8 @@ import (
 
 	"github.com/onnxmem/onnxmem/allocator"
 	"github.com/onnxmem/onnxmem/family"
+	"github.com/onnxmem/onnxmem/family/registry"
 	"github.com/onnxmem/onnxmem/ir"
-	"github.com/onnxmem/onnxmem/models"
 	"github.com/onnxmem/onnxmem/schedule"
 )
 
@@ -52,6 +52,10 @@ type Model struct {
 	// Graph is the graph as the detected family prepared it: top-level
 	// layers assigned, the exporter's flattening undone.
 	Graph *ir.Graph
+
+	// Note, when not empty, says why no other family claimed the graph: a
+	// graph that resembles one family's but lacks its head.
+	Note string
 
 	// Builtin, when not empty, names the built-in model that stands for
 	// the loaded file: the file is an inference export (export.py folds
@@ -168,12 +172,13 @@ func loadBytes(name string, data []byte, standIns bool) (*Model, error) {
 		return nil, fmt.Errorf("onnxmem: %s: %w", name, err)
 	}
 	m := &Model{Name: name, raw: g, cache: &preparedSet{}}
-	p, err := m.prepare(family.Detect(g).Name())
+	fam, note := registry.Detect(g)
+	p, err := m.prepare(fam.Name())
 	if err != nil {
 		return nil, err
 	}
-	m.Family, m.Graph = p.fam.Name(), p.graph
-	if standIns && p.fam.CheckStep(p.graph) != nil {
+	m.Family, m.Graph, m.Note = p.fam.Name(), p.graph, note
+	if standIns && family.CheckStep(p.fam, p.graph) != nil {
 		if b := standIn(p); b != nil {
 			b.Name, b.Builtin = name, b.Name
 			return b, nil
@@ -188,14 +193,14 @@ func loadBytes(name string, data []byte, standIns bool) (*Model, error) {
 // model (family.Family.Deployment), built with the export's classes; or
 // nil when none is.
 func standIn(p *prepared) *Model {
-	classes, same, ok := p.fam.Deployment(p.graph)
+	classes, same, ok := family.Deployment(p.fam, p.graph)
 	if !ok || classes < 1 || classes > math.MaxInt32 {
 		return nil
 	}
-	for _, name := range models.Names() {
+	for _, name := range registry.Builtins() {
 		// A built-in model never looks for a stand-in itself; one that
 		// cannot be built with these classes stands for nothing.
-		b, err := BuiltinOptions(name, models.Options{Classes: int(classes)})
+		b, err := BuiltinClasses(name, classes)
 		if err == nil && b.Family == p.fam.Name() && same(b.Graph) {
 			return b
 		}
@@ -205,7 +210,7 @@ func standIn(p *prepared) *Model {
 
 // Families lists the model families a Scenario may name, in the order they
 // are tried on a loaded graph.
-func Families() []string { return family.Names() }
+func Families() []string { return registry.Names() }
 
 // prepare returns the model as the named family prepares it, from the
 // model's cache when it can.
@@ -221,7 +226,7 @@ func (m *Model) prepare(name string) (*prepared, error) {
 			return p, nil
 		}
 	}
-	fam, err := family.ByName(name)
+	fam, err := registry.ByName(name)
 	if err != nil {
 		return nil, fmt.Errorf("onnxmem: %s: %w", m.Name, err)
 	}
@@ -617,9 +622,9 @@ func (m *Model) programPrep(sc Options) (*prepared, Options, error) {
 	if err := m.checkLayers(sc, layers(p.graph)); err != nil {
 		return nil, sc, err
 	}
-	if err := p.fam.CheckStep(p.graph); err != nil {
-		if _, _, ok := p.fam.Deployment(p.graph); ok {
-			err = fmt.Errorf("%w; no built-in model (%s) has its convolutions to stand for it", err, strings.Join(models.Names(), ", "))
+	if err := family.CheckStep(p.fam, p.graph); err != nil {
+		if _, _, ok := family.Deployment(p.fam, p.graph); ok {
+			err = fmt.Errorf("%w; no built-in model (%s) has its convolutions to stand for it", err, strings.Join(registry.Builtins(), ", "))
 		}
 		return nil, sc, fmt.Errorf("onnxmem: %s: %w", m.Name, err)
 	}
@@ -668,13 +673,13 @@ func (m *Model) build(p *prepared, sc Options, workspace func(schedule.ConvCall)
 		cfg.Checkpoint = schedule.Sequential(layers(p.graph), sc.Segments)
 	}
 	if sc.Eval {
-		cfg.Eval = &schedule.Eval{Head: p.fam.EvalHead(), Float: sc.EvalFloat}
+		cfg.Eval = &schedule.Eval{Head: family.EvalHead(p.fam), Float: sc.EvalFloat}
 	}
 	if sc.Train {
-		if err := p.fam.CheckTrain(outputsOf(p.graph, s), sc.Trainer); err != nil {
+		if err := family.CheckTrain(p.fam, outputsOf(p.graph, s), sc.Trainer); err != nil {
 			return nil, nil, fmt.Errorf("onnxmem: %s: %w", m.Name, err)
 		}
-		cfg.Train = p.fam.Recipe(schedule.Optimizer(sc.Optimizer), sc.EMA, sc.Boxes)
+		cfg.Train = family.Recipe(p.fam, schedule.Optimizer(sc.Optimizer), sc.EMA, sc.Boxes)
 		cfg.Train.PrevPredAlive = sc.PrevPredAlive
 		if sc.BoxCounts != nil {
 			cfg.Train.BoxCounts = sc.BoxCounts
@@ -685,7 +690,7 @@ func (m *Model) build(p *prepared, sc Options, workspace func(schedule.ConvCall)
 	if err != nil {
 		return nil, nil, fmt.Errorf("onnxmem: %s: %w", m.Name, err)
 	}
-	prog.Harness = p.fam.Harness()
+	prog.Harness = family.Harness(p.fam)
 	return prog, calls, nil
 }
 
@@ -973,7 +978,7 @@ func (m *Model) Footprint(sc Options) (*Footprint, error) {
 		f.ParamBytes += buf.Bytes
 		f.Params += p.Buffers[b].Bytes / int64(p.Graph.Values[buf.Value].DType.Size())
 	}
-	for _, u := range pr.fam.Unseen(p.Outputs) {
+	for _, u := range family.Unseen(pr.fam, p.Outputs) {
 		a.Malloc(u.Bytes)
 		switch {
 		case u.Param:
@@ -1019,7 +1024,7 @@ func (m *Model) Classes() (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("onnxmem: %s: %w", m.Name, err)
 	}
-	return p.fam.Classes(outputsOf(p.graph, s)), nil
+	return family.Classes(p.fam, outputsOf(p.graph, s)), nil
 }
 
 // outputsOf returns the dims and types of g's outputs in shapes s.
@@ -1038,7 +1043,7 @@ func (m *Model) As(family string) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Model{Name: m.Name, Family: p.fam.Name(), Graph: p.graph, Builtin: m.Builtin, raw: m.raw, cache: m.cache}, nil
+	return &Model{Name: m.Name, Family: p.fam.Name(), Graph: p.graph, Note: m.Note, Builtin: m.Builtin, raw: m.raw, cache: m.cache}, nil
 }
 
 // FixedImage returns the image size that the export fixed, when its

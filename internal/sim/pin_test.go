@@ -8,9 +8,9 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/onnxmem/onnxmem/family/yolov9/models"
 	"github.com/onnxmem/onnxmem/internal/onnxbuild"
 	"github.com/onnxmem/onnxmem/internal/sim"
-	"github.com/onnxmem/onnxmem/models"
 )
 
 // pinnedPath holds every calibration prediction: the scenario, the built-in

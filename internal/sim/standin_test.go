@@ -61,11 +61,13 @@ func TestInferenceExportStandsIn(t *testing.T) {
 }
 
 // TestInferenceExportNoStandIn checks that an inference export of a model
-// that no built-in model has the convolutions of (one convolution without
-// a batch norm here) is refused with an error that says so.
+// that no built-in model has the convolutions of (a convolution and a
+// DDetect box convolution without batch norms here) is refused with an
+// error that says so.
 func TestInferenceExportNoStandIn(t *testing.T) {
 	b := onnxbuild.New("odd")
-	b.Output(b.Layer(1).SiLU(b.Layer(0).Conv(b.Input("x", 3), 16, 3, 2)))
+	x := b.Layer(1).SiLU(b.Layer(0).Conv(b.Input("x", 3), 16, 3, 2))
+	b.Output(b.Layer(2).Index(0).Conv(x, 64, 1, 1, onnxbuild.Group(4), onnxbuild.Bias()))
 	data, err := b.Bytes()
 	if err != nil {
 		t.Fatal(err)
@@ -78,5 +80,5 @@ func TestInferenceExportNoStandIn(t *testing.T) {
 		t.Fatalf("Builtin %q stands for a one-convolution graph", m.Builtin)
 	}
 	_, err = m.Simulate(sim.Options{Batch: 1, Height: 64, Width: 64})
-	wantErr(t, "one convolution", err, "onnxmem: odd: yolov9: an inference export", "no built-in model (yolov9-t, ", "has its convolutions")
+	wantErr(t, "two convolutions", err, "onnxmem: odd: yolov9: an inference export", "no built-in model (yolov9-t, ", "has its convolutions")
 }

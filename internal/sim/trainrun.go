@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"github.com/onnxmem/onnxmem/allocator"
+	"github.com/onnxmem/onnxmem/family"
 	"github.com/onnxmem/onnxmem/ir"
 	"github.com/onnxmem/onnxmem/schedule"
 )
@@ -164,13 +165,13 @@ func (m *Model) Run(sc Options, events []RunEvent) (*RunResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	loop := pr.fam.Loop(pr.graph)
+	loop := family.Loop(pr.fam, pr.graph)
 	if loop == nil {
 		return nil, fmt.Errorf("onnxmem: run: the %s family knows no training script to run: simulate its train steps instead", cmp.Or(sc.Family, m.Family))
 	}
 	r := &runner{m: m, sc: sc.Defaults(), loop: loop, a: allocator.NewWithConfig(conf), res: &RunResult{Scenario: sc, OOMEvent: -1}}
 	if loop.ValLoss != nil {
-		r.loss = pr.fam.Recipe(schedule.Optimizer(sc.Optimizer), sc.EMA, sc.Boxes).Loss
+		r.loss = family.Recipe(pr.fam, schedule.Optimizer(sc.Optimizer), sc.EMA, sc.Boxes).Loss
 	}
 	r.a.Capacity = sc.Capacity
 	for i, e := range events {
@@ -696,7 +697,7 @@ func (m *Model) PlanRun(p RunPlan) ([]RunEvent, error) {
 	if err != nil {
 		return nil, err
 	}
-	loop := pr.fam.Loop(pr.graph)
+	loop := family.Loop(pr.fam, pr.graph)
 	if loop == nil {
 		return nil, fmt.Errorf("onnxmem: plan run: the %s family knows no training script to run", m.Family)
 	}

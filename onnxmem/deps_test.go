@@ -1,4 +1,4 @@
-package sim_test
+package onnxmem_test
 
 import (
 	"os/exec"
@@ -16,7 +16,7 @@ func TestLibraryModules(t *testing.T) {
 		t.Skip("no go command to list the dependencies")
 	}
 	out, err := exec.Command(gobin, "list", "-deps", "-f", "{{if .Module}}{{.Module.Path}}{{end}}",
-		"../../internal/...", "../../ir", "../../schedule", "../../liveness", "../../allocator", "../../family/...", "../../models").Output()
+		".", "../internal/...", "../ir", "../schedule", "../liveness", "../allocator", "../family/...").Output()
 	if err != nil {
 		t.Fatalf("go list: %v", err)
 	}

@@ -283,3 +283,23 @@ func source(i, f int) int {
 	}
 	return f
 }
+
+// Released is the YOLOv9 family's set of built-in models, as the registry
+// of families lists them (family.Builder): every configuration of Names,
+// built with a head of the classes asked for.
+type Released struct{}
+
+// Builtins lists Names.
+func (Released) Builtins() []string { return Names() }
+
+// Default returns Default.
+func (Released) Default() string { return Default }
+
+// Build returns the training-mode graph of a configuration with a head of
+// classes classes (0: DefaultClasses), as Model(cfg, nc=classes) builds it.
+func (Released) Build(name string, classes int64) ([]byte, error) {
+	if classes < 0 || classes > math.MaxInt32 {
+		return nil, fmt.Errorf("models: %d classes: want 1 to %d", classes, math.MaxInt32)
+	}
+	return Build(name, Options{Classes: int(classes)})
+}

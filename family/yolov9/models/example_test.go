@@ -3,8 +3,8 @@ package models_test
 import (
 	"fmt"
 
+	"github.com/onnxmem/onnxmem/family/yolov9/models"
 	"github.com/onnxmem/onnxmem/ir"
-	"github.com/onnxmem/onnxmem/models"
 )
 
 // Build gelan-c for 3 classes and print the dims of its head maps at batch
