@@ -2,7 +2,7 @@
 
 // Conv_table turns the measured cuDNN workspaces of conv_sweep.py
 // (calibration/results/conv_sweep.json) into the table that
-// sim.CuDNNWorkspace embeds (onnxmem/cudnn_h200.tsv): one line per
+// package cudnn embeds (internal/cudnn/h200.tsv): one line per
 // convolution, "N Cin Cout H W K stride groups elemsize fwd bwd-data
 // bwd-filter pad", tab-separated, or "N fwd bwd-data bwd-filter" when all
 // but N is the line before's (a shape's batches, measured one after
@@ -13,8 +13,8 @@
 // first simulation in a process waits for.
 //
 //	go run calibration/conv_table.go
-//	go run calibration/conv_table.go -in calibration/results/conv_sweep_bf16.json -pad0 '' -o onnxmem/cudnn_h200_bf16.tsv
-//	go run calibration/conv_table.go -in calibration/results/cl/conv_sweep.json -pad0 '' -o onnxmem/cudnn_h200_cl.tsv
+//	go run calibration/conv_table.go -in calibration/results/conv_sweep_bf16.json -pad0 '' -o internal/cudnn/h200_bf16.tsv
+//	go run calibration/conv_table.go -in calibration/results/cl/conv_sweep.json -pad0 '' -o internal/cudnn/h200_cl.tsv
 package main
 
 import (
@@ -29,7 +29,7 @@ import (
 func main() {
 	in := flag.String("in", "calibration/results/conv_sweep.json", "the sweep's `file` (padding k/2)")
 	pad0 := flag.String("pad0", "calibration/results/patchify_sweep.json", "a sweep `file` of convolutions without padding (calibration/patchify_sweep.py)")
-	out := flag.String("o", "onnxmem/cudnn_h200.tsv", "the table's `file`")
+	out := flag.String("o", "internal/cudnn/h200.tsv", "the table's `file`")
 	flag.Parse()
 	b, err := os.ReadFile(*in)
 	if err != nil {

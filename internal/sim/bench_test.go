@@ -4,8 +4,10 @@ import (
 	"os"
 	"testing"
 
+	"github.com/onnxmem/onnxmem/internal/cudnn"
 	"github.com/onnxmem/onnxmem/internal/onnxbuild"
 	"github.com/onnxmem/onnxmem/internal/sim"
+	"github.com/onnxmem/onnxmem/schedule"
 )
 
 // The benchmarks of the simulations people run by the hundred. Each builds
@@ -101,6 +103,33 @@ func BenchmarkLoadInferenceExport(b *testing.B) {
 		m, err := sim.LoadBytes("gelan-t-infer", data)
 		if err != nil || m.Builtin != "gelan-t" {
 			b.Fatalf("%v, stands for %q", err, m.Builtin)
+		}
+	}
+}
+
+// BenchmarkCuDNNTableFirstModel decodes the H200's workspace table afresh
+// and looks up every convolution call of yolov9-e's training step at batch
+// 16 and 640 under AMP, decoding their shapes' rows: what the first
+// simulation of the largest built-in model spends on the table. Goal:
+// under 20 ms.
+func BenchmarkCuDNNTableFirstModel(b *testing.B) {
+	m, err := sim.Builtin("yolov9-e")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var calls []schedule.ConvCall
+	if err := sim.ConvCalls(m, sim.Options{Batch: 16, Height: 640, Width: 640, AMP: true, Train: true, Boxes: 16, EMA: true}, func(c schedule.ConvCall) {
+		calls = append(calls, c)
+	}); err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		card, err := cudnn.Decode("h200")
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, c := range calls {
+			card.Workspace(c)
 		}
 	}
 }

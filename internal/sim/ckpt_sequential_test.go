@@ -66,7 +66,7 @@ func (e ckptEvent) String() string {
 //     block, are cuDNN workspaces (on the measured side nothing else in this
 //     network makes one; on the predicted side only buffers of kind workspace
 //     are taken, so that other immediate pairs stay differences). Their sizes
-//     come from sim.CuDNNWorkspace, a rule of thumb that is exact for some
+//     come from cudnn.Card.Workspace, a rule of thumb that is exact for some
 //     shapes only, so they are left out of the alignment, listed on their own,
 //     and the program is run a second time with the measured ones put in their
 //     place (ckptWithWorkspaces): that checks the schedule and the allocator
@@ -352,7 +352,7 @@ func TestCkptSequential(t *testing.T) {
 			float64(s.PeakReq)/mib, float64(r.PeakRequested)/mib, pct(r.PeakRequested, s.PeakReq))
 		// This network is small and its peak falls in the backward, inside
 		// a conv's backward-filter call, so the peak is mostly a cuDNN
-		// workspace, which onnxmem's per-shape rule (workspace.go) only
+		// workspace, which onnxmem's per-shape rule (cudnn.Rule) only
 		// approximates: up to 13% off here, against under 1% on the YOLOv9
 		// steps. The bound guards against gross regressions.
 		if tol := max(s.Peak*15/100, mib); abs64(r.Peak-s.Peak) > tol {

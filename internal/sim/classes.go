@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/onnxmem/onnxmem/internal/cudnn"
 	"github.com/onnxmem/onnxmem/schedule"
 )
 
@@ -19,7 +20,7 @@ import (
 // events, buffers and convolution calls, and every buffer's bytes (and every
 // call's batch dim) lie on one line k·B + c through all three points, that
 // line makes the program at any other batch: the buffers' bytes from it, the
-// workspaces from CuDNNWorkspace at the new batch. A call whose workspace is
+// workspaces from the cuDNN table at the new batch. A call whose workspace is
 // empty allocates nothing, so the program has no events for it, and which
 // calls have one changes with the batch; so the builds behind a template
 // give every call a workspace of at least a byte, and a program is that
@@ -168,12 +169,12 @@ func (m *Model) programOf(sc Options) (*schedule.Program, error) {
 		}
 	}
 	// Every call gets a workspace event, empty or not (see above).
-	prog, calls, err := m.build(p, sc, func(c schedule.ConvCall) int64 { return max(CuDNNWorkspace(c), 1) })
+	prog, calls, err := m.build(p, sc, func(c schedule.ConvCall) int64 { return max(workspaces.Workspace(c), 1) })
 	if err != nil {
 		return nil, err
 	}
 	for i := range calls {
-		calls[i].ws = CuDNNWorkspace(calls[i].call)
+		calls[i].ws = workspaces.Workspace(calls[i].call)
 	}
 	wsBuf, ok := workspaceBuffers(prog, calls)
 	if !ok {
@@ -371,7 +372,7 @@ func sameStructure(a, b classPoint) bool {
 func (t *template) at(n int64) *schedule.Program {
 	// The table's row of each shape, looked up once for the calls that
 	// share it (a conv's forward, its two backward calls, its recompute).
-	rows := make([][3]int64, len(t.shapes))
+	rows := make([]cudnn.Row, len(t.shapes))
 	found := make([]bool, len(t.shapes))
 	ns := make([]int64, len(t.shapes)) // the shape's batch dim: its calls share its line
 	for g, i := range t.shapes {
@@ -381,7 +382,7 @@ func (t *template) at(n int64) *schedule.Program {
 			return nil
 		}
 		ns[g] = call.N
-		rows[g], found[g] = lookupShape(call)
+		rows[g], found[g] = workspaces.Lookup(call)
 	}
 	ws := make([]int64, len(t.calls))
 	key := make([]uint64, (len(t.calls)+63)/64)
@@ -389,7 +390,7 @@ func (t *template) at(n int64) *schedule.Program {
 		g := t.shape[i]
 		call := cc.call
 		call.N = ns[g]
-		ws[i] = workspaceOf(call, rows[g], found[g])
+		ws[i] = workspaces.WorkspaceOf(call, rows[g], found[g])
 		if ws[i] == 0 {
 			key[i/64] |= 1 << (i % 64)
 		}

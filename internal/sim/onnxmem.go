@@ -37,6 +37,7 @@ import (
 	"github.com/onnxmem/onnxmem/allocator"
 	"github.com/onnxmem/onnxmem/family"
 	"github.com/onnxmem/onnxmem/family/registry"
+	"github.com/onnxmem/onnxmem/internal/cudnn"
 	"github.com/onnxmem/onnxmem/ir"
 	"github.com/onnxmem/onnxmem/schedule"
 )
@@ -243,6 +244,11 @@ func (m *Model) prepare(name string) (*prepared, error) {
 	return p, nil
 }
 
+// workspaces are the cuDNN workspaces that every step is simulated with:
+// the H200's, measured (package cudnn). They stand for every card, which
+// other cards' heuristics may not choose alike.
+var workspaces = cudnn.For("h200")
+
 // Range is a half-open range [From, To) of top-level layers.
 type Range struct{ From, To int }
 
@@ -288,7 +294,7 @@ type Options struct {
 	// float16 (measured on the H200, calibration/bf16.py: the requested
 	// peak equal to the byte in 16 model steps); only cuDNN's workspaces
 	// differ, and they come from a table measured in bfloat16
-	// (CuDNNWorkspace): the 16 measured bfloat16 steps are predicted with
+	// (package cudnn): the 16 measured bfloat16 steps are predicted with
 	// their reserved peaks to the byte.
 	AMPDType string `json:",omitempty"`
 	// Half runs the model in half precision (model.half() and a half input).
@@ -602,7 +608,7 @@ func (m *Model) Program(sc Options) (*schedule.Program, error) {
 	if err != nil {
 		return nil, err
 	}
-	prog, _, err := m.build(p, sc, CuDNNWorkspace)
+	prog, _, err := m.build(p, sc, workspaces.Workspace)
 	if err != nil {
 		return nil, err
 	}

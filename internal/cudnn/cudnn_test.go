@@ -1,4 +1,4 @@
-package sim
+package cudnn
 
 import (
 	"bytes"
@@ -62,7 +62,7 @@ var passes = []string{"fwd", "bwd-data", "bwd-filter"}
 // run calibration/conv_table.go), and that CuDNNWorkspace returns it.
 func TestCuDNNTable(t *testing.T) {
 	rows := sweepRows(t)
-	tab, err := parseWorkspaces(cudnnTable)
+	tab, err := parseWorkspaces(h200)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +72,7 @@ func TestCuDNNTable(t *testing.T) {
 	for _, r := range rows {
 		for i, which := range passes {
 			c := callOf(r, which)
-			if got := CuDNNWorkspace(c); got != r[9+i] {
+			if got := h200Card().Workspace(c); got != r[9+i] {
 				t.Fatalf("%+v: CuDNNWorkspace %d, measured %d", c, got, r[9+i])
 			}
 		}
@@ -85,7 +85,7 @@ func TestCuDNNTable(t *testing.T) {
 // bfloat16 call gets its own measurement, and a float16 call of the same
 // shape keeps float16's, which differs in some of them.
 func TestCuDNNTableBF16(t *testing.T) {
-	differ, n := checkVariantTable(t, "conv_sweep_bf16.json", "bf16", cudnnTableBF16, func(c *schedule.ConvCall) { c.BF16 = true })
+	differ, n := checkVariantTable(t, "conv_sweep_bf16.json", "bf16", h200BF16, func(c *schedule.ConvCall) { c.BF16 = true })
 	if differ == 0 {
 		t.Error("no bfloat16 call differs from float16's: the lookup does not tell them apart")
 	}
@@ -133,9 +133,9 @@ func checkVariantTable(t *testing.T, file, flag string, table []byte, mark func(
 		}
 		for i, which := range passes {
 			c := callOf(row, which)
-			plain := CuDNNWorkspace(c)
+			plain := h200Card().Workspace(c)
 			mark(&c)
-			if got := CuDNNWorkspace(c); got != row[9+i] {
+			if got := h200Card().Workspace(c); got != row[9+i] {
 				t.Fatalf("%+v: CuDNNWorkspace %d, measured %d", c, got, row[9+i])
 			}
 			if plain != row[9+i] {
@@ -160,7 +160,7 @@ func TestCuDNNWorkspaceBF16Fallback(t *testing.T) {
 		for i, which := range passes {
 			c := callOf(r, which)
 			c.BF16 = true
-			if got := CuDNNWorkspace(c); got != r[9+i] {
+			if got := h200Card().Workspace(c); got != r[9+i] {
 				t.Fatalf("%+v: CuDNNWorkspace %d, float16's measured %d", c, got, r[9+i])
 			}
 			checked++
@@ -191,7 +191,7 @@ func TestCuDNNWorkspace(t *testing.T) {
 		{"not measured (batch 3): the rule", cv4(3, "fwd"), 0},
 		{"not measured (batch 3): the rule's backward filter", cv4(3, "bwd-filter"), 6 * 384 * 192 * 2},
 	} {
-		if got := CuDNNWorkspace(tc.c); got != tc.want {
+		if got := h200Card().Workspace(tc.c); got != tc.want {
 			t.Errorf("%s: %d, want %d", tc.name, got, tc.want)
 		}
 	}
@@ -207,7 +207,7 @@ func TestCuDNNRule(t *testing.T) {
 	for _, r := range sweepRows(t) {
 		for i, which := range passes {
 			c := callOf(r, which)
-			d := cuDNNWorkspaceRule(c) - r[9+i]
+			d := Rule(c) - r[9+i]
 			e := &cells[r[8]/4][i]
 			e.n++
 			if d >= -1024 && d <= 1024 {
@@ -258,7 +258,7 @@ func TestParseWorkspacesErrors(t *testing.T) {
 		{"short trailing tab", txt("1\t2\t3\t4\t5\t6\t7\t8\t9\t10\t11\t12\t0\n2\t1\t1\t\n"), "line 2: 4 fields"},
 	} {
 		_, err := parseWorkspaces(tc.in)
-		if err == nil || !strings.HasPrefix(err.Error(), "onnxmem: ") || !strings.Contains(err.Error(), tc.want) {
+		if err == nil || !strings.HasPrefix(err.Error(), "cudnn: ") || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: error %v, want one with %q", tc.name, err, tc.want)
 		}
 	}
@@ -291,57 +291,8 @@ func TestParseWorkspacesErrors(t *testing.T) {
 // simulation in a process does once. Goal: under 20 ms.
 func BenchmarkCuDNNTable(b *testing.B) {
 	for b.Loop() {
-		if _, err := indexWorkspaces(cudnnTable); err != nil {
+		if _, err := indexWorkspaces(h200); err != nil {
 			b.Fatal(err)
-		}
-	}
-}
-
-// BenchmarkCuDNNTableFirstModel indexes the embedded table and looks up
-// every convolution call of yolov9-e's training step at batch 16 and 640
-// under AMP, decoding their shapes' rows: what the first simulation of the
-// largest built-in model spends on the table. Goal: under 20 ms.
-func BenchmarkCuDNNTableFirstModel(b *testing.B) {
-	m, err := Builtin("yolov9-e")
-	if err != nil {
-		b.Fatal(err)
-	}
-	p, sc, err := m.programPrep(Options{Batch: 16, Height: 640, Width: 640, AMP: true, Train: true, Boxes: 16, EMA: true})
-	if err != nil {
-		b.Fatal(err)
-	}
-	var keys []convKey
-	if _, _, err := m.build(p, sc, func(c schedule.ConvCall) int64 {
-		if pad, ok := squarePad(c); ok && !schedule.IsReduction(c.Which) {
-			if k, ok := keyOf(c.N, c.Cin, c.Cout, c.H, c.W, c.KH, c.StrideH, max(c.Groups, 1), c.ElemSize, pad); ok {
-				keys = append(keys, k)
-			}
-		}
-		return 0
-	}); err != nil {
-		b.Fatal(err)
-	}
-	found := 0
-	tab, err := indexWorkspaces(cudnnTable)
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, k := range keys {
-		if _, ok := tab.get(k); ok {
-			found++
-		}
-	}
-	if found == 0 {
-		b.Fatalf("none of the %d calls is in the table", len(keys))
-	}
-	b.Logf("%d calls, %d in the table", len(keys), found)
-	for b.Loop() {
-		tab, err := indexWorkspaces(cudnnTable)
-		if err != nil {
-			b.Fatal(err)
-		}
-		for _, k := range keys {
-			tab.get(k)
 		}
 	}
 }
@@ -351,7 +302,7 @@ func BenchmarkCuDNNTableFirstModel(b *testing.B) {
 func TestCuDNNWorkspacePadding(t *testing.T) {
 	c := schedule.ConvCall{Which: "fwd", N: 32, Cin: 384, Cout: 192, H: 40, W: 40, OutH: 40, OutW: 40,
 		KH: 1, KW: 1, StrideH: 1, StrideW: 1, Groups: 1, ElemSize: 2}
-	if _, ok := lookupWorkspace(c); !ok {
+	if _, ok := h200Card().lookupWorkspace(c); !ok {
 		t.Fatalf("%+v: not in the table", c)
 	}
 	for _, mod := range []func(*schedule.ConvCall){
@@ -361,7 +312,7 @@ func TestCuDNNWorkspacePadding(t *testing.T) {
 	} {
 		d := c
 		mod(&d)
-		if _, ok := lookupWorkspace(d); ok {
+		if _, ok := h200Card().lookupWorkspace(d); ok {
 			t.Errorf("%+v: looked up as %+v", d, c)
 		}
 	}
@@ -377,7 +328,7 @@ func FuzzParseWorkspaces(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		tab, err := parseWorkspaces(b)
 		if err != nil {
-			if !strings.HasPrefix(err.Error(), "onnxmem: cuDNN table") {
+			if !strings.HasPrefix(err.Error(), "cudnn: table") {
 				t.Fatalf("error %q: want the package and the table named", err)
 			}
 			return
@@ -441,7 +392,7 @@ func plainWorkspaces(b []byte) map[convKey][3]int64 {
 // and the bytes missed, as a share of the calls' bytes. The line must miss
 // fewer bytes than the rule in every pass.
 func TestCuDNNInterpolation(t *testing.T) {
-	tab, err := parseWorkspaces(cudnnTable)
+	tab, err := parseWorkspaces(h200)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -462,7 +413,7 @@ func TestCuDNNInterpolation(t *testing.T) {
 				c := schedule.ConvCall{Which: which, N: int64(k.n), Cin: int64(k.cin), Cout: int64(k.cout), H: int64(k.h), W: int64(k.w),
 					OutH: out(int64(k.h)), OutW: out(int64(k.w)), KH: int64(k.k), KW: int64(k.k), StrideH: int64(k.stride), StrideW: int64(k.stride),
 					PadH: int64(k.pad), PadW: int64(k.pad), Groups: int64(k.groups), ElemSize: int64(k.elem)}
-				d, dr := v[i]-r.ws[i], cuDNNWorkspaceRule(c)-r.ws[i]
+				d, dr := v[i]-r.ws[i], Rule(c)-r.ws[i]
 				n[i]++
 				total[i] += float64(r.ws[i])
 				miss[i] += abs(d)
@@ -496,9 +447,12 @@ func TestCuDNNInterpolation(t *testing.T) {
 // channels-last calls, and that it differs from the NCHW call's where
 // ConvNeXt's traces showed it does: the depthwise backward-filter passes.
 func TestCuDNNTableCL(t *testing.T) {
-	differ, n := checkVariantTable(t, "cl/conv_sweep.json", "channels_last", cudnnTableCL, func(c *schedule.ConvCall) { c.ChannelsLast = true })
+	differ, n := checkVariantTable(t, "cl/conv_sweep.json", "channels_last", h200CL, func(c *schedule.ConvCall) { c.ChannelsLast = true })
 	if differ == 0 {
 		t.Error("no channels-last call differs from its NCHW one: the lookup does not tell them apart")
 	}
 	t.Logf("%d of %d channels-last calls take another workspace than NCHW's", differ, n)
 }
+
+// h200Card returns the H200's measurements.
+func h200Card() *Card { return For("h200") }

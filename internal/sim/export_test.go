@@ -1,0 +1,18 @@
+package sim
+
+import "github.com/onnxmem/onnxmem/schedule"
+
+// ConvCalls builds sc's program and calls each with every convolution call
+// it makes, in order, each given no workspace: what a benchmark of the
+// workspace tables looks up.
+func ConvCalls(m *Model, sc Options, each func(schedule.ConvCall)) error {
+	p, sc, err := m.programPrep(sc)
+	if err != nil {
+		return err
+	}
+	_, _, err = m.build(p, sc, func(c schedule.ConvCall) int64 {
+		each(c)
+		return 0
+	})
+	return err
+}
