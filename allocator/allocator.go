@@ -449,7 +449,7 @@ type Allocator struct {
 	Capacity int64
 
 	// conf is set when cfg is not the default: TryMalloc, Free and
-	// EmptyCache then take the configured path of conf.go, and the default
+	// EmptyCache then take the configured path of configured.go, and the default
 	// path stays as it is.
 	conf bool
 	cfg  Config

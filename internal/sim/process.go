@@ -28,7 +28,7 @@ import (
 // A Process is not safe for concurrent use.
 type Process struct {
 	m     *Model
-	ps    process
+	ps session
 	first *schedule.Program // the first scenario's program
 	sc    Options           // the first scenario, its defaults set
 	conf  allocator.Config
@@ -58,15 +58,17 @@ func (pr *Process) Simulate(sc Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	mode := emptyCacheOf(sc, p)
+	how, err := replayOf(sc, p)
+	if err != nil {
+		return nil, err
+	}
+	mode := how.mode
 	if pr.steps == 0 {
-		if pr.conf, err = sc.allocConfig(); err != nil {
-			return nil, err
-		}
+		pr.conf = how.conf
 		a := allocator.New()
 		a.Reset(pr.conf)
-		a.Capacity = sc.Capacity
-		pr.ps = process{rp: replayer{a: a}, mode: mode}
+		a.Capacity = how.capacity
+		pr.ps = session{rp: replayer{a: a}, mode: mode}
 		pr.first, pr.sc = p, sc.Defaults()
 	} else {
 		switch {
@@ -86,8 +88,8 @@ func (pr *Process) Simulate(sc Options) (*Result, error) {
 		}
 	}
 	ids := make([]allocator.ID, len(p.Buffers))
-	pr.ps.skips = sc.warmSkips()
-	pr.ps.warmUp(p, pr.conf, sc.Capacity, ids)
+	pr.ps.skips = how.skips
+	pr.ps.warmUp(p, pr.conf, how.capacity, ids)
 	r, _ := pr.s.measure(p, sc, pr.conf, &pr.ps.rp, ids, nil, nil, false)
 	pr.ps.ended(p, ids)
 	if r.OOM {

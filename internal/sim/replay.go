@@ -90,20 +90,37 @@ func run(p *schedule.Program, sc Options, begin func(*allocator.Allocator), obse
 // analysis of the step only when analyze is set; the Result does not need
 // it.
 func runInto(s *scratch, p *schedule.Program, sc Options, begin func(*allocator.Allocator), observe func(int, allocator.Stats), analyze bool) (*Result, *liveness.Analysis) {
-	conf, err := sc.allocConfig()
+	how, err := replayOf(sc, p)
 	if err != nil {
 		panic(fmt.Sprintf("onnxmem: Run of a scenario that Supported refuses: %v", err))
 	}
 	a := allocators.Get().(*allocator.Allocator)
 	defer allocators.Put(a)
-	a.Reset(conf)
-	a.Capacity = sc.Capacity
-	ps := process{rp: replayer{a: a}, mode: emptyCacheOf(sc, p), skips: sc.warmSkips()}
+	a.Reset(how.conf)
+	a.Capacity = how.capacity
+	ps := session{rp: replayer{a: a}, mode: how.mode, skips: how.skips}
 	ids := s.ids[:0]
 	ids = append(ids, make([]allocator.ID, len(p.Buffers))...)
 	s.ids = ids
-	ps.warmUp(p, conf, sc.Capacity, ids)
-	return s.measure(p, sc, conf, &ps.rp, ids, begin, observe, analyze)
+	ps.warmUp(p, how.conf, how.capacity, ids)
+	return s.measure(p, sc, how.conf, &ps.rp, ids, begin, observe, analyze)
+}
+
+// replay is a scenario decoded once for the allocator's replay of its
+// program: its allocator options and limit, the warm-up iterations whose
+// optimizer step GradScaler skips, and where the harness empties the
+// cache.
+type replay struct {
+	conf     allocator.Config
+	capacity int64
+	skips    int
+	mode     EmptyCache
+}
+
+// replayOf decodes sc, whose program is p, for its replay.
+func replayOf(sc Options, p *schedule.Program) (replay, error) {
+	conf, err := sc.allocConfig()
+	return replay{conf: conf, capacity: sc.Capacity, skips: sc.warmSkips(), mode: emptyCacheOf(sc, p)}, err
 }
 
 // emptyCacheOf returns where the harness empties the cache for sc's step,
@@ -124,9 +141,9 @@ func emptyCacheOf(sc Options, p *schedule.Program) EmptyCache {
 	return EmptyCacheStep
 }
 
-// process is what a simulated process keeps from one scenario to the next:
+// session is what a simulated process keeps from one scenario to the next:
 // its allocator, the parameters, and the last measured step's gradients.
-type process struct {
+type session struct {
 	rp   replayer
 	mode EmptyCache // Scenario.EmptyCache, its default set
 	// res are the resident tensors' allocations, by index of
@@ -147,7 +164,7 @@ type process struct {
 // GradScaler skips (skips of them, Scenario.WarmSteps); then it empties the
 // cache again with EmptyCacheStep, frees the warm-up's gradients and
 // allocates the measured step's input. ids receives q's allocations.
-func (ps *process) warmUp(q *schedule.Program, conf allocator.Config, capacity int64, ids []allocator.ID) {
+func (ps *session) warmUp(q *schedule.Program, conf allocator.Config, capacity int64, ids []allocator.ID) {
 	rp := &ps.rp
 	empty := func() {
 		if !rp.oom {
@@ -209,7 +226,7 @@ func (ps *process) warmUp(q *schedule.Program, conf allocator.Config, capacity i
 // ended records what q's measured step, run over ids, leaves to the next
 // scenario: its gradients, alive until the next warm-up's zero_grad; the
 // harness drops its outputs.
-func (ps *process) ended(q *schedule.Program, ids []allocator.ID) {
+func (ps *session) ended(q *schedule.Program, ids []allocator.ID) {
 	for _, buf := range q.ParamGrads {
 		ps.grads = append(ps.grads, ids[buf])
 	}

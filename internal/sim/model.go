@@ -180,7 +180,7 @@ func loadBytes(name string, data []byte, standIns bool) (*Model, error) {
 	}
 	m.Family, m.Graph, m.Note = p.fam.Name(), p.graph, note
 	if standIns && family.CheckStep(p.fam, p.graph) != nil {
-		if b := standIn(p); b != nil {
+		if b := builtinFor(p); b != nil {
 			b.Name, b.Builtin = name, b.Name
 			return b, nil
 		}
@@ -188,12 +188,12 @@ func loadBytes(name string, data []byte, standIns bool) (*Model, error) {
 	return m, nil
 }
 
-// standIn returns the built-in model that stands for an inference export
+// builtinFor returns the built-in model that stands for an inference export
 // (a graph that its family's CheckStep refuses, which has no training
 // graph): the first of models.Names that the family reads as the same
 // model (family.Family.Deployment), built with the export's classes; or
 // nil when none is.
-func standIn(p *prepared) *Model {
+func builtinFor(p *prepared) *Model {
 	classes, same, ok := family.Deployment(p.fam, p.graph)
 	if !ok || classes < 1 || classes > math.MaxInt32 {
 		return nil
