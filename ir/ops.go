@@ -53,31 +53,11 @@ const (
 	opUnsqueeze
 )
 
-// opKinds maps the default-domain op types to their kinds.
-var opKinds = map[string]opKind{
-	"Identity": opSameShape, "Sigmoid": opSameShape, "Softmax": opSameShape, "LogSoftmax": opSameShape,
-	"Relu": opSameShape, "LeakyRelu": opSameShape, "Tanh": opSameShape, "HardSigmoid": opSameShape,
-	"HardSwish": opSameShape, "Mish": opSameShape, "Neg": opSameShape, "Exp": opSameShape,
-	"Log": opSameShape, "Sqrt": opSameShape, "Abs": opSameShape, "Erf": opSameShape, "Clip": opSameShape,
-	"Gelu": opSameShape, "LayerNormalization": opLayerNorm, "ScaledDotProductAttention": opAttention, "Contiguous": opSameShape,
-	"Einsum": opEinsum, "MatMul": opMatMul, "Pad": opPad, "Not": opSameShape, "ScatterND": opSameShape,
-	"Add": opBinary, "Sub": opBinary, "Mul": opBinary, "Div": opBinary, "Pow": opBinary,
-	"Less": opCompare, "Greater": opCompare, "Equal": opCompare, "Mod": opBinary, "Where": opWhere,
-	"RandomUniformLike": opRandomLike, "RandomNormalLike": opRandomLike,
-	"BatchNormalization": opBatchNorm, "Cast": opCast, "Concat": opConcat, "Constant": opConstant,
-	"ConstantOfShape": opConstantOfShape, "Conv": opConv, "MaxPool": opPool, "AveragePool": opPool,
-	"Dropout": opDropout, "Flatten": opFlatten, "Gemm": opGemm, "GlobalAveragePool": opGlobalPool,
-	"Expand": opExpand, "Gather": opGather, "Range": opRange, "ReduceSum": opReduceSum, "ReduceMean": opReduceSum, "ReduceL2": opReduceSum,
-	"Reshape": opReshape, "Resize": opResize, "Shape": opShape, "Slice": opSlice, "Split": opSplit,
-	"Squeeze": opSqueeze, "Transpose": opTranspose, "Unsqueeze": opUnsqueeze,
-}
-
-// opOf returns the kind of node n's op.
-func opOf(n *Node) opKind {
-	if n.Domain != "" && n.Domain != "ai.onnx" {
-		return opUnsupported
-	}
-	return opKinds[n.OpType]
+// shapeKindOf returns the kind of node n's shape rule: its row's, or
+// opUnsupported for an op outside the table.
+func shapeKindOf(n *Node) opKind {
+	r, _ := OpOf(n)
+	return r.shape
 }
 
 // node infers the outputs of the current node.
@@ -800,17 +780,6 @@ func (c *inferer) transpose() {
 			return flat
 		}), nil)
 	}
-}
-
-// ShapeOps lists the default-domain ONNX ops that Infer has shape rules for,
-// sorted.
-func ShapeOps() []string {
-	out := make([]string, 0, len(opKinds))
-	for op := range opKinds {
-		out = append(out, op)
-	}
-	slices.Sort(out)
-	return out
 }
 
 // whereFold folds Where over small integer contents (shape arithmetic such

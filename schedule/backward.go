@@ -74,12 +74,12 @@ func (b *builder) backward() error {
 	b.unrun = nil
 	for i := len(g.Nodes) - 1; i >= 0; i-- {
 		k := b.kind[i]
-		if k == opMeta || k == opSkip || leader[i] != int32(i) {
+		if k == ir.EagerMeta || k == ir.EagerSkip || leader[i] != int32(i) {
 			continue
 		}
 		n := &g.Nodes[i]
 		outs := n.Outputs
-		if k == opView && (n.OpType == "Slice") {
+		if k == ir.EagerSlice {
 			outs = nil
 			for j := i; j < len(g.Nodes); j++ {
 				if leader[j] == int32(i) {
@@ -141,7 +141,7 @@ func (b *builder) sliceGroups() []int32 {
 	for i := range g.Nodes {
 		leader[i] = int32(i)
 		n := &g.Nodes[i]
-		if b.kind[i] != opView || n.OpType != "Slice" {
+		if b.kind[i] != ir.EagerSlice {
 			continue
 		}
 		key := [2]int64{int64(n.Inputs[0]), int64(b.axisOf(n))}
@@ -222,7 +222,7 @@ type delivery struct {
 }
 
 // back emits the backward of one autograd node.
-func (b *builder) back(n *ir.Node, k opKind, outs []ir.ValueID) {
+func (b *builder) back(n *ir.Node, k ir.Eager, outs []ir.ValueID) {
 	s := b.s
 	var gy gradT
 	if b.data[outs[0]] && b.slot[outs[0]] >= 0 {
@@ -233,12 +233,12 @@ func (b *builder) back(n *ir.Node, k opKind, outs []ir.ValueID) {
 	b.freshLayout(nil, nil)
 	defer b.freshLayout(nil, nil)
 	switch k {
-	case opAdd, opSub, opMul, opDiv, opSigmoid, opSiLU, opSavesInput, opDropout:
+	case ir.EagerAdd, ir.EagerSub, ir.EagerMul, ir.EagerDiv, ir.EagerSavesResult, ir.EagerSiLU, ir.EagerSavesInput, ir.EagerDropout:
 		// The input's gradient follows the incoming one's layout.
 		if gy.whole && !gy.contig && dense(s.Dims[outs[0]], gy.str) {
 			b.freshLayout(gy.str, s.Dims[outs[0]])
 		}
-	case opBatchNorm, opBatchNormEval:
+	case ir.EagerBatchNorm, ir.EagerBatchNormEval:
 		// cuDNN's batch norm writes the input's gradient in the input's
 		// memory format.
 		if x := n.Inputs[0]; b.channelsLast(x) {
@@ -278,7 +278,7 @@ func (b *builder) back(n *ir.Node, k opKind, outs []ir.ValueID) {
 	contiguous := func() int32 { return b.copyIf(!gy.whole || !gy.contig, b.bytes(outs[0])) }
 	freeCopy := b.freeScratch
 	switch k {
-	case opConv:
+	case ir.EagerConv:
 		x := n.Inputs[0]
 		cl := b.channelsLast(x)
 		// A strided saved input is copied again for the whole backward.
@@ -370,7 +370,7 @@ func (b *builder) back(n *ir.Node, k opKind, outs []ir.ValueID) {
 			toCopy(params[j], ir.ValueID(params[j+1]), true)
 		}
 		freeCopy(xc)
-	case opNorm:
+	case ir.EagerNorm:
 		// norm_backward: self · (grad / norm), the input's gradient, and
 		// scratch of the norm's size. (Under autocast the product is
 		// float32 and the engine turns it to the input's type; that
@@ -380,33 +380,33 @@ func (b *builder) back(n *ir.Node, k opKind, outs []ir.ValueID) {
 		if b.rg[x] {
 			fresh(x)
 		}
-	case opBatchNorm, opBatchNormEval:
+	case ir.EagerBatchNorm, ir.EagerBatchNormEval:
 		c := contiguous()
 		fresh(n.Inputs[0])
 		b.paramGrad(n.Inputs[1])
 		b.paramGrad(n.Inputs[2])
 		freeCopy(c)
-	case opSiLU:
+	case ir.EagerSiLU:
 		fresh(b.siluIn[n.ID])
-	case opSigmoid, opSoftmax, opSavesInput, opGlobalAvgPool, opPad:
+	case ir.EagerSavesResult, ir.EagerSoftmax, ir.EagerSavesInput, ir.EagerMean, ir.EagerPad:
 		// threshold_backward, hardswish_backward, hardtanh_backward, mean's expand / numel: a
 		// new gradient of the input.
 		fresh(n.Inputs[0])
-	case opDropout:
+	case ir.EagerDropout:
 		if b.dropoutTrains(n) {
 			fresh(n.Inputs[0])
 		} else {
 			pass(n.Inputs[0], true, true)
 		}
-	case opGemm:
+	case ir.EagerLinear:
 		post = b.gemmBack(n, gy, fresh, contiguous, post)
-	case opEinsum:
+	case ir.EagerEinsum:
 		give, post = b.einsumBack(n, gy, give, post)
-	case opSelect:
+	case ir.EagerSelect:
 		// SelectBackward: a zero gradient of the whole input, the slice's
 		// gradient copied in.
 		fresh(n.Inputs[0])
-	case opAttention:
+	case ir.EagerAttention:
 		// The fused attention's backward: the gradients of q, k and v,
 		// and float32 scratch, freed when the kernel returns. Memory-
 		// efficient attention (float32) makes the output's gradient
@@ -438,7 +438,7 @@ func (b *builder) back(n *ir.Node, k opKind, outs []ir.ValueID) {
 			b.freeScratch(b.scratch(rows*4, Stats))
 		}
 		b.freeScratch(c)
-	case opLayerNorm:
+	case ir.EagerLayerNorm:
 		// native_layer_norm_backward: the saved input made contiguous
 		// (when strided), the input's gradient (float32 under autocast,
 		// which ToCopyBackward then turns to the input's type), the
@@ -467,7 +467,7 @@ func (b *builder) back(n *ir.Node, k opKind, outs []ir.ValueID) {
 		// is copied after the gradients are allocated.
 		freeCopy(contiguous())
 		b.freeScratch(c)
-	case opMul, opDiv:
+	case ir.EagerMul, ir.EagerDiv:
 		ins := n.Inputs[:2]
 		// A broadcast operand's gradient (the squeeze-excitation scale of
 		// scale * x) is first a product of the output's size, which
@@ -477,7 +477,7 @@ func (b *builder) back(n *ir.Node, k opKind, outs []ir.ValueID) {
 		// se_mul), which only a broadcast operand makes visible.
 		broadcast := false
 		for _, v := range ins {
-			broadcast = broadcast || (k == opMul && v != ir.NoValue && b.rg[v] && s.Elems(v) < s.Elems(outs[0]))
+			broadcast = broadcast || (k == ir.EagerMul && v != ir.NoValue && b.rg[v] && s.Elems(v) < s.Elems(outs[0]))
 		}
 		if broadcast {
 			ins = []ir.ValueID{n.Inputs[1], n.Inputs[0]}
@@ -513,7 +513,7 @@ func (b *builder) back(n *ir.Node, k opKind, outs []ir.ValueID) {
 		// broadcast one, the product of the output's size first, reduced
 		// to the parameter's shape, then the product goes.
 		for _, v := range n.Inputs[:2] {
-			if v == ir.NoValue || !b.param[v] || b.paramGrads[v] >= 0 || k != opMul {
+			if v == ir.NoValue || !b.param[v] || b.paramGrads[v] >= 0 || k != ir.EagerMul {
 				continue
 			}
 			var tmp int32 = -1
@@ -537,11 +537,11 @@ func (b *builder) back(n *ir.Node, k opKind, outs []ir.ValueID) {
 				b.freeScratch(tmp)
 			}
 		}
-	case opAdd, opSub:
+	case ir.EagerAdd, ir.EagerSub:
 		// A parameter operand (a position embedding) gets its .grad, the
 		// output's gradient summed to its shape.
 		for _, v := range n.Inputs[:2] {
-			if v != ir.NoValue && b.param[v] && k == opAdd {
+			if v != ir.NoValue && b.param[v] && k == ir.EagerAdd {
 				b.paramGrad(v)
 			}
 		}
@@ -549,13 +549,13 @@ func (b *builder) back(n *ir.Node, k opKind, outs []ir.ValueID) {
 			if v == ir.NoValue || !b.data[v] || (j == 1 && v == n.Inputs[0]) {
 				continue
 			}
-			if s.Elems(v) != s.Elems(outs[0]) || (k == opSub && j == 1) {
+			if s.Elems(v) != s.Elems(outs[0]) || (k == ir.EagerSub && j == 1) {
 				fresh(v) // a broadcast operand's gradient is reduced; sub negates
 			} else {
 				pass(v, true, true)
 			}
 		}
-	case opConcat:
+	case ir.EagerCat:
 		axis := b.axisOf(n)
 		for _, v := range n.Inputs {
 			if v != ir.NoValue && b.data[v] {
@@ -569,19 +569,19 @@ func (b *builder) back(n *ir.Node, k opKind, outs []ir.ValueID) {
 				b.paramGrad(p)
 			}
 		}
-	case opReduceSum:
+	case ir.EagerSum:
 		pass(n.Inputs[0], false, false) // an expanded view
-	case opMaxPool:
+	case ir.EagerMaxPool:
 		// max_pool2d_with_indices_backward reads a strided gradient (a
 		// concat's slice) as it is: the ground truth's traces of a pool
 		// whose output only a concat reads show no copy of it.
 		fresh(n.Inputs[0])
 		freeCopy(b.copyIf(!b.contig[n.Inputs[0]], b.bytes(n.Inputs[0])))
-	case opAvgPool:
+	case ir.EagerAvgPool:
 		c := contiguous()
 		fresh(n.Inputs[0])
 		freeCopy(c)
-	case opResize:
+	case ir.EagerUpsample:
 		// upsample_nearest2d_backward reads a strided (even expanded)
 		// gradient as it is. Under autocast it computes the float32
 		// gradient of the float32 copy, which ToCopyBackward converts.
@@ -592,9 +592,9 @@ func (b *builder) back(n *ir.Node, k opKind, outs []ir.ValueID) {
 			break
 		}
 		fresh(x)
-	case opContiguous:
+	case ir.EagerContiguous:
 		pass(n.Inputs[0], true, true) // CloneBackward: the gradient as it is
-	case opView:
+	case ir.EagerView, ir.EagerReshape, ir.EagerFlatten, ir.EagerTranspose, ir.EagerExpand, ir.EagerSlice, ir.EagerSplit:
 		switch n.OpType {
 		case "Expand":
 			// ExpandBackward: the gradient summed to the input's sizes,

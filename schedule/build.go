@@ -228,9 +228,9 @@ func Build(g *ir.Graph, s *ir.Shapes, cfg Config) (*Program, error) {
 	b.param = make([]bool, nv)
 	b.buffer = make([]bool, nv)
 	b.rg = make([]bool, nv)
-	b.kind = make([]opKind, nn)
+	b.kind = make([]ir.Eager, nn)
 	b.siluIn = make([]ir.ValueID, nn)
-	b.class = make([]castClass, nn)
+	b.class = make([]ir.Autocast, nn)
 	// A step has about 5 events and 4 buffers a node; sizing the slices
 	// once saves their growth.
 	b.p.Events = make([]Event, 0, 8*nn+64)
@@ -338,7 +338,7 @@ func (b *builder) markDerived() {
 	b.derived = make([]bool, len(b.g.Values))
 	for i := range b.g.Nodes {
 		n := &b.g.Nodes[i]
-		if b.kind[i] != opMeta {
+		if b.kind[i] != ir.EagerMeta {
 			continue
 		}
 		wide := ir.Undefined
@@ -351,10 +351,10 @@ func (b *builder) markDerived() {
 			continue
 		}
 		if b.autocast() {
-			switch r, _ := ruleOf(n); r.autocast {
-			case castLower:
+			switch r, _ := ir.OpOf(n); {
+			case r.Autocast == ir.AutocastLower:
 				wide = b.low()
-			case castFP32:
+			case r.Autocast.Float32():
 				wide = ir.Float32
 			}
 		}
@@ -389,7 +389,7 @@ func (b *builder) resident() error {
 	bnVar := make(map[ir.ValueID]bool)
 	for i := range b.g.Nodes {
 		n := &b.g.Nodes[i]
-		if b.kind[i] == opBatchNorm && len(n.Inputs) == 5 {
+		if b.kind[i] == ir.EagerBatchNorm && len(n.Inputs) == 5 {
 			bnVar[n.Inputs[4]] = true
 		}
 	}

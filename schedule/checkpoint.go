@@ -42,7 +42,7 @@ func (b *builder) chunks() {
 		for i := range g.Nodes {
 			k := b.kind[i]
 			l := g.Nodes[i].Layer
-			if k == opMeta || k == opSkip || l < r.From || l >= r.To || b.chunkOf[i] >= 0 {
+			if k == ir.EagerMeta || k == ir.EagerSkip || l < r.From || l >= r.To || b.chunkOf[i] >= 0 {
 				continue
 			}
 			b.chunkOf[i] = c
@@ -110,7 +110,7 @@ func (b *builder) recompute(c int) {
 	last := ch.nodes[stop]
 	nodes := ch.nodes[:stop+1]
 	switch b.kind[last] {
-	case opSiLU, opConv, opAvgPool, opMul:
+	case ir.EagerSiLU, ir.EagerConv, ir.EagerAvgPool, ir.EagerMul:
 		nodes = ch.nodes[:stop]
 	}
 	vst, cast, casts, node := b.vst, b.cast, b.casts, b.node

@@ -2,7 +2,6 @@ package schedule
 
 import (
 	"fmt"
-	"slices"
 
 	"github.com/onnxmem/onnxmem/ir"
 )
@@ -157,25 +156,6 @@ func (p *einsumPlan) gradStrides(k int) []int64 {
 		acc *= d[j]
 	}
 	return st
-}
-
-// equationOf returns the einsum equation that node n runs: an Einsum's
-// own, or a MatMul's as torch.matmul runs two operands of three or more
-// dims (expand to the batch dims, reshape, bmm): "ABxy,AByz->ABxz" for
-// two of four dims. A MatMul of vectors or matrices, or whose batch dims
-// differ (an expand copies the smaller one), is an error.
-func equationOf(n *ir.Node, s *ir.Shapes) (string, error) {
-	if n.OpType != "MatMul" {
-		a, _ := n.Attr("equation")
-		return a.Str, nil
-	}
-	da, db := s.Dims[n.Inputs[0]], s.Dims[n.Inputs[1]]
-	r := len(da)
-	if r < 3 || len(db) != r || !slices.Equal(da[:r-2], db[:r-2]) || r-2 > 20 {
-		return "", fmt.Errorf("MatMul of dims %v and %v: onnxmem simulates a batched matmul of operands with the same batch dims (a matrix product of two activations of 3 dims or more)", da, db)
-	}
-	batch := "ABCDEFGHIJKLMNOPQRSTUVW"[:r-2]
-	return batch + "xy," + batch + "yz->" + batch + "xz", nil
 }
 
 // einsumPlanOf returns the plan of Einsum or MatMul node n, which Flow

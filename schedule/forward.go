@@ -27,7 +27,7 @@ func (b *builder) forward() error {
 	b.chunkHolds()
 	var nodes []int32
 	for i := range g.Nodes {
-		if k := b.kind[i]; k != opMeta && k != opSkip {
+		if k := b.kind[i]; k != ir.EagerMeta && k != ir.EagerSkip {
 			nodes = append(nodes, int32(i))
 		}
 	}
@@ -93,7 +93,7 @@ func (b *builder) setHolds() error {
 	b.holds = h
 	b.last = make(map[int]int32)
 	for i := range g.Nodes {
-		if b.kind[i] != opMeta {
+		if b.kind[i] != ir.EagerMeta {
 			b.last[g.Nodes[i].Layer] = int32(i)
 		}
 	}
@@ -120,7 +120,7 @@ func (b *builder) setInPlace(ip []bool) error {
 		}
 		n := &g.Nodes[i]
 		switch b.kind[i] {
-		case opSigmoid, opSavesInput, opDropout, opAdd, opSiLU:
+		case ir.EagerSavesResult, ir.EagerSavesInput, ir.EagerDropout, ir.EagerAdd, ir.EagerSiLU:
 		default:
 			return fmt.Errorf("schedule: node %s: %s has no in-place form onnxmem simulates", n.Name, n.OpType)
 		}
@@ -188,7 +188,7 @@ func (b *builder) step(f *fwd, i int32) {
 		}
 	}
 	// A tuple or list of tensors (cat's argument) dies last item first.
-	if k == opConcat {
+	if k == ir.EagerCat {
 		for j := len(reads) - 1; j >= 0; j-- {
 			f.pending[reads[j]]--
 			b.maybeRelease(f, reads[j])

@@ -70,13 +70,13 @@ func (b *builder) paramBehind(v ir.ValueID) ir.ValueID {
 // run emits the forward of one eager op: its allocations in the order the
 // kernels make them, the frees of scratch buffers, and the references that
 // autograd's saved tensors take.
-func (b *builder) run(n *ir.Node, k opKind) {
+func (b *builder) run(n *ir.Node, k ir.Eager) {
 	s := b.s
 	i := n.ID
 	reads := b.readsOf(i)
 	// Under autocast the op's class says its compute type.
-	lower := b.autocast() && b.class[i] == castLower
-	fp32 := b.autocast() && b.class[i] == castFP32
+	lower := b.autocast() && b.class[i] == ir.AutocastLower
+	fp32 := b.autocast() && b.class[i].Float32()
 	for _, v := range reads {
 		if b.rg[v] {
 			b.markRG(n)
@@ -98,7 +98,7 @@ func (b *builder) run(n *ir.Node, k opKind) {
 		}
 	}
 	switch k {
-	case opAdd, opSub, opMul, opDiv, opConcat:
+	case ir.EagerAdd, ir.EagerSub, ir.EagerMul, ir.EagerDiv, ir.EagerCat:
 		// A parameter operand, or one computed from parameters alone,
 		// takes part in type promotion too (ViT's cat of its float32
 		// class token with float16 patches, x + pos_embedding, ConvNeXt's
@@ -147,7 +147,7 @@ func (b *builder) run(n *ir.Node, k opKind) {
 	copyIn := func(v ir.ValueID) int32 { return b.copyIf(!b.contig[v], b.bytes(v)) }
 	freeCopy := b.freeScratch
 	switch k {
-	case opConv:
+	case ir.EagerConv:
 		x := n.Inputs[0]
 		c, xcast := int32(-1), int32(-1)
 		if lower {
@@ -188,11 +188,11 @@ func (b *builder) run(n *ir.Node, k opKind) {
 		}
 		b.workspace(b.convCall(n, Forward, "fwd"))
 		freeCopy(c)
-	case opBatchNorm, opBatchNormEval:
+	case ir.EagerBatchNorm, ir.EagerBatchNormEval:
 		x := n.Inputs[0]
 		newOut(0, Activation)
 		save(x)
-		if k == opBatchNorm && b.cfg.Eval == nil {
+		if k == ir.EagerBatchNorm && b.cfg.Eval == nil {
 			ch := int64(1)
 			if d := s.Dims[x]; len(d) > 1 {
 				ch = d[1]
@@ -201,7 +201,7 @@ func (b *builder) run(n *ir.Node, k opKind) {
 				b.own(i, b.alloc(ch*4, Stats, ir.NoValue))
 			}
 		}
-	case opSiLU:
+	case ir.EagerSiLU:
 		if ip {
 			// silu_ overwrites its input, which its derivative
 			// (silu_backward(grad, self)) needs: autograd saves a clone
@@ -224,7 +224,7 @@ func (b *builder) run(n *ir.Node, k opKind) {
 			return
 		}
 		newOut(0, Activation)
-	case opSigmoid, opSoftmax:
+	case ir.EagerSavesResult, ir.EagerSoftmax:
 		if ip {
 			// relu_ saves its result: the input's storage, overwritten.
 			inPlace()
@@ -236,7 +236,7 @@ func (b *builder) run(n *ir.Node, k opKind) {
 		}
 		newOut(0, Activation)
 		save(out(0))
-	case opSavesInput:
+	case ir.EagerSavesInput:
 		x := n.Inputs[0]
 		if ip {
 			// hardswish_ needs the input it overwrites: autograd keeps a
@@ -256,7 +256,7 @@ func (b *builder) run(n *ir.Node, k opKind) {
 			return
 		}
 		newOut(0, Activation)
-	case opDropout:
+	case ir.EagerDropout:
 		x := n.Inputs[0]
 		if !b.dropoutTrains(n) {
 			// Eval mode or p = 0: the input itself; no mask.
@@ -276,16 +276,16 @@ func (b *builder) run(n *ir.Node, k opKind) {
 		// then the output.
 		b.own(i, b.alloc(s.Elems(x), Mask, ir.NoValue))
 		newOut(0, Activation)
-	case opGlobalAvgPool, opPad:
+	case ir.EagerMean, ir.EagerPad:
 		// adaptive_avg_pool2d to 1×1 runs as x.mean((-1, -2), keepdim=True);
 		// constant_pad_nd writes a new tensor, a clone of the input when
 		// no pad is positive (Swin's windows at 224).
 		newOut(0, Activation)
-	case opGemm:
+	case ir.EagerLinear:
 		b.gemm(n, lower, save)
-	case opEinsum:
+	case ir.EagerEinsum:
 		b.einsum(n, lower)
-	case opLayerNorm:
+	case ir.EagerLayerNorm:
 		// Autocast runs layer_norm in float32: a float32 copy of a half
 		// input first, in the input's layout, which it saves. The kernel
 		// makes a strided input contiguous for itself (freed when it
@@ -323,7 +323,7 @@ func (b *builder) run(n *ir.Node, k opKind) {
 			b.own(i, b.alloc(rows*4, Stats, ir.NoValue))
 		}
 		freeCopy(c)
-	case opNorm:
+	case ir.EagerNorm:
 		// linalg_vector_norm saves its input and its result. Autocast
 		// calls it with dtype float32 (fp32_set_opt_dtype): the kernel
 		// reads a half input as it is and writes a float32 result.
@@ -337,7 +337,7 @@ func (b *builder) run(n *ir.Node, k opKind) {
 		}
 		newOut(0, Activation)
 		save(out(0))
-	case opMul:
+	case ir.EagerMul:
 		a, c := n.Inputs[0], n.Inputs[1]
 		// Stochastic depth's noise, torch.empty(B, 1, 1, 1) in the
 		// input's type, bernoulli_ and div_ in place, is a tensor of its
@@ -358,7 +358,7 @@ func (b *builder) run(n *ir.Node, k opKind) {
 			return
 		}
 		newOut(0, Activation)
-	case opDiv:
+	case ir.EagerDiv:
 		// DivBackward0 saves self when other needs a gradient, and other
 		// when either does (both formulas read it), never the result
 		// (derivatives.yaml: saving it would break an in-place use of
@@ -370,7 +370,7 @@ func (b *builder) run(n *ir.Node, k opKind) {
 			save(n.Inputs[1])
 		}
 		newOut(0, Activation)
-	case opReduceSum:
+	case ir.EagerSum:
 		if fp32 {
 			b.dt[out(0)] = ir.Float32 // sum accumulates and returns float32 under autocast
 		}
@@ -384,20 +384,20 @@ func (b *builder) run(n *ir.Node, k opKind) {
 		if x, y := n.Inputs[0], out(0); b.dt[y].Size() == 2 && s.Elems(x)*b.dt[x].Size() > math.MaxInt32 {
 			b.freeScratch(b.scratch(s.Elems(y)*4, Copy))
 		}
-	case opAdd, opSub, opConcat:
+	case ir.EagerAdd, ir.EagerSub, ir.EagerCat:
 		if ip {
 			inPlace() // x += y
 			break
 		}
 		newOut(0, Activation)
-	case opMaxPool:
+	case ir.EagerMaxPool:
 		x := n.Inputs[0]
 		newOut(0, Activation)
 		idx := b.alloc(s.Elems(out(0))*8, Indices, ir.NoValue)
 		freeCopy(copyIn(x))
 		save(x)
 		b.own(i, idx)
-	case opAvgPool:
+	case ir.EagerAvgPool:
 		x := n.Inputs[0]
 		save(x)
 		if b.stopAt == i {
@@ -406,7 +406,7 @@ func (b *builder) run(n *ir.Node, k opKind) {
 		c := copyIn(x)
 		newOut(0, Activation)
 		freeCopy(c)
-	case opResize:
+	case ir.EagerUpsample:
 		x := n.Inputs[0]
 		if fp32 && b.dt[x] != ir.Float32 {
 			// Autocast runs upsampling in float32: a float32 copy of the
@@ -426,13 +426,13 @@ func (b *builder) run(n *ir.Node, k opKind) {
 		if !slices.Equal(s.Dims[x], s.Dims[out(0)]) {
 			freeCopy(copyIn(x))
 		}
-	case opContiguous:
+	case ir.EagerContiguous:
 		if x := n.Inputs[0]; !b.contig[x] {
 			newOut(0, Activation) // clone(memory_format=contiguous)
 			break
 		}
 		b.view(n)
-	case opView, opSelect:
+	case ir.EagerView, ir.EagerReshape, ir.EagerFlatten, ir.EagerTranspose, ir.EagerExpand, ir.EagerSlice, ir.EagerSplit, ir.EagerSelect:
 		if x := n.Inputs[0]; (n.OpType == "Reshape" || n.OpType == "Flatten") && b.data[x] && !b.contig[x] && !b.viewable(x, s.Dims[out(0)]) {
 			// reshape of a permuted view that no strides can address (a
 			// channel shuffle's transpose, a window partition) copies: a
@@ -441,7 +441,7 @@ func (b *builder) run(n *ir.Node, k opKind) {
 			break
 		}
 		b.view(n)
-	case opAttention:
+	case ir.EagerAttention:
 		// scaled_dot_product_attention on a CUDA device: under autocast the
 		// flash kernel (half inputs), which first draws its two 8-byte
 		// philox seeds and returns the output and a float32 logsumexp of
@@ -484,7 +484,7 @@ func (b *builder) run(n *ir.Node, k opKind) {
 	// ViT's x + input after MultiheadAttention's transpose back to batch
 	// first keeps the (L, B, E) order, and the next layer norm copies it.
 	switch k {
-	case opAdd, opSub, opMul, opDiv, opSigmoid, opSiLU, opSavesInput, opDropout, opBatchNorm, opBatchNormEval:
+	case ir.EagerAdd, ir.EagerSub, ir.EagerMul, ir.EagerDiv, ir.EagerSavesResult, ir.EagerSiLU, ir.EagerSavesInput, ir.EagerDropout, ir.EagerBatchNorm, ir.EagerBatchNormEval:
 		if y := out(0); b.data[y] && b.contig[y] {
 			for _, x := range reads {
 				if slices.Equal(s.Dims[x], s.Dims[y]) {
