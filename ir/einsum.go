@@ -83,9 +83,9 @@ func EinsumEquation(n *Node, s *Shapes) (string, error) {
 
 func isLabel(c byte) bool { return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' }
 
-// einsum infers Einsum's output: each output label's size, the largest
+// inferEinsum infers Einsum's output: each output label's size, the largest
 // of its operands' (a dim of size 1 broadcasts), in the input's type.
-func (c *inferer) einsum() {
+func inferEinsum(c *inferer) {
 	a, _ := c.n.Attr("equation")
 	ops, out, err := EinsumLabels(a.Str, len(c.n.Inputs))
 	if err != nil {

@@ -14,7 +14,7 @@ func TestOpTable(t *testing.T) {
 		if i > 0 && strings.Compare(opTable[i-1].Type, r.Type) >= 0 {
 			t.Errorf("row %d: %s after %s: the table must be sorted by op type, each op once", i, r.Type, opTable[i-1].Type)
 		}
-		if r.shape == opUnsupported {
+		if r.shape == opUnsupported || shapeRules[r.shape].infer == nil {
 			t.Errorf("%s: no shape rule", r.Type)
 		}
 		if r.FLOPs == nil {
