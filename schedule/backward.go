@@ -10,31 +10,31 @@ import (
 // loss emits loss = sum(o.sum() for o in outputs): each term and each partial
 // sum is a 4-byte tensor. A graph of one output takes loss = out.sum(), the
 // term itself.
-func (b *builder) loss() {
-	b.phase = LossPhase
-	b.node = -1
-	b.lossSt = -1
-	if len(b.g.Outputs) == 1 {
-		b.lossSt = b.alloc(b.scalarBytes(), Scalar, ir.NoValue)
+func (bp *backwardPass) loss() {
+	bp.phase = LossPhase
+	bp.node = -1
+	bp.lossSt = -1
+	if len(bp.g.Outputs) == 1 {
+		bp.lossSt = bp.alloc(bp.scalarBytes(), Scalar, ir.NoValue)
 		return
 	}
-	for range b.g.Outputs {
-		term := b.alloc(4, Scalar, ir.NoValue)
-		sum := b.alloc(4, Scalar, ir.NoValue)
-		if b.lossSt >= 0 {
-			b.unref(b.lossSt)
+	for range bp.g.Outputs {
+		term := bp.alloc(4, Scalar, ir.NoValue)
+		sum := bp.alloc(4, Scalar, ir.NoValue)
+		if bp.lossSt >= 0 {
+			bp.unref(bp.lossSt)
 		}
-		b.unref(term)
-		b.lossSt = sum
+		bp.unref(term)
+		bp.lossSt = sum
 	}
 }
 
 // scalarBytes is the size of the loss and of its seed gradient: 4 bytes,
 // or, for out.sum() of a graph's only output, that output's element (a
 // float16 sum of a float16 output under autocast).
-func (b *builder) scalarBytes() int64 {
-	if len(b.g.Outputs) == 1 {
-		if sz := b.dt[b.g.Outputs[0]].Size(); sz > 0 {
+func (bp *backwardPass) scalarBytes() int64 {
+	if len(bp.g.Outputs) == 1 {
+		if sz := bp.dt[bp.g.Outputs[0]].Size(); sz > 0 {
 			return sz
 		}
 	}
@@ -46,34 +46,34 @@ func (b *builder) scalarBytes() int64 {
 // contiguous copy of a strided incoming gradient and any workspace), then its
 // incoming gradients are released, then its saved tensors, and then the new
 // gradients are summed into their targets' buffers.
-func (b *builder) backward() error {
-	g := b.g
-	b.phase = Backward
-	b.node = -1
-	for i := range b.slot {
-		b.slot[i] = -1
+func (bp *backwardPass) backward() error {
+	g := bp.g
+	bp.phase = Backward
+	bp.node = -1
+	for i := range bp.slot {
+		bp.slot[i] = -1
 	}
 	ones := int32(-1)
-	b.seed = -1
-	if b.cfg.Train != nil && b.cfg.Train.Loss != nil {
-		if err := b.seedFromLoss(); err != nil {
+	bp.seed = -1
+	if bp.cfg.Train != nil && bp.cfg.Train.Loss != nil {
+		if err := bp.seedFromLoss(); err != nil {
 			return err
 		}
 	} else {
 		// d(sum)/d(o) is a one-element tensor expanded to o's shape.
-		ones = b.alloc(b.scalarBytes(), Scalar, ir.NoValue)
-		b.seed = ones
+		ones = bp.alloc(bp.scalarBytes(), Scalar, ir.NoValue)
+		bp.seed = ones
 		for _, o := range g.Outputs {
-			if b.rg[o] {
-				b.ref(ones)
-				b.accumulate(o, gradT{st: ones, bytes: b.bytes(o)})
+			if bp.rg[o] {
+				bp.ref(ones)
+				bp.accumulate(o, gradT{st: ones, bytes: bp.bytes(o)})
 			}
 		}
 	}
-	leader := b.sliceGroups()
-	b.unrun = nil
+	leader := bp.sliceGroups()
+	bp.unrun = nil
 	for i := len(g.Nodes) - 1; i >= 0; i-- {
-		k := b.kind[i]
+		k := bp.kind[i]
 		if k == ir.EagerMeta || k == ir.EagerSkip || leader[i] != int32(i) {
 			continue
 		}
@@ -89,36 +89,36 @@ func (b *builder) backward() error {
 		}
 		any := false
 		for _, o := range outs {
-			any = any || (b.data[o] && b.slot[o] >= 0)
+			any = any || (bp.data[o] && bp.slot[o] >= 0)
 		}
-		c := b.chunkOf[i]
+		c := bp.cp.chunkOf[i]
 		if !any {
-			b.unrun = append(b.unrun, int32(i))
+			bp.unrun = append(bp.unrun, int32(i))
 		} else {
-			b.node = int32(i)
-			if c >= 0 && !b.ck[c].recomputed && b.hadSave[i] {
-				b.recompute(c)
+			bp.node = int32(i)
+			if c >= 0 && !bp.cp.chunks[c].recomputed && bp.cp.hadSave[i] {
+				bp.cp.recompute(c)
 			}
-			b.back(n, k, outs)
-			b.derivedGrads(n)
+			bp.back(n, k, outs)
+			bp.derivedGrads(n)
 		}
-		if c >= 0 && b.ck[c].nodes[0] == int32(i) {
-			b.node = int32(i)
-			b.releaseFrame(c)
+		if c >= 0 && bp.cp.chunks[c].nodes[0] == int32(i) {
+			bp.node = int32(i)
+			bp.cp.releaseFrame(c)
 		}
 	}
-	b.node = -1
+	bp.node = -1
 	// The graph's root keeps the seed gradient to the end.
 	if ones >= 0 {
-		b.unref(ones)
+		bp.unref(ones)
 	}
 	return nil
 }
 
 // firstSaver returns chunk c's first node that saved a tensor, or -1.
-func (b *builder) firstSaver(c int) int32 {
-	for _, i := range b.ck[c].nodes {
-		if b.hadSave[i] {
+func (cp *checkpoints) firstSaver(c int) int32 {
+	for _, i := range cp.chunks[c].nodes {
+		if cp.hadSave[i] {
 			return i
 		}
 	}
@@ -126,25 +126,25 @@ func (b *builder) firstSaver(c int) int32 {
 }
 
 // setSlot stores t as the first gradient of v.
-func (b *builder) setSlot(v ir.ValueID, t gradT) {
-	b.grads = append(b.grads, t)
-	b.slot[v] = int32(len(b.grads) - 1)
+func (bp *backwardPass) setSlot(v ir.ValueID, t gradT) {
+	bp.grads = append(bp.grads, t)
+	bp.slot[v] = int32(len(bp.grads) - 1)
 }
 
 // sliceGroups maps each node to the node whose autograd node it belongs to:
 // Slices of one tensor along one axis are one chunk() call, whose SplitBackward
 // runs once for all pieces.
-func (b *builder) sliceGroups() []int32 {
-	g := b.g
+func (bp *backwardPass) sliceGroups() []int32 {
+	g := bp.g
 	leader := make([]int32, len(g.Nodes))
 	first := map[[2]int64]int32{}
 	for i := range g.Nodes {
 		leader[i] = int32(i)
 		n := &g.Nodes[i]
-		if b.kind[i] != ir.EagerSlice {
+		if bp.kind[i] != ir.EagerSlice {
 			continue
 		}
-		key := [2]int64{int64(n.Inputs[0]), int64(b.axisOf(n))}
+		key := [2]int64{int64(n.Inputs[0]), int64(bp.axisOf(n))}
 		if l, ok := first[key]; ok {
 			leader[i] = l
 		} else {
@@ -156,11 +156,11 @@ func (b *builder) sliceGroups() []int32 {
 
 // grad allocates a fresh gradient of value v: contiguous, or in the node's
 // fresh layout (freshOrder) when v has its dims.
-func (b *builder) grad(v ir.ValueID) gradT {
-	st := b.alloc(b.bytes(v), Grad, v)
-	t := gradT{st: st, whole: true, contig: true, bytes: b.bytes(v)}
-	if b.freshStr != nil && slices.Equal(b.s.Dims[v], b.freshDims) {
-		t = withStrides(t, b.freshDims, b.freshStr)
+func (bp *backwardPass) grad(v ir.ValueID) gradT {
+	st := bp.alloc(bp.bytes(v), Grad, v)
+	t := gradT{st: st, whole: true, contig: true, bytes: bp.bytes(v)}
+	if bp.freshStr != nil && slices.Equal(bp.s.Dims[v], bp.freshDims) {
+		t = withStrides(t, bp.freshDims, bp.freshStr)
 	}
 	return t
 }
@@ -171,18 +171,18 @@ func (b *builder) grad(v ir.ValueID) gradT {
 // follows its incoming gradient's, as TensorIterator's output does, the
 // flash kernel's empty_like(q)) gives the gradients of dims like dims
 // those strides; nil strides make them contiguous.
-func (b *builder) freshLayout(st, dims []int64) {
-	b.freshStr, b.freshDims = st, dims
+func (bp *backwardPass) freshLayout(st, dims []int64) {
+	bp.freshStr, bp.freshDims = st, dims
 }
 
 // paramGrad allocates the .grad of parameter v, which outlives the step.
-func (b *builder) paramGrad(v ir.ValueID) {
-	if v == ir.NoValue || !b.param[v] || b.paramGrads[v] >= 0 {
+func (bp *backwardPass) paramGrad(v ir.ValueID) {
+	if v == ir.NoValue || !bp.param[v] || bp.paramGrads[v] >= 0 {
 		return
 	}
-	buf := b.newBuf(b.bytes(v), ParamGrad, v)
-	b.emit(buf, false)
-	b.paramGrads[v] = buf
+	buf := bp.newBuf(bp.bytes(v), ParamGrad, v)
+	bp.emit(buf, false)
+	bp.paramGrads[v] = buf
 }
 
 // derivedGrads gives each parameter behind an input of node n that is
@@ -190,7 +190,7 @@ func (b *builder) paramGrad(v ir.ValueID) {
 // MLP, a weight-normed convolution's weight) its .grad, once: the gradient
 // that reaches such an input flows back through its ops to them. The ops'
 // own transients, of the parameters' sizes, are not counted.
-func (b *builder) derivedGrads(n *ir.Node) {
+func (bp *backwardPass) derivedGrads(n *ir.Node) {
 	var seen []ir.ValueID // the values walked: a table's subgraph is small
 	var walk func(v ir.ValueID)
 	walk = func(v ir.ValueID) {
@@ -199,18 +199,18 @@ func (b *builder) derivedGrads(n *ir.Node) {
 		}
 		seen = append(seen, v)
 		switch {
-		case b.param[v]:
-			b.paramGrad(v)
-		case b.derived[v]:
-			if p := b.g.Values[v].Producer; p >= 0 {
-				for _, in := range b.g.Nodes[p].Inputs {
+		case bp.param[v]:
+			bp.paramGrad(v)
+		case bp.derived[v]:
+			if p := bp.g.Values[v].Producer; p >= 0 {
+				for _, in := range bp.g.Nodes[p].Inputs {
 					walk(in)
 				}
 			}
 		}
 	}
 	for _, v := range n.Inputs {
-		if v != ir.NoValue && b.derived[v] {
+		if v != ir.NoValue && bp.derived[v] {
 			walk(v)
 		}
 	}
@@ -222,47 +222,47 @@ type delivery struct {
 }
 
 // back emits the backward of one autograd node.
-func (b *builder) back(n *ir.Node, k ir.Eager, outs []ir.ValueID) {
-	s := b.s
+func (bp *backwardPass) back(n *ir.Node, k ir.Eager, outs []ir.ValueID) {
+	s := bp.s
 	var gy gradT
-	if b.data[outs[0]] && b.slot[outs[0]] >= 0 {
-		gy = b.grads[b.slot[outs[0]]]
+	if bp.data[outs[0]] && bp.slot[outs[0]] >= 0 {
+		gy = bp.grads[bp.slot[outs[0]]]
 	}
-	give := b.give[:0]
-	defer func() { b.give = give[:0] }()
-	b.freshLayout(nil, nil)
-	defer b.freshLayout(nil, nil)
+	give := bp.give[:0]
+	defer func() { bp.give = give[:0] }()
+	bp.freshLayout(nil, nil)
+	defer bp.freshLayout(nil, nil)
 	switch k {
 	case ir.EagerAdd, ir.EagerSub, ir.EagerMul, ir.EagerDiv, ir.EagerSavesResult, ir.EagerSiLU, ir.EagerSavesInput, ir.EagerDropout:
 		// The input's gradient follows the incoming one's layout.
 		if gy.whole && !gy.contig && dense(s.Dims[outs[0]], gy.str) {
-			b.freshLayout(gy.str, s.Dims[outs[0]])
+			bp.freshLayout(gy.str, s.Dims[outs[0]])
 		}
 	case ir.EagerBatchNorm, ir.EagerBatchNormEval:
 		// cuDNN's batch norm writes the input's gradient in the input's
 		// memory format.
-		if x := n.Inputs[0]; b.channelsLast(x) {
-			b.freshLayout(b.str[x], s.Dims[x])
+		if x := n.Inputs[0]; bp.channelsLast(x) {
+			bp.freshLayout(bp.str[x], s.Dims[x])
 		}
 	}
 	// post runs after the node has released its inputs: the ToCopyBackward
 	// nodes of autocast's casts, which the engine runs next.
 	var post []func()
 	fresh := func(v ir.ValueID) {
-		if b.rg[v] {
-			give = append(give, delivery{v, b.grad(v)})
+		if bp.rg[v] {
+			give = append(give, delivery{v, bp.grad(v)})
 		}
 	}
 	pass := func(v ir.ValueID, contig, whole bool) {
-		if b.rg[v] && b.dt[v] != b.dt[outs[0]] {
+		if bp.rg[v] && bp.dt[v] != bp.dt[outs[0]] {
 			// A view of a gradient of another type is converted: .to()
 			// allocates the input's type.
 			fresh(v)
 			return
 		}
-		if b.rg[v] {
-			b.ref(gy.st)
-			t := gradT{st: gy.st, whole: whole && gy.whole, contig: contig && gy.contig, bytes: b.bytes(v)}
+		if bp.rg[v] {
+			bp.ref(gy.st)
+			t := gradT{st: gy.st, whole: whole && gy.whole, contig: contig && gy.contig, bytes: bp.bytes(v)}
 			if contig && whole && gy.whole && !gy.contig && gy.str != nil {
 				st := gy.str
 				// A view that keeps the layout, with the strides
@@ -275,47 +275,47 @@ func (b *builder) back(n *ir.Node, k ir.Eager, outs []ir.ValueID) {
 		}
 	}
 	// contiguous makes the copy a kernel takes of a strided incoming gradient.
-	contiguous := func() int32 { return b.copyIf(!gy.whole || !gy.contig, b.bytes(outs[0])) }
-	freeCopy := b.freeScratch
+	contiguous := func() int32 { return bp.copyIf(!gy.whole || !gy.contig, bp.bytes(outs[0])) }
+	freeCopy := bp.freeScratch
 	switch k {
 	case ir.EagerConv:
 		x := n.Inputs[0]
-		cl := b.channelsLast(x)
+		cl := bp.channelsLast(x)
 		// A strided saved input is copied again for the whole backward.
 		xc := int32(-1)
 		if !cl {
-			xc = b.copyIf(!b.contig[x], b.bytes(x))
+			xc = bp.copyIf(!bp.contig[x], bp.bytes(x))
 		}
 		if cl {
 			// cuDNN's channels-last convolution: the incoming gradient
 			// made channels-last (a copy unless it is), the input's
 			// gradient written channels-last.
 			contiguous = func() int32 {
-				return b.copyIf(!gradChannelsLast(gy, s.Dims[outs[0]]), b.bytes(outs[0]))
+				return bp.copyIf(!gradChannelsLast(gy, s.Dims[outs[0]]), bp.bytes(outs[0]))
 			}
-			b.freshLayout(channelsLastStrides(s.Dims[x]), s.Dims[x])
+			bp.freshLayout(channelsLastStrides(s.Dims[x]), s.Dims[x])
 		}
 		// Under autocast the conv computes low-precision gradients of its
 		// cast input and weight; ToCopyBackward then allocates the
 		// float32 ones and frees those.
-		low := b.lowGrad
-		toCopy := func(st int32, v ir.ValueID, param bool) { post = append(post, b.toCopy(st, v, param)) }
-		inputGrad := func(x ir.ValueID) { post = b.inputGrad(x, fresh, post) }
+		low := bp.lowGrad
+		toCopy := func(st int32, v ir.ValueID, param bool) { post = append(post, bp.toCopy(st, v, param)) }
+		inputGrad := func(x ir.ValueID) { post = bp.inputGrad(x, fresh, post) }
 		// A depthwise conv that PyTorch runs with its own kernels
 		// (ConvBackend::CudaDepthwise2d) makes the weight's gradient
 		// before the input's (calibration/torchvision_steps.json).
-		if b.nativeDepthwise(n) {
+		if bp.nativeDepthwise(n) {
 			var params []int32
 			for _, w := range n.Inputs[1:] {
 				switch {
-				case w == ir.NoValue || !b.param[w]:
-				case b.autocast():
+				case w == ir.NoValue || !bp.param[w]:
+				case bp.autocast():
 					params = append(params, low(w), int32(w))
 				default:
-					b.paramGrad(w)
+					bp.paramGrad(w)
 				}
 			}
-			if b.rg[x] {
+			if bp.rg[x] {
 				inputGrad(x)
 			}
 			for j := 0; j < len(params); j += 2 {
@@ -326,28 +326,28 @@ func (b *builder) back(n *ir.Node, k ir.Eager, outs []ir.ValueID) {
 		}
 		// The data and the filter pass each take their own contiguous
 		// copy of a strided incoming gradient.
-		if b.rg[x] {
+		if bp.rg[x] {
 			inputGrad(x)
 			c := contiguous()
-			b.workspace(b.convCall(n, Backward, "bwd-data"))
+			bp.workspace(bp.convCall(n, Backward, "bwd-data"))
 			freeCopy(c)
 		}
 		var params []int32
 		for j, w := range n.Inputs[1:] {
-			if w == ir.NoValue || !b.param[w] {
+			if w == ir.NoValue || !bp.param[w] {
 				continue
 			}
 			c := int32(-1)
 			if j == 0 {
 				c = contiguous()
 			}
-			if b.autocast() {
+			if bp.autocast() {
 				params = append(params, low(w), int32(w))
 			} else {
-				b.paramGrad(w)
+				bp.paramGrad(w)
 			}
 			if j == 0 {
-				b.workspace(b.convCall(n, Backward, "bwd-filter"))
+				bp.workspace(bp.convCall(n, Backward, "bwd-filter"))
 			}
 			freeCopy(c)
 			if j == 1 {
@@ -356,11 +356,11 @@ func (b *builder) back(n *ir.Node, k ir.Eager, outs []ir.ValueID) {
 				// channels-last (the patch embedding's, whose gradient
 				// comes back through a transpose; ConvNeXt's).
 				y := n.Outputs[0]
-				rows := b.s.Elems(y) / max(b.s.Elems(w), 1)
+				rows := bp.s.Elems(y) / max(bp.s.Elems(w), 1)
 				if gradChannelsLast(gy, s.Dims[y]) {
-					b.columnSum(rows, b.s.Elems(w))
+					bp.columnSum(rows, bp.s.Elems(w))
 				} else {
-					b.channelSum(rows, b.s.Elems(w), gy.st >= 0 && gy.st == b.seed)
+					bp.channelSum(rows, bp.s.Elems(w), gy.st >= 0 && gy.st == bp.seed)
 				}
 			}
 		}
@@ -377,31 +377,31 @@ func (b *builder) back(n *ir.Node, k ir.Eager, outs []ir.ValueID) {
 		// transient is not modelled: swin_v2_t's AMP steps read within
 		// 1.2% without it, and no trace has shown it yet.)
 		x := n.Inputs[0]
-		if b.rg[x] {
+		if bp.rg[x] {
 			fresh(x)
 		}
 	case ir.EagerBatchNorm, ir.EagerBatchNormEval:
 		c := contiguous()
 		fresh(n.Inputs[0])
-		b.paramGrad(n.Inputs[1])
-		b.paramGrad(n.Inputs[2])
+		bp.paramGrad(n.Inputs[1])
+		bp.paramGrad(n.Inputs[2])
 		freeCopy(c)
 	case ir.EagerSiLU:
-		fresh(b.siluIn[n.ID])
+		fresh(bp.siluIn[n.ID])
 	case ir.EagerSavesResult, ir.EagerSoftmax, ir.EagerSavesInput, ir.EagerMean, ir.EagerPad:
 		// threshold_backward, hardswish_backward, hardtanh_backward, mean's expand / numel: a
 		// new gradient of the input.
 		fresh(n.Inputs[0])
 	case ir.EagerDropout:
-		if b.dropoutTrains(n) {
+		if bp.fw.dropoutTrains(n) {
 			fresh(n.Inputs[0])
 		} else {
 			pass(n.Inputs[0], true, true)
 		}
 	case ir.EagerLinear:
-		post = b.gemmBack(n, gy, fresh, contiguous, post)
+		post = bp.gemmBack(n, gy, fresh, contiguous, post)
 	case ir.EagerEinsum:
-		give, post = b.einsumBack(n, gy, give, post)
+		give, post = bp.einsumBack(n, gy, give, post)
 	case ir.EagerSelect:
 		// SelectBackward: a zero gradient of the whole input, the slice's
 		// gradient copied in.
@@ -419,54 +419,54 @@ func (b *builder) back(n *ir.Node, k ir.Eager, outs []ir.ValueID) {
 		// vit_b_32).
 		q := n.Inputs[0]
 		rows := s.Elems(q) / max(s.Dims[q][len(s.Dims[q])-1], 1)
-		flash := b.autocast()
+		flash := bp.autocast()
 		c := int32(-1)
 		if st := gradStrides(gy, s.Dims[outs[0]]); !flash || !dense(s.Dims[outs[0]], st) || st[len(st)-1] != 1 {
-			c = b.scratch(s.Elems(outs[0])*b.dt[outs[0]].Size(), Copy)
+			c = bp.scratch(s.Elems(outs[0])*bp.dt[outs[0]].Size(), Copy)
 		}
-		if st := b.denseStrides(q); flash && dense(s.Dims[q], st) {
+		if st := bp.denseStrides(q); flash && dense(s.Dims[q], st) {
 			// Its gradients are empty_like of q, k and v: q's strides
 			// where, as in MultiheadAttention, the three share them.
-			b.freshLayout(st, s.Dims[q])
+			bp.freshLayout(st, s.Dims[q])
 		}
 		for _, v := range n.Inputs {
 			fresh(v)
 		}
 		if flash {
-			b.freeScratch(b.scratch(s.Elems(q)*4+rows*4+256, Grad))
+			bp.freeScratch(bp.scratch(s.Elems(q)*4+rows*4+256, Grad))
 		} else {
-			b.freeScratch(b.scratch(rows*4, Stats))
+			bp.freeScratch(bp.scratch(rows*4, Stats))
 		}
-		b.freeScratch(c)
+		bp.freeScratch(c)
 	case ir.EagerLayerNorm:
 		// native_layer_norm_backward: the saved input made contiguous
 		// (when strided), the input's gradient (float32 under autocast,
 		// which ToCopyBackward then turns to the input's type), the
 		// weight's and the bias's, and the copy goes.
 		x := n.Inputs[0]
-		cast := b.autocast() && b.dt[x] != ir.Float32
-		elem := b.dt[x].Size()
+		cast := bp.autocast() && bp.dt[x] != ir.Float32
+		elem := bp.dt[x].Size()
 		if cast {
 			elem = 4
 		}
-		c := b.copyIf(!b.contig[x], s.Elems(x)*elem)
-		if b.rg[x] {
+		c := bp.copyIf(!bp.contig[x], s.Elems(x)*elem)
+		if bp.rg[x] {
 			if cast {
-				post = append(post, b.toCopy(b.alloc(s.Elems(x)*4, Grad, x), x, false))
+				post = append(post, bp.toCopy(bp.alloc(s.Elems(x)*4, Grad, x), x, false))
 			} else {
 				fresh(x)
 			}
 		}
 		for _, p := range n.Inputs[1:] {
-			if p != ir.NoValue && b.param[p] {
-				b.paramGrad(p)
+			if p != ir.NoValue && bp.param[p] {
+				bp.paramGrad(p)
 			}
 		}
 		// The kernel reads dY.contiguous() (layer_norm_backward_cuda):
 		// a strided gradient (MultiheadAttention's transposed query's)
 		// is copied after the gradients are allocated.
 		freeCopy(contiguous())
-		b.freeScratch(c)
+		bp.freeScratch(c)
 	case ir.EagerMul, ir.EagerDiv:
 		ins := n.Inputs[:2]
 		// A broadcast operand's gradient (the squeeze-excitation scale of
@@ -477,7 +477,7 @@ func (b *builder) back(n *ir.Node, k ir.Eager, outs []ir.ValueID) {
 		// se_mul), which only a broadcast operand makes visible.
 		broadcast := false
 		for _, v := range ins {
-			broadcast = broadcast || (k == ir.EagerMul && v != ir.NoValue && b.rg[v] && s.Elems(v) < s.Elems(outs[0]))
+			broadcast = broadcast || (k == ir.EagerMul && v != ir.NoValue && bp.rg[v] && s.Elems(v) < s.Elems(outs[0]))
 		}
 		if broadcast {
 			ins = []ir.ValueID{n.Inputs[1], n.Inputs[0]}
@@ -488,39 +488,39 @@ func (b *builder) back(n *ir.Node, k ir.Eager, outs []ir.ValueID) {
 			if v == ir.NoValue || (j == 1 && v == ins[0]) {
 				continue
 			}
-			if broadcast && b.rg[v] && s.Elems(v) < s.Elems(outs[0]) {
-				tmp = append(tmp, b.scratch(s.Elems(outs[0])*b.dt[outs[0]].Size(), Grad))
+			if broadcast && bp.rg[v] && s.Elems(v) < s.Elems(outs[0]) {
+				tmp = append(tmp, bp.scratch(s.Elems(outs[0])*bp.dt[outs[0]].Size(), Grad))
 				small = append(small, v)
 				continue
 			}
-			if b.data[v] && b.rg[v] && b.dt[v] != b.dt[outs[0]] {
+			if bp.data[v] && bp.rg[v] && bp.dt[v] != bp.dt[outs[0]] {
 				// A promoted product (ConvNeXt's float32 layer_scale * a
 				// half x under autocast): x's gradient is computed in the
 				// output's type, and the engine's validate_outputs turns it
 				// to x's once the node's gradients are made.
-				post = append(post, b.toCopy(b.alloc(s.Elems(v)*b.dt[outs[0]].Size(), Grad, v), v, false))
+				post = append(post, bp.toCopy(bp.alloc(s.Elems(v)*bp.dt[outs[0]].Size(), Grad, v), v, false))
 				continue
 			}
-			if b.data[v] {
+			if bp.data[v] {
 				fresh(v)
 			}
 		}
 		for j, v := range small {
 			fresh(v)
-			b.freeScratch(tmp[j])
+			bp.freeScratch(tmp[j])
 		}
 		// A parameter operand (a layer scale) gets its .grad: for a
 		// broadcast one, the product of the output's size first, reduced
 		// to the parameter's shape, then the product goes.
 		for _, v := range n.Inputs[:2] {
-			if v == ir.NoValue || !b.param[v] || b.paramGrads[v] >= 0 || k != ir.EagerMul {
+			if v == ir.NoValue || !bp.param[v] || bp.paramGrads[v] >= 0 || k != ir.EagerMul {
 				continue
 			}
 			var tmp int32 = -1
 			if s.Elems(v) < s.Elems(outs[0]) {
-				tmp = b.scratch(s.Elems(outs[0])*b.dt[outs[0]].Size(), Grad)
+				tmp = bp.scratch(s.Elems(outs[0])*bp.dt[outs[0]].Size(), Grad)
 			}
-			b.paramGrad(v)
+			bp.paramGrad(v)
 			if tmp >= 0 {
 				// The product's sum to a per-channel parameter ([C, 1, 1],
 				// ConvNeXt's layer scale) is the reduction of a conv bias's
@@ -529,24 +529,24 @@ func (b *builder) back(n *ir.Node, k ir.Eager, outs []ir.ValueID) {
 				if y := outs[0]; len(s.Dims[y]) == 4 && s.Elems(v) == s.Dims[y][1] {
 					rows := s.Elems(y) / max(s.Elems(v), 1)
 					if gradChannelsLast(gy, s.Dims[y]) {
-						b.columnSum(rows, s.Elems(v))
+						bp.columnSum(rows, s.Elems(v))
 					} else {
-						b.channelSum(rows, s.Elems(v), false)
+						bp.channelSum(rows, s.Elems(v), false)
 					}
 				}
-				b.freeScratch(tmp)
+				bp.freeScratch(tmp)
 			}
 		}
 	case ir.EagerAdd, ir.EagerSub:
 		// A parameter operand (a position embedding) gets its .grad, the
 		// output's gradient summed to its shape.
 		for _, v := range n.Inputs[:2] {
-			if v != ir.NoValue && b.param[v] && k == ir.EagerAdd {
-				b.paramGrad(v)
+			if v != ir.NoValue && bp.param[v] && k == ir.EagerAdd {
+				bp.paramGrad(v)
 			}
 		}
 		for j, v := range n.Inputs[:2] {
-			if v == ir.NoValue || !b.data[v] || (j == 1 && v == n.Inputs[0]) {
+			if v == ir.NoValue || !bp.data[v] || (j == 1 && v == n.Inputs[0]) {
 				continue
 			}
 			if s.Elems(v) != s.Elems(outs[0]) || (k == ir.EagerSub && j == 1) {
@@ -556,17 +556,17 @@ func (b *builder) back(n *ir.Node, k ir.Eager, outs []ir.ValueID) {
 			}
 		}
 	case ir.EagerCat:
-		axis := b.axisOf(n)
+		axis := bp.axisOf(n)
 		for _, v := range n.Inputs {
-			if v != ir.NoValue && b.data[v] {
+			if v != ir.NoValue && bp.data[v] {
 				pass(v, sliceContiguous(s.Dims[outs[0]], axis), false)
 			}
 		}
 		// A parameter concatenated through an expand (ViT's class token)
 		// gets the sum of its slice, ExpandBackward's, as its .grad.
 		for _, v := range n.Inputs {
-			if p := b.paramBehind(v); p != ir.NoValue && !b.data[v] {
-				b.paramGrad(p)
+			if p := bp.paramBehind(v); p != ir.NoValue && !bp.data[v] {
+				bp.paramGrad(p)
 			}
 		}
 	case ir.EagerSum:
@@ -576,7 +576,7 @@ func (b *builder) back(n *ir.Node, k ir.Eager, outs []ir.ValueID) {
 		// concat's slice) as it is: the ground truth's traces of a pool
 		// whose output only a concat reads show no copy of it.
 		fresh(n.Inputs[0])
-		freeCopy(b.copyIf(!b.contig[n.Inputs[0]], b.bytes(n.Inputs[0])))
+		freeCopy(bp.copyIf(!bp.contig[n.Inputs[0]], bp.bytes(n.Inputs[0])))
 	case ir.EagerAvgPool:
 		c := contiguous()
 		fresh(n.Inputs[0])
@@ -586,9 +586,9 @@ func (b *builder) back(n *ir.Node, k ir.Eager, outs []ir.ValueID) {
 		// gradient as it is. Under autocast it computes the float32
 		// gradient of the float32 copy, which ToCopyBackward converts.
 		x := n.Inputs[0]
-		if b.dt[x] != b.dt[outs[0]] && b.rg[x] {
-			st := b.alloc(s.Elems(x)*b.dt[outs[0]].Size(), Grad, x)
-			post = append(post, b.toCopy(st, x, false))
+		if bp.dt[x] != bp.dt[outs[0]] && bp.rg[x] {
+			st := bp.alloc(s.Elems(x)*bp.dt[outs[0]].Size(), Grad, x)
+			post = append(post, bp.toCopy(st, x, false))
 			break
 		}
 		fresh(x)
@@ -610,27 +610,27 @@ func (b *builder) back(n *ir.Node, k ir.Eager, outs []ir.ValueID) {
 			// then the cat of all pieces, of the input's shape.
 			var zeros []int32
 			for _, o := range outs {
-				if b.data[o] && b.slot[o] < 0 {
-					zeros = append(zeros, b.scratch(b.bytes(o), Grad))
+				if bp.data[o] && bp.slot[o] < 0 {
+					zeros = append(zeros, bp.scratch(bp.bytes(o), Grad))
 				}
 			}
 			fresh(n.Inputs[0])
 			for _, z := range zeros {
-				b.emit(z, true)
+				bp.emit(z, true)
 			}
 		case "Transpose":
 			// transpose's backward transposes the gradient back.
 			x := n.Inputs[0]
-			if b.rg[x] && b.dt[x] != b.dt[outs[0]] {
+			if bp.rg[x] && bp.dt[x] != bp.dt[outs[0]] {
 				fresh(x)
 				break
 			}
-			if b.rg[x] {
-				t := gradT{st: gy.st, whole: gy.whole, bytes: b.bytes(x)}
+			if bp.rg[x] {
+				t := gradT{st: gy.st, whole: gy.whole, bytes: bp.bytes(x)}
 				if st := gradStrides(gy, s.Dims[outs[0]]); st != nil {
 					t = withStrides(t, s.Dims[x], permuteStrides(st, inversePerm(n.IntsAttr("perm"))))
 				}
-				b.ref(gy.st)
+				bp.ref(gy.st)
 				give = append(give, delivery{x, t})
 			}
 		case "Reshape":
@@ -658,27 +658,27 @@ func (b *builder) back(n *ir.Node, k ir.Eager, outs []ir.ValueID) {
 	// release_variables drops in order. A recomputed node's saved tensors
 	// are different: unpacking hands them over to apply, whose locals die
 	// last-made first before the engine drops the incoming gradients.
-	if b.chunkOf[n.ID] >= 0 {
-		for j := len(b.saved[n.ID]) - 1; j >= 0; j-- {
-			b.unref(b.saved[n.ID][j])
+	if bp.cp.chunkOf[n.ID] >= 0 {
+		for j := len(bp.saved[n.ID]) - 1; j >= 0; j-- {
+			bp.unref(bp.saved[n.ID][j])
 		}
-		b.saved[n.ID] = nil
+		bp.saved[n.ID] = nil
 	}
 	for _, o := range outs {
-		if b.data[o] && b.slot[o] >= 0 {
-			b.unref(b.grads[b.slot[o]].st)
-			b.slot[o] = -1
+		if bp.data[o] && bp.slot[o] >= 0 {
+			bp.unref(bp.grads[bp.slot[o]].st)
+			bp.slot[o] = -1
 		}
 	}
-	for _, st := range b.saved[n.ID] {
-		b.unref(st)
+	for _, st := range bp.saved[n.ID] {
+		bp.unref(st)
 	}
-	b.saved[n.ID] = nil
-	if c := b.chunkOf[n.ID]; c >= 0 && b.hadSave[n.ID] && b.firstSaver(c) == n.ID {
-		b.releaseFrame(c)
+	bp.saved[n.ID] = nil
+	if c := bp.cp.chunkOf[n.ID]; c >= 0 && bp.cp.hadSave[n.ID] && bp.cp.firstSaver(c) == n.ID {
+		bp.cp.releaseFrame(c)
 	}
 	for _, d := range give {
-		b.accumulate(d.v, d.t)
+		bp.accumulate(d.v, d.t)
 	}
 	for _, f := range post {
 		f()
@@ -695,11 +695,11 @@ func (b *builder) back(n *ir.Node, k ir.Eager, outs []ir.ValueID) {
 // 5×5 filter (or 1×1 on at most 28 wide), at larger batches a 3×3 or 5×5
 // filter on 512 or more channels or on 256 or more at least 28 wide, or a
 // 1×1 one at batch 16 or less on 128 or more channels at most 7 wide.
-func (b *builder) nativeDepthwise(n *ir.Node) bool {
-	if b.channelsLast(n.Inputs[0]) {
+func (bp *backwardPass) nativeDepthwise(n *ir.Node) bool {
+	if bp.channelsLast(n.Inputs[0]) {
 		return false // use_cudnn_depthwise: always cuDNN for channels-last
 	}
-	x, w := b.s.Dims[n.Inputs[0]], b.s.Dims[n.Inputs[1]]
+	x, w := bp.s.Dims[n.Inputs[0]], bp.s.Dims[n.Inputs[1]]
 	g := n.IntAttr("group", 1)
 	if len(x) != 4 || len(w) != 4 || g <= 1 || g != x[1] || w[0]%x[1] != 0 {
 		return false
@@ -718,7 +718,7 @@ func (b *builder) nativeDepthwise(n *ir.Node) bool {
 				return false
 			}
 		}
-		if b.dt[n.Inputs[0]] != ir.Float16 || x[1] < 32 {
+		if bp.dt[n.Inputs[0]] != ir.Float16 || x[1] < 32 {
 			return false
 		}
 		if x[2] == 1 && stride == 1 {
@@ -744,16 +744,16 @@ func (b *builder) nativeDepthwise(n *ir.Node) bool {
 
 // lowGrad allocates the low-precision gradient of v that an op under
 // autocast computes for its cast input or weight.
-func (b *builder) lowGrad(v ir.ValueID) int32 {
-	return b.alloc(b.s.Elems(v)*b.low().Size(), Grad, v)
+func (bp *backwardPass) lowGrad(v ir.ValueID) int32 {
+	return bp.alloc(bp.s.Elems(v)*bp.low().Size(), Grad, v)
 }
 
 // inputGrad allocates the gradient of an op's input x: under autocast, of
 // its float16 cast, whose float32 gradient ToCopyBackward makes after the
 // node (added to post); else x's own (fresh).
-func (b *builder) inputGrad(x ir.ValueID, fresh func(ir.ValueID), post []func()) []func() {
-	if b.autocast() && b.dt[x] != b.low() {
-		return append(post, b.toCopy(b.lowGrad(x), x, false))
+func (bp *backwardPass) inputGrad(x ir.ValueID, fresh func(ir.ValueID), post []func()) []func() {
+	if bp.autocast() && bp.dt[x] != bp.low() {
+		return append(post, bp.toCopy(bp.lowGrad(x), x, false))
 	}
 	fresh(x)
 	return post
@@ -765,19 +765,19 @@ func (b *builder) inputGrad(x ir.ValueID, fresh func(ir.ValueID), post []func())
 // inputs when the node returns, before it adds the node's output to what
 // v already has, so st is gone before that sum is allocated (the H200
 // trace of gelan-c's upsampling under autocast frees it so).
-func (b *builder) toCopy(st int32, v ir.ValueID, param bool) func() {
-	strides, dims := b.freshStr, b.freshDims
+func (bp *backwardPass) toCopy(st int32, v ir.ValueID, param bool) func() {
+	strides, dims := bp.freshStr, bp.freshDims
 	return func() {
-		b.freshLayout(strides, dims) // .to() keeps the layout
-		defer b.freshLayout(nil, nil)
+		bp.freshLayout(strides, dims) // .to() keeps the layout
+		defer bp.freshLayout(nil, nil)
 		if param {
-			b.paramGrad(v)
-			b.unref(st)
+			bp.paramGrad(v)
+			bp.unref(st)
 			return
 		}
-		g := b.grad(v)
-		b.unref(st)
-		b.accumulate(v, g)
+		g := bp.grad(v)
+		bp.unref(st)
+		bp.accumulate(v, g)
 	}
 }
 
@@ -790,17 +790,17 @@ func (b *builder) toCopy(st int32, v ir.ValueID, param bool) func() {
 // shape. Under autocast these are float16 gradients of the casts, which
 // ToCopyBackward turns into float32 ones after the node: mat1's, the
 // weight's, then the bias's.
-func (b *builder) gemmBack(n *ir.Node, gy gradT, fresh func(ir.ValueID), contiguous func() int32, post []func()) []func() {
+func (bp *backwardPass) gemmBack(n *ir.Node, gy gradT, fresh func(ir.ValueID), contiguous func() int32, post []func()) []func() {
 	x, w := n.Inputs[0], n.Inputs[1]
 	bias := ir.NoValue
 	if len(n.Inputs) > 2 && n.Inputs[2] != ir.NoValue {
 		bias = n.Inputs[2]
 	}
-	low := b.lowGrad
-	toCopy := func(st int32, v ir.ValueID, param bool) { post = append(post, b.toCopy(st, v, param)) }
-	inputGrad := func(x ir.ValueID) { post = b.inputGrad(x, fresh, post) }
+	low := bp.lowGrad
+	toCopy := func(st int32, v ir.ValueID, param bool) { post = append(post, bp.toCopy(st, v, param)) }
+	inputGrad := func(x ir.ValueID) { post = bp.inputGrad(x, fresh, post) }
 	shared := int32(-1)
-	if y := n.Outputs[0]; len(b.s.Dims[y]) > 2 && !(gy.whole && gy.contig) {
+	if y := n.Outputs[0]; len(bp.s.Dims[y]) > 2 && !(gy.whole && gy.contig) {
 		// A linear on an N-D input (addmm on its view, or matmul's
 		// folded mm): UnsafeViewBackward's grad.reshape(rows, N) copies
 		// a gradient no strides can view so, once for both products,
@@ -808,48 +808,48 @@ func (b *builder) gemmBack(n *ir.Node, gy gradT, fresh func(ir.ValueID), contigu
 		// product's node runs (ConvNeXt's linears, calibration/results/
 		// convnext_vit_ops.json); a view cuBLAS takes as it is needs no
 		// copy.
-		if !blasMatrix(b.s.Dims[y], gradStrides(gy, b.s.Dims[y])) {
-			shared = b.scratch(b.bytes(y), Copy)
-			b.unref(gy.st)
-			b.slot[y] = -1
-			gy = gradT{st: shared, whole: true, contig: true, bytes: b.bytes(y)}
+		if !blasMatrix(bp.s.Dims[y], gradStrides(gy, bp.s.Dims[y])) {
+			shared = bp.scratch(bp.bytes(y), Copy)
+			bp.unref(gy.st)
+			bp.slot[y] = -1
+			gy = gradT{st: shared, whole: true, contig: true, bytes: bp.bytes(y)}
 		}
 		contiguous = func() int32 { return -1 }
 	}
-	defer b.freeScratch(shared)
-	if len(b.s.Dims[x]) > 2 && !b.contig[x] {
-		return b.matmulBack(n, gy, fresh, contiguous, post)
+	defer bp.freeScratch(shared)
+	if len(bp.s.Dims[x]) > 2 && !bp.contig[x] {
+		return bp.matmulBack(n, gy, fresh, contiguous, post)
 	}
-	if b.rg[x] {
+	if bp.rg[x] {
 		inputGrad(x)
 		c := contiguous()
-		b.blasWorkspaces(false)
-		b.freeScratch(c)
+		bp.blasWorkspaces(false)
+		bp.freeScratch(c)
 	}
 	for _, p := range []ir.ValueID{w, bias} {
-		if p == bias && p != ir.NoValue && b.derived[p] {
+		if p == bias && p != ir.NoValue && bp.derived[p] {
 			// A bias computed from a parameter (Swin V2's qkv bias, a
 			// clone with its k third zeroed): its gradient's reduction,
 			// which then flows back to the parameter (bytes too few to
 			// count).
-			b.biasSum(n, gy)
+			bp.biasSum(n, gy)
 			continue
 		}
-		if p == ir.NoValue || !b.param[p] {
+		if p == ir.NoValue || !bp.param[p] {
 			continue
 		}
-		if b.autocast() {
+		if bp.autocast() {
 			toCopy(low(p), p, true)
 		} else {
-			b.paramGrad(p)
+			bp.paramGrad(p)
 		}
 		if p == bias {
-			b.biasSum(n, gy)
+			bp.biasSum(n, gy)
 		}
 		if p == w {
 			c := contiguous()
-			b.blasWorkspaces(false)
-			b.freeScratch(c)
+			bp.blasWorkspaces(false)
+			bp.freeScratch(c)
 		}
 	}
 	return post
@@ -859,9 +859,9 @@ func (b *builder) gemmBack(n *ir.Node, gy gradT, fresh func(ir.ValueID), contigu
 // contiguous gy over its rows, B·L of them on a transformer's [B, L, E]. A
 // strided gy is reduced along its fastest dimension, in shared memory
 // (calibration/reduce_staging.py measured only the contiguous case).
-func (b *builder) biasSum(n *ir.Node, gy gradT) {
+func (bp *backwardPass) biasSum(n *ir.Node, gy gradT) {
 	if bias := n.Inputs[2]; gy.contig {
-		b.columnSum(b.s.Elems(n.Outputs[0])/max(b.s.Elems(bias), 1), b.s.Elems(bias))
+		bp.columnSum(bp.s.Elems(n.Outputs[0])/max(bp.s.Elems(bias), 1), bp.s.Elems(bias))
 	}
 }
 
@@ -872,35 +872,35 @@ func (b *builder) biasSum(n *ir.Node, gy gradT) {
 // weight gradient and the input's; autocast's ToCopyBackward nodes then
 // run the input's, the weight's and the bias's (calibration/results/
 // vit_steps.json and convnext_vit_ops.json).
-func (b *builder) matmulBack(n *ir.Node, gy gradT, fresh func(ir.ValueID), contiguous func() int32, post []func()) []func() {
+func (bp *backwardPass) matmulBack(n *ir.Node, gy gradT, fresh func(ir.ValueID), contiguous func() int32, post []func()) []func() {
 	x, w := n.Inputs[0], n.Inputs[1]
 	grad := func(p ir.ValueID, param bool) func() {
-		if !b.autocast() || (!param && b.dt[p] == b.low()) {
+		if !bp.autocast() || (!param && bp.dt[p] == bp.low()) {
 			if param {
-				b.paramGrad(p)
+				bp.paramGrad(p)
 			} else {
 				fresh(p)
 			}
 			return nil
 		}
-		return b.toCopy(b.lowGrad(p), p, param)
+		return bp.toCopy(bp.lowGrad(p), p, param)
 	}
 	var later [3]func() // the input's, the weight's, the bias's
-	if len(n.Inputs) > 2 && n.Inputs[2] != ir.NoValue && b.param[n.Inputs[2]] {
+	if len(n.Inputs) > 2 && n.Inputs[2] != ir.NoValue && bp.param[n.Inputs[2]] {
 		later[2] = grad(n.Inputs[2], true)
-		b.biasSum(n, gy)
+		bp.biasSum(n, gy)
 	}
-	if b.param[w] {
+	if bp.param[w] {
 		c := contiguous()
 		later[1] = grad(w, true)
-		b.blasWorkspaces(false)
-		b.freeScratch(c)
+		bp.blasWorkspaces(false)
+		bp.freeScratch(c)
 	}
-	if b.rg[x] {
+	if bp.rg[x] {
 		later[0] = grad(x, false)
 		c := contiguous()
-		b.blasWorkspaces(false)
-		b.freeScratch(c)
+		bp.blasWorkspaces(false)
+		bp.freeScratch(c)
 	}
 	for _, f := range later {
 		if f != nil {
@@ -914,20 +914,20 @@ func (b *builder) matmulBack(n *ir.Node, gy gradT, fresh func(ir.ValueID), conti
 // does (torch/csrc/autograd/input_buffer.cpp): in place into the old gradient
 // when it is dense and nothing else shares its storage, else into a fresh
 // tensor.
-func (b *builder) accumulate(v ir.ValueID, t gradT) {
-	if b.slot[v] < 0 {
-		b.setSlot(v, t)
+func (bp *backwardPass) accumulate(v ir.ValueID, t gradT) {
+	if bp.slot[v] < 0 {
+		bp.setSlot(v, t)
 		return
 	}
-	old := b.grads[b.slot[v]]
+	old := bp.grads[bp.slot[v]]
 	switch {
-	case old.whole && (old.contig || dense(b.s.Dims[v], old.str)) && b.st[old.st].refs == 1:
-		b.unref(t.st)
+	case old.whole && (old.contig || dense(bp.s.Dims[v], old.str)) && bp.st[old.st].refs == 1:
+		bp.unref(t.st)
 	default:
-		sum := b.grad(v)
-		b.unref(old.st)
-		b.unref(t.st)
-		b.grads[b.slot[v]] = sum
+		sum := bp.grad(v)
+		bp.unref(old.st)
+		bp.unref(t.st)
+		bp.grads[bp.slot[v]] = sum
 	}
 }
 
@@ -937,17 +937,17 @@ func (b *builder) accumulate(v ir.ValueID, t gradT) {
 func (b *builder) cleanup() {
 	b.phase = Cleanup
 	b.node = -1
-	for _, i := range b.unrun {
+	for _, i := range b.bw.unrun {
 		for _, st := range b.saved[i] {
 			b.unref(st)
 		}
 		b.saved[i] = nil
 	}
 	if b.cfg.Eval == nil && (b.cfg.Train == nil || b.cfg.Train.Loss == nil) {
-		b.unref(b.lossSt)
+		b.unref(b.bw.lossSt)
 	}
-	for j := len(b.decoded) - 1; j >= 0; j-- {
-		b.unref(b.decoded[j])
+	for j := len(b.fw.decoded) - 1; j >= 0; j-- {
+		b.unref(b.fw.decoded[j])
 	}
 	// The list of outputs dies last item first; a value listed twice holds
 	// one reference. Carried to the next step, it stays.
@@ -964,7 +964,7 @@ func (b *builder) cleanup() {
 	b.p.StepEnd = len(b.p.Events)
 	b.unref(b.vst[b.g.Inputs[0]])
 	var pg []int32
-	for v, buf := range b.paramGrads {
+	for v, buf := range b.bw.paramGrads {
 		if buf >= 0 {
 			_ = v
 			pg = append(pg, buf)

@@ -160,7 +160,7 @@ func (p *einsumPlan) gradStrides(k int) []int64 {
 
 // einsumPlanOf returns the plan of Einsum or MatMul node n, which Flow
 // made when it classified the node.
-func (b *builder) einsumPlanOf(n *ir.Node) einsumPlan { return b.plans[n.ID] }
+func (f *Flow) einsumPlanOf(n *ir.Node) einsumPlan { return f.plans[n.ID] }
 
 // einsum emits the forward of an Einsum node: under autocast the casts of
 // operands not in float16 (autocast's wrapper, freed when it returns), the
@@ -168,54 +168,54 @@ func (b *builder) einsumPlanOf(n *ir.Node) einsumPlan { return b.plans[n.ID] }
 // freed when sumproduct_pair returns unless bmm saves them), the output,
 // and cuBLAS's workspace. bmm saves the left matrix when the right
 // operand needs a gradient and the right one when the left does.
-func (b *builder) einsum(n *ir.Node, lower bool) {
+func (fp *forwardPass) einsum(n *ir.Node, lower bool) {
 	i := n.ID
-	p := b.einsumPlanOf(n)
+	p := fp.einsumPlanOf(n)
 	y := n.Outputs[0]
 	var casts, mats [2]int32
 	for k, x := range n.Inputs[:2] {
 		casts[k] = -1
-		if lower && b.dt[x] != b.low() {
-			casts[k] = b.alloc(b.s.Elems(x)*b.low().Size(), Cast, x)
+		if lower && fp.dt[x] != fp.low() {
+			casts[k] = fp.alloc(fp.s.Elems(x)*fp.low().Size(), Cast, x)
 		}
 	}
 	if lower {
-		b.dt[y] = b.low()
+		fp.dt[y] = fp.low()
 	}
 	for k, x := range n.Inputs[:2] {
-		d, st, elem := b.s.Dims[x], b.denseStrides(x), b.dt[x].Size()
+		d, st, elem := fp.s.Dims[x], fp.denseStrides(x), fp.dt[x].Size()
 		if casts[k] >= 0 {
 			// .to(float16) keeps a dense operand's strides and makes a
 			// strided one contiguous.
-			if elem = b.low().Size(); !dense(d, st) {
+			if elem = fp.low().Size(); !dense(d, st) {
 				st = rowMajor(d)
 			}
 		}
 		switch {
 		case !p.viewable(k, st):
-			mats[k] = b.alloc(b.s.Elems(x)*elem, Copy, x)
+			mats[k] = fp.alloc(fp.s.Elems(x)*elem, Copy, x)
 		case casts[k] >= 0:
 			mats[k] = casts[k]
-			b.ref(mats[k])
+			fp.ref(mats[k])
 		default:
-			mats[k] = b.vst[x]
-			b.ref(mats[k])
+			mats[k] = fp.vst[x]
+			fp.ref(mats[k])
 		}
 	}
-	b.vst[y] = b.alloc(b.bytes(y), Activation, y)
-	b.setLayout(y, p.out)
-	b.blasWorkspaces(false)
+	fp.vst[y] = fp.alloc(fp.bytes(y), Activation, y)
+	fp.setLayout(y, p.out)
+	fp.blasWorkspaces(false)
 	// bmm's saves: self when mat2 needs a gradient, mat2 when self does.
 	for k := range mats {
-		if b.needsGrad(n.Inputs[1-k]) {
-			b.own(i, mats[k])
+		if fp.needsGrad(n.Inputs[1-k]) {
+			fp.own(i, mats[k])
 		} else {
-			b.unref(mats[k])
+			fp.unref(mats[k])
 		}
 	}
 	for _, c := range casts {
 		if c >= 0 {
-			b.unref(c)
+			fp.unref(c)
 		}
 	}
 }
@@ -225,29 +225,29 @@ func (b *builder) einsum(n *ir.Node, lower bool) {
 // the node ends), then bmm's gradients, left then right, each in its
 // operand's permuted order; under autocast a float16 gradient of a cast
 // operand is turned to the operand's type by ToCopyBackward (post).
-func (b *builder) einsumBack(n *ir.Node, gy gradT, give []delivery, post []func()) ([]delivery, []func()) {
-	p := b.einsumPlanOf(n)
+func (bp *backwardPass) einsumBack(n *ir.Node, gy gradT, give []delivery, post []func()) ([]delivery, []func()) {
+	p := bp.einsumPlanOf(n)
 	y := n.Outputs[0]
 	c := int32(-1)
-	if st := gradStrides(gy, b.s.Dims[y]); st == nil || !sameStrides(b.s.Dims[y], st, p.out) {
-		c = b.scratch(b.bytes(y), Copy)
+	if st := gradStrides(gy, bp.s.Dims[y]); st == nil || !sameStrides(bp.s.Dims[y], st, p.out) {
+		c = bp.scratch(bp.bytes(y), Copy)
 	}
 	for k, x := range n.Inputs[:2] {
-		if !b.rg[x] {
+		if !bp.rg[x] {
 			continue
 		}
 		gst := p.gradStrides(k)
 		m := p.mat[k]
-		st := b.alloc(m[0]*m[1]*m[2]*b.dt[y].Size(), Grad, x)
-		if b.dt[x] != b.dt[y] {
-			b.freshLayout(gst, b.s.Dims[x])
-			post = append(post, b.toCopy(st, x, false))
-			b.freshLayout(nil, nil)
+		st := bp.alloc(m[0]*m[1]*m[2]*bp.dt[y].Size(), Grad, x)
+		if bp.dt[x] != bp.dt[y] {
+			bp.freshLayout(gst, bp.s.Dims[x])
+			post = append(post, bp.toCopy(st, x, false))
+			bp.freshLayout(nil, nil)
 		} else {
-			give = append(give, delivery{x, withStrides(gradT{st: st, whole: true, bytes: b.bytes(x)}, b.s.Dims[x], gst)})
+			give = append(give, delivery{x, withStrides(gradT{st: st, whole: true, bytes: bp.bytes(x)}, bp.s.Dims[x], gst)})
 		}
-		b.blasWorkspaces(false)
+		bp.blasWorkspaces(false)
 	}
-	b.freeScratch(c)
+	bp.freeScratch(c)
 	return give, post
 }

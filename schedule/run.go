@@ -10,12 +10,12 @@ import (
 // viewable reports whether a reshape of x to dims d is a view: x is dense
 // and computeStride finds strides for d (layout.go), or x is strided and
 // the reshape only splits dims.
-func (b *builder) viewable(x ir.ValueID, d []int64) bool {
-	if st := b.denseStrides(x); st != nil {
-		_, ok := viewStrides(b.s.Dims[x], st, d)
+func (fp *forwardPass) viewable(x ir.ValueID, d []int64) bool {
+	if st := fp.denseStrides(x); st != nil {
+		_, ok := viewStrides(fp.s.Dims[x], st, d)
 		return ok
 	}
-	return splitsOnly(b.s.Dims[x], d)
+	return splitsOnly(fp.s.Dims[x], d)
 }
 
 // splitsOnly reports whether a reshape from dims in to dims out only splits
@@ -48,18 +48,18 @@ func splitsOnly(in, out []int64) bool {
 // paramBehind returns the parameter that value v is, or views without a
 // copy (an expand, reshape or unsqueeze of it, as ViT's
 // class_token.expand(n, -1, -1)), or ir.NoValue.
-func (b *builder) paramBehind(v ir.ValueID) ir.ValueID {
+func (bp *backwardPass) paramBehind(v ir.ValueID) ir.ValueID {
 	for v != ir.NoValue {
-		if b.param[v] {
+		if bp.param[v] {
 			return v
 		}
-		p := b.g.Values[v].Producer
-		if p < 0 || b.data[v] {
+		p := bp.g.Values[v].Producer
+		if p < 0 || bp.data[v] {
 			return ir.NoValue
 		}
-		switch b.g.Nodes[p].OpType {
+		switch bp.g.Nodes[p].OpType {
 		case "Expand", "Unsqueeze", "Reshape", "Squeeze", "Identity":
-			v = b.g.Nodes[p].Inputs[0]
+			v = bp.g.Nodes[p].Inputs[0]
 		default:
 			return ir.NoValue
 		}
@@ -70,22 +70,22 @@ func (b *builder) paramBehind(v ir.ValueID) ir.ValueID {
 // run emits the forward of one eager op: its allocations in the order the
 // kernels make them, the frees of scratch buffers, and the references that
 // autograd's saved tensors take.
-func (b *builder) run(n *ir.Node, k ir.Eager) {
-	s := b.s
+func (fp *forwardPass) run(n *ir.Node, k ir.Eager) {
+	s := fp.s
 	i := n.ID
-	reads := b.readsOf(i)
+	reads := fp.readsOf(i)
 	// Under autocast the op's class says its compute type.
-	lower := b.autocast() && b.class[i] == ir.AutocastLower
-	fp32 := b.autocast() && b.class[i].Float32()
+	lower := fp.autocast() && fp.class[i] == ir.AutocastLower
+	fp32 := fp.autocast() && fp.class[i].Float32()
 	for _, v := range reads {
-		if b.rg[v] {
-			b.markRG(n)
+		if fp.rg[v] {
+			fp.markRG(n)
 			break
 		}
 	}
 	for _, v := range n.Inputs {
-		if v != ir.NoValue && b.param[v] {
-			b.markRG(n)
+		if v != ir.NoValue && fp.param[v] {
+			fp.markRG(n)
 		}
 	}
 	out := func(j int) ir.ValueID { return n.Outputs[j] }
@@ -93,8 +93,8 @@ func (b *builder) run(n *ir.Node, k ir.Eager) {
 	// ops that autocast lowers set theirs before allocating.
 	wide := ir.Undefined
 	for _, v := range reads {
-		if wide == ir.Undefined || b.dt[v].Size() > wide.Size() {
-			wide = b.dt[v]
+		if wide == ir.Undefined || fp.dt[v].Size() > wide.Size() {
+			wide = fp.dt[v]
 		}
 	}
 	switch k {
@@ -107,45 +107,45 @@ func (b *builder) run(n *ir.Node, k ir.Eager) {
 		// listed in reads are only activations.
 		// A 0-dim one does not (a dimensioned tensor's category wins).
 		for _, v := range n.Inputs {
-			if v != ir.NoValue && !b.data[v] && (b.param[v] || b.derived[v]) && len(s.Dims[v]) > 0 && wide != ir.Undefined && b.dt[v].Size() > wide.Size() {
-				wide = b.dt[v]
+			if v != ir.NoValue && !fp.data[v] && (fp.param[v] || fp.derived[v]) && len(s.Dims[v]) > 0 && wide != ir.Undefined && fp.dt[v].Size() > wide.Size() {
+				wide = fp.dt[v]
 			}
 		}
 	}
 	for _, v := range n.Outputs {
-		if b.data[v] && wide != ir.Undefined {
-			b.dt[v] = wide
+		if fp.data[v] && wide != ir.Undefined {
+			fp.dt[v] = wide
 		}
 	}
 	newOut := func(j int, kind Kind) {
 		v := out(j)
-		b.vst[v] = b.alloc(b.bytes(v), kind, v)
-		b.setLayout(v, nil)
+		fp.vst[v] = fp.alloc(fp.bytes(v), kind, v)
+		fp.setLayout(v, nil)
 	}
 	save := func(v ir.ValueID) {
-		if !b.data[v] {
+		if !fp.data[v] {
 			return
 		}
-		if b.noSave {
-			b.hadSave[i] = true
+		if fp.noSave {
+			fp.cp.hadSave[i] = true
 			return
 		}
-		st := b.vst[v]
-		b.ref(st)
-		b.saved[i] = append(b.saved[i], st)
+		st := fp.vst[v]
+		fp.ref(st)
+		fp.saved[i] = append(fp.saved[i], st)
 	}
 	// inPlace gives output 0 the storage of input 0, which the op
 	// overwrites (relu_, add_, …): it allocates nothing.
-	ip := b.inplace != nil && b.inplace[i]
+	ip := fp.inplace != nil && fp.inplace[i]
 	inPlace := func() {
-		x, _ := b.overwrites(i)
+		x, _ := fp.overwrites(i)
 		v := out(0)
-		b.vst[v], b.dt[v], b.contig[v], b.str[v] = b.vst[x], b.dt[x], b.contig[x], b.str[x]
-		b.ref(b.vst[x])
+		fp.vst[v], fp.dt[v], fp.contig[v], fp.str[v] = fp.vst[x], fp.dt[x], fp.contig[x], fp.str[x]
+		fp.ref(fp.vst[x])
 	}
 	// copyIn makes the contiguous copy that a kernel takes of a strided input.
-	copyIn := func(v ir.ValueID) int32 { return b.copyIf(!b.contig[v], b.bytes(v)) }
-	freeCopy := b.freeScratch
+	copyIn := func(v ir.ValueID) int32 { return fp.copyIf(!fp.contig[v], fp.bytes(v)) }
+	freeCopy := fp.freeScratch
 	switch k {
 	case ir.EagerConv:
 		x := n.Inputs[0]
@@ -155,28 +155,28 @@ func (b *builder) run(n *ir.Node, k ir.Eager) {
 			// autocast exits), then an input of another type (a fresh
 			// contiguous copy, which conv saves in place of the input).
 			if len(n.Inputs) > 2 && n.Inputs[2] != ir.NoValue {
-				b.castParam(n.Inputs[2])
+				fp.castParam(n.Inputs[2])
 			}
-			b.castParam(n.Inputs[1])
-			b.dt[out(0)] = b.low()
-			if b.dt[x] != b.low() {
-				xcast = b.alloc(s.Elems(x)*b.low().Size(), Cast, x)
+			fp.castParam(n.Inputs[1])
+			fp.dt[out(0)] = fp.low()
+			if fp.dt[x] != fp.low() {
+				xcast = fp.alloc(s.Elems(x)*fp.low().Size(), Cast, x)
 			}
 		}
 		// Autograd packs the inputs it saves before the kernel runs.
 		if xcast >= 0 {
-			b.own(i, xcast)
+			fp.own(i, xcast)
 		} else {
 			save(x)
 		}
-		if st := b.castOf(n.Inputs[1]); st >= 0 {
-			b.ref(st)
-			b.own(i, st)
+		if st := fp.castOf(n.Inputs[1]); st >= 0 {
+			fp.ref(st)
+			fp.own(i, st)
 		}
-		if b.stopAt == i {
+		if fp.stopAt == i {
 			return
 		}
-		cl := b.channelsLast(x)
+		cl := fp.channelsLast(x)
 		if xcast < 0 && !cl {
 			c = copyIn(x)
 		}
@@ -184,21 +184,21 @@ func (b *builder) run(n *ir.Node, k ir.Eager) {
 		if cl {
 			// cuDNN takes a channels-last input as it is and writes a
 			// channels-last output (cudnn_conv_suggest_memory_format).
-			b.setLayout(out(0), channelsLastStrides(s.Dims[out(0)]))
+			fp.setLayout(out(0), channelsLastStrides(s.Dims[out(0)]))
 		}
-		b.workspace(b.convCall(n, Forward, "fwd"))
+		fp.workspace(fp.convCall(n, Forward, "fwd"))
 		freeCopy(c)
 	case ir.EagerBatchNorm, ir.EagerBatchNormEval:
 		x := n.Inputs[0]
 		newOut(0, Activation)
 		save(x)
-		if k == ir.EagerBatchNorm && b.cfg.Eval == nil {
+		if k == ir.EagerBatchNorm && fp.cfg.Eval == nil {
 			ch := int64(1)
 			if d := s.Dims[x]; len(d) > 1 {
 				ch = d[1]
 			}
 			for j := 0; j < 2; j++ { // save_mean, save_invstd: fp32 whatever the input
-				b.own(i, b.alloc(ch*4, Stats, ir.NoValue))
+				fp.own(i, fp.alloc(ch*4, Stats, ir.NoValue))
 			}
 		}
 	case ir.EagerSiLU:
@@ -210,17 +210,17 @@ func (b *builder) run(n *ir.Node, k ir.Eager) {
 			// truth's traces free the block batch norm allocated when a
 			// Conv's output is dropped). Under no_grad, or on an input
 			// that needs no gradient, there is no clone.
-			if x := b.siluIn[i]; b.cfg.Eval == nil && b.rg[x] {
-				b.own(i, b.alloc(b.bytes(x), Activation, x))
+			if x := fp.siluIn[i]; fp.cfg.Eval == nil && fp.rg[x] {
+				fp.own(i, fp.alloc(fp.bytes(x), Activation, x))
 			}
-			if b.stopAt == i {
+			if fp.stopAt == i {
 				return
 			}
 			inPlace()
 			break
 		}
-		save(b.siluIn[i])
-		if b.stopAt == i {
+		save(fp.siluIn[i])
+		if fp.stopAt == i {
 			return
 		}
 		newOut(0, Activation)
@@ -232,7 +232,7 @@ func (b *builder) run(n *ir.Node, k ir.Eager) {
 			break
 		}
 		if fp32 {
-			b.dt[out(0)] = ir.Float32 // autocast runs softmax in float32
+			fp.dt[out(0)] = ir.Float32 // autocast runs softmax in float32
 		}
 		newOut(0, Activation)
 		save(out(0))
@@ -242,39 +242,39 @@ func (b *builder) run(n *ir.Node, k ir.Eager) {
 			// hardswish_ needs the input it overwrites: autograd keeps a
 			// copy of it, made before the op (no copy without autograd, in
 			// the eval step's no_grad).
-			if b.cfg.Eval == nil {
-				b.own(i, b.alloc(b.bytes(x), Activation, x))
+			if fp.cfg.Eval == nil {
+				fp.own(i, fp.alloc(fp.bytes(x), Activation, x))
 			}
-			if b.stopAt == i {
+			if fp.stopAt == i {
 				return
 			}
 			inPlace()
 			break
 		}
 		save(x)
-		if b.stopAt == i {
+		if fp.stopAt == i {
 			return
 		}
 		newOut(0, Activation)
 	case ir.EagerDropout:
 		x := n.Inputs[0]
-		if !b.dropoutTrains(n) {
+		if !fp.dropoutTrains(n) {
 			// Eval mode or p = 0: the input itself; no mask.
 			one := *n
 			one.Outputs = n.Outputs[:1]
-			b.view(&one)
+			fp.view(&one)
 			break
 		}
 		if ip {
 			// dropout_: noise = empty_like(x).bernoulli_(1-p).div_(1-p),
 			// then x.mul_(noise), whose backward keeps the noise.
-			b.own(i, b.alloc(b.bytes(x), Mask, ir.NoValue))
+			fp.own(i, fp.alloc(fp.bytes(x), Mask, ir.NoValue))
 			inPlace()
 			break
 		}
 		// native_dropout (dropout_cuda): its bool mask, which it saves,
 		// then the output.
-		b.own(i, b.alloc(s.Elems(x), Mask, ir.NoValue))
+		fp.own(i, fp.alloc(s.Elems(x), Mask, ir.NoValue))
 		newOut(0, Activation)
 	case ir.EagerMean, ir.EagerPad:
 		// adaptive_avg_pool2d to 1×1 runs as x.mean((-1, -2), keepdim=True);
@@ -282,9 +282,9 @@ func (b *builder) run(n *ir.Node, k ir.Eager) {
 		// no pad is positive (Swin's windows at 224).
 		newOut(0, Activation)
 	case ir.EagerLinear:
-		b.gemm(n, lower, save)
+		fp.gemm(n, lower, save)
 	case ir.EagerEinsum:
-		b.einsum(n, lower)
+		fp.einsum(n, lower)
 	case ir.EagerLayerNorm:
 		// Autocast runs layer_norm in float32: a float32 copy of a half
 		// input first, in the input's layout, which it saves. The kernel
@@ -292,20 +292,20 @@ func (b *builder) run(n *ir.Node, k ir.Eager) {
 		// returns), then writes the output, the mean and rstd (float32,
 		// one per normalized row). calibration/convnext_vit_ops.py.
 		x := n.Inputs[0]
-		elem := b.dt[x].Size()
-		if fp32 && b.dt[x] != ir.Float32 {
-			xc := b.alloc(s.Elems(x)*4, Cast, x)
-			b.own(i, xc)
+		elem := fp.dt[x].Size()
+		if fp32 && fp.dt[x] != ir.Float32 {
+			xc := fp.alloc(s.Elems(x)*4, Cast, x)
+			fp.own(i, xc)
 			elem = 4
 		} else {
 			save(x)
 		}
-		if b.stopAt == i {
+		if fp.stopAt == i {
 			return
 		}
-		c := b.copyIf(!b.contig[x], s.Elems(x)*elem)
+		c := fp.copyIf(!fp.contig[x], s.Elems(x)*elem)
 		if fp32 {
-			b.dt[out(0)] = ir.Float32
+			fp.dt[out(0)] = ir.Float32
 		}
 		newOut(0, Activation)
 		rows := s.Elems(x)
@@ -320,7 +320,7 @@ func (b *builder) run(n *ir.Node, k ir.Eager) {
 			}
 		}
 		for j := 0; j < 2; j++ {
-			b.own(i, b.alloc(rows*4, Stats, ir.NoValue))
+			fp.own(i, fp.alloc(rows*4, Stats, ir.NoValue))
 		}
 		freeCopy(c)
 	case ir.EagerNorm:
@@ -329,11 +329,11 @@ func (b *builder) run(n *ir.Node, k ir.Eager) {
 		// reads a half input as it is and writes a float32 result.
 		x := n.Inputs[0]
 		save(x)
-		if b.stopAt == i {
+		if fp.stopAt == i {
 			return
 		}
 		if fp32 {
-			b.dt[out(0)] = ir.Float32
+			fp.dt[out(0)] = ir.Float32
 		}
 		newOut(0, Activation)
 		save(out(0))
@@ -343,18 +343,18 @@ func (b *builder) run(n *ir.Node, k ir.Eager) {
 		// input's type, bernoulli_ and div_ in place, is a tensor of its
 		// own that the product saves (torchvision.ops.stochastic_depth).
 		for _, v := range []ir.ValueID{a, c} {
-			if !b.data[v] && b.Drawn(v) && (b.needsGrad(a) || b.needsGrad(c)) {
-				st := b.alloc(s.Elems(v)*b.dt[out(0)].Size(), Stats, ir.NoValue)
-				b.own(i, st)
+			if !fp.data[v] && fp.Drawn(v) && (fp.needsGrad(a) || fp.needsGrad(c)) {
+				st := fp.alloc(s.Elems(v)*fp.dt[out(0)].Size(), Stats, ir.NoValue)
+				fp.own(i, st)
 			}
 		}
-		if b.needsGrad(a) {
+		if fp.needsGrad(a) {
 			save(c)
 		}
-		if b.needsGrad(c) && a != c {
+		if fp.needsGrad(c) && a != c {
 			save(a)
 		}
-		if b.stopAt == i {
+		if fp.stopAt == i {
 			return
 		}
 		newOut(0, Activation)
@@ -363,16 +363,16 @@ func (b *builder) run(n *ir.Node, k ir.Eager) {
 		// when either does (both formulas read it), never the result
 		// (derivatives.yaml: saving it would break an in-place use of
 		// it). F.normalize's x / denom saves both.
-		if b.needsGrad(n.Inputs[1]) {
+		if fp.needsGrad(n.Inputs[1]) {
 			save(n.Inputs[0])
 		}
-		if b.needsGrad(n.Inputs[0]) || b.needsGrad(n.Inputs[1]) {
+		if fp.needsGrad(n.Inputs[0]) || fp.needsGrad(n.Inputs[1]) {
 			save(n.Inputs[1])
 		}
 		newOut(0, Activation)
 	case ir.EagerSum:
 		if fp32 {
-			b.dt[out(0)] = ir.Float32 // sum accumulates and returns float32 under autocast
+			fp.dt[out(0)] = ir.Float32 // sum accumulates and returns float32 under autocast
 		}
 		newOut(0, Activation)
 		// An input past 32-bit indexing (2^31-1 bytes) makes the CUDA
@@ -381,8 +381,8 @@ func (b *builder) run(n *ir.Node, k ir.Eager) {
 		// carry the float32 partial sums between them, so the kernel
 		// accumulates into a float32 buffer of the output's elements
 		// while it runs (calibration/half_sum.py: from exactly that size).
-		if x, y := n.Inputs[0], out(0); b.dt[y].Size() == 2 && s.Elems(x)*b.dt[x].Size() > math.MaxInt32 {
-			b.freeScratch(b.scratch(s.Elems(y)*4, Copy))
+		if x, y := n.Inputs[0], out(0); fp.dt[y].Size() == 2 && s.Elems(x)*fp.dt[x].Size() > math.MaxInt32 {
+			fp.freeScratch(fp.scratch(s.Elems(y)*4, Copy))
 		}
 	case ir.EagerAdd, ir.EagerSub, ir.EagerCat:
 		if ip {
@@ -393,14 +393,14 @@ func (b *builder) run(n *ir.Node, k ir.Eager) {
 	case ir.EagerMaxPool:
 		x := n.Inputs[0]
 		newOut(0, Activation)
-		idx := b.alloc(s.Elems(out(0))*8, Indices, ir.NoValue)
+		idx := fp.alloc(s.Elems(out(0))*8, Indices, ir.NoValue)
 		freeCopy(copyIn(x))
 		save(x)
-		b.own(i, idx)
+		fp.own(i, idx)
 	case ir.EagerAvgPool:
 		x := n.Inputs[0]
 		save(x)
-		if b.stopAt == i {
+		if fp.stopAt == i {
 			return
 		}
 		c := copyIn(x)
@@ -408,11 +408,11 @@ func (b *builder) run(n *ir.Node, k ir.Eager) {
 		freeCopy(c)
 	case ir.EagerUpsample:
 		x := n.Inputs[0]
-		if fp32 && b.dt[x] != ir.Float32 {
+		if fp32 && fp.dt[x] != ir.Float32 {
 			// Autocast runs upsampling in float32: a float32 copy of the
 			// input, then a float32 output.
-			c := b.scratch(s.Elems(x)*4, Cast)
-			b.dt[out(0)] = ir.Float32
+			c := fp.scratch(s.Elems(x)*4, Cast)
+			fp.dt[out(0)] = ir.Float32
 			newOut(0, Activation)
 			freeCopy(c)
 			break
@@ -427,20 +427,20 @@ func (b *builder) run(n *ir.Node, k ir.Eager) {
 			freeCopy(copyIn(x))
 		}
 	case ir.EagerContiguous:
-		if x := n.Inputs[0]; !b.contig[x] {
+		if x := n.Inputs[0]; !fp.contig[x] {
 			newOut(0, Activation) // clone(memory_format=contiguous)
 			break
 		}
-		b.view(n)
+		fp.view(n)
 	case ir.EagerView, ir.EagerReshape, ir.EagerFlatten, ir.EagerTranspose, ir.EagerExpand, ir.EagerSlice, ir.EagerSplit, ir.EagerSelect:
-		if x := n.Inputs[0]; (n.OpType == "Reshape" || n.OpType == "Flatten") && b.data[x] && !b.contig[x] && !b.viewable(x, s.Dims[out(0)]) {
+		if x := n.Inputs[0]; (n.OpType == "Reshape" || n.OpType == "Flatten") && fp.data[x] && !fp.contig[x] && !fp.viewable(x, s.Dims[out(0)]) {
 			// reshape of a permuted view that no strides can address (a
 			// channel shuffle's transpose, a window partition) copies: a
 			// clone whose gradient passes through.
 			newOut(0, Activation)
 			break
 		}
-		b.view(n)
+		fp.view(n)
 	case ir.EagerAttention:
 		// scaled_dot_product_attention on a CUDA device: under autocast the
 		// flash kernel (half inputs), which first draws its two 8-byte
@@ -453,9 +453,9 @@ func (b *builder) run(n *ir.Node, k ir.Eager) {
 			save(x)
 		}
 		if lower {
-			b.dt[out(0)] = b.low()
+			fp.dt[out(0)] = fp.low()
 			for j := 0; j < 2; j++ {
-				b.own(i, b.alloc(8, Stats, ir.NoValue))
+				fp.own(i, fp.alloc(8, Stats, ir.NoValue))
 			}
 		}
 		newOut(0, Activation)
@@ -465,18 +465,18 @@ func (b *builder) run(n *ir.Node, k ir.Eager) {
 		// to (L, B, ·) is contiguous and the projection copies nothing;
 		// memory-efficient attention writes (B, L, H, D).
 		if d := s.Dims[out(0)]; lower {
-			if st := b.denseStrides(q); dense(s.Dims[q], st) {
-				b.setLayout(out(0), st) // empty_like(q) keeps a dense q's strides
+			if st := fp.denseStrides(q); dense(s.Dims[q], st) {
+				fp.setLayout(out(0), st) // empty_like(q) keeps a dense q's strides
 			}
 		} else if len(d) == 4 {
-			b.setLayout(out(0), permuteStrides(rowMajor([]int64{d[0], d[2], d[1], d[3]}), []int64{0, 2, 1, 3}))
+			fp.setLayout(out(0), permuteStrides(rowMajor([]int64{d[0], d[2], d[1], d[3]}), []int64{0, 2, 1, 3}))
 		}
 		rows := s.Elems(q) / max(s.Dims[q][len(s.Dims[q])-1], 1)
 		if !lower {
 			l := s.Dims[q][len(s.Dims[q])-2]
 			rows = rows / max(l, 1) * ((l + 31) / 32 * 32)
 		}
-		b.own(i, b.alloc(rows*4, Stats, ir.NoValue))
+		fp.own(i, fp.alloc(rows*4, Stats, ir.NoValue))
 	}
 	// An element-wise op's new output takes the memory order of its first
 	// operand of the output's own shape (TensorIterator: the first operand
@@ -485,14 +485,14 @@ func (b *builder) run(n *ir.Node, k ir.Eager) {
 	// first keeps the (L, B, E) order, and the next layer norm copies it.
 	switch k {
 	case ir.EagerAdd, ir.EagerSub, ir.EagerMul, ir.EagerDiv, ir.EagerSavesResult, ir.EagerSiLU, ir.EagerSavesInput, ir.EagerDropout, ir.EagerBatchNorm, ir.EagerBatchNormEval:
-		if y := out(0); b.data[y] && b.contig[y] {
+		if y := out(0); fp.data[y] && fp.contig[y] {
 			for _, x := range reads {
 				if slices.Equal(s.Dims[x], s.Dims[y]) {
-					if !b.contig[x] && b.str[x] != nil && b.vst[y] != b.vst[x] {
+					if !fp.contig[x] && fp.str[x] != nil && fp.vst[y] != fp.vst[x] {
 						// Dense in x's order of strides, which a
 						// strided x (a permuted slice, MaxViT's k before
 						// its scaling) decides too.
-						b.setLayout(y, denseInOrder(s.Dims[x], b.str[x]))
+						fp.setLayout(y, denseInOrder(s.Dims[x], fp.str[x]))
 					}
 					break
 				}
@@ -500,15 +500,15 @@ func (b *builder) run(n *ir.Node, k ir.Eager) {
 		}
 	}
 	// What only a suppressed save held goes when the op returns.
-	for _, st := range b.deferred {
-		b.unref(st)
+	for _, st := range fp.deferred {
+		fp.unref(st)
 	}
-	b.deferred = b.deferred[:0]
+	fp.deferred = fp.deferred[:0]
 	// Other outputs (batch norm's running statistics, updated in place) hold
 	// no new memory.
 	for _, v := range n.Outputs {
-		if b.vst[v] < 0 {
-			b.noData(v)
+		if fp.vst[v] < 0 {
+			fp.noData(v)
 		}
 	}
 }
@@ -523,7 +523,7 @@ func (b *builder) run(n *ir.Node, k ir.Eager) {
 // otherwise (the bias is first copied into the output, which allocates
 // nothing). addmm saves mat1 when the weight needs a gradient and mat2 (a
 // view of the weight or its cast) when mat1 does.
-func (b *builder) gemm(n *ir.Node, lower bool, save func(ir.ValueID)) {
+func (fp *forwardPass) gemm(n *ir.Node, lower bool, save func(ir.ValueID)) {
 	i := n.ID
 	x, w, y := n.Inputs[0], n.Inputs[1], n.Outputs[0]
 	bias := ir.NoValue
@@ -533,12 +533,12 @@ func (b *builder) gemm(n *ir.Node, lower bool, save func(ir.ValueID)) {
 	xcast := int32(-1)
 	if lower {
 		if bias != ir.NoValue {
-			b.castParam(bias)
+			fp.castParam(bias)
 		}
-		b.castParam(w)
-		b.dt[y] = b.low()
-		if b.dt[x] != b.low() {
-			xcast = b.alloc(b.s.Elems(x)*b.low().Size(), Cast, x)
+		fp.castParam(w)
+		fp.dt[y] = fp.low()
+		if fp.dt[x] != fp.low() {
+			xcast = fp.alloc(fp.s.Elems(x)*fp.low().Size(), Cast, x)
 		}
 	}
 	// A linear on a strided input (a transposed view, or a reshape of one,
@@ -548,36 +548,36 @@ func (b *builder) gemm(n *ir.Node, lower bool, save func(ir.ValueID)) {
 	// returns, after the output (calibration/results/vit_steps.json). A
 	// matrix with rows or columns of stride 1 (ViT's class token x[:, 0])
 	// goes to cuBLAS as it is.
-	if !b.contig[x] && !blasMatrix(b.s.Dims[x], b.denseStrides(x)) {
-		size := b.s.Elems(x) * b.dt[x].Size()
+	if !fp.contig[x] && !blasMatrix(fp.s.Dims[x], fp.denseStrides(x)) {
+		size := fp.s.Elems(x) * fp.dt[x].Size()
 		if xcast >= 0 {
-			size = b.s.Elems(x) * b.low().Size()
+			size = fp.s.Elems(x) * fp.low().Size()
 		}
-		c := b.alloc(size, Copy, x)
+		c := fp.alloc(size, Copy, x)
 		if xcast >= 0 {
-			b.deferred = append(b.deferred, xcast)
+			fp.deferred = append(fp.deferred, xcast)
 		}
 		xcast = c
 	}
-	if b.needsGrad(w) {
+	if fp.needsGrad(w) {
 		if xcast >= 0 {
-			b.own(i, xcast)
+			fp.own(i, xcast)
 		} else {
 			save(x)
 		}
 	} else if xcast >= 0 {
-		b.deferred = append(b.deferred, xcast)
+		fp.deferred = append(fp.deferred, xcast)
 	}
-	if st := b.castOf(w); st >= 0 && b.needsGrad(x) {
-		b.ref(st)
-		b.own(i, st)
+	if st := fp.castOf(w); st >= 0 && fp.needsGrad(x) {
+		fp.ref(st)
+		fp.own(i, st)
 	}
-	if b.stopAt == i {
+	if fp.stopAt == i {
 		return
 	}
-	b.vst[y] = b.alloc(b.bytes(y), Activation, y)
-	b.setLayout(y, nil)
-	b.blasWorkspaces(gemmLt(n, b.s))
+	fp.vst[y] = fp.alloc(fp.bytes(y), Activation, y)
+	fp.setLayout(y, nil)
+	fp.blasWorkspaces(gemmLt(n, fp.s))
 }
 
 // gemmLt reports whether addmm runs a Gemm through cuBLASLt, as PyTorch
@@ -606,18 +606,18 @@ func gemmLt(n *ir.Node, s *ir.Shapes) bool {
 // dropoutTrains reports whether a Dropout node drops: its training_mode
 // input is true (an absent one means inference), and the step is not the
 // eval step, whose model.eval() makes dropout the identity.
-func (b *builder) dropoutTrains(n *ir.Node) bool {
-	if b.cfg.Eval != nil || len(n.Inputs) < 3 || n.Inputs[2] == ir.NoValue {
+func (fp *forwardPass) dropoutTrains(n *ir.Node) bool {
+	if fp.cfg.Eval != nil || len(n.Inputs) < 3 || n.Inputs[2] == ir.NoValue {
 		return false
 	}
-	d := b.s.Data[n.Inputs[2]]
+	d := fp.s.Data[n.Inputs[2]]
 	if len(d) != 1 || d[0] == 0 {
 		return false
 	}
 	// F.dropout with p = 0 returns its input (ATen's _dropout: no kernel,
 	// no mask): ViT's dropout=0.0 exports as Dropout of ratio 0.
 	if n.Inputs[1] != ir.NoValue {
-		if r := b.s.Data[n.Inputs[1]]; len(r) == 1 && r[0] == 0 {
+		if r := fp.s.Data[n.Inputs[1]]; len(r) == 1 && r[0] == 0 {
 			return false
 		}
 	}
@@ -625,49 +625,49 @@ func (b *builder) dropoutTrains(n *ir.Node) bool {
 }
 
 // view gives the outputs of a view op the storage of its input.
-func (b *builder) view(n *ir.Node) {
+func (fp *forwardPass) view(n *ir.Node) {
 	x := n.Inputs[0]
-	in := b.s.Dims[x]
+	in := fp.s.Dims[x]
 	for _, v := range n.Outputs {
-		b.vst[v] = b.vst[x]
-		b.dt[v] = b.dt[x]
-		b.ref(b.vst[x])
+		fp.vst[v] = fp.vst[x]
+		fp.dt[v] = fp.dt[x]
+		fp.ref(fp.vst[x])
 		switch n.OpType {
 		case "Expand":
 			// Stride 0 along the expanded dims: not dense. An expand to
 			// the input's own sizes is the input as it is.
-			if slices.Equal(in, b.s.Dims[v]) {
-				b.contig[v], b.str[v] = b.contig[x], b.str[x]
+			if slices.Equal(in, fp.s.Dims[v]) {
+				fp.contig[v], fp.str[v] = fp.contig[x], fp.str[x]
 			} else {
-				b.setStrided(v)
+				fp.setStrided(v)
 			}
 			continue
 		case "Slice", "Split":
 			// A slice of step 1 keeps its input's strides (known, dense
 			// or not): contiguous when it cuts along the first dim of
 			// size above 1 or takes a whole dim.
-			if st := b.denseStrides(x); st != nil && b.unitSteps(n) {
-				b.setLayout(v, st)
+			if st := fp.denseStrides(x); st != nil && fp.unitSteps(n) {
+				fp.setLayout(v, st)
 			} else {
-				b.setStrided(v)
+				fp.setStrided(v)
 			}
 			continue
 		case "Transpose", "Gather":
 		default:
-			if b.contig[x] {
-				b.setLayout(v, nil) // a view of a contiguous tensor in its order
+			if fp.contig[x] {
+				fp.setLayout(v, nil) // a view of a contiguous tensor in its order
 				continue
 			}
 		}
-		st := b.denseStrides(x)
+		st := fp.denseStrides(x)
 		switch n.OpType {
 		case "Transpose":
 			pst := permuteStrides(st, n.IntsAttr("perm"))
 			if st == nil || pst == nil {
-				b.setStrided(v)
+				fp.setStrided(v)
 				break
 			}
-			b.setLayout(v, pst)
+			fp.setLayout(v, pst)
 		case "Gather":
 			// select(axis, i): the axis's stride goes (a strided slice
 			// of a dense tensor, ViT's class token x[:, 0]).
@@ -676,34 +676,34 @@ func (b *builder) view(n *ir.Node) {
 				a += len(in)
 			}
 			if st == nil || a < 0 || a >= len(st) {
-				b.setStrided(v)
+				fp.setStrided(v)
 				break
 			}
-			b.setLayout(v, append(append([]int64(nil), st[:a]...), st[a+1:]...))
+			fp.setLayout(v, append(append([]int64(nil), st[:a]...), st[a+1:]...))
 		default:
 			// A reshape, squeeze or flatten: the strides computeStride
 			// finds (run.go copies where there are none).
 			if st == nil {
-				b.setStrided(v)
+				fp.setStrided(v)
 				break
 			}
-			nst, ok := viewStrides(in, st, b.s.Dims[v])
+			nst, ok := viewStrides(in, st, fp.s.Dims[v])
 			if !ok {
-				b.setStrided(v)
+				fp.setStrided(v)
 				break
 			}
-			b.setLayout(v, nst)
+			fp.setLayout(v, nst)
 		}
 	}
 }
 
 // unitSteps reports whether a Slice or Split node takes every element
 // along its axes (steps of 1, or none given).
-func (b *builder) unitSteps(n *ir.Node) bool {
+func (fp *forwardPass) unitSteps(n *ir.Node) bool {
 	if n.OpType != "Slice" || len(n.Inputs) < 5 || n.Inputs[4] == ir.NoValue {
 		return true
 	}
-	steps := b.s.Data[n.Inputs[4]]
+	steps := fp.s.Data[n.Inputs[4]]
 	if steps == nil {
 		return false
 	}
@@ -716,51 +716,51 @@ func (b *builder) unitSteps(n *ir.Node) bool {
 }
 
 // needsGrad reports whether v is a value whose gradient the backward computes.
-func (b *builder) needsGrad(v ir.ValueID) bool {
-	return v != ir.NoValue && (b.rg[v] || b.param[v] || b.derived[v])
+func (fp *forwardPass) needsGrad(v ir.ValueID) bool {
+	return v != ir.NoValue && (fp.rg[v] || fp.param[v] || fp.derived[v])
 }
 
-func (b *builder) markRG(n *ir.Node) {
+func (fp *forwardPass) markRG(n *ir.Node) {
 	for _, v := range n.Outputs {
-		if b.data[v] {
-			b.rg[v] = true
+		if fp.data[v] {
+			fp.rg[v] = true
 		}
 	}
 }
 
 // castParam makes autocast's low-precision copy of parameter p, unless its
 // cache already holds one. The cache keeps it until autocast exits.
-func (b *builder) castParam(p ir.ValueID) {
-	if !b.param[p] || b.cast[p] >= 0 {
+func (fp *forwardPass) castParam(p ir.ValueID) {
+	if !fp.param[p] || fp.cast[p] >= 0 {
 		return
 	}
-	b.cast[p] = b.alloc(b.s.Elems(p)*b.low().Size(), Cast, p)
-	b.casts = append(b.casts, p)
+	fp.cast[p] = fp.alloc(fp.s.Elems(p)*fp.low().Size(), Cast, p)
+	fp.casts = append(fp.casts, p)
 }
 
 // castOf returns the storage of parameter p's autocast copy, or -1.
-func (b *builder) castOf(p ir.ValueID) int32 {
+func (fp *forwardPass) castOf(p ir.ValueID) int32 {
 	if p == ir.NoValue {
 		return -1
 	}
-	return b.cast[p]
+	return fp.cast[p]
 }
 
 // exitAutocast clears autocast's cache: each copy that no saved tensor holds
 // is freed.
-func (b *builder) exitAutocast() {
-	for _, p := range b.casts {
-		b.unref(b.cast[p])
+func (fp *forwardPass) exitAutocast() {
+	for _, p := range fp.casts {
+		fp.unref(fp.cast[p])
 	}
 }
 
 // own hands node i's saved set a reference to storage st: kept for the
 // backward, or, inside a checkpointed range, dropped when the op returns.
-func (b *builder) own(i int32, st int32) {
-	if b.noSave {
-		b.hadSave[i] = true
-		b.deferred = append(b.deferred, st)
+func (fp *forwardPass) own(i int32, st int32) {
+	if fp.noSave {
+		fp.cp.hadSave[i] = true
+		fp.deferred = append(fp.deferred, st)
 		return
 	}
-	b.saved[i] = append(b.saved[i], st)
+	fp.saved[i] = append(fp.saved[i], st)
 }
