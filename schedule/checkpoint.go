@@ -109,8 +109,7 @@ func (cp *checkpoints) recompute(c int) {
 	// before the last op allocates anything but its autocast casts.
 	last := ch.nodes[stop]
 	nodes := ch.nodes[:stop+1]
-	switch cp.kind[last] {
-	case ir.EagerSiLU, ir.EagerConv, ir.EagerAvgPool, ir.EagerMul:
+	if kindRules[cp.kind[last]].stopsEarly {
 		nodes = ch.nodes[:stop]
 	}
 	vst, cast, casts, node := cp.vst, cp.fw.cast, cp.fw.casts, cp.node

@@ -162,60 +162,60 @@ func (p *einsumPlan) gradStrides(k int) []int64 {
 // made when it classified the node.
 func (f *Flow) einsumPlanOf(n *ir.Node) einsumPlan { return f.plans[n.ID] }
 
-// einsum emits the forward of an Einsum node: under autocast the casts of
+// einsumForward emits the forward of an Einsum node: under autocast the casts of
 // operands not in float16 (autocast's wrapper, freed when it returns), the
 // copies of operands whose matrices no view addresses (left, then right;
 // freed when sumproduct_pair returns unless bmm saves them), the output,
 // and cuBLAS's workspace. bmm saves the left matrix when the right
 // operand needs a gradient and the right one when the left does.
-func (fp *forwardPass) einsum(n *ir.Node, lower bool) {
-	i := n.ID
-	p := fp.einsumPlanOf(n)
+func einsumForward(o *fwdOp) {
+	n := o.n
+	p := o.einsumPlanOf(n)
 	y := n.Outputs[0]
 	var casts, mats [2]int32
 	for k, x := range n.Inputs[:2] {
 		casts[k] = -1
-		if lower && fp.dt[x] != fp.low() {
-			casts[k] = fp.alloc(fp.s.Elems(x)*fp.low().Size(), Cast, x)
+		if o.lower && o.dt[x] != o.low() {
+			casts[k] = o.alloc(o.s.Elems(x)*o.low().Size(), Cast, x)
 		}
 	}
-	if lower {
-		fp.dt[y] = fp.low()
+	if o.lower {
+		o.dt[y] = o.low()
 	}
 	for k, x := range n.Inputs[:2] {
-		d, st, elem := fp.s.Dims[x], fp.denseStrides(x), fp.dt[x].Size()
+		d, st, elem := o.s.Dims[x], o.denseStrides(x), o.dt[x].Size()
 		if casts[k] >= 0 {
 			// .to(float16) keeps a dense operand's strides and makes a
 			// strided one contiguous.
-			if elem = fp.low().Size(); !dense(d, st) {
+			if elem = o.low().Size(); !dense(d, st) {
 				st = rowMajor(d)
 			}
 		}
 		switch {
 		case !p.viewable(k, st):
-			mats[k] = fp.alloc(fp.s.Elems(x)*elem, Copy, x)
+			mats[k] = o.alloc(o.s.Elems(x)*elem, Copy, x)
 		case casts[k] >= 0:
 			mats[k] = casts[k]
-			fp.ref(mats[k])
+			o.ref(mats[k])
 		default:
-			mats[k] = fp.vst[x]
-			fp.ref(mats[k])
+			mats[k] = o.vst[x]
+			o.ref(mats[k])
 		}
 	}
-	fp.vst[y] = fp.alloc(fp.bytes(y), Activation, y)
-	fp.setLayout(y, p.out)
-	fp.blasWorkspaces(false)
+	o.vst[y] = o.alloc(o.bytes(y), Activation, y)
+	o.setLayout(y, p.out)
+	o.blasWorkspaces(false)
 	// bmm's saves: self when mat2 needs a gradient, mat2 when self does.
 	for k := range mats {
-		if fp.needsGrad(n.Inputs[1-k]) {
-			fp.own(i, mats[k])
+		if o.needsGrad(n.Inputs[1-k]) {
+			o.own(mats[k])
 		} else {
-			fp.unref(mats[k])
+			o.unref(mats[k])
 		}
 	}
 	for _, c := range casts {
 		if c >= 0 {
-			fp.unref(c)
+			o.unref(c)
 		}
 	}
 }

@@ -119,9 +119,7 @@ func (fp *forwardPass) setInPlace(ip []bool) error {
 			continue
 		}
 		n := &g.Nodes[i]
-		switch fp.kind[i] {
-		case ir.EagerSavesResult, ir.EagerSavesInput, ir.EagerDropout, ir.EagerAdd, ir.EagerSiLU:
-		default:
+		if !kindRules[fp.kind[i]].inPlace {
 			return fmt.Errorf("schedule: node %s: %s has no in-place form onnxmem simulates", n.Name, n.OpType)
 		}
 		x, ok := fp.Overwritable(int32(i))
@@ -188,7 +186,7 @@ func (fp *forwardPass) step(f *fwd, i int32) {
 		}
 	}
 	// A tuple or list of tensors (cat's argument) dies last item first.
-	if k == ir.EagerCat {
+	if kindRules[k].list {
 		for j := len(reads) - 1; j >= 0; j-- {
 			f.pending[reads[j]]--
 			fp.maybeRelease(f, reads[j])

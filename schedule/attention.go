@@ -1,0 +1,56 @@
+package schedule
+
+import "github.com/onnxmem/onnxmem/ir"
+
+// scaled_dot_product_attention on a CUDA device, fused (the generic
+// family's ScaledDotProductAttention): under autocast the flash kernel
+// (_scaled_dot_product_flash_attention, half inputs), in float32
+// memory-efficient attention (_scaled_dot_product_efficient_attention).
+// Both save query, key, value, the output and a float32 logsumexp for
+// their backward; the flash kernel also saves the philox seed and offset
+// it drew. calibration/convnext_vit_ops.py measured both, in ViT's encoder.
+//
+// Worked example, vit_b_16's attention at batch 8 under autocast: q, k and
+// v of [8 12 197 64] in float16 (2.3 MiB each); the forward draws the two
+// 8-byte seeds, writes the float16 output in q's memory order and a
+// float32 logsumexp of 8·12·197 rows (75,648 bytes). The backward makes
+// the gradients of q, k and v and, while its kernel runs, one float32
+// buffer for q's gradient accumulator and the rows' delta: 4,917,376
+// bytes, the size calibration/results/vit_steps.json shows.
+
+// attentionForward emits the fused attention: the saves of q, k and v,
+// the flash kernel's seeds, the output, which it saves, and the
+// logsumexp.
+func attentionForward(o *fwdOp) {
+	n, s := o.n, o.s
+	y := o.out(0)
+	q, k, v := n.Inputs[0], n.Inputs[1], n.Inputs[2]
+	for _, x := range []ir.ValueID{q, k, v} {
+		o.save(x)
+	}
+	if o.lower {
+		o.dt[y] = o.low()
+		for range 2 {
+			o.own(o.alloc(8, Stats, ir.NoValue))
+		}
+	}
+	o.newOut(0, Activation)
+	o.save(y)
+	// The flash kernel writes its output in q's memory order, (L, B,
+	// H, D) for a MultiheadAttention's heads, so the transpose back
+	// to (L, B, ·) is contiguous and the projection copies nothing;
+	// memory-efficient attention writes (B, L, H, D).
+	if d := s.Dims[y]; o.lower {
+		if st := o.denseStrides(q); dense(s.Dims[q], st) {
+			o.setLayout(y, st) // empty_like(q) keeps a dense q's strides
+		}
+	} else if len(d) == 4 {
+		o.setLayout(y, permuteStrides(rowMajor([]int64{d[0], d[2], d[1], d[3]}), []int64{0, 2, 1, 3}))
+	}
+	rows := s.Elems(q) / max(s.Dims[q][len(s.Dims[q])-1], 1)
+	if !o.lower {
+		l := s.Dims[q][len(s.Dims[q])-2]
+		rows = rows / max(l, 1) * ((l + 31) / 32 * 32)
+	}
+	o.own(o.alloc(rows*4, Stats, ir.NoValue))
+}
