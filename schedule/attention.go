@@ -54,3 +54,38 @@ func attentionForward(o *fwdOp) {
 	}
 	o.own(o.alloc(rows*4, Stats, ir.NoValue))
 }
+
+// attentionBackward emits the fused attention's backward: the gradients
+// of q, k and v, and float32 scratch, freed when the kernel returns.
+// Memory-efficient attention (float32) makes the output's gradient
+// contiguous first and takes the rows' delta; the flash kernel (autocast)
+// reads a dense gradient in any order of its dims (MultiheadAttention's
+// arrives in (L, B, H, D) order) and takes one float32 buffer for q's
+// gradient accumulator and the rows' delta, 256 bytes more
+// (calibration/results/vit_steps.json: 12 such of 4,917,376 bytes at
+// vit_b_16 batch 8, of 1,248,256 at vit_b_32).
+func attentionBackward(o *bwdOp) {
+	n, s := o.n, o.s
+	y := o.outs[0]
+	q := n.Inputs[0]
+	rows := s.Elems(q) / max(s.Dims[q][len(s.Dims[q])-1], 1)
+	flash := o.autocast()
+	c := int32(-1)
+	if st := gradStrides(o.gy, s.Dims[y]); !flash || !dense(s.Dims[y], st) || st[len(st)-1] != 1 {
+		c = o.scratch(s.Elems(y)*o.dt[y].Size(), Copy)
+	}
+	if st := o.denseStrides(q); flash && dense(s.Dims[q], st) {
+		// Its gradients are empty_like of q, k and v: q's strides
+		// where, as in MultiheadAttention, the three share them.
+		o.freshLayout(st, s.Dims[q])
+	}
+	for _, v := range n.Inputs {
+		o.fresh(v)
+	}
+	if flash {
+		o.freeScratch(o.scratch(s.Elems(q)*4+rows*4+256, Grad))
+	} else {
+		o.freeScratch(o.scratch(rows*4, Stats))
+	}
+	o.freeScratch(c)
+}

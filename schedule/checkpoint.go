@@ -160,6 +160,16 @@ func (cp *checkpoints) recompute(c int) {
 	cp.phase = Backward
 }
 
+// firstSaver returns chunk c's first node that saved a tensor, or -1.
+func (cp *checkpoints) firstSaver(c int) int32 {
+	for _, i := range cp.chunks[c].nodes {
+		if cp.hadSave[i] {
+			return i
+		}
+	}
+	return -1
+}
+
 // releaseFrame drops the references that chunk c's checkpoint frame holds on
 // its inputs. The frame lives as long as a saved tensor's unpack hook does:
 // until the range's first node that saved a tensor has released it.

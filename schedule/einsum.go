@@ -220,34 +220,34 @@ func einsumForward(o *fwdOp) {
 	}
 }
 
-// einsumBack emits the backward of an Einsum node: the incoming gradient
-// reshaped to bmm's result (a copy when no strides address it, freed when
-// the node ends), then bmm's gradients, left then right, each in its
-// operand's permuted order; under autocast a float16 gradient of a cast
-// operand is turned to the operand's type by ToCopyBackward (post).
-func (bp *backwardPass) einsumBack(n *ir.Node, gy gradT, give []delivery, post []func()) ([]delivery, []func()) {
-	p := bp.einsumPlanOf(n)
+// einsumBackward emits the backward of an Einsum node: the incoming
+// gradient reshaped to bmm's result (a copy when no strides address it,
+// freed when the node ends), then bmm's gradients, left then right, each
+// in its operand's permuted order; under autocast a float16 gradient of a
+// cast operand is turned to the operand's type by ToCopyBackward.
+func einsumBackward(o *bwdOp) {
+	n, s := o.n, o.s
+	p := o.einsumPlanOf(n)
 	y := n.Outputs[0]
 	c := int32(-1)
-	if st := gradStrides(gy, bp.s.Dims[y]); st == nil || !sameStrides(bp.s.Dims[y], st, p.out) {
-		c = bp.scratch(bp.bytes(y), Copy)
+	if st := gradStrides(o.gy, s.Dims[y]); st == nil || !sameStrides(s.Dims[y], st, p.out) {
+		c = o.scratch(o.bytes(y), Copy)
 	}
 	for k, x := range n.Inputs[:2] {
-		if !bp.rg[x] {
+		if !o.rg[x] {
 			continue
 		}
 		gst := p.gradStrides(k)
 		m := p.mat[k]
-		st := bp.alloc(m[0]*m[1]*m[2]*bp.dt[y].Size(), Grad, x)
-		if bp.dt[x] != bp.dt[y] {
-			bp.freshLayout(gst, bp.s.Dims[x])
-			post = append(post, bp.toCopy(st, x, false))
-			bp.freshLayout(nil, nil)
+		st := o.alloc(m[0]*m[1]*m[2]*o.dt[y].Size(), Grad, x)
+		if o.dt[x] != o.dt[y] {
+			o.freshLayout(gst, s.Dims[x])
+			o.later(st, x, false)
+			o.freshLayout(nil, nil)
 		} else {
-			give = append(give, delivery{x, withStrides(gradT{st: st, whole: true, bytes: bp.bytes(x)}, bp.s.Dims[x], gst)})
+			o.give = append(o.give, delivery{x, withStrides(gradT{st: st, whole: true, bytes: o.bytes(x)}, s.Dims[x], gst)})
 		}
-		bp.blasWorkspaces(false)
+		o.blasWorkspaces(false)
 	}
-	bp.freeScratch(c)
-	return give, post
+	o.freeScratch(c)
 }

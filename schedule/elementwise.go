@@ -153,3 +153,135 @@ func addForward(o *fwdOp) {
 	}
 	o.newOut(0, Activation)
 }
+
+// siluBackward makes silu_backward's gradient of the SiLU's input.
+func siluBackward(o *bwdOp) { o.fresh(o.siluIn[o.n.ID]) }
+
+// dropoutBackward makes native_dropout_backward's new gradient; a dropout
+// that does not drop passes the gradient on.
+func dropoutBackward(o *bwdOp) {
+	if o.fw.dropoutTrains(o.n) {
+		freshBackward(o)
+		return
+	}
+	passBackward(o)
+}
+
+// mulBackward emits MulBackward0 and DivBackward0: a gradient of each
+// operand that needs one, and a parameter operand's .grad.
+func mulBackward(o *bwdOp) {
+	n, s, k := o.n, o.s, o.k
+	y := o.outs[0]
+	ins := n.Inputs[:2]
+	// A broadcast operand's gradient (the squeeze-excitation scale of
+	// scale * x) is first a product of the output's size, which
+	// validate_outputs sums to the operand's shape once the node's
+	// gradients are made; then the product goes. MulBackward0 computes
+	// other's gradient before self's (calibration/torchvision_ops.py,
+	// se_mul), which only a broadcast operand makes visible.
+	broadcast := false
+	for _, v := range ins {
+		broadcast = broadcast || (k == ir.EagerMul && v != ir.NoValue && o.rg[v] && s.Elems(v) < s.Elems(y))
+	}
+	if broadcast {
+		ins = []ir.ValueID{n.Inputs[1], n.Inputs[0]}
+	}
+	var tmp []int32
+	var small []ir.ValueID
+	for j, v := range ins {
+		if v == ir.NoValue || (j == 1 && v == ins[0]) {
+			continue
+		}
+		if broadcast && o.rg[v] && s.Elems(v) < s.Elems(y) {
+			tmp = append(tmp, o.scratch(s.Elems(y)*o.dt[y].Size(), Grad))
+			small = append(small, v)
+			continue
+		}
+		if o.data[v] && o.rg[v] && o.dt[v] != o.dt[y] {
+			// A promoted product (ConvNeXt's float32 layer_scale * a
+			// half x under autocast): x's gradient is computed in the
+			// output's type, and the engine's validate_outputs turns it
+			// to x's once the node's gradients are made.
+			o.later(o.alloc(s.Elems(v)*o.dt[y].Size(), Grad, v), v, false)
+			continue
+		}
+		if o.data[v] {
+			o.fresh(v)
+		}
+	}
+	for j, v := range small {
+		o.fresh(v)
+		o.freeScratch(tmp[j])
+	}
+	// A parameter operand (a layer scale) gets its .grad: for a
+	// broadcast one, the product of the output's size first, reduced
+	// to the parameter's shape, then the product goes.
+	for _, v := range n.Inputs[:2] {
+		if v == ir.NoValue || !o.param[v] || o.paramGrads[v] >= 0 || k != ir.EagerMul {
+			continue
+		}
+		var tmp int32 = -1
+		if s.Elems(v) < s.Elems(y) {
+			tmp = o.scratch(s.Elems(y)*o.dt[y].Size(), Grad)
+		}
+		o.paramGrad(v)
+		if tmp >= 0 {
+			// The product's sum to a per-channel parameter ([C, 1, 1],
+			// ConvNeXt's layer scale) is the reduction of a conv bias's
+			// gradient: over N·H·W rows of C columns when the product
+			// is channels-last, as it follows the gradient's layout.
+			if len(s.Dims[y]) == 4 && s.Elems(v) == s.Dims[y][1] {
+				rows := s.Elems(y) / max(s.Elems(v), 1)
+				if gradChannelsLast(o.gy, s.Dims[y]) {
+					o.columnSum(rows, s.Elems(v))
+				} else {
+					o.channelSum(rows, s.Elems(v), false)
+				}
+			}
+			o.freeScratch(tmp)
+		}
+	}
+}
+
+// addBackward emits AddBackward0 and SubBackward0: the gradient passed on
+// to each operand, a new one for a broadcast operand (reduced to its
+// shape) and for sub's second (negated), and a parameter operand's .grad.
+func addBackward(o *bwdOp) {
+	n, s, k := o.n, o.s, o.k
+	// A parameter operand (a position embedding) gets its .grad, the
+	// output's gradient summed to its shape.
+	for _, v := range n.Inputs[:2] {
+		if v != ir.NoValue && o.param[v] && k == ir.EagerAdd {
+			o.paramGrad(v)
+		}
+	}
+	for j, v := range n.Inputs[:2] {
+		if v == ir.NoValue || !o.data[v] || (j == 1 && v == n.Inputs[0]) {
+			continue
+		}
+		if s.Elems(v) != s.Elems(o.outs[0]) || (k == ir.EagerSub && j == 1) {
+			o.fresh(v) // a broadcast operand's gradient is reduced; sub negates
+		} else {
+			o.pass(v, true, true)
+		}
+	}
+}
+
+// catBackward emits CatBackward0: each piece's gradient, a narrow of the
+// incoming one, contiguous when cut along the first dim of size above 1.
+// A parameter concatenated through an expand (ViT's class token) gets the
+// sum of its slice, ExpandBackward's, as its .grad.
+func catBackward(o *bwdOp) {
+	n := o.n
+	axis := o.axisOf(n)
+	for _, v := range n.Inputs {
+		if v != ir.NoValue && o.data[v] {
+			o.pass(v, sliceContiguous(o.s.Dims[o.outs[0]], axis), false)
+		}
+	}
+	for _, v := range n.Inputs {
+		if p := o.paramBehind(v); p != ir.NoValue && !o.data[v] {
+			o.paramGrad(p)
+		}
+	}
+}

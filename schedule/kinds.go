@@ -21,8 +21,12 @@ type kindRule struct {
 	// forward emits the op's own allocations, frees and saves (run does
 	// what every op does around them).
 	forward func(o *fwdOp)
+	// backward emits the op's autograd node: its inputs' gradients (back
+	// releases what the node held and hands the gradients on).
+	backward func(o *bwdOp)
 	// elementwise: TensorIterator lays the op's new output out in its
-	// operand's order (fwdOp.followLayout).
+	// operand's order (fwdOp.followLayout), and the input's gradient in
+	// the incoming gradient's.
 	elementwise bool
 	// promotes: a parameter operand takes part in type promotion, as an
 	// activation does.
@@ -42,37 +46,37 @@ type kindRule struct {
 // kindRules are the rules of the eager kinds that run on tensor data
 // (ir.Eager.RunsOnData).
 var kindRules = [...]kindRule{
-	ir.EagerConv:          {forward: convForward, stopsEarly: true},
-	ir.EagerBatchNorm:     {forward: batchNormForward},
-	ir.EagerBatchNormEval: {forward: batchNormForward},
-	ir.EagerSiLU:          {forward: siluForward, elementwise: true, inPlace: true, stopsEarly: true},
-	ir.EagerSavesResult:   {forward: savesResultForward, elementwise: true, inPlace: true},
-	ir.EagerSavesInput:    {forward: savesInputForward, elementwise: true, inPlace: true},
-	ir.EagerDropout:       {forward: dropoutForward, elementwise: true, inPlace: true},
-	ir.EagerMean:          {forward: newOutput},
-	ir.EagerLinear:        {forward: linearForward},
-	ir.EagerMul:           {forward: mulForward, elementwise: true, promotes: true, stopsEarly: true},
-	ir.EagerDiv:           {forward: divForward, elementwise: true, promotes: true},
-	ir.EagerAdd:           {forward: addForward, elementwise: true, promotes: true, inPlace: true},
-	ir.EagerSub:           {forward: addForward, elementwise: true, promotes: true},
-	ir.EagerCat:           {forward: addForward, promotes: true, list: true},
-	ir.EagerMaxPool:       {forward: maxPoolForward},
-	ir.EagerAvgPool:       {forward: avgPoolForward, stopsEarly: true},
-	ir.EagerUpsample:      {forward: upsampleForward},
-	ir.EagerSum:           {forward: sumForward},
-	ir.EagerSoftmax:       {forward: savesResultForward},
-	ir.EagerView:          {forward: viewForward},
-	ir.EagerReshape:       {forward: reshapeForward},
-	ir.EagerFlatten:       {forward: reshapeForward},
-	ir.EagerTranspose:     {forward: transposeForward},
-	ir.EagerExpand:        {forward: expandForward},
-	ir.EagerSlice:         {forward: sliceForward},
-	ir.EagerSplit:         {forward: sliceForward},
-	ir.EagerSelect:        {forward: selectForward},
-	ir.EagerLayerNorm:     {forward: layerNormForward},
-	ir.EagerAttention:     {forward: attentionForward},
-	ir.EagerContiguous:    {forward: contiguousForward},
-	ir.EagerEinsum:        {forward: einsumForward},
-	ir.EagerPad:           {forward: newOutput},
-	ir.EagerNorm:          {forward: normForward},
+	ir.EagerConv:          {forward: convForward, backward: convBackward, stopsEarly: true},
+	ir.EagerBatchNorm:     {forward: batchNormForward, backward: batchNormBackward},
+	ir.EagerBatchNormEval: {forward: batchNormForward, backward: batchNormBackward},
+	ir.EagerSiLU:          {forward: siluForward, backward: siluBackward, elementwise: true, inPlace: true, stopsEarly: true},
+	ir.EagerSavesResult:   {forward: savesResultForward, backward: freshBackward, elementwise: true, inPlace: true},
+	ir.EagerSavesInput:    {forward: savesInputForward, backward: freshBackward, elementwise: true, inPlace: true},
+	ir.EagerDropout:       {forward: dropoutForward, backward: dropoutBackward, elementwise: true, inPlace: true},
+	ir.EagerMean:          {forward: newOutput, backward: freshBackward},
+	ir.EagerLinear:        {forward: linearForward, backward: linearBackward},
+	ir.EagerMul:           {forward: mulForward, backward: mulBackward, elementwise: true, promotes: true, stopsEarly: true},
+	ir.EagerDiv:           {forward: divForward, backward: mulBackward, elementwise: true, promotes: true},
+	ir.EagerAdd:           {forward: addForward, backward: addBackward, elementwise: true, promotes: true, inPlace: true},
+	ir.EagerSub:           {forward: addForward, backward: addBackward, elementwise: true, promotes: true},
+	ir.EagerCat:           {forward: addForward, backward: catBackward, promotes: true, list: true},
+	ir.EagerMaxPool:       {forward: maxPoolForward, backward: maxPoolBackward},
+	ir.EagerAvgPool:       {forward: avgPoolForward, backward: avgPoolBackward, stopsEarly: true},
+	ir.EagerUpsample:      {forward: upsampleForward, backward: upsampleBackward},
+	ir.EagerSum:           {forward: sumForward, backward: sumBackward},
+	ir.EagerSoftmax:       {forward: savesResultForward, backward: freshBackward},
+	ir.EagerView:          {forward: viewForward, backward: passBackward},
+	ir.EagerReshape:       {forward: reshapeForward, backward: reshapeBackward},
+	ir.EagerFlatten:       {forward: reshapeForward, backward: passBackward},
+	ir.EagerTranspose:     {forward: transposeForward, backward: transposeBackward},
+	ir.EagerExpand:        {forward: expandForward, backward: expandBackward},
+	ir.EagerSlice:         {forward: sliceForward, backward: splitBackward},
+	ir.EagerSplit:         {forward: sliceForward, backward: splitBackward},
+	ir.EagerSelect:        {forward: selectForward, backward: freshBackward},
+	ir.EagerLayerNorm:     {forward: layerNormForward, backward: layerNormBackward},
+	ir.EagerAttention:     {forward: attentionForward, backward: attentionBackward},
+	ir.EagerContiguous:    {forward: contiguousForward, backward: passBackward},
+	ir.EagerEinsum:        {forward: einsumForward, backward: einsumBackward},
+	ir.EagerPad:           {forward: newOutput, backward: freshBackward},
+	ir.EagerNorm:          {forward: normForward, backward: freshBackward},
 }

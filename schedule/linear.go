@@ -105,3 +105,135 @@ func gemmLt(n *ir.Node, s *ir.Shapes) bool {
 	}
 	return k > 1 && y[1] > 1
 }
+
+// linearBackward emits AddmmBackward0 (MmBackward0 without a bias): mat1's
+// gradient grad·W, then the weight's (grad.t()·mat1, whose transpose is
+// contiguous and becomes W.grad), each an mm that takes its own contiguous
+// copy of a strided incoming gradient (prepare_matrix_for_cublas clones an
+// expanded one) and makes the autograd thread's cuBLAS workspace if it has
+// none; then validate_outputs sums the incoming gradient to the bias's
+// shape. Under autocast these are float16 gradients of the casts, which
+// ToCopyBackward turns into float32 ones after the node: mat1's, the
+// weight's, then the bias's.
+func linearBackward(o *bwdOp) {
+	n, s := o.n, o.s
+	x, w := n.Inputs[0], n.Inputs[1]
+	bias := ir.NoValue
+	if len(n.Inputs) > 2 && n.Inputs[2] != ir.NoValue {
+		bias = n.Inputs[2]
+	}
+	gy := o.gy
+	shared := int32(-1)
+	if y := n.Outputs[0]; len(s.Dims[y]) > 2 && !(gy.whole && gy.contig) {
+		// A linear on an N-D input (addmm on its view, or matmul's
+		// folded mm): UnsafeViewBackward's grad.reshape(rows, N) copies
+		// a gradient no strides can view so, once for both products,
+		// and the engine releases the strided gradient before the
+		// product's node runs (ConvNeXt's linears, calibration/results/
+		// convnext_vit_ops.json); a view cuBLAS takes as it is needs no
+		// copy.
+		if !blasMatrix(s.Dims[y], gradStrides(gy, s.Dims[y])) {
+			shared = o.scratch(o.bytes(y), Copy)
+			o.unref(gy.st)
+			o.slot[y] = -1
+			gy = gradT{st: shared, whole: true, contig: true, bytes: o.bytes(y)}
+		}
+		o.contiguous = func() int32 { return -1 }
+	}
+	defer o.freeScratch(shared)
+	if len(s.Dims[x]) > 2 && !o.contig[x] {
+		matmulBackward(o, gy)
+		return
+	}
+	if o.rg[x] {
+		o.inputGrad(x)
+		o.freeScratch(o.mm())
+	}
+	for _, p := range []ir.ValueID{w, bias} {
+		if p == bias && p != ir.NoValue && o.derived[p] {
+			// A bias computed from a parameter (Swin V2's qkv bias, a
+			// clone with its k third zeroed): its gradient's reduction,
+			// which then flows back to the parameter (bytes too few to
+			// count).
+			o.biasSum(gy)
+			continue
+		}
+		if p == ir.NoValue || !o.param[p] {
+			continue
+		}
+		if o.autocast() {
+			o.later(o.lowGrad(p), p, true)
+		} else {
+			o.paramGrad(p)
+		}
+		if p == bias {
+			o.biasSum(gy)
+		}
+		if p == w {
+			o.freeScratch(o.mm())
+		}
+	}
+}
+
+// mm emits what one mm of a linear's backward allocates: the contiguous
+// copy of a strided incoming gradient that it takes, and the autograd
+// thread's cuBLAS workspace if it has none yet. It returns the copy's
+// buffer, which goes when the mm returns, or -1.
+func (o *bwdOp) mm() int32 {
+	c := o.contiguous()
+	o.blasWorkspaces(false)
+	return c
+}
+
+// biasSum emits the buffers of a Linear's bias gradient: it sums a
+// contiguous gy over its rows, B·L of them on a transformer's [B, L, E]. A
+// strided gy is reduced along its fastest dimension, in shared memory
+// (calibration/reduce_staging.py measured only the contiguous case).
+func (o *bwdOp) biasSum(gy gradT) {
+	if bias := o.n.Inputs[2]; gy.contig {
+		o.columnSum(o.s.Elems(o.n.Outputs[0])/max(o.s.Elems(bias), 1), o.s.Elems(bias))
+	}
+}
+
+// matmulBackward emits the backward of a linear on a strided input of more
+// than two dims, which aten::linear runs as matmul(x, W.t()) then add_(b)
+// instead of one addmm (MultiheadAttention's in-projection of the
+// transposed query): AddBackward's bias gradient first, then MmBackward's
+// weight gradient and the input's; autocast's ToCopyBackward nodes then
+// run the input's, the weight's and the bias's (calibration/results/
+// vit_steps.json and convnext_vit_ops.json).
+func matmulBackward(o *bwdOp, gy gradT) {
+	n := o.n
+	x, w := n.Inputs[0], n.Inputs[1]
+	grad := func(p ir.ValueID, param bool) func() {
+		if !o.autocast() || (!param && o.dt[p] == o.low()) {
+			if param {
+				o.paramGrad(p)
+			} else {
+				o.fresh(p)
+			}
+			return nil
+		}
+		return o.toCopy(o.lowGrad(p), p, param)
+	}
+	var later [3]func() // the input's, the weight's, the bias's
+	if len(n.Inputs) > 2 && n.Inputs[2] != ir.NoValue && o.param[n.Inputs[2]] {
+		later[2] = grad(n.Inputs[2], true)
+		o.biasSum(gy)
+	}
+	if o.param[w] {
+		c := o.contiguous()
+		later[1] = grad(w, true)
+		o.blasWorkspaces(false)
+		o.freeScratch(c)
+	}
+	if o.rg[x] {
+		later[0] = grad(x, false)
+		o.freeScratch(o.mm())
+	}
+	for _, f := range later {
+		if f != nil {
+			o.post = append(o.post, f)
+		}
+	}
+}

@@ -84,3 +84,50 @@ func normForward(o *fwdOp) {
 	o.newOut(0, Activation)
 	o.save(o.out(0))
 }
+
+// batchNormBackward emits native_batch_norm_backward: cuDNN writes the
+// input's gradient in the input's memory format, and a strided incoming
+// gradient is copied first; then the weight's and the bias's .grad.
+func batchNormBackward(o *bwdOp) {
+	n := o.n
+	if x := n.Inputs[0]; o.channelsLast(x) {
+		o.freshLayout(o.str[x], o.s.Dims[x])
+	}
+	c := o.contiguous()
+	o.fresh(n.Inputs[0])
+	o.paramGrad(n.Inputs[1])
+	o.paramGrad(n.Inputs[2])
+	o.freeScratch(c)
+}
+
+// layerNormBackward emits native_layer_norm_backward: the saved input made
+// contiguous (when strided), the input's gradient (float32 under autocast,
+// which ToCopyBackward then turns to the input's type), the weight's and
+// the bias's, and the copy goes.
+func layerNormBackward(o *bwdOp) {
+	n, s := o.n, o.s
+	x := n.Inputs[0]
+	cast := o.autocast() && o.dt[x] != ir.Float32
+	elem := o.dt[x].Size()
+	if cast {
+		elem = 4
+	}
+	c := o.copyIf(!o.contig[x], s.Elems(x)*elem)
+	if o.rg[x] {
+		if cast {
+			o.later(o.alloc(s.Elems(x)*4, Grad, x), x, false)
+		} else {
+			o.fresh(x)
+		}
+	}
+	for _, p := range n.Inputs[1:] {
+		if p != ir.NoValue && o.param[p] {
+			o.paramGrad(p)
+		}
+	}
+	// The kernel reads dY.contiguous() (layer_norm_backward_cuda):
+	// a strided gradient (MultiheadAttention's transposed query's)
+	// is copied after the gradients are allocated.
+	o.freeScratch(o.contiguous())
+	o.freeScratch(c)
+}

@@ -93,3 +93,38 @@ func sumForward(o *fwdOp) {
 		o.freeScratch(o.scratch(s.Elems(y)*4, Copy))
 	}
 }
+
+// maxPoolBackward emits max_pool2d_with_indices_backward, which reads a
+// strided gradient (a concat's slice) as it is: the ground truth's traces
+// of a pool whose output only a concat reads show no copy of it. A
+// strided saved input is copied.
+func maxPoolBackward(o *bwdOp) {
+	x := o.n.Inputs[0]
+	o.fresh(x)
+	o.freeScratch(o.copyIf(!o.contig[x], o.bytes(x)))
+}
+
+// avgPoolBackward emits avg_pool2d_backward, which copies a strided
+// incoming gradient.
+func avgPoolBackward(o *bwdOp) {
+	c := o.contiguous()
+	o.fresh(o.n.Inputs[0])
+	o.freeScratch(c)
+}
+
+// upsampleBackward emits upsample_nearest2d_backward, which reads a
+// strided (even expanded) gradient as it is. Under autocast it computes
+// the float32 gradient of the float32 copy, which ToCopyBackward
+// converts.
+func upsampleBackward(o *bwdOp) {
+	x, y := o.n.Inputs[0], o.outs[0]
+	if o.dt[x] != o.dt[y] && o.rg[x] {
+		o.later(o.alloc(o.s.Elems(x)*o.dt[y].Size(), Grad, x), x, false)
+		return
+	}
+	o.fresh(x)
+}
+
+// sumBackward passes the incoming gradient on, expanded to the input's
+// sizes: a view.
+func sumBackward(o *bwdOp) { o.pass(o.n.Inputs[0], false, false) }

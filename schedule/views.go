@@ -176,3 +176,66 @@ func (bp *backwardPass) paramBehind(v ir.ValueID) ir.ValueID {
 	}
 	return ir.NoValue
 }
+
+// reshapeBackward emits view's backward, grad.reshape to the input's
+// sizes: a view of the gradient where strides address it, else a copy.
+func reshapeBackward(o *bwdOp) {
+	s, gy, y := o.s, o.gy, o.outs[0]
+	x := o.n.Inputs[0]
+	viewable := gy.whole && gy.contig // a contiguous gradient reshapes as a view
+	if !viewable {
+		viewable = splitsOnly(s.Dims[y], s.Dims[x])
+		if st := gradStrides(gy, s.Dims[y]); st != nil {
+			_, viewable = viewStrides(s.Dims[y], st, s.Dims[x])
+		}
+	}
+	if !viewable {
+		o.fresh(x)
+		return
+	}
+	o.pass(x, true, true)
+}
+
+// transposeBackward transposes the gradient back: a view of it.
+func transposeBackward(o *bwdOp) {
+	s, gy, y := o.s, o.gy, o.outs[0]
+	x := o.n.Inputs[0]
+	switch {
+	case !o.rg[x]:
+	case o.dt[x] != o.dt[y]:
+		o.fresh(x)
+	default:
+		t := gradT{st: gy.st, whole: gy.whole, bytes: o.bytes(x)}
+		if st := gradStrides(gy, s.Dims[y]); st != nil {
+			t = withStrides(t, s.Dims[x], permuteStrides(st, inversePerm(o.n.IntsAttr("perm"))))
+		}
+		o.ref(gy.st)
+		o.give = append(o.give, delivery{x, t})
+	}
+}
+
+// expandBackward emits ExpandBackward: the gradient summed to the input's
+// sizes, a new tensor; an expand to the input's own sizes passes it on as
+// it is.
+func expandBackward(o *bwdOp) {
+	if x := o.n.Inputs[0]; slices.Equal(o.s.Dims[x], o.s.Dims[o.outs[0]]) {
+		o.pass(x, true, true)
+		return
+	}
+	freshBackward(o)
+}
+
+// splitBackward emits split_backward: zeros for each piece that got no
+// gradient, then the cat of all pieces, of the input's shape.
+func splitBackward(o *bwdOp) {
+	var zeros []int32
+	for _, v := range o.outs {
+		if o.data[v] && o.slot[v] < 0 {
+			zeros = append(zeros, o.scratch(o.bytes(v), Grad))
+		}
+	}
+	o.fresh(o.n.Inputs[0])
+	for _, z := range zeros {
+		o.emit(z, true)
+	}
+}
