@@ -251,3 +251,24 @@ func einsumBackward(o *bwdOp) {
 	}
 	o.freeScratch(c)
 }
+
+// einsumCheck accepts an Einsum or MatMul of two activations that runs as
+// one bmm, and makes its plan.
+func einsumCheck(f *Flow, n *ir.Node) (ir.Eager, error) {
+	if len(n.Inputs) != 2 || !f.data[n.Inputs[0]] || !f.data[n.Inputs[1]] || f.param[n.Inputs[0]] || f.param[n.Inputs[1]] {
+		return 0, fmt.Errorf("schedule: node %s: %s of two activations has a memory rule, other %ss (of %d inputs, or of a weight) do not: open an issue with the graph to add it", n.Name, n.OpType, n.OpType, len(n.Inputs))
+	}
+	eq, err := ir.EinsumEquation(n, f.shapes)
+	var p einsumPlan
+	if err == nil {
+		p, err = planEinsum(eq, f.shapes.Dims[n.Inputs[0]], f.shapes.Dims[n.Inputs[1]])
+	}
+	if err != nil {
+		return 0, fmt.Errorf("schedule: node %s: %w", n.Name, err)
+	}
+	if f.plans == nil {
+		f.plans = make(map[int32]einsumPlan)
+	}
+	f.plans[n.ID] = p
+	return ir.EagerEinsum, nil
+}

@@ -346,40 +346,22 @@ func (f *Flow) classify() error {
 	return nil
 }
 
-// opOf maps one data-carrying node to its eager op, from its row r.
+// opOf maps one data-carrying node to its eager op: its row r's kind, as
+// the kind's check accepts or changes it.
 func (f *Flow) opOf(n *ir.Node, r ir.Op) (ir.Eager, error) {
-	// Only a Gather of one index on tensor data is a select, a view.
-	selects := len(n.Inputs) == 2 && len(f.shapes.Dims[n.Inputs[1]]) == 0 && f.data[n.Inputs[0]]
-	if r.Eager == ir.EagerNone || (r.Eager == ir.EagerSelect && !selects) {
-		return 0, fmt.Errorf("schedule: node %s: unsupported op %s on activations: onnxmem has no autograd memory rule for it; export the training graph unfused (opset 17), or open an issue naming %s so its saved tensors can be added", n.Name, n.OpType, n.OpType)
+	if !r.Eager.RunsOnData() {
+		return 0, unsupported(n)
 	}
-	switch {
-	case r.Eager == ir.EagerLinear && (!f.param[n.Inputs[1]] || (len(n.Inputs) > 2 && n.Inputs[2] != ir.NoValue && f.data[n.Inputs[2]]) || f.param[n.Inputs[0]]):
-		return 0, fmt.Errorf("schedule: node %s: Gemm of an activation A and a model weight B (a linear layer) has a memory rule, other Gemms do not: open an issue with the graph to add it", n.Name)
-	case r.Eager == ir.EagerEinsum:
-		if len(n.Inputs) != 2 || !f.data[n.Inputs[0]] || !f.data[n.Inputs[1]] || f.param[n.Inputs[0]] || f.param[n.Inputs[1]] {
-			return 0, fmt.Errorf("schedule: node %s: %s of two activations has a memory rule, other %ss (of %d inputs, or of a weight) do not: open an issue with the graph to add it", n.Name, n.OpType, n.OpType, len(n.Inputs))
-		}
-		eq, err := ir.EinsumEquation(n, f.shapes)
-		var p einsumPlan
-		if err == nil {
-			p, err = planEinsum(eq, f.shapes.Dims[n.Inputs[0]], f.shapes.Dims[n.Inputs[1]])
-		}
-		if err != nil {
-			return 0, fmt.Errorf("schedule: node %s: %w", n.Name, err)
-		}
-		if f.plans == nil {
-			f.plans = make(map[int32]einsumPlan)
-		}
-		f.plans[n.ID] = p
-	case r.Eager == ir.EagerBatchNorm && !ir.BatchNormTrains(n):
-		return ir.EagerBatchNormEval, nil
-	case r.Eager == ir.EagerUpsample:
-		if a, ok := n.Attr("mode"); ok && a.Str != "nearest" {
-			return 0, fmt.Errorf("schedule: node %s: Resize mode %q is not supported: only nearest upsampling has a memory rule; open an issue with the graph to add %s", n.Name, a.Str, a.Str)
-		}
+	if check := kindRules[r.Eager].check; check != nil {
+		return check(f, n)
 	}
 	return r.Eager, nil
+}
+
+// unsupported is the error of a node whose op has no memory rule on
+// tensor data.
+func unsupported(n *ir.Node) error {
+	return fmt.Errorf("schedule: node %s: unsupported op %s on activations: onnxmem has no autograd memory rule for it; export the training graph unfused (opset 17), or open an issue naming %s so its saved tensors can be added", n.Name, n.OpType, n.OpType)
 }
 
 // Drawn reports whether value v derives, within a few producers, from a

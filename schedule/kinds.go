@@ -24,6 +24,11 @@ type kindRule struct {
 	// backward emits the op's autograd node: its inputs' gradients (back
 	// releases what the node held and hands the gradients on).
 	backward func(o *bwdOp)
+	// check, when set, refuses a node of the kind that onnxmem does not
+	// simulate, with an error that names the node and what to do, and
+	// returns the node's kind: the row's, or another (a batch norm on
+	// running statistics runs as EagerBatchNormEval).
+	check func(f *Flow, n *ir.Node) (ir.Eager, error)
 	// elementwise: TensorIterator lays the op's new output out in its
 	// operand's order (fwdOp.followLayout), and the input's gradient in
 	// the incoming gradient's.
@@ -47,14 +52,14 @@ type kindRule struct {
 // (ir.Eager.RunsOnData).
 var kindRules = [...]kindRule{
 	ir.EagerConv:          {forward: convForward, backward: convBackward, stopsEarly: true},
-	ir.EagerBatchNorm:     {forward: batchNormForward, backward: batchNormBackward},
+	ir.EagerBatchNorm:     {forward: batchNormForward, backward: batchNormBackward, check: batchNormCheck},
 	ir.EagerBatchNormEval: {forward: batchNormForward, backward: batchNormBackward},
 	ir.EagerSiLU:          {forward: siluForward, backward: siluBackward, elementwise: true, inPlace: true, stopsEarly: true},
 	ir.EagerSavesResult:   {forward: savesResultForward, backward: freshBackward, elementwise: true, inPlace: true},
 	ir.EagerSavesInput:    {forward: savesInputForward, backward: freshBackward, elementwise: true, inPlace: true},
 	ir.EagerDropout:       {forward: dropoutForward, backward: dropoutBackward, elementwise: true, inPlace: true},
 	ir.EagerMean:          {forward: newOutput, backward: freshBackward},
-	ir.EagerLinear:        {forward: linearForward, backward: linearBackward},
+	ir.EagerLinear:        {forward: linearForward, backward: linearBackward, check: linearCheck},
 	ir.EagerMul:           {forward: mulForward, backward: mulBackward, elementwise: true, promotes: true, stopsEarly: true},
 	ir.EagerDiv:           {forward: divForward, backward: mulBackward, elementwise: true, promotes: true},
 	ir.EagerAdd:           {forward: addForward, backward: addBackward, elementwise: true, promotes: true, inPlace: true},
@@ -62,7 +67,7 @@ var kindRules = [...]kindRule{
 	ir.EagerCat:           {forward: addForward, backward: catBackward, promotes: true, list: true},
 	ir.EagerMaxPool:       {forward: maxPoolForward, backward: maxPoolBackward},
 	ir.EagerAvgPool:       {forward: avgPoolForward, backward: avgPoolBackward, stopsEarly: true},
-	ir.EagerUpsample:      {forward: upsampleForward, backward: upsampleBackward},
+	ir.EagerUpsample:      {forward: upsampleForward, backward: upsampleBackward, check: upsampleCheck},
 	ir.EagerSum:           {forward: sumForward, backward: sumBackward},
 	ir.EagerSoftmax:       {forward: savesResultForward, backward: freshBackward},
 	ir.EagerView:          {forward: viewForward, backward: passBackward},
@@ -72,11 +77,11 @@ var kindRules = [...]kindRule{
 	ir.EagerExpand:        {forward: expandForward, backward: expandBackward},
 	ir.EagerSlice:         {forward: sliceForward, backward: splitBackward},
 	ir.EagerSplit:         {forward: sliceForward, backward: splitBackward},
-	ir.EagerSelect:        {forward: selectForward, backward: freshBackward},
+	ir.EagerSelect:        {forward: selectForward, backward: freshBackward, check: selectCheck},
 	ir.EagerLayerNorm:     {forward: layerNormForward, backward: layerNormBackward},
 	ir.EagerAttention:     {forward: attentionForward, backward: attentionBackward},
 	ir.EagerContiguous:    {forward: contiguousForward, backward: passBackward},
-	ir.EagerEinsum:        {forward: einsumForward, backward: einsumBackward},
+	ir.EagerEinsum:        {forward: einsumForward, backward: einsumBackward, check: einsumCheck},
 	ir.EagerPad:           {forward: newOutput, backward: freshBackward},
 	ir.EagerNorm:          {forward: normForward, backward: freshBackward},
 }

@@ -1,6 +1,10 @@
 package schedule
 
-import "github.com/onnxmem/onnxmem/ir"
+import (
+	"fmt"
+
+	"github.com/onnxmem/onnxmem/ir"
+)
 
 // A linear layer, as aten::linear runs it: addmm(b, x, W.t()) on a matrix
 // input, mm without a bias, and on a strided input of more than two dims
@@ -236,4 +240,13 @@ func matmulBackward(o *bwdOp, gy gradT) {
 			o.post = append(o.post, f)
 		}
 	}
+}
+
+// linearCheck accepts a Gemm of an activation A and a model weight B, a
+// linear layer, with a weight or no bias.
+func linearCheck(f *Flow, n *ir.Node) (ir.Eager, error) {
+	if !f.param[n.Inputs[1]] || (len(n.Inputs) > 2 && n.Inputs[2] != ir.NoValue && f.data[n.Inputs[2]]) || f.param[n.Inputs[0]] {
+		return 0, fmt.Errorf("schedule: node %s: Gemm of an activation A and a model weight B (a linear layer) has a memory rule, other Gemms do not: open an issue with the graph to add it", n.Name)
+	}
+	return ir.EagerLinear, nil
 }

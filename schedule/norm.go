@@ -131,3 +131,12 @@ func layerNormBackward(o *bwdOp) {
 	o.freeScratch(o.contiguous())
 	o.freeScratch(c)
 }
+
+// batchNormCheck runs a batch norm on its running statistics (not in
+// training mode) as EagerBatchNormEval.
+func batchNormCheck(_ *Flow, n *ir.Node) (ir.Eager, error) {
+	if !ir.BatchNormTrains(n) {
+		return ir.EagerBatchNormEval, nil
+	}
+	return ir.EagerBatchNorm, nil
+}

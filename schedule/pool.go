@@ -1,6 +1,7 @@
 package schedule
 
 import (
+	"fmt"
 	"math"
 	"slices"
 
@@ -128,3 +129,11 @@ func upsampleBackward(o *bwdOp) {
 // sumBackward passes the incoming gradient on, expanded to the input's
 // sizes: a view.
 func sumBackward(o *bwdOp) { o.pass(o.n.Inputs[0], false, false) }
+
+// upsampleCheck accepts a Resize in nearest mode.
+func upsampleCheck(_ *Flow, n *ir.Node) (ir.Eager, error) {
+	if a, ok := n.Attr("mode"); ok && a.Str != "nearest" {
+		return 0, fmt.Errorf("schedule: node %s: Resize mode %q is not supported: only nearest upsampling has a memory rule; open an issue with the graph to add %s", n.Name, a.Str, a.Str)
+	}
+	return ir.EagerUpsample, nil
+}

@@ -239,3 +239,12 @@ func splitBackward(o *bwdOp) {
 		o.emit(z, true)
 	}
 }
+
+// selectCheck accepts a Gather of one index on tensor data, a select; other
+// Gathers are shape arithmetic only.
+func selectCheck(f *Flow, n *ir.Node) (ir.Eager, error) {
+	if len(n.Inputs) != 2 || len(f.shapes.Dims[n.Inputs[1]]) != 0 || !f.data[n.Inputs[0]] {
+		return 0, unsupported(n)
+	}
+	return ir.EagerSelect, nil
+}
