@@ -219,7 +219,8 @@ func (s Saved) when(c SaveIf) Saved { s.If = c; return s }
 
 // opTable is the op table, sorted by op type. Adding an op is a row here,
 // with an eager kind that package schedule runs (a new one only where no
-// kind fits).
+// kind fits), and its graph in schedule's TestSavedTensors, which checks
+// Saves against what the program saves.
 var opTable = []Op{
 	{Type: "Abs", shape: opSameShape, FLOPs: elementwise},
 	{Type: "Add", shape: opBinary, Eager: EagerAdd, FLOPs: elementwise, Source: "add.Tensor: nothing"},
