@@ -74,7 +74,7 @@ func (bp *backwardPass) backward() error {
 	bp.unrun = nil
 	for i := len(g.Nodes) - 1; i >= 0; i-- {
 		k := bp.kind[i]
-		if k == ir.EagerMeta || k == ir.EagerSkip || leader[i] != int32(i) {
+		if !k.RunsOnData() || leader[i] != int32(i) {
 			continue
 		}
 		n := &g.Nodes[i]
@@ -145,7 +145,7 @@ func (bp *backwardPass) sliceGroups() []int32 {
 }
 
 // grad allocates a fresh gradient of value v: contiguous, or in the node's
-// fresh layout (freshOrder) when v has its dims.
+// fresh layout (freshLayout) when v has its dims.
 func (bp *backwardPass) grad(v ir.ValueID) gradT {
 	st := bp.alloc(bp.bytes(v), Grad, v)
 	t := gradT{st: st, whole: true, contig: true, bytes: bp.bytes(v)}
@@ -240,10 +240,10 @@ func (bp *backwardPass) back(n *ir.Node, k ir.Eager, outs []ir.ValueID) {
 		}
 		bp.saved[n.ID] = nil
 	}
-	for _, o := range outs {
-		if bp.data[o] && bp.slot[o] >= 0 {
-			bp.unref(bp.grads[bp.slot[o]].st)
-			bp.slot[o] = -1
+	for _, v := range outs {
+		if bp.data[v] && bp.slot[v] >= 0 {
+			bp.unref(bp.grads[bp.slot[v]].st)
+			bp.slot[v] = -1
 		}
 	}
 	for _, st := range bp.saved[n.ID] {

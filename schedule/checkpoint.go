@@ -42,7 +42,7 @@ func (cp *checkpoints) assign() {
 		for i := range g.Nodes {
 			k := cp.kind[i]
 			l := g.Nodes[i].Layer
-			if k == ir.EagerMeta || k == ir.EagerSkip || l < r.From || l >= r.To || cp.chunkOf[i] >= 0 {
+			if !k.RunsOnData() || l < r.From || l >= r.To || cp.chunkOf[i] >= 0 {
 				continue
 			}
 			cp.chunkOf[i] = c

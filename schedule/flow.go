@@ -42,7 +42,7 @@ func (f *Flow) Meta(i int32) bool { return f.kind[i] == ir.EagerMeta }
 
 // Runs reports whether node i runs as an eager op of its own: it is neither
 // shape arithmetic nor absorbed into a neighbour (the Sigmoid of a SiLU).
-func (f *Flow) Runs(i int32) bool { k := f.kind[i]; return k != ir.EagerMeta && k != ir.EagerSkip }
+func (f *Flow) Runs(i int32) bool { return f.kind[i].RunsOnData() }
 
 // SiLU reports whether node i is a fused SiLU (a Mul of x and sigmoid(x),
 // one eager kernel) and returns its input x.

@@ -27,7 +27,7 @@ func (fp *forwardPass) forward() error {
 	fp.cp.chunkHolds()
 	var nodes []int32
 	for i := range g.Nodes {
-		if k := fp.kind[i]; k != ir.EagerMeta && k != ir.EagerSkip {
+		if fp.kind[i].RunsOnData() {
 			nodes = append(nodes, int32(i))
 		}
 	}

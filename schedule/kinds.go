@@ -3,9 +3,10 @@ package schedule
 import "github.com/onnxmem/onnxmem/ir"
 
 // What package schedule runs for each eager kind (ir.Eager), the kind that
-// an op's row in ir's op table names: its forward, and what the engine
-// does around it. An op runs as its row's kind; Flow turns a Sigmoid·Mul
-// into one SiLU and a batch norm on running statistics into
+// an op's row in ir's op table names: its forward and its backward, the
+// check of the nodes it accepts, and the flags that tell the engine what
+// to do around them. An op runs as its row's kind; Flow turns a
+// Sigmoid·Mul into one SiLU and a batch norm on running statistics into
 // EagerBatchNormEval.
 //
 // Worked example, Relu's row names EagerSavesResult: run (run.go) marks
