@@ -218,11 +218,11 @@ type delivery struct {
 func (bp *backwardPass) back(n *ir.Node, k ir.Eager, outs []ir.ValueID) {
 	s := bp.s
 	r := &kindRules[k]
-	o := &bwdOp{backwardPass: bp, n: n, k: k, outs: outs, give: bp.give[:0]}
+	o := &bp.op
+	*o = bwdOp{backwardPass: bp, n: n, k: k, outs: outs, give: bp.give[:0]}
 	if bp.data[outs[0]] && bp.slot[outs[0]] >= 0 {
 		o.gy = bp.grads[bp.slot[outs[0]]]
 	}
-	o.contiguous = o.copyGrad
 	bp.freshLayout(nil, nil)
 	// An element-wise op's input gradient follows the incoming one's
 	// layout.
@@ -276,10 +276,9 @@ type bwdOp struct {
 	// autocast's casts, which the engine runs next.
 	give []delivery
 	post []func()
-	// contiguous makes the copy that a kernel takes of a strided incoming
-	// gradient and returns its buffer, or -1 (copyGrad, unless the kind
-	// needs another layout).
-	contiguous func() int32
+	// copyIn, when set, stands for copyGrad: the copy that the kind's
+	// kernels take of the incoming gradient in another layout, or none.
+	copyIn func() int32
 }
 
 // fresh hands input v, if it needs one, a new gradient (grad).
@@ -315,9 +314,13 @@ func (o *bwdOp) pass(v ir.ValueID, contig, whole bool) {
 	o.give = append(o.give, delivery{v, t})
 }
 
-// copyGrad makes the contiguous copy that a kernel takes of a strided
-// incoming gradient, and returns its buffer, or -1.
-func (o *bwdOp) copyGrad() int32 {
+// contiguous makes the copy that a kernel takes of the incoming gradient
+// and returns its buffer, or -1: copyIn's, else a contiguous copy of a
+// strided gradient.
+func (o *bwdOp) contiguous() int32 {
+	if o.copyIn != nil {
+		return o.copyIn()
+	}
 	return o.copyIf(!o.gy.whole || !o.gy.contig, o.bytes(o.outs[0]))
 }
 

@@ -203,6 +203,7 @@ type forwardPass struct {
 	casts     []ir.ValueID
 	decoded   []int32 // the eval head's decoded outputs, alive to the end of the step
 	lossSaved []Buf   // what the training loss keeps for its backward
+	op        fwdOp   // the node that run runs
 }
 
 // backwardPass is the state of the autograd engine: the gradients each
@@ -216,6 +217,7 @@ type backwardPass struct {
 	grads      []gradT
 	paramGrads []int32 // by value: .grad buffer, or -1
 	unrun      []int32 // nodes the backward never reached
+	op         bwdOp   // the node that back runs
 	lossSt     int32
 	seed       int32 // the storage of loss = Σ o.sum()'s expanded seed gradient, or -1
 }

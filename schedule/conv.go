@@ -84,19 +84,19 @@ func convBackward(o *bwdOp) {
 		// cuDNN's channels-last convolution: the incoming gradient
 		// made channels-last (a copy unless it is), the input's
 		// gradient written channels-last.
-		o.contiguous = func() int32 {
+		o.copyIn = func() int32 {
 			return o.copyIf(!gradChannelsLast(o.gy, s.Dims[o.outs[0]]), o.bytes(o.outs[0]))
 		}
 		o.freshLayout(channelsLastStrides(s.Dims[x]), s.Dims[x])
 	}
 	// Under autocast the conv computes low-precision gradients of its
 	// cast input and weight; ToCopyBackward then allocates the
-	// float32 ones and frees those.
-	var params []int32 // pairs of a low-precision gradient and its parameter
-	// A depthwise conv that PyTorch runs with its own kernels
-	// (ConvBackend::CudaDepthwise2d) makes the weight's gradient
-	// before the input's (calibration/torchvision_steps.json).
+	// float32 ones and frees those. A depthwise conv that PyTorch runs
+	// with its own kernels (ConvBackend::CudaDepthwise2d) makes the
+	// weight's gradient before the input's
+	// (calibration/torchvision_steps.json).
 	if o.nativeDepthwise() {
+		var params []int32 // pairs of a low-precision gradient and its parameter
 		for _, w := range n.Inputs[1:] {
 			switch {
 			case w == ir.NoValue || !o.param[w]:
@@ -109,7 +109,9 @@ func convBackward(o *bwdOp) {
 		if o.rg[x] {
 			o.inputGrad(x)
 		}
-		o.castBack(params)
+		for j := 0; j < len(params); j += 2 {
+			o.later(params[j], ir.ValueID(params[j+1]), true)
+		}
 		o.freeScratch(xc)
 		return
 	}
@@ -130,7 +132,9 @@ func convBackward(o *bwdOp) {
 			c = o.contiguous()
 		}
 		if o.autocast() {
-			params = append(params, o.lowGrad(w), int32(w))
+			// The weight's cast was made after the bias's, so its
+			// ToCopyBackward runs first.
+			o.later(o.lowGrad(w), w, true)
 		} else {
 			o.paramGrad(w)
 		}
@@ -152,19 +156,7 @@ func convBackward(o *bwdOp) {
 			}
 		}
 	}
-	// The weight's cast was made after the bias's, so its
-	// ToCopyBackward runs first.
-	o.castBack(params)
 	o.freeScratch(xc)
-}
-
-// castBack has ToCopyBackward turn each low-precision parameter gradient
-// of params, pairs of a storage and its parameter, into the parameter's
-// .grad once the node has run.
-func (o *bwdOp) castBack(params []int32) {
-	for j := 0; j < len(params); j += 2 {
-		o.later(params[j], ir.ValueID(params[j+1]), true)
-	}
 }
 
 // nativeDepthwise reports whether the conv is a depthwise convolution (a

@@ -142,7 +142,7 @@ func linearBackward(o *bwdOp) {
 			o.slot[y] = -1
 			gy = gradT{st: shared, whole: true, contig: true, bytes: o.bytes(y)}
 		}
-		o.contiguous = func() int32 { return -1 }
+		o.copyIn = func() int32 { return -1 }
 	}
 	defer o.freeScratch(shared)
 	if len(s.Dims[x]) > 2 && !o.contig[x] {

@@ -52,7 +52,8 @@ func (fp *forwardPass) run(n *ir.Node, k ir.Eager) {
 	s := fp.s
 	i := n.ID
 	r := &kindRules[k]
-	o := &fwdOp{forwardPass: fp, n: n, i: i, k: k, reads: fp.readsOf(i)}
+	o := &fp.op
+	*o = fwdOp{forwardPass: fp, n: n, i: i, k: k, reads: fp.readsOf(i)}
 	// Under autocast the op's class says its compute type.
 	o.lower = fp.autocast() && fp.class[i] == ir.AutocastLower
 	o.fp32 = fp.autocast() && fp.class[i].Float32()
