@@ -62,11 +62,30 @@ func EinsumLabels(equation string, n int) (operands [][]byte, out []byte, err er
 	return operands, out, nil
 }
 
+// EinsumEquation returns the einsum equation that node n runs: an Einsum's
+// own, or a MatMul's as torch.matmul runs two operands of three or more
+// dims (expand to the batch dims, reshape, bmm): "ABxy,AByz->ABxz" for
+// two of four dims. A MatMul of vectors or matrices, or whose batch dims
+// differ (an expand copies the smaller one), is an error.
+func EinsumEquation(n *Node, s *Shapes) (string, error) {
+	if n.OpType != "MatMul" {
+		a, _ := n.Attr("equation")
+		return a.Str, nil
+	}
+	da, db := s.Dims[n.Inputs[0]], s.Dims[n.Inputs[1]]
+	r := len(da)
+	if r < 3 || len(db) != r || !slices.Equal(da[:r-2], db[:r-2]) || r-2 > 20 {
+		return "", fmt.Errorf("MatMul of dims %v and %v: onnxmem simulates a batched matmul of operands with the same batch dims (a matrix product of two activations of 3 dims or more)", da, db)
+	}
+	batch := "ABCDEFGHIJKLMNOPQRSTUVW"[:r-2]
+	return batch + "xy," + batch + "yz->" + batch + "xz", nil
+}
+
 func isLabel(c byte) bool { return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' }
 
-// einsum infers Einsum's output: each output label's size, the largest
+// inferEinsum infers Einsum's output: each output label's size, the largest
 // of its operands' (a dim of size 1 broadcasts), in the input's type.
-func (c *inferer) einsum() {
+func inferEinsum(c *inferer) {
 	a, _ := c.n.Attr("equation")
 	ops, out, err := EinsumLabels(a.Str, len(c.n.Inputs))
 	if err != nil {

@@ -81,7 +81,7 @@ func (g *Graph) Infer(b Binding) (*Shapes, error) {
 		// A Graph built by hand rather than by Load.
 		ops = make([]opKind, len(g.Nodes))
 		for i := range g.Nodes {
-			ops[i] = opOf(&g.Nodes[i])
+			ops[i] = shapeKindOf(&g.Nodes[i])
 		}
 	}
 	for i := range g.Nodes {

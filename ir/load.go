@@ -93,7 +93,7 @@ func Load(data []byte) (*Graph, error) {
 	}
 	g.ops = make([]opKind, len(g.Nodes))
 	for i := range g.Nodes {
-		g.ops[i] = opOf(&g.Nodes[i])
+		g.ops[i] = shapeKindOf(&g.Nodes[i])
 	}
 	return g, nil
 }

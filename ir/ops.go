@@ -1,8 +1,10 @@
-// The op kinds, the dispatch of shape rules, and the rules of the elementwise
-// and network ops: the same-shape unary ops, broadcasting arithmetic, Cast,
-// Conv, Gemm, MatMul, Dropout, the pools, BatchNormalization, ReduceSum,
-// Resize, Pad and Transpose. Einsum's is in einsum.go; the rules of the ops
-// that rearrange tensors or compute shapes are in shapeops.go.
+// The kinds of shape rule, their dispatch (shapeRules, from each op's row in
+// optable.go), and the rules of the elementwise and network ops: the
+// same-shape unary ops, broadcasting arithmetic, comparisons, Where, Cast,
+// Conv, Gemm, MatMul, attention, Dropout, the pools, BatchNormalization,
+// LayerNormalization, ReduceSum, Resize, Pad and Transpose. Einsum's is in
+// einsum.go; the rules of the ops that rearrange tensors or compute shapes
+// are in shapeops.go.
 
 package ir
 
@@ -12,7 +14,8 @@ import (
 	"slices"
 )
 
-// opKind is a node's op type, resolved once at Load.
+// opKind is the kind of an op's shape rule, from its row in the op table,
+// resolved once at Load.
 type opKind uint8
 
 // The op kinds. Ops that keep their first input's shape and dtype share one.
@@ -53,176 +56,32 @@ const (
 	opUnsqueeze
 )
 
-// opKinds maps the default-domain op types to their kinds.
-var opKinds = map[string]opKind{
-	"Identity": opSameShape, "Sigmoid": opSameShape, "Softmax": opSameShape, "LogSoftmax": opSameShape,
-	"Relu": opSameShape, "LeakyRelu": opSameShape, "Tanh": opSameShape, "HardSigmoid": opSameShape,
-	"HardSwish": opSameShape, "Mish": opSameShape, "Neg": opSameShape, "Exp": opSameShape,
-	"Log": opSameShape, "Sqrt": opSameShape, "Abs": opSameShape, "Erf": opSameShape, "Clip": opSameShape,
-	"Gelu": opSameShape, "LayerNormalization": opLayerNorm, "ScaledDotProductAttention": opAttention, "Contiguous": opSameShape,
-	"Einsum": opEinsum, "MatMul": opMatMul, "Pad": opPad, "Not": opSameShape, "ScatterND": opSameShape,
-	"Add": opBinary, "Sub": opBinary, "Mul": opBinary, "Div": opBinary, "Pow": opBinary,
-	"Less": opCompare, "Greater": opCompare, "Equal": opCompare, "Mod": opBinary, "Where": opWhere,
-	"RandomUniformLike": opRandomLike, "RandomNormalLike": opRandomLike,
-	"BatchNormalization": opBatchNorm, "Cast": opCast, "Concat": opConcat, "Constant": opConstant,
-	"ConstantOfShape": opConstantOfShape, "Conv": opConv, "MaxPool": opPool, "AveragePool": opPool,
-	"Dropout": opDropout, "Flatten": opFlatten, "Gemm": opGemm, "GlobalAveragePool": opGlobalPool,
-	"Expand": opExpand, "Gather": opGather, "Range": opRange, "ReduceSum": opReduceSum, "ReduceMean": opReduceSum, "ReduceL2": opReduceSum,
-	"Reshape": opReshape, "Resize": opResize, "Shape": opShape, "Slice": opSlice, "Split": opSplit,
-	"Squeeze": opSqueeze, "Transpose": opTranspose, "Unsqueeze": opUnsqueeze,
+// shapeKindOf returns the kind of node n's shape rule: its row's, or
+// opUnsupported for an op outside the table.
+func shapeKindOf(n *Node) opKind {
+	r, _ := OpOf(n)
+	return r.shape
 }
 
-// opOf returns the kind of node n's op.
-func opOf(n *Node) opKind {
-	if n.Domain != "" && n.Domain != "ai.onnx" {
-		return opUnsupported
-	}
-	return opKinds[n.OpType]
-}
-
-// node infers the outputs of the current node.
+// node infers the outputs of the current node, whose shape rule is of kind
+// op.
 func (c *inferer) node(op opKind) error {
 	c.err = nil
 	n := c.n
-	for k := range minInputs[op] {
+	r := shapeRules[op]
+	for k := range r.minInputs {
 		if c.in(k) == NoValue {
-			return c.nodeErr(fmt.Errorf("input %d is missing: %s needs %d inputs", k, n.OpType, minInputs[op]))
+			return c.nodeErr(fmt.Errorf("input %d is missing: %s needs %d inputs", k, n.OpType, r.minInputs))
 		}
 	}
-	switch op {
-	case opSameShape:
-		c.sameShape()
-	case opBinary:
-		c.binary()
-	case opCompare:
-		if dims := c.broadcast(c.dims(0), c.dims(1)); dims != nil {
-			c.set(0, Bool, dims)
-			x, okx := c.ints(0)
-			y, oky := c.ints(1)
-			if n, _ := elemsOK(dims, Bool); okx && oky && n <= maxSmall && !isFloat(c.dtype(0)) {
-				out := broadcastFold(dims, c.dims(0), c.dims(1), x, y, func(p, q int64) int64 {
-					var r bool
-					switch c.n.OpType {
-					case "Less":
-						r = p < q
-					case "Greater":
-						r = p > q
-					default:
-						r = p == q
-					}
-					if r {
-						return 1
-					}
-					return 0
-				})
-				c.setData(0, out, nil)
-			}
-		}
-	case opAttention:
-		q, v := c.dims(0), c.dims(2)
-		if len(q) < 2 || len(v) != len(q) {
-			c.fail("q of dims %v and v of dims %v do not fit an attention", q, v)
-			break
-		}
-		d := c.alloc(len(q))
-		copy(d, q)
-		d[len(d)-1] = v[len(v)-1]
-		c.set(0, c.dtype(0), d)
-	case opEinsum:
-		c.einsum()
-	case opMatMul:
-		c.matmul()
-	case opPad:
-		c.pad()
-	case opWhere:
-		d := c.broadcast(c.dims(0), c.dims(1))
-		if d != nil {
-			d = c.broadcast(d, c.dims(2))
-		}
-		if d != nil {
-			c.set(0, c.dtype(1), d)
-			c.whereFold(d)
-		}
-	case opLayerNorm:
-		x := c.dims(0)
-		c.set(0, c.dtype(0), x)
-		axis := int(c.n.IntAttr("axis", -1))
-		if axis < 0 {
-			axis += len(x)
-		}
-		if axis < 0 || axis >= len(x) {
-			c.fail("axis %d out of the input's %d dims", c.n.IntAttr("axis", -1), len(x))
-			break
-		}
-		st := c.alloc(len(x))
-		for k := range st {
-			st[k] = 1
-			if k < axis {
-				st[k] = x[k]
-			}
-		}
-		for k := 1; k < min(len(c.n.Outputs), 3); k++ {
-			c.set(k, Float32, st)
-		}
-	case opRandomLike:
-		c.set(0, DType(c.n.IntAttr("dtype", int64(c.dtype(0)))), c.dims(0))
-	case opBatchNorm:
-		c.set(0, c.dtype(0), c.dims(0))
-		for k := 1; k < min(len(n.Outputs), 5); k++ {
-			c.set(k, c.dtype(min(k+2, 4)), c.dims(1)) // running or saved mean and var
-		}
-	case opCast:
-		c.cast()
-	case opConcat:
-		c.concat()
-	case opConstant:
-		c.constant()
-	case opConstantOfShape:
-		c.constantOfShape()
-	case opConv:
-		c.conv()
-	case opDropout:
-		c.set(0, c.dtype(0), c.dims(0))
-		c.set(1, Bool, c.dims(0)) // the mask
-	case opFlatten:
-		c.flatten()
-	case opGemm:
-		c.gemm()
-	case opGlobalPool:
-		c.globalPool()
-	case opPool:
-		c.pool()
-	case opExpand:
-		c.expand()
-	case opGather:
-		c.gather()
-	case opRange:
-		c.rangeOp()
-	case opReduceSum:
-		c.reduceSum()
-	case opReshape:
-		c.reshape()
-	case opResize:
-		c.resize()
-	case opShape:
-		c.shape()
-	case opSlice:
-		c.slice()
-	case opSplit:
-		c.split()
-	case opSqueeze:
-		c.squeeze()
-	case opTranspose:
-		c.transpose()
-	case opUnsqueeze:
-		c.unsqueeze()
-	default:
+	if r.infer == nil {
 		op := n.OpType
 		if n.Domain != "" {
 			op = n.Domain + "." + op
 		}
 		return fmt.Errorf("ir: node %q: %w %s: onnxmem has no shape rule for it; export with opset 17 and the training-mode, unfused graph (do_constant_folding=False, training=TrainingMode.TRAINING), or open an issue to add shape rules for %s", n.Name, ErrUnsupportedOp, op, op)
 	}
+	r.infer(c)
 	for k, v := range n.Outputs {
 		if v != NoValue && c.s.Dims[v] == nil && c.err == nil {
 			c.fail("%s has no output %d", n.OpType, k)
@@ -234,24 +93,165 @@ func (c *inferer) node(op opKind) error {
 	return nil
 }
 
-// minInputs is the number of leading inputs that each op kind requires.
-var minInputs = [...]int{
-	opSameShape: 1, opBinary: 2, opCompare: 2, opRandomLike: 1, opLayerNorm: 2, opWhere: 3, opAttention: 3, opEinsum: 1, opMatMul: 2, opPad: 2, opBatchNorm: 5, opCast: 1, opConcat: 1,
-	opConstantOfShape: 1, opConv: 2, opDropout: 1, opFlatten: 1, opGemm: 2, opGlobalPool: 1, opPool: 1, opExpand: 2, opGather: 2,
-	opRange: 3, opReduceSum: 1, opReshape: 2, opResize: 1, opShape: 1,
-	opSlice: 1, opSplit: 1, opSqueeze: 1, opTranspose: 1, opUnsqueeze: 1,
+// shapeRule is a kind of shape rule: the number of leading inputs it
+// requires, and the rule, which sets the current node's outputs or records
+// an error (inferer.fail).
+type shapeRule struct {
+	minInputs int
+	infer     func(c *inferer)
 }
 
-// sameShape passes the first input's dims, dtype and contents through.
-func (c *inferer) sameShape() {
+// shapeRules are the rules of the op kinds; opUnsupported has none.
+var shapeRules = [...]shapeRule{
+	opSameShape:       {1, inferSameShape},
+	opBinary:          {2, inferBinary},
+	opCompare:         {2, inferCompare},
+	opRandomLike:      {1, inferRandomLike},
+	opLayerNorm:       {2, inferLayerNorm},
+	opWhere:           {3, inferWhere},
+	opAttention:       {3, inferAttention},
+	opEinsum:          {1, inferEinsum},
+	opMatMul:          {2, inferMatMul},
+	opPad:             {2, inferPad},
+	opBatchNorm:       {5, inferBatchNorm},
+	opCast:            {1, inferCast},
+	opConcat:          {1, inferConcat},
+	opConstant:        {0, inferConstant},
+	opConstantOfShape: {1, inferConstantOfShape},
+	opConv:            {2, inferConv},
+	opDropout:         {1, inferDropout},
+	opFlatten:         {1, inferFlatten},
+	opGemm:            {2, inferGemm},
+	opGlobalPool:      {1, inferGlobalPool},
+	opPool:            {1, inferPool},
+	opExpand:          {2, inferExpand},
+	opGather:          {2, inferGather},
+	opRange:           {3, inferRange},
+	opReduceSum:       {1, inferReduce},
+	opReshape:         {2, inferReshape},
+	opResize:          {1, inferResize},
+	opShape:           {1, inferShape},
+	opSlice:           {1, inferSlice},
+	opSplit:           {1, inferSplit},
+	opSqueeze:         {1, inferSqueeze},
+	opTranspose:       {1, inferTranspose},
+	opUnsqueeze:       {1, inferUnsqueeze},
+}
+
+// inferCompare is the rule of Less, Greater and Equal: the inputs
+// broadcast, bool; small integer contents fold.
+func inferCompare(c *inferer) {
+	dims := c.broadcast(c.dims(0), c.dims(1))
+	if dims == nil {
+		return
+	}
+	c.set(0, Bool, dims)
+	x, okx := c.ints(0)
+	y, oky := c.ints(1)
+	if n, _ := elemsOK(dims, Bool); okx && oky && n <= maxSmall && !isFloat(c.dtype(0)) {
+		out := broadcastFold(dims, c.dims(0), c.dims(1), x, y, func(p, q int64) int64 {
+			var r bool
+			switch c.n.OpType {
+			case "Less":
+				r = p < q
+			case "Greater":
+				r = p > q
+			default:
+				r = p == q
+			}
+			if r {
+				return 1
+			}
+			return 0
+		})
+		c.setData(0, out, nil)
+	}
+}
+
+// inferAttention is the rule of ScaledDotProductAttention(q, k, v), the
+// generic family's fusion: q's dims but the last, which is v's.
+func inferAttention(c *inferer) {
+	q, v := c.dims(0), c.dims(2)
+	if len(q) < 2 || len(v) != len(q) {
+		c.fail("q of dims %v and v of dims %v do not fit an attention", q, v)
+		return
+	}
+	d := c.alloc(len(q))
+	copy(d, q)
+	d[len(d)-1] = v[len(v)-1]
+	c.set(0, c.dtype(0), d)
+}
+
+// inferWhere is the rule of Where: the three inputs broadcast, the type of
+// X; small integer contents fold.
+func inferWhere(c *inferer) {
+	d := c.broadcast(c.dims(0), c.dims(1))
+	if d != nil {
+		d = c.broadcast(d, c.dims(2))
+	}
+	if d != nil {
+		c.set(0, c.dtype(1), d)
+		whereFold(c, d)
+	}
+}
+
+// inferLayerNorm is the rule of LayerNormalization: the input's dims; the
+// mean and inverse std (outputs 1 and 2) have the normalized axes 1.
+func inferLayerNorm(c *inferer) {
+	x := c.dims(0)
+	c.set(0, c.dtype(0), x)
+	axis := int(c.n.IntAttr("axis", -1))
+	if axis < 0 {
+		axis += len(x)
+	}
+	if axis < 0 || axis >= len(x) {
+		c.fail("axis %d out of the input's %d dims", c.n.IntAttr("axis", -1), len(x))
+		return
+	}
+	st := c.alloc(len(x))
+	for k := range st {
+		st[k] = 1
+		if k < axis {
+			st[k] = x[k]
+		}
+	}
+	for k := 1; k < min(len(c.n.Outputs), 3); k++ {
+		c.set(k, Float32, st)
+	}
+}
+
+// inferRandomLike is the rule of RandomUniformLike and RandomNormalLike:
+// the input's dims, the dtype attribute's type.
+func inferRandomLike(c *inferer) {
+	c.set(0, DType(c.n.IntAttr("dtype", int64(c.dtype(0)))), c.dims(0))
+}
+
+// inferBatchNorm is the rule of BatchNormalization: the input's dims; the
+// running or saved mean and variance (outputs 1 to 4) the scale's.
+func inferBatchNorm(c *inferer) {
+	c.set(0, c.dtype(0), c.dims(0))
+	for k := 1; k < min(len(c.n.Outputs), 5); k++ {
+		c.set(k, c.dtype(min(k+2, 4)), c.dims(1))
+	}
+}
+
+// inferDropout is the rule of Dropout: the input's dims, and a bool mask of
+// them.
+func inferDropout(c *inferer) {
+	c.set(0, c.dtype(0), c.dims(0))
+	c.set(1, Bool, c.dims(0))
+}
+
+// inferSameShape passes the first input's dims, dtype and contents through.
+func inferSameShape(c *inferer) {
 	c.set(0, c.dtype(0), c.dims(0))
 	if c.n.OpType == "Identity" {
 		c.passData()
 	}
 }
 
-// binary is the rule of the broadcasting elementwise ops.
-func (c *inferer) binary() {
+// inferBinary is the rule of the broadcasting elementwise ops.
+func inferBinary(c *inferer) {
 	a, b := c.dims(0), c.dims(1)
 	dims := c.broadcast(a, b)
 	if dims == nil {
@@ -266,13 +266,13 @@ func (c *inferer) binary() {
 		x, okx := c.floats(0)
 		y, oky := c.floats(1)
 		if okx && oky {
-			c.setData(0, nil, broadcastFold(dims, a, b, x, y, c.floatOp()))
+			c.setData(0, nil, broadcastFold(dims, a, b, x, y, floatOp(c)))
 		}
 		return
 	}
 	x, okx := c.ints(0)
 	y, oky := c.ints(1)
-	if op := c.intOp(); okx && oky && op != nil {
+	if op := intOp(c); okx && oky && op != nil {
 		if out := broadcastFold(dims, a, b, x, y, op); c.err == nil {
 			c.setData(0, out, nil)
 		}
@@ -291,7 +291,7 @@ func broadcastFold[T int64 | float64](dims, a, b []int64, x, y []T, op func(p, q
 
 // intOp returns the current node's arithmetic on int64s, which records
 // overflow and division by zero; nil for ops that are not folded.
-func (c *inferer) intOp() func(p, q int64) int64 {
+func intOp(c *inferer) func(p, q int64) int64 {
 	switch c.n.OpType {
 	case "Add":
 		return c.add
@@ -331,7 +331,7 @@ func (c *inferer) intOp() func(p, q int64) int64 {
 }
 
 // floatOp returns the current node's arithmetic on float64s.
-func (c *inferer) floatOp() func(p, q float64) float64 {
+func floatOp(c *inferer) func(p, q float64) float64 {
 	switch c.n.OpType {
 	case "Add":
 		return func(p, q float64) float64 { return p + q }
@@ -400,10 +400,10 @@ func (c *inferer) broadcast(a, b []int64) []int64 {
 	return d
 }
 
-// matmul is numpy's matmul: [..., n, k] @ [..., k, m] is [..., n, m], the
+// inferMatMul is numpy's matmul: [..., n, k] @ [..., k, m] is [..., n, m], the
 // batch dims broadcast; a 1-D operand is a row (left) or a column (right)
 // vector whose dim the output drops.
-func (c *inferer) matmul() {
+func inferMatMul(c *inferer) {
 	a, b := c.dims(0), c.dims(1)
 	if len(a) == 0 || len(b) == 0 {
 		c.fail("MatMul of a scalar (dims %v and %v)", a, b)
@@ -439,9 +439,9 @@ func (c *inferer) matmul() {
 	c.set(0, c.dtype(0), d)
 }
 
-// pad grows each axis of the input by its pads (input 1, [begins...,
+// inferPad grows each axis of the input by its pads (input 1, [begins...,
 // ends...], of the axes listed in input 3 or of all): negative pads crop.
-func (c *inferer) pad() {
+func inferPad(c *inferer) {
 	x := c.dims(0)
 	pads, ok := c.ints(1)
 	if !ok {
@@ -478,8 +478,8 @@ func (c *inferer) pad() {
 	c.set(0, c.dtype(0), d)
 }
 
-// cast changes the dtype and converts folded contents.
-func (c *inferer) cast() {
+// inferCast changes the dtype and converts folded contents.
+func inferCast(c *inferer) {
 	to := DType(c.n.IntAttr("to", int64(c.dtype(0))))
 	c.set(0, to, c.dims(0))
 	v := c.in(0)
@@ -494,8 +494,8 @@ func (c *inferer) cast() {
 	}
 }
 
-// conv is the rule of Conv: [N C spatial…] * [M C/group k…] → [N M out…].
-func (c *inferer) conv() {
+// inferConv is the rule of Conv: [N C spatial…] * [M C/group k…] → [N M out…].
+func inferConv(c *inferer) {
 	x, w := c.dims(0), c.dims(1)
 	if len(x) < 3 || len(w) != len(x) {
 		c.fail("input dims %v and weight dims %v do not fit a convolution", x, w)
@@ -508,13 +508,13 @@ func (c *inferer) conv() {
 	}
 	d := c.alloc(len(x))
 	d[0], d[1] = x[0], w[0]
-	c.window(d, x, w[2:])
+	window(c, d, x, w[2:])
 	c.set(0, c.dtype(0), d)
 }
 
-// gemm is the rule of Gemm: op(A) [M K] · op(B) [K N] (+ C, broadcast to
+// inferGemm is the rule of Gemm: op(A) [M K] · op(B) [K N] (+ C, broadcast to
 // [M N]) → [M N], op transposing when transA or transB is set.
-func (c *inferer) gemm() {
+func inferGemm(c *inferer) {
 	a, b := c.dims(0), c.dims(1)
 	// A of more than two dims (without transA) is a linear layer over its
 	// last dim: the generic family fuses MatMul(x, Transpose(W)) + Add(b)
@@ -565,8 +565,8 @@ func (c *inferer) gemm() {
 	c.set(0, c.dtype(0), d)
 }
 
-// globalPool is the rule of GlobalAveragePool: [N C spatial…] → [N C 1…].
-func (c *inferer) globalPool() {
+// inferGlobalPool is the rule of GlobalAveragePool: [N C spatial…] → [N C 1…].
+func inferGlobalPool(c *inferer) {
 	x := c.dims(0)
 	if len(x) < 3 {
 		c.fail("input dims %v have no spatial axes", x)
@@ -580,9 +580,9 @@ func (c *inferer) globalPool() {
 	c.set(0, c.dtype(0), d)
 }
 
-// pool is the rule of MaxPool and AveragePool: [N C spatial…] → [N C out…]. A
+// inferPool is the rule of MaxPool and AveragePool: [N C spatial…] → [N C out…]. A
 // second MaxPool output (indices) has the same dims, as int64.
-func (c *inferer) pool() {
+func inferPool(c *inferer) {
 	x := c.dims(0)
 	if len(x) < 3 {
 		c.fail("input dims %v have no spatial axes", x)
@@ -595,14 +595,14 @@ func (c *inferer) pool() {
 	}
 	d := c.alloc(len(x))
 	d[0], d[1] = x[0], x[1]
-	c.window(d, x, kernel)
+	window(c, d, x, kernel)
 	c.set(0, c.dtype(0), d)
 	c.set(1, Int64, d)
 }
 
 // window fills the spatial dims d[2:] of a sliding window over x, from the
 // node's kernel, strides, pads, dilations, auto_pad and ceil_mode.
-func (c *inferer) window(d, x, kernel []int64) {
+func window(c *inferer, d, x, kernel []int64) {
 	n := c.n
 	rank := len(kernel)
 	if ks := n.IntsAttr("kernel_shape"); ks != nil && !slices.Equal(ks, kernel) {
@@ -642,7 +642,7 @@ func (c *inferer) window(d, x, kernel []int64) {
 			if pads != nil {
 				head, tail = pads[i], pads[rank+i]
 			}
-			d[2+i] = c.outSize(c.add(c.add(in, head), tail), span, s, ceil, in)
+			d[2+i] = outSize(c, c.add(c.add(in, head), tail), span, s, ceil, in)
 			if ceil && d[2+i] > 0 && c.mul(d[2+i]-1, s) >= c.add(in, head) {
 				d[2+i]-- // the last window must start inside the input or its head pad
 			}
@@ -654,7 +654,7 @@ func (c *inferer) window(d, x, kernel []int64) {
 }
 
 // outSize is the number of windows of extent span, stride s, over padded.
-func (c *inferer) outSize(padded, span, s int64, ceil bool, in int64) int64 {
+func outSize(c *inferer, padded, span, s int64, ceil bool, in int64) int64 {
 	if padded < span {
 		c.fail("window of extent %d does not fit input size %d (padded %d)", span, in, padded)
 		return 0
@@ -665,9 +665,9 @@ func (c *inferer) outSize(padded, span, s int64, ceil bool, in int64) int64 {
 	return (padded-span)/s + 1
 }
 
-// reduceSum removes, or keeps as 1, the reduced axes (ReduceSum and
+// inferReduce removes, or keeps as 1, the reduced axes (ReduceSum and
 // ReduceMean).
-func (c *inferer) reduceSum() {
+func inferReduce(c *inferer) {
 	x := c.dims(0)
 	axes, ok := c.axes()
 	if !ok {
@@ -694,8 +694,8 @@ func (c *inferer) reduceSum() {
 	c.set(0, c.dtype(0), d)
 }
 
-// resize scales the spatial dims: to sizes when given, else floor(dim·scale).
-func (c *inferer) resize() {
+// inferResize scales the spatial dims: to sizes when given, else floor(dim·scale).
+func inferResize(c *inferer) {
 	x := c.dims(0)
 	scalesAt, sizesAt := 2, 3
 	if len(c.n.Inputs) == 2 { // opset 10: X, scales
@@ -718,9 +718,9 @@ func (c *inferer) resize() {
 	scales, scalesKnown := c.floats(scalesAt)
 	switch {
 	case len(sizes) > 0:
-		c.resizeAxes(d, axes, len(sizes), func(j int, _ int64) int64 { return sizes[j] })
+		resizeAxes(c, d, axes, len(sizes), func(j int, _ int64) int64 { return sizes[j] })
 	case len(scales) > 0:
-		c.resizeAxes(d, axes, len(scales), func(j int, in int64) int64 {
+		resizeAxes(c, d, axes, len(scales), func(j int, in int64) int64 {
 			size := math.Floor(float64(in) * scales[j])
 			if !(size >= 0 && size < math.MaxInt64) {
 				c.fail("scale %v of dim %d gives size %v", scales[j], in, size)
@@ -740,7 +740,7 @@ func (c *inferer) resize() {
 }
 
 // resizeAxes sets d[axes[j]] = size(j, d[axes[j]]) for n given entries.
-func (c *inferer) resizeAxes(d []int64, axes []int64, n int, size func(j int, in int64) int64) {
+func resizeAxes(c *inferer, d []int64, axes []int64, n int, size func(j int, in int64) int64) {
 	if n != len(axes) {
 		c.fail("%d sizes or scales for %d axes of dims %v", n, len(axes), d)
 		return
@@ -754,8 +754,8 @@ func (c *inferer) resizeAxes(d []int64, axes []int64, n int, size func(j int, in
 	}
 }
 
-// transpose permutes the dims (reverses them by default).
-func (c *inferer) transpose() {
+// inferTranspose permutes the dims (reverses them by default).
+func inferTranspose(c *inferer) {
 	x := c.dims(0)
 	perm := c.n.IntsAttr("perm")
 	d := c.alloc(len(x))
@@ -802,20 +802,9 @@ func (c *inferer) transpose() {
 	}
 }
 
-// ShapeOps lists the default-domain ONNX ops that Infer has shape rules for,
-// sorted.
-func ShapeOps() []string {
-	out := make([]string, 0, len(opKinds))
-	for op := range opKinds {
-		out = append(out, op)
-	}
-	slices.Sort(out)
-	return out
-}
-
 // whereFold folds Where over small integer contents (shape arithmetic such
 // as an Expand's -1 sizes): out = cond ? x : y, element by element.
-func (c *inferer) whereFold(dims []int64) {
+func whereFold(c *inferer, dims []int64) {
 	if n, _ := elemsOK(dims, c.dtype(1)); n > maxSmall || isFloat(c.dtype(1)) {
 		return
 	}

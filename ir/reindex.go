@@ -45,7 +45,7 @@ func (g *Graph) Reindex() error {
 	}
 	g.ops = make([]opKind, len(g.Nodes))
 	for i := range g.Nodes {
-		g.ops[i] = opOf(&g.Nodes[i])
+		g.ops[i] = shapeKindOf(&g.Nodes[i])
 	}
 	return nil
 }

@@ -6,8 +6,8 @@ package ir
 
 import "math"
 
-// concat joins its inputs along axis.
-func (c *inferer) concat() {
+// inferConcat joins its inputs along axis.
+func inferConcat(c *inferer) {
 	first := c.dims(0)
 	ax := c.axis(c.n.IntAttr("axis", 0), len(first))
 	if c.err != nil {
@@ -63,8 +63,8 @@ func joinData[T int64 | float64](c *inferer, contents func(k int) ([]T, bool)) [
 	return out
 }
 
-// constant gives a Constant node's output the dims and contents of its value.
-func (c *inferer) constant() {
+// inferConstant gives a Constant node's output the dims and contents of its value.
+func inferConstant(c *inferer) {
 	dt, dims, ints, floats, ok := constantOf(c.n.Attrs)
 	if !ok {
 		c.fail("no value attribute")
@@ -77,16 +77,16 @@ func (c *inferer) constant() {
 	}
 }
 
-// constantOfShape makes a tensor of the shape its input holds.
-func (c *inferer) constantOfShape() {
+// inferConstantOfShape makes a tensor of the shape its input holds.
+func inferConstantOfShape(c *inferer) {
 	shape, ok := c.ints(0)
 	if !ok {
-		c.set(0, c.constantOfShapeType(), c.declared(0, c.unknown(0)))
+		c.set(0, constantOfShapeType(c), c.declared(0, c.unknown(0)))
 		return
 	}
 	d := c.alloc(len(shape))
 	copy(d, shape)
-	dt := c.constantOfShapeType()
+	dt := constantOfShapeType(c)
 	c.set(0, dt, d)
 	if n, _ := elemsOK(d, dt); c.err != nil || n > maxSmall {
 		return
@@ -116,15 +116,15 @@ func (c *inferer) constantOfShape() {
 
 // constantOfShapeType is the dtype of ConstantOfShape's value (float32 by
 // default).
-func (c *inferer) constantOfShapeType() DType {
+func constantOfShapeType(c *inferer) DType {
 	if a, ok := c.n.Attr("value"); ok && a.Kind == AttrTensor {
 		return a.DType
 	}
 	return Float32
 }
 
-// expand broadcasts the input to the shape its second input holds.
-func (c *inferer) expand() {
+// inferExpand broadcasts the input to the shape its second input holds.
+func inferExpand(c *inferer) {
 	shape, ok := c.ints(1)
 	if !ok {
 		c.set(0, c.dtype(0), c.declared(0, c.unknown(1)))
@@ -133,8 +133,8 @@ func (c *inferer) expand() {
 	c.set(0, c.dtype(0), c.broadcast(c.dims(0), shape))
 }
 
-// gather picks entries along axis: dims[:axis] + indices dims + dims[axis+1:].
-func (c *inferer) gather() {
+// inferGather picks entries along axis: dims[:axis] + indices dims + dims[axis+1:].
+func inferGather(c *inferer) {
 	x, idx := c.dims(0), c.dims(1)
 	ax := c.axis(c.n.IntAttr("axis", 0), len(x))
 	if c.err != nil {
@@ -164,8 +164,8 @@ func (c *inferer) gather() {
 	c.setData(0, out, nil)
 }
 
-// rangeOp is Range(start, limit, delta): ceil((limit-start)/delta) elements.
-func (c *inferer) rangeOp() {
+// inferRange is Range(start, limit, delta): ceil((limit-start)/delta) elements.
+func inferRange(c *inferer) {
 	var v [3]float64
 	for k := range v {
 		f, ok := c.floats(k)
@@ -229,14 +229,14 @@ func (c *inferer) normAxes(axes []int64, r int) []bool {
 	return mask
 }
 
-// reshape gives the input the shape its second input holds (0 copies a dim
+// inferReshape gives the input the shape its second input holds (0 copies a dim
 // unless allowzero, -1 takes what is left).
-func (c *inferer) reshape() {
+func inferReshape(c *inferer) {
 	x := c.dims(0)
 	shape, ok := c.ints(1)
 	var d []int64
 	if ok {
-		d = c.reshaped(x, shape)
+		d = reshaped(c, x, shape)
 	} else {
 		d = c.declared(0, c.unknown(1))
 	}
@@ -252,9 +252,9 @@ func (c *inferer) reshape() {
 	c.passData()
 }
 
-// flatten is the rule of Flatten: the dims before axis and from axis on
+// inferFlatten is the rule of Flatten: the dims before axis and from axis on
 // each become one, [d0·…·d(axis-1), d(axis)·…]; the contents pass through.
-func (c *inferer) flatten() {
+func inferFlatten(c *inferer) {
 	x := c.dims(0)
 	a := c.n.IntAttr("axis", 1)
 	if a < 0 {
@@ -278,7 +278,7 @@ func (c *inferer) flatten() {
 }
 
 // reshaped resolves a Reshape shape against input dims x.
-func (c *inferer) reshaped(x, shape []int64) []int64 {
+func reshaped(c *inferer, x, shape []int64) []int64 {
 	allowZero := c.n.IntAttr("allowzero", 0) != 0
 	d := c.alloc(len(shape))
 	infer, known := -1, int64(1)
@@ -311,8 +311,8 @@ func (c *inferer) reshaped(x, shape []int64) []int64 {
 	return d
 }
 
-// shape returns the input's dims (from start to end) as data.
-func (c *inferer) shape() {
+// inferShape returns the input's dims (from start to end) as data.
+func inferShape(c *inferer) {
 	x := c.dims(0)
 	start, end := clampRange(c.n.IntAttr("start", 0), c.n.IntAttr("end", int64(len(x))), int64(len(x)))
 	d := c.alloc(1)
@@ -335,9 +335,9 @@ func clampRange(start, end, n int64) (int64, int64) {
 	return min(max(start, 0), n), min(max(end, 0), n)
 }
 
-// slice is Slice with starts, ends, axes and steps as inputs (opset 10+) or
+// inferSlice is Slice with starts, ends, axes and steps as inputs (opset 10+) or
 // attributes (opset 1-9).
-func (c *inferer) slice() {
+func inferSlice(c *inferer) {
 	x := c.dims(0)
 	var starts, ends, axes, steps []int64
 	known := true
@@ -447,10 +447,10 @@ func sliceLen(start, end, step, n int64) (count, first int64) {
 	return (start-end-1)/-step + 1, start
 }
 
-// split divides the input along axis into the outputs, by the 'split'
+// inferSplit divides the input along axis into the outputs, by the 'split'
 // attribute (opset < 13), the second input (opset 13+), num_outputs (opset 18+)
 // or evenly.
-func (c *inferer) split() {
+func inferSplit(c *inferer) {
 	x := c.dims(0)
 	ax := c.axis(c.n.IntAttr("axis", 0), len(x))
 	if c.err != nil {
@@ -461,7 +461,7 @@ func (c *inferer) split() {
 	if sizes == nil {
 		s, ok := c.ints(1)
 		if !ok {
-			c.splitDeclared(x, ax)
+			splitDeclared(c, x, ax)
 			return
 		}
 		sizes = s
@@ -516,7 +516,7 @@ func floatPart(f []float64, at, n int64) []float64 {
 
 // splitDeclared sizes Split's outputs from their declared dims along the axis
 // when the split sizes are unknown; the other dims follow the input.
-func (c *inferer) splitDeclared(x []int64, ax int) {
+func splitDeclared(c *inferer, x []int64, ax int) {
 	for k := range c.n.Outputs {
 		decl := c.declared(k, c.unknown(1))
 		if c.err != nil {
@@ -531,8 +531,8 @@ func (c *inferer) splitDeclared(x []int64, ax int) {
 	}
 }
 
-// squeeze removes the given axes of size 1, or all of them.
-func (c *inferer) squeeze() {
+// inferSqueeze removes the given axes of size 1, or all of them.
+func inferSqueeze(c *inferer) {
 	x := c.dims(0)
 	axes, ok := c.axes()
 	if !ok {
@@ -559,8 +559,8 @@ func (c *inferer) squeeze() {
 	c.passData()
 }
 
-// unsqueeze inserts axes of size 1.
-func (c *inferer) unsqueeze() {
+// inferUnsqueeze inserts axes of size 1.
+func inferUnsqueeze(c *inferer) {
 	x := c.dims(0)
 	axes, ok := c.axes()
 	if !ok {

@@ -10,31 +10,31 @@ import (
 // loss emits loss = sum(o.sum() for o in outputs): each term and each partial
 // sum is a 4-byte tensor. A graph of one output takes loss = out.sum(), the
 // term itself.
-func (b *builder) loss() {
-	b.phase = LossPhase
-	b.node = -1
-	b.lossSt = -1
-	if len(b.g.Outputs) == 1 {
-		b.lossSt = b.alloc(b.scalarBytes(), Scalar, ir.NoValue)
+func (bp *backwardPass) loss() {
+	bp.phase = LossPhase
+	bp.node = -1
+	bp.lossSt = -1
+	if len(bp.g.Outputs) == 1 {
+		bp.lossSt = bp.alloc(bp.scalarBytes(), Scalar, ir.NoValue)
 		return
 	}
-	for range b.g.Outputs {
-		term := b.alloc(4, Scalar, ir.NoValue)
-		sum := b.alloc(4, Scalar, ir.NoValue)
-		if b.lossSt >= 0 {
-			b.unref(b.lossSt)
+	for range bp.g.Outputs {
+		term := bp.alloc(4, Scalar, ir.NoValue)
+		sum := bp.alloc(4, Scalar, ir.NoValue)
+		if bp.lossSt >= 0 {
+			bp.unref(bp.lossSt)
 		}
-		b.unref(term)
-		b.lossSt = sum
+		bp.unref(term)
+		bp.lossSt = sum
 	}
 }
 
 // scalarBytes is the size of the loss and of its seed gradient: 4 bytes,
 // or, for out.sum() of a graph's only output, that output's element (a
 // float16 sum of a float16 output under autocast).
-func (b *builder) scalarBytes() int64 {
-	if len(b.g.Outputs) == 1 {
-		if sz := b.dt[b.g.Outputs[0]].Size(); sz > 0 {
+func (bp *backwardPass) scalarBytes() int64 {
+	if len(bp.g.Outputs) == 1 {
+		if sz := bp.dt[bp.g.Outputs[0]].Size(); sz > 0 {
 			return sz
 		}
 	}
@@ -46,40 +46,40 @@ func (b *builder) scalarBytes() int64 {
 // contiguous copy of a strided incoming gradient and any workspace), then its
 // incoming gradients are released, then its saved tensors, and then the new
 // gradients are summed into their targets' buffers.
-func (b *builder) backward() error {
-	g := b.g
-	b.phase = Backward
-	b.node = -1
-	for i := range b.slot {
-		b.slot[i] = -1
+func (bp *backwardPass) backward() error {
+	g := bp.g
+	bp.phase = Backward
+	bp.node = -1
+	for i := range bp.slot {
+		bp.slot[i] = -1
 	}
 	ones := int32(-1)
-	b.seed = -1
-	if b.cfg.Train != nil && b.cfg.Train.Loss != nil {
-		if err := b.seedFromLoss(); err != nil {
+	bp.seed = -1
+	if bp.cfg.Train != nil && bp.cfg.Train.Loss != nil {
+		if err := bp.seedFromLoss(); err != nil {
 			return err
 		}
 	} else {
 		// d(sum)/d(o) is a one-element tensor expanded to o's shape.
-		ones = b.alloc(b.scalarBytes(), Scalar, ir.NoValue)
-		b.seed = ones
+		ones = bp.alloc(bp.scalarBytes(), Scalar, ir.NoValue)
+		bp.seed = ones
 		for _, o := range g.Outputs {
-			if b.rg[o] {
-				b.ref(ones)
-				b.accumulate(o, gradT{st: ones, bytes: b.bytes(o)})
+			if bp.rg[o] {
+				bp.ref(ones)
+				bp.accumulate(o, gradT{st: ones, bytes: bp.bytes(o)})
 			}
 		}
 	}
-	leader := b.sliceGroups()
-	b.unrun = nil
+	leader := bp.sliceGroups()
+	bp.unrun = nil
 	for i := len(g.Nodes) - 1; i >= 0; i-- {
-		k := b.kind[i]
-		if k == opMeta || k == opSkip || leader[i] != int32(i) {
+		k := bp.kind[i]
+		if !k.RunsOnData() || leader[i] != int32(i) {
 			continue
 		}
 		n := &g.Nodes[i]
 		outs := n.Outputs
-		if k == opView && (n.OpType == "Slice") {
+		if k == ir.EagerSlice {
 			outs = nil
 			for j := i; j < len(g.Nodes); j++ {
 				if leader[j] == int32(i) {
@@ -89,62 +89,52 @@ func (b *builder) backward() error {
 		}
 		any := false
 		for _, o := range outs {
-			any = any || (b.data[o] && b.slot[o] >= 0)
+			any = any || (bp.data[o] && bp.slot[o] >= 0)
 		}
-		c := b.chunkOf[i]
+		c := bp.cp.chunkOf[i]
 		if !any {
-			b.unrun = append(b.unrun, int32(i))
+			bp.unrun = append(bp.unrun, int32(i))
 		} else {
-			b.node = int32(i)
-			if c >= 0 && !b.ck[c].recomputed && b.hadSave[i] {
-				b.recompute(c)
+			bp.node = int32(i)
+			if c >= 0 && !bp.cp.chunks[c].recomputed && bp.cp.hadSave[i] {
+				bp.cp.recompute(c)
 			}
-			b.back(n, k, outs)
-			b.derivedGrads(n)
+			bp.back(n, k, outs)
+			bp.derivedGrads(n)
 		}
-		if c >= 0 && b.ck[c].nodes[0] == int32(i) {
-			b.node = int32(i)
-			b.releaseFrame(c)
+		if c >= 0 && bp.cp.chunks[c].nodes[0] == int32(i) {
+			bp.node = int32(i)
+			bp.cp.releaseFrame(c)
 		}
 	}
-	b.node = -1
+	bp.node = -1
 	// The graph's root keeps the seed gradient to the end.
 	if ones >= 0 {
-		b.unref(ones)
+		bp.unref(ones)
 	}
 	return nil
 }
 
-// firstSaver returns chunk c's first node that saved a tensor, or -1.
-func (b *builder) firstSaver(c int) int32 {
-	for _, i := range b.ck[c].nodes {
-		if b.hadSave[i] {
-			return i
-		}
-	}
-	return -1
-}
-
 // setSlot stores t as the first gradient of v.
-func (b *builder) setSlot(v ir.ValueID, t gradT) {
-	b.grads = append(b.grads, t)
-	b.slot[v] = int32(len(b.grads) - 1)
+func (bp *backwardPass) setSlot(v ir.ValueID, t gradT) {
+	bp.grads = append(bp.grads, t)
+	bp.slot[v] = int32(len(bp.grads) - 1)
 }
 
 // sliceGroups maps each node to the node whose autograd node it belongs to:
 // Slices of one tensor along one axis are one chunk() call, whose SplitBackward
 // runs once for all pieces.
-func (b *builder) sliceGroups() []int32 {
-	g := b.g
+func (bp *backwardPass) sliceGroups() []int32 {
+	g := bp.g
 	leader := make([]int32, len(g.Nodes))
 	first := map[[2]int64]int32{}
 	for i := range g.Nodes {
 		leader[i] = int32(i)
 		n := &g.Nodes[i]
-		if b.kind[i] != opView || n.OpType != "Slice" {
+		if bp.kind[i] != ir.EagerSlice {
 			continue
 		}
-		key := [2]int64{int64(n.Inputs[0]), int64(b.axisOf(n))}
+		key := [2]int64{int64(n.Inputs[0]), int64(bp.axisOf(n))}
 		if l, ok := first[key]; ok {
 			leader[i] = l
 		} else {
@@ -155,12 +145,12 @@ func (b *builder) sliceGroups() []int32 {
 }
 
 // grad allocates a fresh gradient of value v: contiguous, or in the node's
-// fresh layout (freshOrder) when v has its dims.
-func (b *builder) grad(v ir.ValueID) gradT {
-	st := b.alloc(b.bytes(v), Grad, v)
-	t := gradT{st: st, whole: true, contig: true, bytes: b.bytes(v)}
-	if b.freshStr != nil && slices.Equal(b.s.Dims[v], b.freshDims) {
-		t = withStrides(t, b.freshDims, b.freshStr)
+// fresh layout (freshLayout) when v has its dims.
+func (bp *backwardPass) grad(v ir.ValueID) gradT {
+	st := bp.alloc(bp.bytes(v), Grad, v)
+	t := gradT{st: st, whole: true, contig: true, bytes: bp.bytes(v)}
+	if bp.freshStr != nil && slices.Equal(bp.s.Dims[v], bp.freshDims) {
+		t = withStrides(t, bp.freshDims, bp.freshStr)
 	}
 	return t
 }
@@ -171,18 +161,18 @@ func (b *builder) grad(v ir.ValueID) gradT {
 // follows its incoming gradient's, as TensorIterator's output does, the
 // flash kernel's empty_like(q)) gives the gradients of dims like dims
 // those strides; nil strides make them contiguous.
-func (b *builder) freshLayout(st, dims []int64) {
-	b.freshStr, b.freshDims = st, dims
+func (bp *backwardPass) freshLayout(st, dims []int64) {
+	bp.freshStr, bp.freshDims = st, dims
 }
 
 // paramGrad allocates the .grad of parameter v, which outlives the step.
-func (b *builder) paramGrad(v ir.ValueID) {
-	if v == ir.NoValue || !b.param[v] || b.paramGrads[v] >= 0 {
+func (bp *backwardPass) paramGrad(v ir.ValueID) {
+	if v == ir.NoValue || !bp.param[v] || bp.paramGrads[v] >= 0 {
 		return
 	}
-	buf := b.newBuf(b.bytes(v), ParamGrad, v)
-	b.emit(buf, false)
-	b.paramGrads[v] = buf
+	buf := bp.newBuf(bp.bytes(v), ParamGrad, v)
+	bp.emit(buf, false)
+	bp.paramGrads[v] = buf
 }
 
 // derivedGrads gives each parameter behind an input of node n that is
@@ -190,7 +180,7 @@ func (b *builder) paramGrad(v ir.ValueID) {
 // MLP, a weight-normed convolution's weight) its .grad, once: the gradient
 // that reaches such an input flows back through its ops to them. The ops'
 // own transients, of the parameters' sizes, are not counted.
-func (b *builder) derivedGrads(n *ir.Node) {
+func (bp *backwardPass) derivedGrads(n *ir.Node) {
 	var seen []ir.ValueID // the values walked: a table's subgraph is small
 	var walk func(v ir.ValueID)
 	walk = func(v ir.ValueID) {
@@ -199,18 +189,18 @@ func (b *builder) derivedGrads(n *ir.Node) {
 		}
 		seen = append(seen, v)
 		switch {
-		case b.param[v]:
-			b.paramGrad(v)
-		case b.derived[v]:
-			if p := b.g.Values[v].Producer; p >= 0 {
-				for _, in := range b.g.Nodes[p].Inputs {
+		case bp.param[v]:
+			bp.paramGrad(v)
+		case bp.derived[v]:
+			if p := bp.g.Values[v].Producer; p >= 0 {
+				for _, in := range bp.g.Nodes[p].Inputs {
 					walk(in)
 				}
 			}
 		}
 	}
 	for _, v := range n.Inputs {
-		if v != ir.NoValue && b.derived[v] {
+		if v != ir.NoValue && bp.derived[v] {
 			walk(v)
 		}
 	}
@@ -221,542 +211,153 @@ type delivery struct {
 	t gradT
 }
 
-// back emits the backward of one autograd node.
-func (b *builder) back(n *ir.Node, k opKind, outs []ir.ValueID) {
-	s := b.s
-	var gy gradT
-	if b.data[outs[0]] && b.slot[outs[0]] >= 0 {
-		gy = b.grads[b.slot[outs[0]]]
+// back emits the backward of one autograd node, of kind k, which takes the
+// gradients of outs: its kind's backward (kinds.go) makes its inputs'
+// gradients, then back releases its incoming gradients and its saved
+// tensors and hands the new gradients on.
+func (bp *backwardPass) back(n *ir.Node, k ir.Eager, outs []ir.ValueID) {
+	s := bp.s
+	r := &kindRules[k]
+	o := &bp.op
+	*o = bwdOp{backwardPass: bp, n: n, k: k, outs: outs, give: bp.give[:0]}
+	if bp.data[outs[0]] && bp.slot[outs[0]] >= 0 {
+		o.gy = bp.grads[bp.slot[outs[0]]]
 	}
-	give := b.give[:0]
-	defer func() { b.give = give[:0] }()
-	b.freshLayout(nil, nil)
-	defer b.freshLayout(nil, nil)
-	switch k {
-	case opAdd, opSub, opMul, opDiv, opSigmoid, opSiLU, opSavesInput, opDropout:
-		// The input's gradient follows the incoming one's layout.
-		if gy.whole && !gy.contig && dense(s.Dims[outs[0]], gy.str) {
-			b.freshLayout(gy.str, s.Dims[outs[0]])
-		}
-	case opBatchNorm, opBatchNormEval:
-		// cuDNN's batch norm writes the input's gradient in the input's
-		// memory format.
-		if x := n.Inputs[0]; b.channelsLast(x) {
-			b.freshLayout(b.str[x], s.Dims[x])
-		}
+	bp.freshLayout(nil, nil)
+	// An element-wise op's input gradient follows the incoming one's
+	// layout.
+	if gy := o.gy; r.elementwise && gy.whole && !gy.contig && dense(s.Dims[outs[0]], gy.str) {
+		bp.freshLayout(gy.str, s.Dims[outs[0]])
 	}
-	// post runs after the node has released its inputs: the ToCopyBackward
-	// nodes of autocast's casts, which the engine runs next.
-	var post []func()
-	fresh := func(v ir.ValueID) {
-		if b.rg[v] {
-			give = append(give, delivery{v, b.grad(v)})
-		}
-	}
-	pass := func(v ir.ValueID, contig, whole bool) {
-		if b.rg[v] && b.dt[v] != b.dt[outs[0]] {
-			// A view of a gradient of another type is converted: .to()
-			// allocates the input's type.
-			fresh(v)
-			return
-		}
-		if b.rg[v] {
-			b.ref(gy.st)
-			t := gradT{st: gy.st, whole: whole && gy.whole, contig: contig && gy.contig, bytes: b.bytes(v)}
-			if contig && whole && gy.whole && !gy.contig && gy.str != nil {
-				st := gy.str
-				// A view that keeps the layout, with the strides
-				// computeStride finds for v's dims.
-				if nst, ok := viewStrides(s.Dims[outs[0]], st, s.Dims[v]); ok {
-					t = withStrides(t, s.Dims[v], nst)
-				}
-			}
-			give = append(give, delivery{v, t})
-		}
-	}
-	// contiguous makes the copy a kernel takes of a strided incoming gradient.
-	contiguous := func() int32 { return b.copyIf(!gy.whole || !gy.contig, b.bytes(outs[0])) }
-	freeCopy := b.freeScratch
-	switch k {
-	case opConv:
-		x := n.Inputs[0]
-		cl := b.channelsLast(x)
-		// A strided saved input is copied again for the whole backward.
-		xc := int32(-1)
-		if !cl {
-			xc = b.copyIf(!b.contig[x], b.bytes(x))
-		}
-		if cl {
-			// cuDNN's channels-last convolution: the incoming gradient
-			// made channels-last (a copy unless it is), the input's
-			// gradient written channels-last.
-			contiguous = func() int32 {
-				return b.copyIf(!gradChannelsLast(gy, s.Dims[outs[0]]), b.bytes(outs[0]))
-			}
-			b.freshLayout(channelsLastStrides(s.Dims[x]), s.Dims[x])
-		}
-		// Under autocast the conv computes low-precision gradients of its
-		// cast input and weight; ToCopyBackward then allocates the
-		// float32 ones and frees those.
-		low := b.lowGrad
-		toCopy := func(st int32, v ir.ValueID, param bool) { post = append(post, b.toCopy(st, v, param)) }
-		inputGrad := func(x ir.ValueID) { post = b.inputGrad(x, fresh, post) }
-		// A depthwise conv that PyTorch runs with its own kernels
-		// (ConvBackend::CudaDepthwise2d) makes the weight's gradient
-		// before the input's (calibration/torchvision_steps.json).
-		if b.nativeDepthwise(n) {
-			var params []int32
-			for _, w := range n.Inputs[1:] {
-				switch {
-				case w == ir.NoValue || !b.param[w]:
-				case b.autocast():
-					params = append(params, low(w), int32(w))
-				default:
-					b.paramGrad(w)
-				}
-			}
-			if b.rg[x] {
-				inputGrad(x)
-			}
-			for j := 0; j < len(params); j += 2 {
-				toCopy(params[j], ir.ValueID(params[j+1]), true)
-			}
-			freeCopy(xc)
-			break
-		}
-		// The data and the filter pass each take their own contiguous
-		// copy of a strided incoming gradient.
-		if b.rg[x] {
-			inputGrad(x)
-			c := contiguous()
-			b.workspace(b.convCall(n, Backward, "bwd-data"))
-			freeCopy(c)
-		}
-		var params []int32
-		for j, w := range n.Inputs[1:] {
-			if w == ir.NoValue || !b.param[w] {
-				continue
-			}
-			c := int32(-1)
-			if j == 0 {
-				c = contiguous()
-			}
-			if b.autocast() {
-				params = append(params, low(w), int32(w))
-			} else {
-				b.paramGrad(w)
-			}
-			if j == 0 {
-				b.workspace(b.convCall(n, Backward, "bwd-filter"))
-			}
-			freeCopy(c)
-			if j == 1 {
-				// The bias's gradient: a sum over N, H and W; over the
-				// rows of a [N·H·W, C] matrix when the gradient is
-				// channels-last (the patch embedding's, whose gradient
-				// comes back through a transpose; ConvNeXt's).
-				y := n.Outputs[0]
-				rows := b.s.Elems(y) / max(b.s.Elems(w), 1)
-				if gradChannelsLast(gy, s.Dims[y]) {
-					b.columnSum(rows, b.s.Elems(w))
-				} else {
-					b.channelSum(rows, b.s.Elems(w), gy.st >= 0 && gy.st == b.seed)
-				}
-			}
-		}
-		// The weight's cast was made after the bias's, so its
-		// ToCopyBackward runs first.
-		for j := 0; j < len(params); j += 2 {
-			toCopy(params[j], ir.ValueID(params[j+1]), true)
-		}
-		freeCopy(xc)
-	case opNorm:
-		// norm_backward: self · (grad / norm), the input's gradient, and
-		// scratch of the norm's size. (Under autocast the product is
-		// float32 and the engine turns it to the input's type; that
-		// transient is not modelled: swin_v2_t's AMP steps read within
-		// 1.2% without it, and no trace has shown it yet.)
-		x := n.Inputs[0]
-		if b.rg[x] {
-			fresh(x)
-		}
-	case opBatchNorm, opBatchNormEval:
-		c := contiguous()
-		fresh(n.Inputs[0])
-		b.paramGrad(n.Inputs[1])
-		b.paramGrad(n.Inputs[2])
-		freeCopy(c)
-	case opSiLU:
-		fresh(b.siluIn[n.ID])
-	case opSigmoid, opSoftmax, opSavesInput, opGlobalAvgPool, opPad:
-		// threshold_backward, hardswish_backward, hardtanh_backward, mean's expand / numel: a
-		// new gradient of the input.
-		fresh(n.Inputs[0])
-	case opDropout:
-		if b.dropoutTrains(n) {
-			fresh(n.Inputs[0])
-		} else {
-			pass(n.Inputs[0], true, true)
-		}
-	case opGemm:
-		post = b.gemmBack(n, gy, fresh, contiguous, post)
-	case opEinsum:
-		give, post = b.einsumBack(n, gy, give, post)
-	case opSelect:
-		// SelectBackward: a zero gradient of the whole input, the slice's
-		// gradient copied in.
-		fresh(n.Inputs[0])
-	case opAttention:
-		// The fused attention's backward: the gradients of q, k and v,
-		// and float32 scratch, freed when the kernel returns. Memory-
-		// efficient attention (float32) makes the output's gradient
-		// contiguous first and takes the rows' delta; the flash kernel
-		// (autocast) reads a dense gradient in any order of its dims
-		// (MultiheadAttention's arrives in (L, B, H, D) order) and takes
-		// one float32 buffer for q's gradient accumulator and the rows'
-		// delta, 256 bytes more (calibration/results/vit_steps.json: 12
-		// such of 4,917,376 bytes at vit_b_16 batch 8, of 1,248,256 at
-		// vit_b_32).
-		q := n.Inputs[0]
-		rows := s.Elems(q) / max(s.Dims[q][len(s.Dims[q])-1], 1)
-		flash := b.autocast()
-		c := int32(-1)
-		if st := gradStrides(gy, s.Dims[outs[0]]); !flash || !dense(s.Dims[outs[0]], st) || st[len(st)-1] != 1 {
-			c = b.scratch(s.Elems(outs[0])*b.dt[outs[0]].Size(), Copy)
-		}
-		if st := b.denseStrides(q); flash && dense(s.Dims[q], st) {
-			// Its gradients are empty_like of q, k and v: q's strides
-			// where, as in MultiheadAttention, the three share them.
-			b.freshLayout(st, s.Dims[q])
-		}
-		for _, v := range n.Inputs {
-			fresh(v)
-		}
-		if flash {
-			b.freeScratch(b.scratch(s.Elems(q)*4+rows*4+256, Grad))
-		} else {
-			b.freeScratch(b.scratch(rows*4, Stats))
-		}
-		b.freeScratch(c)
-	case opLayerNorm:
-		// native_layer_norm_backward: the saved input made contiguous
-		// (when strided), the input's gradient (float32 under autocast,
-		// which ToCopyBackward then turns to the input's type), the
-		// weight's and the bias's, and the copy goes.
-		x := n.Inputs[0]
-		cast := b.autocast() && b.dt[x] != ir.Float32
-		elem := b.dt[x].Size()
-		if cast {
-			elem = 4
-		}
-		c := b.copyIf(!b.contig[x], s.Elems(x)*elem)
-		if b.rg[x] {
-			if cast {
-				post = append(post, b.toCopy(b.alloc(s.Elems(x)*4, Grad, x), x, false))
-			} else {
-				fresh(x)
-			}
-		}
-		for _, p := range n.Inputs[1:] {
-			if p != ir.NoValue && b.param[p] {
-				b.paramGrad(p)
-			}
-		}
-		// The kernel reads dY.contiguous() (layer_norm_backward_cuda):
-		// a strided gradient (MultiheadAttention's transposed query's)
-		// is copied after the gradients are allocated.
-		freeCopy(contiguous())
-		b.freeScratch(c)
-	case opMul, opDiv:
-		ins := n.Inputs[:2]
-		// A broadcast operand's gradient (the squeeze-excitation scale of
-		// scale * x) is first a product of the output's size, which
-		// validate_outputs sums to the operand's shape once the node's
-		// gradients are made; then the product goes. MulBackward0 computes
-		// other's gradient before self's (calibration/torchvision_ops.py,
-		// se_mul), which only a broadcast operand makes visible.
-		broadcast := false
-		for _, v := range ins {
-			broadcast = broadcast || (k == opMul && v != ir.NoValue && b.rg[v] && s.Elems(v) < s.Elems(outs[0]))
-		}
-		if broadcast {
-			ins = []ir.ValueID{n.Inputs[1], n.Inputs[0]}
-		}
-		var tmp []int32
-		var small []ir.ValueID
-		for j, v := range ins {
-			if v == ir.NoValue || (j == 1 && v == ins[0]) {
-				continue
-			}
-			if broadcast && b.rg[v] && s.Elems(v) < s.Elems(outs[0]) {
-				tmp = append(tmp, b.scratch(s.Elems(outs[0])*b.dt[outs[0]].Size(), Grad))
-				small = append(small, v)
-				continue
-			}
-			if b.data[v] && b.rg[v] && b.dt[v] != b.dt[outs[0]] {
-				// A promoted product (ConvNeXt's float32 layer_scale * a
-				// half x under autocast): x's gradient is computed in the
-				// output's type, and the engine's validate_outputs turns it
-				// to x's once the node's gradients are made.
-				post = append(post, b.toCopy(b.alloc(s.Elems(v)*b.dt[outs[0]].Size(), Grad, v), v, false))
-				continue
-			}
-			if b.data[v] {
-				fresh(v)
-			}
-		}
-		for j, v := range small {
-			fresh(v)
-			b.freeScratch(tmp[j])
-		}
-		// A parameter operand (a layer scale) gets its .grad: for a
-		// broadcast one, the product of the output's size first, reduced
-		// to the parameter's shape, then the product goes.
-		for _, v := range n.Inputs[:2] {
-			if v == ir.NoValue || !b.param[v] || b.paramGrads[v] >= 0 || k != opMul {
-				continue
-			}
-			var tmp int32 = -1
-			if s.Elems(v) < s.Elems(outs[0]) {
-				tmp = b.scratch(s.Elems(outs[0])*b.dt[outs[0]].Size(), Grad)
-			}
-			b.paramGrad(v)
-			if tmp >= 0 {
-				// The product's sum to a per-channel parameter ([C, 1, 1],
-				// ConvNeXt's layer scale) is the reduction of a conv bias's
-				// gradient: over N·H·W rows of C columns when the product
-				// is channels-last, as it follows the gradient's layout.
-				if y := outs[0]; len(s.Dims[y]) == 4 && s.Elems(v) == s.Dims[y][1] {
-					rows := s.Elems(y) / max(s.Elems(v), 1)
-					if gradChannelsLast(gy, s.Dims[y]) {
-						b.columnSum(rows, s.Elems(v))
-					} else {
-						b.channelSum(rows, s.Elems(v), false)
-					}
-				}
-				b.freeScratch(tmp)
-			}
-		}
-	case opAdd, opSub:
-		// A parameter operand (a position embedding) gets its .grad, the
-		// output's gradient summed to its shape.
-		for _, v := range n.Inputs[:2] {
-			if v != ir.NoValue && b.param[v] && k == opAdd {
-				b.paramGrad(v)
-			}
-		}
-		for j, v := range n.Inputs[:2] {
-			if v == ir.NoValue || !b.data[v] || (j == 1 && v == n.Inputs[0]) {
-				continue
-			}
-			if s.Elems(v) != s.Elems(outs[0]) || (k == opSub && j == 1) {
-				fresh(v) // a broadcast operand's gradient is reduced; sub negates
-			} else {
-				pass(v, true, true)
-			}
-		}
-	case opConcat:
-		axis := b.axisOf(n)
-		for _, v := range n.Inputs {
-			if v != ir.NoValue && b.data[v] {
-				pass(v, sliceContiguous(s.Dims[outs[0]], axis), false)
-			}
-		}
-		// A parameter concatenated through an expand (ViT's class token)
-		// gets the sum of its slice, ExpandBackward's, as its .grad.
-		for _, v := range n.Inputs {
-			if p := b.paramBehind(v); p != ir.NoValue && !b.data[v] {
-				b.paramGrad(p)
-			}
-		}
-	case opReduceSum:
-		pass(n.Inputs[0], false, false) // an expanded view
-	case opMaxPool:
-		// max_pool2d_with_indices_backward reads a strided gradient (a
-		// concat's slice) as it is: the ground truth's traces of a pool
-		// whose output only a concat reads show no copy of it.
-		fresh(n.Inputs[0])
-		freeCopy(b.copyIf(!b.contig[n.Inputs[0]], b.bytes(n.Inputs[0])))
-	case opAvgPool:
-		c := contiguous()
-		fresh(n.Inputs[0])
-		freeCopy(c)
-	case opResize:
-		// upsample_nearest2d_backward reads a strided (even expanded)
-		// gradient as it is. Under autocast it computes the float32
-		// gradient of the float32 copy, which ToCopyBackward converts.
-		x := n.Inputs[0]
-		if b.dt[x] != b.dt[outs[0]] && b.rg[x] {
-			st := b.alloc(s.Elems(x)*b.dt[outs[0]].Size(), Grad, x)
-			post = append(post, b.toCopy(st, x, false))
-			break
-		}
-		fresh(x)
-	case opContiguous:
-		pass(n.Inputs[0], true, true) // CloneBackward: the gradient as it is
-	case opView:
-		switch n.OpType {
-		case "Expand":
-			// ExpandBackward: the gradient summed to the input's sizes,
-			// a new tensor; an expand to the input's own sizes passes it
-			// on as it is.
-			if x := n.Inputs[0]; slices.Equal(s.Dims[x], s.Dims[outs[0]]) {
-				pass(x, true, true)
-			} else {
-				fresh(x)
-			}
-		case "Slice", "Split":
-			// split_backward: zeros for each piece that got no gradient,
-			// then the cat of all pieces, of the input's shape.
-			var zeros []int32
-			for _, o := range outs {
-				if b.data[o] && b.slot[o] < 0 {
-					zeros = append(zeros, b.scratch(b.bytes(o), Grad))
-				}
-			}
-			fresh(n.Inputs[0])
-			for _, z := range zeros {
-				b.emit(z, true)
-			}
-		case "Transpose":
-			// transpose's backward transposes the gradient back.
-			x := n.Inputs[0]
-			if b.rg[x] && b.dt[x] != b.dt[outs[0]] {
-				fresh(x)
-				break
-			}
-			if b.rg[x] {
-				t := gradT{st: gy.st, whole: gy.whole, bytes: b.bytes(x)}
-				if st := gradStrides(gy, s.Dims[outs[0]]); st != nil {
-					t = withStrides(t, s.Dims[x], permuteStrides(st, inversePerm(n.IntsAttr("perm"))))
-				}
-				b.ref(gy.st)
-				give = append(give, delivery{x, t})
-			}
-		case "Reshape":
-			x := n.Inputs[0]
-			viewable := gy.whole && gy.contig // a contiguous gradient reshapes as a view
-			if !viewable {
-				viewable = splitsOnly(s.Dims[outs[0]], s.Dims[x])
-				if st := gradStrides(gy, s.Dims[outs[0]]); st != nil {
-					_, viewable = viewStrides(s.Dims[outs[0]], st, s.Dims[x])
-				}
-			}
-			if !viewable {
-				// The gradient's reshape to the input's sizes copies a
-				// gradient no strides can address (view's backward is
-				// grad.reshape).
-				fresh(x)
-				break
-			}
-			pass(x, true, true)
-		default:
-			pass(n.Inputs[0], true, true)
-		}
-	}
+	r.backward(o)
 	// Incoming gradients go first, then the saved tensors, which
 	// release_variables drops in order. A recomputed node's saved tensors
 	// are different: unpacking hands them over to apply, whose locals die
 	// last-made first before the engine drops the incoming gradients.
-	if b.chunkOf[n.ID] >= 0 {
-		for j := len(b.saved[n.ID]) - 1; j >= 0; j-- {
-			b.unref(b.saved[n.ID][j])
+	if bp.cp.chunkOf[n.ID] >= 0 {
+		for j := len(bp.saved[n.ID]) - 1; j >= 0; j-- {
+			bp.unref(bp.saved[n.ID][j])
 		}
-		b.saved[n.ID] = nil
+		bp.saved[n.ID] = nil
 	}
-	for _, o := range outs {
-		if b.data[o] && b.slot[o] >= 0 {
-			b.unref(b.grads[b.slot[o]].st)
-			b.slot[o] = -1
+	for _, v := range outs {
+		if bp.data[v] && bp.slot[v] >= 0 {
+			bp.unref(bp.grads[bp.slot[v]].st)
+			bp.slot[v] = -1
 		}
 	}
-	for _, st := range b.saved[n.ID] {
-		b.unref(st)
+	for _, st := range bp.saved[n.ID] {
+		bp.unref(st)
 	}
-	b.saved[n.ID] = nil
-	if c := b.chunkOf[n.ID]; c >= 0 && b.hadSave[n.ID] && b.firstSaver(c) == n.ID {
-		b.releaseFrame(c)
+	bp.saved[n.ID] = nil
+	if c := bp.cp.chunkOf[n.ID]; c >= 0 && bp.cp.hadSave[n.ID] && bp.cp.firstSaver(c) == n.ID {
+		bp.cp.releaseFrame(c)
 	}
-	for _, d := range give {
-		b.accumulate(d.v, d.t)
+	for _, d := range o.give {
+		bp.accumulate(d.v, d.t)
 	}
-	for _, f := range post {
+	for _, f := range o.post {
 		f()
 	}
+	bp.give = o.give[:0]
+	bp.freshLayout(nil, nil)
 }
 
-// nativeDepthwise reports whether conv node n is a depthwise convolution (a
-// group per input channel) that PyTorch runs with its own CUDA kernels
-// rather than cuDNN's: ConvParams::use_cudnn_depthwise sends only float16
-// ones of at least 32 channels, square strides and no dilation to cuDNN,
-// and of those the ones check_cudnn_depthwise_workload_with_filter (cuDNN
-// 8.2 and later) accepts: every stride-1 conv with a square 1×1, 3×3 or 5×5
-// filter on an input at least 7 wide, and at stride 2 at batch 1 a 3×3 or
-// 5×5 filter (or 1×1 on at most 28 wide), at larger batches a 3×3 or 5×5
-// filter on 512 or more channels or on 256 or more at least 28 wide, or a
-// 1×1 one at batch 16 or less on 128 or more channels at most 7 wide.
-func (b *builder) nativeDepthwise(n *ir.Node) bool {
-	if b.channelsLast(n.Inputs[0]) {
-		return false // use_cudnn_depthwise: always cuDNN for channels-last
-	}
-	x, w := b.s.Dims[n.Inputs[0]], b.s.Dims[n.Inputs[1]]
-	g := n.IntAttr("group", 1)
-	if len(x) != 4 || len(w) != 4 || g <= 1 || g != x[1] || w[0]%x[1] != 0 {
-		return false
-	}
-	cudnn := func() bool {
-		st := n.IntsAttr("strides")
-		stride := int64(1)
-		if len(st) == 2 {
-			if st[0] != st[1] && x[2] != 1 {
-				return false
-			}
-			stride = st[1]
-		}
-		for _, d := range n.IntsAttr("dilations") {
-			if d != 1 {
-				return false
-			}
-		}
-		if b.dt[n.Inputs[0]] != ir.Float16 || x[1] < 32 {
-			return false
-		}
-		if x[2] == 1 && stride == 1 {
-			return true
-		}
-		f := w[3]
-		if w[2] != f || (f != 1 && f != 3 && f != 5) || x[3] < 7 {
-			return false
-		}
-		bs, ch, wd := x[0], x[1], x[3]
-		switch {
-		case stride == 1:
-			return true
-		case stride != 2:
-			return false
-		case bs == 1:
-			return (f == 1 && wd <= 28) || f == 3 || f == 5
-		}
-		return (f == 1 && bs <= 16 && ch >= 128 && wd <= 7) || ((f == 3 || f == 5) && (ch >= 512 || (ch >= 256 && wd >= 28)))
-	}
-	return !cudnn()
+// bwdOp is the backward of one autograd node as its kind's backward runs
+// it.
+type bwdOp struct {
+	*backwardPass
+	n    *ir.Node
+	k    ir.Eager
+	outs []ir.ValueID // the outputs whose gradients the node takes
+	gy   gradT        // the incoming gradient of outs[0], if any
+	// give are the gradients that the node hands on once it has released
+	// its inputs; post runs after that: the ToCopyBackward nodes of
+	// autocast's casts, which the engine runs next.
+	give []delivery
+	post []func()
+	// copyIn, when set, stands for copyGrad: the copy that the kind's
+	// kernels take of the incoming gradient in another layout, or none.
+	copyIn func() int32
 }
 
-// lowGrad allocates the low-precision gradient of v that an op under
-// autocast computes for its cast input or weight.
-func (b *builder) lowGrad(v ir.ValueID) int32 {
-	return b.alloc(b.s.Elems(v)*b.low().Size(), Grad, v)
+// fresh hands input v, if it needs one, a new gradient (grad).
+func (o *bwdOp) fresh(v ir.ValueID) {
+	if o.rg[v] {
+		o.give = append(o.give, delivery{v, o.grad(v)})
+	}
+}
+
+// pass hands input v, if it needs one, the incoming gradient as a view:
+// all of its storage when whole, contiguous when contig (and the
+// incoming gradient is). A view of another type is a new gradient.
+func (o *bwdOp) pass(v ir.ValueID, contig, whole bool) {
+	if !o.rg[v] {
+		return
+	}
+	if o.dt[v] != o.dt[o.outs[0]] {
+		// A view of a gradient of another type is converted: .to()
+		// allocates the input's type.
+		o.fresh(v)
+		return
+	}
+	gy, s := o.gy, o.s
+	o.ref(gy.st)
+	t := gradT{st: gy.st, whole: whole && gy.whole, contig: contig && gy.contig, bytes: o.bytes(v)}
+	if contig && whole && gy.whole && !gy.contig && gy.str != nil {
+		// A view that keeps the layout, with the strides computeStride
+		// finds for v's dims.
+		if nst, ok := viewStrides(s.Dims[o.outs[0]], gy.str, s.Dims[v]); ok {
+			t = withStrides(t, s.Dims[v], nst)
+		}
+	}
+	o.give = append(o.give, delivery{v, t})
+}
+
+// contiguous makes the copy that a kernel takes of the incoming gradient
+// and returns its buffer, or -1: copyIn's, else a contiguous copy of a
+// strided gradient.
+func (o *bwdOp) contiguous() int32 {
+	if o.copyIn != nil {
+		return o.copyIn()
+	}
+	return o.copyIf(!o.gy.whole || !o.gy.contig, o.bytes(o.outs[0]))
+}
+
+// later has ToCopyBackward turn st, a gradient of v in the op's type, into
+// v's own once the node has run (toCopy).
+func (o *bwdOp) later(st int32, v ir.ValueID, param bool) {
+	o.post = append(o.post, o.toCopy(st, v, param))
 }
 
 // inputGrad allocates the gradient of an op's input x: under autocast, of
 // its float16 cast, whose float32 gradient ToCopyBackward makes after the
-// node (added to post); else x's own (fresh).
-func (b *builder) inputGrad(x ir.ValueID, fresh func(ir.ValueID), post []func()) []func() {
-	if b.autocast() && b.dt[x] != b.low() {
-		return append(post, b.toCopy(b.lowGrad(x), x, false))
+// node; else x's own (fresh).
+func (o *bwdOp) inputGrad(x ir.ValueID) {
+	if o.autocast() && o.dt[x] != o.low() {
+		o.later(o.lowGrad(x), x, false)
+		return
 	}
-	fresh(x)
-	return post
+	o.fresh(x)
+}
+
+// freshBackward makes a new gradient of the input: threshold_backward,
+// sigmoid_backward, hardswish_backward, hardtanh_backward,
+// _softmax_backward_data, norm_backward, mean's expand / numel, the pad
+// cut back, SelectBackward's zeros with the slice's gradient copied in.
+// (Under autocast norm_backward's product is float32 and the engine turns
+// it to the input's type; that transient is not modelled: swin_v2_t's AMP
+// steps read within 1.2% without it, and no trace has shown it yet.)
+func freshBackward(o *bwdOp) { o.fresh(o.n.Inputs[0]) }
+
+// passBackward hands the input the incoming gradient as it is: a view's
+// (squeeze, unsqueeze, flatten) and CloneBackward's.
+func passBackward(o *bwdOp) { o.pass(o.n.Inputs[0], true, true) }
+
+// lowGrad allocates the low-precision gradient of v that an op under
+// autocast computes for its cast input or weight.
+func (bp *backwardPass) lowGrad(v ir.ValueID) int32 {
+	return bp.alloc(bp.s.Elems(v)*bp.low().Size(), Grad, v)
 }
 
 // toCopy returns what ToCopyBackward does once the op's node has run: it
@@ -765,169 +366,40 @@ func (b *builder) inputGrad(x ir.ValueID, fresh func(ir.ValueID), post []func())
 // inputs when the node returns, before it adds the node's output to what
 // v already has, so st is gone before that sum is allocated (the H200
 // trace of gelan-c's upsampling under autocast frees it so).
-func (b *builder) toCopy(st int32, v ir.ValueID, param bool) func() {
-	strides, dims := b.freshStr, b.freshDims
+func (bp *backwardPass) toCopy(st int32, v ir.ValueID, param bool) func() {
+	strides, dims := bp.freshStr, bp.freshDims
 	return func() {
-		b.freshLayout(strides, dims) // .to() keeps the layout
-		defer b.freshLayout(nil, nil)
+		bp.freshLayout(strides, dims) // .to() keeps the layout
+		defer bp.freshLayout(nil, nil)
 		if param {
-			b.paramGrad(v)
-			b.unref(st)
+			bp.paramGrad(v)
+			bp.unref(st)
 			return
 		}
-		g := b.grad(v)
-		b.unref(st)
-		b.accumulate(v, g)
+		g := bp.grad(v)
+		bp.unref(st)
+		bp.accumulate(v, g)
 	}
-}
-
-// gemmBack emits AddmmBackward0 (MmBackward0 without a bias): mat1's
-// gradient grad·W, then the weight's (grad.t()·mat1, whose transpose is
-// contiguous and becomes W.grad), each an mm that takes its own contiguous
-// copy of a strided incoming gradient (prepare_matrix_for_cublas clones an
-// expanded one) and makes the autograd thread's cuBLAS workspace if it has
-// none; then validate_outputs sums the incoming gradient to the bias's
-// shape. Under autocast these are float16 gradients of the casts, which
-// ToCopyBackward turns into float32 ones after the node: mat1's, the
-// weight's, then the bias's.
-func (b *builder) gemmBack(n *ir.Node, gy gradT, fresh func(ir.ValueID), contiguous func() int32, post []func()) []func() {
-	x, w := n.Inputs[0], n.Inputs[1]
-	bias := ir.NoValue
-	if len(n.Inputs) > 2 && n.Inputs[2] != ir.NoValue {
-		bias = n.Inputs[2]
-	}
-	low := b.lowGrad
-	toCopy := func(st int32, v ir.ValueID, param bool) { post = append(post, b.toCopy(st, v, param)) }
-	inputGrad := func(x ir.ValueID) { post = b.inputGrad(x, fresh, post) }
-	shared := int32(-1)
-	if y := n.Outputs[0]; len(b.s.Dims[y]) > 2 && !(gy.whole && gy.contig) {
-		// A linear on an N-D input (addmm on its view, or matmul's
-		// folded mm): UnsafeViewBackward's grad.reshape(rows, N) copies
-		// a gradient no strides can view so, once for both products,
-		// and the engine releases the strided gradient before the
-		// product's node runs (ConvNeXt's linears, calibration/results/
-		// convnext_vit_ops.json); a view cuBLAS takes as it is needs no
-		// copy.
-		if !blasMatrix(b.s.Dims[y], gradStrides(gy, b.s.Dims[y])) {
-			shared = b.scratch(b.bytes(y), Copy)
-			b.unref(gy.st)
-			b.slot[y] = -1
-			gy = gradT{st: shared, whole: true, contig: true, bytes: b.bytes(y)}
-		}
-		contiguous = func() int32 { return -1 }
-	}
-	defer b.freeScratch(shared)
-	if len(b.s.Dims[x]) > 2 && !b.contig[x] {
-		return b.matmulBack(n, gy, fresh, contiguous, post)
-	}
-	if b.rg[x] {
-		inputGrad(x)
-		c := contiguous()
-		b.blasWorkspaces(false)
-		b.freeScratch(c)
-	}
-	for _, p := range []ir.ValueID{w, bias} {
-		if p == bias && p != ir.NoValue && b.derived[p] {
-			// A bias computed from a parameter (Swin V2's qkv bias, a
-			// clone with its k third zeroed): its gradient's reduction,
-			// which then flows back to the parameter (bytes too few to
-			// count).
-			b.biasSum(n, gy)
-			continue
-		}
-		if p == ir.NoValue || !b.param[p] {
-			continue
-		}
-		if b.autocast() {
-			toCopy(low(p), p, true)
-		} else {
-			b.paramGrad(p)
-		}
-		if p == bias {
-			b.biasSum(n, gy)
-		}
-		if p == w {
-			c := contiguous()
-			b.blasWorkspaces(false)
-			b.freeScratch(c)
-		}
-	}
-	return post
-}
-
-// biasSum emits the buffers of a Linear's bias gradient: it sums a
-// contiguous gy over its rows, B·L of them on a transformer's [B, L, E]. A
-// strided gy is reduced along its fastest dimension, in shared memory
-// (calibration/reduce_staging.py measured only the contiguous case).
-func (b *builder) biasSum(n *ir.Node, gy gradT) {
-	if bias := n.Inputs[2]; gy.contig {
-		b.columnSum(b.s.Elems(n.Outputs[0])/max(b.s.Elems(bias), 1), b.s.Elems(bias))
-	}
-}
-
-// matmulBack emits the backward of a linear on a strided input of more than
-// two dims, which aten::linear runs as matmul(x, W.t()) then add_(b)
-// instead of one addmm (MultiheadAttention's in-projection of the
-// transposed query): AddBackward's bias gradient first, then MmBackward's
-// weight gradient and the input's; autocast's ToCopyBackward nodes then
-// run the input's, the weight's and the bias's (calibration/results/
-// vit_steps.json and convnext_vit_ops.json).
-func (b *builder) matmulBack(n *ir.Node, gy gradT, fresh func(ir.ValueID), contiguous func() int32, post []func()) []func() {
-	x, w := n.Inputs[0], n.Inputs[1]
-	grad := func(p ir.ValueID, param bool) func() {
-		if !b.autocast() || (!param && b.dt[p] == b.low()) {
-			if param {
-				b.paramGrad(p)
-			} else {
-				fresh(p)
-			}
-			return nil
-		}
-		return b.toCopy(b.lowGrad(p), p, param)
-	}
-	var later [3]func() // the input's, the weight's, the bias's
-	if len(n.Inputs) > 2 && n.Inputs[2] != ir.NoValue && b.param[n.Inputs[2]] {
-		later[2] = grad(n.Inputs[2], true)
-		b.biasSum(n, gy)
-	}
-	if b.param[w] {
-		c := contiguous()
-		later[1] = grad(w, true)
-		b.blasWorkspaces(false)
-		b.freeScratch(c)
-	}
-	if b.rg[x] {
-		later[0] = grad(x, false)
-		c := contiguous()
-		b.blasWorkspaces(false)
-		b.freeScratch(c)
-	}
-	for _, f := range later {
-		if f != nil {
-			post = append(post, f)
-		}
-	}
-	return post
 }
 
 // accumulate sums gradient t into v's buffer the way InputBuffer::accumulate
 // does (torch/csrc/autograd/input_buffer.cpp): in place into the old gradient
 // when it is dense and nothing else shares its storage, else into a fresh
 // tensor.
-func (b *builder) accumulate(v ir.ValueID, t gradT) {
-	if b.slot[v] < 0 {
-		b.setSlot(v, t)
+func (bp *backwardPass) accumulate(v ir.ValueID, t gradT) {
+	if bp.slot[v] < 0 {
+		bp.setSlot(v, t)
 		return
 	}
-	old := b.grads[b.slot[v]]
+	old := bp.grads[bp.slot[v]]
 	switch {
-	case old.whole && (old.contig || dense(b.s.Dims[v], old.str)) && b.st[old.st].refs == 1:
-		b.unref(t.st)
+	case old.whole && (old.contig || dense(bp.s.Dims[v], old.str)) && bp.st[old.st].refs == 1:
+		bp.unref(t.st)
 	default:
-		sum := b.grad(v)
-		b.unref(old.st)
-		b.unref(t.st)
-		b.grads[b.slot[v]] = sum
+		sum := bp.grad(v)
+		bp.unref(old.st)
+		bp.unref(t.st)
+		bp.grads[bp.slot[v]] = sum
 	}
 }
 
@@ -937,17 +409,17 @@ func (b *builder) accumulate(v ir.ValueID, t gradT) {
 func (b *builder) cleanup() {
 	b.phase = Cleanup
 	b.node = -1
-	for _, i := range b.unrun {
+	for _, i := range b.bw.unrun {
 		for _, st := range b.saved[i] {
 			b.unref(st)
 		}
 		b.saved[i] = nil
 	}
 	if b.cfg.Eval == nil && (b.cfg.Train == nil || b.cfg.Train.Loss == nil) {
-		b.unref(b.lossSt)
+		b.unref(b.bw.lossSt)
 	}
-	for j := len(b.decoded) - 1; j >= 0; j-- {
-		b.unref(b.decoded[j])
+	for j := len(b.fw.decoded) - 1; j >= 0; j-- {
+		b.unref(b.fw.decoded[j])
 	}
 	// The list of outputs dies last item first; a value listed twice holds
 	// one reference. Carried to the next step, it stays.
@@ -964,7 +436,7 @@ func (b *builder) cleanup() {
 	b.p.StepEnd = len(b.p.Events)
 	b.unref(b.vst[b.g.Inputs[0]])
 	var pg []int32
-	for v, buf := range b.paramGrads {
+	for v, buf := range b.bw.paramGrads {
 		if buf >= 0 {
 			_ = v
 			pg = append(pg, buf)

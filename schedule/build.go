@@ -148,6 +148,9 @@ type gradT struct {
 	bytes  int64
 }
 
+// builder is one Build: the graph, its config, the program being written,
+// and what every part of the step reads of each value; the forward, the
+// backward and the checkpoints keep the rest in parts of their own.
 type builder struct {
 	*emitter
 	g   *ir.Graph
@@ -162,40 +165,51 @@ type builder struct {
 	// promotion, too small for onnxmem to count its bytes.
 	derived []bool
 
-	// Forward state.
 	vst    []int32 // by value: storage index, or -1
 	contig []bool  // by value: a contiguous tensor
-	saved  [][]int32
-
-	dt []ir.DType // by value: the type eager PyTorch gives it
-	// cast[v] is the storage of parameter v's autocast copy, or -1; casts
-	// lists them in the order autocast's cache filled.
-	cast  []int32
-	casts []ir.ValueID
-
-	holds     *Holds        // what the forward's Python code keeps alive
-	last      map[int]int32 // top-level layer → its last node (shape arithmetic aside)
-	hold      []int         // by value: Holds.LayerEnd under the config's checkpoint ranges
-	noSave    bool          // the op runs inside a checkpointed range's forward
-	stopAt    int32         // the node whose packing ends a recomputation, or -1
-	hadSave   []bool        // by node: it would have saved a tensor
-	chunkOf   []int         // by node: its checkpointed range, or -1
-	ck        []chunk       // the checkpointed ranges
-	deferred  []int32       // storages only a suppressed save held, freed when the op returns
-	decoded   []int32       // the eval head's decoded outputs, alive to the end of the step
-	lossSaved []Buf         // what the training loss keeps for its backward
-	inplace   []bool        // by node: it runs in place on its first data input (Holds.InPlace)
-	state     [][]int32     // by value: the optimizer state buffers of a trainable parameter
 	// str[v]: the strides of a v that is not contiguous, where they are
 	// known (a transpose of a dense tensor, an element-wise op's output
 	// that follows such an input's layout as TensorIterator's does, a
 	// channels-last convolution's output, a select; not always dense);
 	// nil for a contiguous v, or a strided one whose strides onnxmem does
 	// not follow (a slice). A kernel that needs v contiguous copies it.
-	str      [][]int64
-	blasMade [4]bool // the cuBLAS workspaces made: by blasHandle
+	str   [][]int64
+	dt    []ir.DType // by value: the type eager PyTorch gives it
+	saved [][]int32  // by node: the storages autograd saved for its backward
 
-	// Backward state.
+	state    [][]int32 // by value: the optimizer state buffers of a trainable parameter
+	blasMade [4]bool   // the cuBLAS workspaces made: by blasHandle
+
+	fw *forwardPass
+	bw *backwardPass
+	cp *checkpoints
+}
+
+// forwardPass is the state of the forward: what the Python code keeps
+// alive, autocast's cache, and what a checkpointed range's ops would have
+// saved.
+type forwardPass struct {
+	*builder
+	holds    *Holds        // what the forward's Python code keeps alive
+	last     map[int]int32 // top-level layer → its last node (shape arithmetic aside)
+	hold     []int         // by value: Holds.LayerEnd under the config's checkpoint ranges
+	inplace  []bool        // by node: it runs in place on its first data input (Holds.InPlace)
+	noSave   bool          // the op runs inside a checkpointed range's forward, or under no_grad
+	stopAt   int32         // the node whose packing ends a recomputation, or -1
+	deferred []int32       // storages only a suppressed save held, freed when the op returns
+	// cast[v] is the storage of parameter v's autocast copy, or -1; casts
+	// lists them in the order autocast's cache filled.
+	cast      []int32
+	casts     []ir.ValueID
+	decoded   []int32 // the eval head's decoded outputs, alive to the end of the step
+	lossSaved []Buf   // what the training loss keeps for its backward
+	op        fwdOp   // the node that run runs
+}
+
+// backwardPass is the state of the autograd engine: the gradients each
+// value has received, and the parameters' .grad buffers.
+type backwardPass struct {
+	*builder
 	freshStr   []int64 // the strides of the node's fresh gradients (freshLayout)
 	freshDims  []int64
 	give       []delivery // back's gradients to hand on, reused node after node
@@ -203,8 +217,17 @@ type builder struct {
 	grads      []gradT
 	paramGrads []int32 // by value: .grad buffer, or -1
 	unrun      []int32 // nodes the backward never reached
+	op         bwdOp   // the node that back runs
 	lossSt     int32
 	seed       int32 // the storage of loss = Σ o.sum()'s expanded seed gradient, or -1
+}
+
+// checkpoints are the checkpointed ranges of the forward (checkpoint.go).
+type checkpoints struct {
+	*builder
+	chunkOf []int   // by node: its checkpointed range, or -1
+	chunks  []chunk // the checkpointed ranges
+	hadSave []bool  // by node: it would have saved a tensor
 }
 
 // Build returns the program of one training step of g at shapes s: the
@@ -213,6 +236,53 @@ type builder struct {
 // the backward. It fails, with an error starting "schedule: ", on an op that
 // has no memory rule.
 func Build(g *ir.Graph, s *ir.Shapes, cfg Config) (*Program, error) {
+	b, err := newBuilder(g, s, cfg)
+	if err != nil {
+		return nil, err
+	}
+	cfg = b.cfg
+	if err := b.fw.forward(); err != nil {
+		return nil, err
+	}
+	if cfg.Train != nil && cfg.Train.PrevPredAlive {
+		b.carry()
+	}
+	training := cfg.Train != nil && cfg.Train.Loss != nil
+	if training {
+		// The loss runs inside the forward's autocast region.
+		b.phase = LossPhase
+		b.fw.lossSaved = cfg.Train.Loss.Forward(tape{b}, b.lossInput())
+	}
+	b.fw.exitAutocast()
+	b.p.ForwardEnd = len(b.p.Events)
+	b.p.Outputs = b.outputs()
+	if cfg.Eval != nil {
+		b.p.BackwardStart, b.p.BackwardEnd = b.p.ForwardEnd, b.p.ForwardEnd
+		b.cleanup()
+		return b.p, nil
+	}
+	if !training {
+		b.bw.loss()
+	}
+	b.p.BackwardStart = len(b.p.Events)
+	if err := b.bw.backward(); err != nil {
+		return nil, err
+	}
+	b.p.BackwardEnd = len(b.p.Events)
+	if cfg.Train != nil {
+		b.optimizerStep()
+	}
+	b.cleanup()
+	if cfg.Train != nil {
+		b.p.ParamGrads = nil // zero_grad freed them inside the step
+	}
+	return b.p, nil
+}
+
+// newBuilder sets up the step of g at shapes s under cfg, up to its
+// forward: the config's defaults, each value's role and each node's eager
+// op, and the residents.
+func newBuilder(g *ir.Graph, s *ir.Shapes, cfg Config) (*builder, error) {
 	if cfg.Eval != nil {
 		cfg.Precision, cfg.Checkpoint = Half, nil
 		if cfg.Eval.Float {
@@ -223,14 +293,15 @@ func Build(g *ir.Graph, s *ir.Shapes, cfg Config) (*Program, error) {
 		cfg.Holder = LayerLoopOnly
 	}
 	b := &builder{emitter: &emitter{p: &Program{Graph: g, Shapes: s}}, Flow: &Flow{graph: g, shapes: s}, g: g, s: s, cfg: cfg}
+	b.fw, b.bw, b.cp = &forwardPass{builder: b}, &backwardPass{builder: b}, &checkpoints{builder: b}
 	nv, nn := len(g.Values), len(g.Nodes)
 	b.data = make([]bool, nv)
 	b.param = make([]bool, nv)
 	b.buffer = make([]bool, nv)
 	b.rg = make([]bool, nv)
-	b.kind = make([]opKind, nn)
+	b.kind = make([]ir.Eager, nn)
 	b.siluIn = make([]ir.ValueID, nn)
-	b.class = make([]castClass, nn)
+	b.class = make([]ir.Autocast, nn)
 	// A step has about 5 events and 4 buffers a node; sizing the slices
 	// once saves their growth.
 	b.p.Events = make([]Event, 0, 8*nn+64)
@@ -239,14 +310,14 @@ func Build(g *ir.Graph, s *ir.Shapes, cfg Config) (*Program, error) {
 	b.vst = make([]int32, nv)
 	b.contig = make([]bool, nv)
 	b.str = make([][]int64, nv)
-	b.slot = make([]int32, nv)
-	b.paramGrads = make([]int32, nv)
+	b.bw.slot = make([]int32, nv)
+	b.bw.paramGrads = make([]int32, nv)
 	b.saved = make([][]int32, nn)
-	b.stopAt = -1
+	b.fw.stopAt = -1
 	b.dt = append([]ir.DType(nil), s.DTypes...)
-	b.cast = make([]int32, nv)
+	b.fw.cast = make([]int32, nv)
 	for i := range b.vst {
-		b.vst[i], b.slot[i], b.paramGrads[i], b.cast[i] = -1, -1, -1, -1
+		b.vst[i], b.bw.slot[i], b.bw.paramGrads[i], b.fw.cast[i] = -1, -1, -1, -1
 		if cfg.Precision == Half && isFloat(b.dt[i]) {
 			b.dt[i] = ir.Float16
 		}
@@ -267,43 +338,8 @@ func Build(g *ir.Graph, s *ir.Shapes, cfg Config) (*Program, error) {
 		return nil, err
 	}
 	b.halvedLoad()
-	b.noSave = cfg.Eval != nil
-	if err := b.forward(); err != nil {
-		return nil, err
-	}
-	if cfg.Train != nil && cfg.Train.PrevPredAlive {
-		b.carry()
-	}
-	training := cfg.Train != nil && cfg.Train.Loss != nil
-	if training {
-		// The loss runs inside the forward's autocast region.
-		b.phase = LossPhase
-		b.lossSaved = cfg.Train.Loss.Forward(tape{b}, b.lossInput())
-	}
-	b.exitAutocast()
-	b.p.ForwardEnd = len(b.p.Events)
-	b.p.Outputs = b.outputs()
-	if cfg.Eval != nil {
-		b.p.BackwardStart, b.p.BackwardEnd = b.p.ForwardEnd, b.p.ForwardEnd
-		b.cleanup()
-		return b.p, nil
-	}
-	if !training {
-		b.loss()
-	}
-	b.p.BackwardStart = len(b.p.Events)
-	if err := b.backward(); err != nil {
-		return nil, err
-	}
-	b.p.BackwardEnd = len(b.p.Events)
-	if cfg.Train != nil {
-		b.optimizerStep()
-	}
-	b.cleanup()
-	if cfg.Train != nil {
-		b.p.ParamGrads = nil // zero_grad freed them inside the step
-	}
-	return b.p, nil
+	b.fw.noSave = cfg.Eval != nil
+	return b, nil
 }
 
 // carry frees the previous step's outputs, now that the forward has made
@@ -338,7 +374,7 @@ func (b *builder) markDerived() {
 	b.derived = make([]bool, len(b.g.Values))
 	for i := range b.g.Nodes {
 		n := &b.g.Nodes[i]
-		if b.kind[i] != opMeta {
+		if b.kind[i] != ir.EagerMeta {
 			continue
 		}
 		wide := ir.Undefined
@@ -351,10 +387,10 @@ func (b *builder) markDerived() {
 			continue
 		}
 		if b.autocast() {
-			switch r, _ := ruleOf(n); r.autocast {
-			case castLower:
+			switch r, _ := ir.OpOf(n); {
+			case r.Autocast == ir.AutocastLower:
 				wide = b.low()
-			case castFP32:
+			case r.Autocast.Float32():
 				wide = ir.Float32
 			}
 		}
@@ -389,7 +425,7 @@ func (b *builder) resident() error {
 	bnVar := make(map[ir.ValueID]bool)
 	for i := range b.g.Nodes {
 		n := &b.g.Nodes[i]
-		if b.kind[i] == opBatchNorm && len(n.Inputs) == 5 {
+		if b.kind[i] == ir.EagerBatchNorm && len(n.Inputs) == 5 {
 			bnVar[n.Inputs[4]] = true
 		}
 	}

@@ -28,36 +28,36 @@ type chunk struct {
 	released   bool // the frame, and with it the inputs, is gone
 }
 
-// chunks assigns the data nodes to the checkpointed ranges of the config.
-func (b *builder) chunks() {
-	g := b.g
-	b.chunkOf = make([]int, len(g.Nodes))
-	b.hadSave = make([]bool, len(g.Nodes))
-	for i := range b.chunkOf {
-		b.chunkOf[i] = -1
+// assign assigns the data nodes to the checkpointed ranges of the config.
+func (cp *checkpoints) assign() {
+	g := cp.g
+	cp.chunkOf = make([]int, len(g.Nodes))
+	cp.hadSave = make([]bool, len(g.Nodes))
+	for i := range cp.chunkOf {
+		cp.chunkOf[i] = -1
 	}
-	b.ck = make([]chunk, len(b.cfg.Checkpoint))
-	for c, r := range b.cfg.Checkpoint {
+	cp.chunks = make([]chunk, len(cp.cfg.Checkpoint))
+	for c, r := range cp.cfg.Checkpoint {
 		in := make(map[ir.ValueID]bool)
 		for i := range g.Nodes {
-			k := b.kind[i]
+			k := cp.kind[i]
 			l := g.Nodes[i].Layer
-			if k == opMeta || k == opSkip || l < r.From || l >= r.To || b.chunkOf[i] >= 0 {
+			if !k.RunsOnData() || l < r.From || l >= r.To || cp.chunkOf[i] >= 0 {
 				continue
 			}
-			b.chunkOf[i] = c
-			b.ck[c].nodes = append(b.ck[c].nodes, int32(i))
+			cp.chunkOf[i] = c
+			cp.chunks[c].nodes = append(cp.chunks[c].nodes, int32(i))
 		}
-		for _, i := range b.ck[c].nodes {
-			for _, v := range b.readsOf(i) {
-				if p := g.Values[v].Producer; p < 0 || b.chunkOf[p] != c {
+		for _, i := range cp.chunks[c].nodes {
+			for _, v := range cp.readsOf(i) {
+				if p := g.Values[v].Producer; p < 0 || cp.chunkOf[p] != c {
 					in[v] = true
 				}
 			}
 		}
 		for v := range g.Values {
 			if in[ir.ValueID(v)] {
-				b.ck[c].inputs = append(b.ck[c].inputs, ir.ValueID(v))
+				cp.chunks[c].inputs = append(cp.chunks[c].inputs, ir.ValueID(v))
 			}
 		}
 	}
@@ -71,19 +71,19 @@ func (b *builder) chunks() {
 // 0–21, say, an output of layer 13 read by layers 14 and 18, both in the
 // first range, is freed as soon as the range returns; one of layer 10 read
 // by layer 21, after the range, lives to the end of the forward.
-func (b *builder) chunkHolds() {
-	b.hold = b.holds.LayerEnd
-	if len(b.ck) == 0 {
+func (cp *checkpoints) chunkHolds() {
+	cp.fw.hold = cp.fw.holds.LayerEnd
+	if len(cp.chunks) == 0 {
 		return
 	}
-	b.hold = append([]int(nil), b.holds.LayerEnd...)
-	for v, end := range b.hold {
-		p := b.g.Values[v].Producer
-		if end != HoldToEnd || p < 0 || b.chunkOf[p] < 0 {
+	cp.fw.hold = append([]int(nil), cp.fw.holds.LayerEnd...)
+	for v, end := range cp.fw.hold {
+		p := cp.g.Values[v].Producer
+		if end != HoldToEnd || p < 0 || cp.chunkOf[p] < 0 {
 			continue
 		}
-		if r := b.cfg.Checkpoint[b.chunkOf[p]]; b.holds.LastUse[v] < r.To {
-			b.hold[v] = r.To - 1
+		if r := cp.cfg.Checkpoint[cp.chunkOf[p]]; cp.fw.holds.LastUse[v] < r.To {
+			cp.fw.hold[v] = r.To - 1
 		}
 	}
 }
@@ -92,12 +92,12 @@ func (b *builder) chunkHolds() {
 // The recomputed values get storages of their own; the saved ones stay
 // referenced by their nodes' saved lists, the rest die when the early stop
 // unwinds the function. Autocast's cache is the recomputation's own.
-func (b *builder) recompute(c int) {
-	ch := &b.ck[c]
+func (cp *checkpoints) recompute(c int) {
+	ch := &cp.chunks[c]
 	ch.recomputed = true
 	stop := -1
 	for j, i := range ch.nodes {
-		if b.hadSave[i] {
+		if cp.hadSave[i] {
 			stop = j
 		}
 	}
@@ -109,19 +109,18 @@ func (b *builder) recompute(c int) {
 	// before the last op allocates anything but its autocast casts.
 	last := ch.nodes[stop]
 	nodes := ch.nodes[:stop+1]
-	switch b.kind[last] {
-	case opSiLU, opConv, opAvgPool, opMul:
+	if kindRules[cp.kind[last]].stopsEarly {
 		nodes = ch.nodes[:stop]
 	}
-	vst, cast, casts, node := b.vst, b.cast, b.casts, b.node
-	b.vst = append([]int32(nil), vst...)
-	b.cast = make([]int32, len(cast))
-	for i := range b.cast {
-		b.cast[i] = -1
+	vst, cast, casts, node := cp.vst, cp.fw.cast, cp.fw.casts, cp.node
+	cp.vst = append([]int32(nil), vst...)
+	cp.fw.cast = make([]int32, len(cast))
+	for i := range cp.fw.cast {
+		cp.fw.cast[i] = -1
 	}
-	b.casts = nil
-	b.phase = Recompute
-	f := b.newFwd(ch.nodes[:stop+1]) // the last op's reads count even when it stops early
+	cp.fw.casts = nil
+	cp.phase = Recompute
+	f := cp.fw.newFwd(ch.nodes[:stop+1]) // the last op's reads count even when it stops early
 	for _, v := range ch.inputs {
 		f.keep[v] = true
 	}
@@ -130,46 +129,56 @@ func (b *builder) recompute(c int) {
 	// returned (a two-branch block's first branch, until the concat that
 	// joins them) or by the layer loop's list.
 	for _, i := range ch.nodes[stop+1:] {
-		for _, v := range b.readsOf(i) {
+		for _, v := range cp.readsOf(i) {
 			f.pending[v]++
 		}
 	}
 	for _, i := range nodes {
-		b.step(f, i)
+		cp.fw.step(f, i)
 	}
 	if len(nodes) == stop {
-		b.node, b.stopAt = last, last
-		b.run(&b.g.Nodes[last], b.kind[last])
-		b.stopAt = -1
+		cp.node, cp.fw.stopAt = last, last
+		cp.fw.run(&cp.g.Nodes[last], cp.kind[last])
+		cp.fw.stopAt = -1
 	}
 	// The unwinding frees the running modules' locals first, innermost
 	// (the latest made) first, then what the layer loop's list holds.
 	for v := len(f.alive) - 1; v >= 0; v-- {
 		if f.alive[v] && f.holds[v] == 0 {
 			f.alive[v] = false
-			b.unref(b.vst[v])
+			cp.unref(cp.vst[v])
 		}
 	}
 	for v, alive := range f.alive {
 		if alive {
 			f.alive[v] = false
-			b.unref(b.vst[v])
+			cp.unref(cp.vst[v])
 		}
 	}
-	b.exitAutocast()
-	b.vst, b.cast, b.casts, b.node = vst, cast, casts, node
-	b.phase = Backward
+	cp.fw.exitAutocast()
+	cp.vst, cp.fw.cast, cp.fw.casts, cp.node = vst, cast, casts, node
+	cp.phase = Backward
+}
+
+// firstSaver returns chunk c's first node that saved a tensor, or -1.
+func (cp *checkpoints) firstSaver(c int) int32 {
+	for _, i := range cp.chunks[c].nodes {
+		if cp.hadSave[i] {
+			return i
+		}
+	}
+	return -1
 }
 
 // releaseFrame drops the references that chunk c's checkpoint frame holds on
 // its inputs. The frame lives as long as a saved tensor's unpack hook does:
 // until the range's first node that saved a tensor has released it.
-func (b *builder) releaseFrame(c int) {
-	if b.ck[c].released {
+func (cp *checkpoints) releaseFrame(c int) {
+	if cp.chunks[c].released {
 		return
 	}
-	b.ck[c].released = true
-	for _, v := range b.ck[c].inputs {
-		b.unref(b.vst[v])
+	cp.chunks[c].released = true
+	for _, v := range cp.chunks[c].inputs {
+		cp.unref(cp.vst[v])
 	}
 }

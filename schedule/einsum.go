@@ -2,7 +2,6 @@ package schedule
 
 import (
 	"fmt"
-	"slices"
 
 	"github.com/onnxmem/onnxmem/ir"
 )
@@ -159,115 +158,117 @@ func (p *einsumPlan) gradStrides(k int) []int64 {
 	return st
 }
 
-// equationOf returns the einsum equation that node n runs: an Einsum's
-// own, or a MatMul's as torch.matmul runs two operands of three or more
-// dims (expand to the batch dims, reshape, bmm): "ABxy,AByz->ABxz" for
-// two of four dims. A MatMul of vectors or matrices, or whose batch dims
-// differ (an expand copies the smaller one), is an error.
-func equationOf(n *ir.Node, s *ir.Shapes) (string, error) {
-	if n.OpType != "MatMul" {
-		a, _ := n.Attr("equation")
-		return a.Str, nil
-	}
-	da, db := s.Dims[n.Inputs[0]], s.Dims[n.Inputs[1]]
-	r := len(da)
-	if r < 3 || len(db) != r || !slices.Equal(da[:r-2], db[:r-2]) || r-2 > 20 {
-		return "", fmt.Errorf("MatMul of dims %v and %v: onnxmem simulates a batched matmul of operands with the same batch dims (a matrix product of two activations of 3 dims or more)", da, db)
-	}
-	batch := "ABCDEFGHIJKLMNOPQRSTUVW"[:r-2]
-	return batch + "xy," + batch + "yz->" + batch + "xz", nil
-}
-
 // einsumPlanOf returns the plan of Einsum or MatMul node n, which Flow
 // made when it classified the node.
-func (b *builder) einsumPlanOf(n *ir.Node) einsumPlan { return b.plans[n.ID] }
+func (f *Flow) einsumPlanOf(n *ir.Node) einsumPlan { return f.plans[n.ID] }
 
-// einsum emits the forward of an Einsum node: under autocast the casts of
+// einsumForward emits the forward of an Einsum node: under autocast the casts of
 // operands not in float16 (autocast's wrapper, freed when it returns), the
 // copies of operands whose matrices no view addresses (left, then right;
 // freed when sumproduct_pair returns unless bmm saves them), the output,
 // and cuBLAS's workspace. bmm saves the left matrix when the right
 // operand needs a gradient and the right one when the left does.
-func (b *builder) einsum(n *ir.Node, lower bool) {
-	i := n.ID
-	p := b.einsumPlanOf(n)
+func einsumForward(o *fwdOp) {
+	n := o.n
+	p := o.einsumPlanOf(n)
 	y := n.Outputs[0]
 	var casts, mats [2]int32
 	for k, x := range n.Inputs[:2] {
 		casts[k] = -1
-		if lower && b.dt[x] != b.low() {
-			casts[k] = b.alloc(b.s.Elems(x)*b.low().Size(), Cast, x)
+		if o.lower && o.dt[x] != o.low() {
+			casts[k] = o.alloc(o.s.Elems(x)*o.low().Size(), Cast, x)
 		}
 	}
-	if lower {
-		b.dt[y] = b.low()
+	if o.lower {
+		o.dt[y] = o.low()
 	}
 	for k, x := range n.Inputs[:2] {
-		d, st, elem := b.s.Dims[x], b.denseStrides(x), b.dt[x].Size()
+		d, st, elem := o.s.Dims[x], o.denseStrides(x), o.dt[x].Size()
 		if casts[k] >= 0 {
 			// .to(float16) keeps a dense operand's strides and makes a
 			// strided one contiguous.
-			if elem = b.low().Size(); !dense(d, st) {
+			if elem = o.low().Size(); !dense(d, st) {
 				st = rowMajor(d)
 			}
 		}
 		switch {
 		case !p.viewable(k, st):
-			mats[k] = b.alloc(b.s.Elems(x)*elem, Copy, x)
+			mats[k] = o.alloc(o.s.Elems(x)*elem, Copy, x)
 		case casts[k] >= 0:
 			mats[k] = casts[k]
-			b.ref(mats[k])
+			o.ref(mats[k])
 		default:
-			mats[k] = b.vst[x]
-			b.ref(mats[k])
+			mats[k] = o.vst[x]
+			o.ref(mats[k])
 		}
 	}
-	b.vst[y] = b.alloc(b.bytes(y), Activation, y)
-	b.setLayout(y, p.out)
-	b.blasWorkspaces(false)
+	o.vst[y] = o.alloc(o.bytes(y), Activation, y)
+	o.setLayout(y, p.out)
+	o.blasWorkspaces(false)
 	// bmm's saves: self when mat2 needs a gradient, mat2 when self does.
 	for k := range mats {
-		if b.needsGrad(n.Inputs[1-k]) {
-			b.own(i, mats[k])
+		if o.needsGrad(n.Inputs[1-k]) {
+			o.own(mats[k])
 		} else {
-			b.unref(mats[k])
+			o.unref(mats[k])
 		}
 	}
 	for _, c := range casts {
 		if c >= 0 {
-			b.unref(c)
+			o.unref(c)
 		}
 	}
 }
 
-// einsumBack emits the backward of an Einsum node: the incoming gradient
-// reshaped to bmm's result (a copy when no strides address it, freed when
-// the node ends), then bmm's gradients, left then right, each in its
-// operand's permuted order; under autocast a float16 gradient of a cast
-// operand is turned to the operand's type by ToCopyBackward (post).
-func (b *builder) einsumBack(n *ir.Node, gy gradT, give []delivery, post []func()) ([]delivery, []func()) {
-	p := b.einsumPlanOf(n)
+// einsumBackward emits the backward of an Einsum node: the incoming
+// gradient reshaped to bmm's result (a copy when no strides address it,
+// freed when the node ends), then bmm's gradients, left then right, each
+// in its operand's permuted order; under autocast a float16 gradient of a
+// cast operand is turned to the operand's type by ToCopyBackward.
+func einsumBackward(o *bwdOp) {
+	n, s := o.n, o.s
+	p := o.einsumPlanOf(n)
 	y := n.Outputs[0]
 	c := int32(-1)
-	if st := gradStrides(gy, b.s.Dims[y]); st == nil || !sameStrides(b.s.Dims[y], st, p.out) {
-		c = b.scratch(b.bytes(y), Copy)
+	if st := gradStrides(o.gy, s.Dims[y]); st == nil || !sameStrides(s.Dims[y], st, p.out) {
+		c = o.scratch(o.bytes(y), Copy)
 	}
 	for k, x := range n.Inputs[:2] {
-		if !b.rg[x] {
+		if !o.rg[x] {
 			continue
 		}
 		gst := p.gradStrides(k)
 		m := p.mat[k]
-		st := b.alloc(m[0]*m[1]*m[2]*b.dt[y].Size(), Grad, x)
-		if b.dt[x] != b.dt[y] {
-			b.freshLayout(gst, b.s.Dims[x])
-			post = append(post, b.toCopy(st, x, false))
-			b.freshLayout(nil, nil)
+		st := o.alloc(m[0]*m[1]*m[2]*o.dt[y].Size(), Grad, x)
+		if o.dt[x] != o.dt[y] {
+			o.freshLayout(gst, s.Dims[x])
+			o.later(st, x, false)
+			o.freshLayout(nil, nil)
 		} else {
-			give = append(give, delivery{x, withStrides(gradT{st: st, whole: true, bytes: b.bytes(x)}, b.s.Dims[x], gst)})
+			o.give = append(o.give, delivery{x, withStrides(gradT{st: st, whole: true, bytes: o.bytes(x)}, s.Dims[x], gst)})
 		}
-		b.blasWorkspaces(false)
+		o.blasWorkspaces(false)
 	}
-	b.freeScratch(c)
-	return give, post
+	o.freeScratch(c)
+}
+
+// einsumCheck accepts an Einsum or MatMul of two activations that runs as
+// one bmm, and makes its plan.
+func einsumCheck(f *Flow, n *ir.Node) (ir.Eager, error) {
+	if len(n.Inputs) != 2 || !f.data[n.Inputs[0]] || !f.data[n.Inputs[1]] || f.param[n.Inputs[0]] || f.param[n.Inputs[1]] {
+		return 0, fmt.Errorf("schedule: node %s: %s of two activations has a memory rule, other %ss (of %d inputs, or of a weight) do not: open an issue with the graph to add it", n.Name, n.OpType, n.OpType, len(n.Inputs))
+	}
+	eq, err := ir.EinsumEquation(n, f.shapes)
+	var p einsumPlan
+	if err == nil {
+		p, err = planEinsum(eq, f.shapes.Dims[n.Inputs[0]], f.shapes.Dims[n.Inputs[1]])
+	}
+	if err != nil {
+		return 0, fmt.Errorf("schedule: node %s: %w", n.Name, err)
+	}
+	if f.plans == nil {
+		f.plans = make(map[int32]einsumPlan)
+	}
+	f.plans[n.ID] = p
+	return ir.EagerEinsum, nil
 }

@@ -95,11 +95,11 @@ func TestMatMulEquation(t *testing.T) {
 	mm := func(a, b ir.ValueID) *ir.Node {
 		return &ir.Node{Name: "/attn/MatMul", OpType: "MatMul", Inputs: []ir.ValueID{a, b}, Outputs: []ir.ValueID{0}}
 	}
-	if eq, err := equationOf(mm(0, 1), s); err != nil || eq != "ABxy,AByz->ABxz" {
+	if eq, err := ir.EinsumEquation(mm(0, 1), s); err != nil || eq != "ABxy,AByz->ABxz" {
 		t.Errorf("4-D MatMul: %q, %v", eq, err)
 	}
 	for _, n := range []*ir.Node{mm(2, 2), mm(0, 3)} {
-		if _, err := equationOf(n, s); err == nil || !strings.Contains(err.Error(), "the same batch dims") {
+		if _, err := ir.EinsumEquation(n, s); err == nil || !strings.Contains(err.Error(), "the same batch dims") {
 			t.Errorf("MatMul of %v and %v: error %v", s.Dims[n.Inputs[0]], s.Dims[n.Inputs[1]], err)
 		}
 	}

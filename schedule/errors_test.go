@@ -46,7 +46,7 @@ func TestBuildErrors(t *testing.T) {
 		parts []string
 	}{
 		{"LeakyRelu", opOnActivations("LeakyRelu"), []string{"node /model.1/LeakyRelu", "unsupported op LeakyRelu"}},
-		{"Mish", opOnActivations("Mish"), []string{"node /model.1/Mish", "unsupported op Mish"}},
+		{"Neg", opOnActivations("Neg"), []string{"node /model.1/Neg", "unsupported op Neg"}},
 		{"Einsum of one operand", einsum1, []string{"node /model.1/Einsum", "Einsum of two activations has a memory rule"}},
 		{"Gemm of two activations", gemm2, []string{"node /model.1/Gemm", "Gemm of an activation A and a model weight B"}},
 		{"Resize linear", linear, []string{"node /model.1/Resize", `Resize mode "linear"`}},

@@ -17,8 +17,8 @@ type Flow struct {
 	param  []bool               // by value: a float initializer owned by the model
 	buffer []bool               // by value: a buffer owned by the model that is no parameter (indexBuffer, linearInput)
 	plans  map[int32]einsumPlan // by node: how an Einsum or MatMul runs as bmm
-	kind   []opKind             // by node
-	class  []castClass          // by node: its op's autocast class
+	kind   []ir.Eager           // by node
+	class  []ir.Autocast        // by node: its op's autocast class
 	siluIn []ir.ValueID         // by node: the input of a fused SiLU
 	// reads caches readsOf by node (nil: not known yet); the lists share
 	// arena's backing array.
@@ -38,16 +38,16 @@ func (f *Flow) Data(v ir.ValueID) bool { return v != ir.NoValue && f.data[v] }
 
 // Meta reports whether node i is shape arithmetic, which eager PyTorch runs
 // on Python integers.
-func (f *Flow) Meta(i int32) bool { return f.kind[i] == opMeta }
+func (f *Flow) Meta(i int32) bool { return f.kind[i] == ir.EagerMeta }
 
 // Runs reports whether node i runs as an eager op of its own: it is neither
 // shape arithmetic nor absorbed into a neighbour (the Sigmoid of a SiLU).
-func (f *Flow) Runs(i int32) bool { k := f.kind[i]; return k != opMeta && k != opSkip }
+func (f *Flow) Runs(i int32) bool { return f.kind[i].RunsOnData() }
 
 // SiLU reports whether node i is a fused SiLU (a Mul of x and sigmoid(x),
 // one eager kernel) and returns its input x.
 func (f *Flow) SiLU(i int32) (ir.ValueID, bool) {
-	if f.kind[i] != opSiLU {
+	if f.kind[i] != ir.EagerSiLU {
 		return ir.NoValue, false
 	}
 	return f.siluIn[i], true
@@ -79,7 +79,7 @@ func (f *Flow) Overwritable(i int32) (ir.ValueID, bool) {
 func (f *Flow) overwrites(i int32) (x ir.ValueID, others []ir.ValueID) {
 	n := &f.graph.Nodes[i]
 	switch {
-	case f.kind[i] == opSiLU:
+	case f.kind[i] == ir.EagerSiLU:
 		// The Mul of x and sigmoid(x): the Sigmoid, fused into it, does
 		// not run.
 		return f.siluIn[i], nil
@@ -262,7 +262,7 @@ func (f *Flow) readsOf(i int32) []ir.ValueID {
 // out.
 func (f *Flow) computeReads(i int32, out []ir.ValueID) []ir.ValueID {
 	n := &f.graph.Nodes[i]
-	if f.kind[i] == opSiLU {
+	if f.kind[i] == ir.EagerSiLU {
 		return append(out, f.siluIn[i])
 	}
 	start := len(out)
@@ -306,8 +306,9 @@ func (f *Flow) classify() error {
 				hasData = true
 			}
 		}
-		if !hasData || n.OpType == "Shape" || n.OpType == "Constant" || n.OpType == "ConstantOfShape" {
-			f.kind[i] = opMeta
+		r, _ := ir.OpOf(n)
+		if !hasData || r.Eager == ir.EagerMeta {
+			f.kind[i] = ir.EagerMeta
 			continue
 		}
 		for _, v := range n.Outputs {
@@ -315,19 +316,18 @@ func (f *Flow) classify() error {
 				f.data[v] = true
 			}
 		}
-		k, err := f.opOf(n)
+		k, err := f.opOf(n, r)
 		if err != nil {
 			return err
 		}
 		f.kind[i] = k
-		r, _ := ruleOf(n)
-		f.class[i] = r.autocast
+		f.class[i] = r.Autocast
 	}
 	// A Sigmoid whose only reader is a Mul of its own input is SiLU: eager
 	// PyTorch runs one kernel and never stores the sigmoid.
 	for i := range g.Nodes {
 		n := &g.Nodes[i]
-		if n.OpType != "Sigmoid" || f.kind[i] == opMeta {
+		if n.OpType != "Sigmoid" || f.kind[i] == ir.EagerMeta {
 			continue
 		}
 		s := n.Outputs[0]
@@ -338,51 +338,30 @@ func (f *Flow) classify() error {
 		m := &g.Nodes[cons[0]]
 		x := n.Inputs[0]
 		if (m.Inputs[0] == x && m.Inputs[1] == s) || (m.Inputs[1] == x && m.Inputs[0] == s) {
-			f.kind[i] = opSkip
-			f.kind[cons[0]] = opSiLU
+			f.kind[i] = ir.EagerSkip
+			f.kind[cons[0]] = ir.EagerSiLU
 			f.siluIn[cons[0]] = x
 		}
 	}
 	return nil
 }
 
-// opOf maps one data-carrying node to its eager op, from the table.
-func (f *Flow) opOf(n *ir.Node) (opKind, error) {
-	r, ok := ruleOf(n)
-	// A Gather of one index on tensor data is a select: a view.
-	if n.OpType == "Gather" && len(n.Inputs) == 2 && len(f.shapes.Dims[n.Inputs[1]]) == 0 && f.data[n.Inputs[0]] {
-		return opSelect, nil
+// opOf maps one data-carrying node to its eager op: its row r's kind, as
+// the kind's check accepts or changes it.
+func (f *Flow) opOf(n *ir.Node, r ir.Op) (ir.Eager, error) {
+	if !r.Eager.RunsOnData() {
+		return 0, unsupported(n)
 	}
-	if !ok || r.kind == opOnlyShapes {
-		return 0, fmt.Errorf("schedule: node %s: unsupported op %s on activations: onnxmem has no autograd memory rule for it; export the training graph unfused (opset 17), or open an issue naming %s so its saved tensors can be added", n.Name, n.OpType, n.OpType)
+	if check := kindRules[r.Eager].check; check != nil {
+		return check(f, n)
 	}
-	switch {
-	case r.kind == opGemm && (!f.param[n.Inputs[1]] || (len(n.Inputs) > 2 && n.Inputs[2] != ir.NoValue && f.data[n.Inputs[2]]) || f.param[n.Inputs[0]]):
-		return 0, fmt.Errorf("schedule: node %s: Gemm of an activation A and a model weight B (a linear layer) has a memory rule, other Gemms do not: open an issue with the graph to add it", n.Name)
-	case r.kind == opEinsum:
-		if len(n.Inputs) != 2 || !f.data[n.Inputs[0]] || !f.data[n.Inputs[1]] || f.param[n.Inputs[0]] || f.param[n.Inputs[1]] {
-			return 0, fmt.Errorf("schedule: node %s: %s of two activations has a memory rule, other %ss (of %d inputs, or of a weight) do not: open an issue with the graph to add it", n.Name, n.OpType, n.OpType, len(n.Inputs))
-		}
-		eq, err := equationOf(n, f.shapes)
-		var p einsumPlan
-		if err == nil {
-			p, err = planEinsum(eq, f.shapes.Dims[n.Inputs[0]], f.shapes.Dims[n.Inputs[1]])
-		}
-		if err != nil {
-			return 0, fmt.Errorf("schedule: node %s: %w", n.Name, err)
-		}
-		if f.plans == nil {
-			f.plans = make(map[int32]einsumPlan)
-		}
-		f.plans[n.ID] = p
-	case r.kind == opBatchNorm && !isTrainingBN(n):
-		return opBatchNormEval, nil
-	case r.kind == opResize:
-		if a, ok := n.Attr("mode"); ok && a.Str != "nearest" {
-			return 0, fmt.Errorf("schedule: node %s: Resize mode %q is not supported: only nearest upsampling has a memory rule; open an issue with the graph to add %s", n.Name, a.Str, a.Str)
-		}
-	}
-	return r.kind, nil
+	return r.Eager, nil
+}
+
+// unsupported is the error of a node whose op has no memory rule on
+// tensor data.
+func unsupported(n *ir.Node) error {
+	return fmt.Errorf("schedule: node %s: unsupported op %s on activations: onnxmem has no autograd memory rule for it; export the training graph unfused (opset 17), or open an issue naming %s so its saved tensors can be added", n.Name, n.OpType, n.OpType)
 }
 
 // Drawn reports whether value v derives, within a few producers, from a

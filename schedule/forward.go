@@ -17,24 +17,24 @@ import (
 // dropped as soon as the op returns, and what only the saved set held is
 // freed there. The range's inputs are kept instead, by the checkpoint's
 // frame, until the range's backward is done.
-func (b *builder) forward() error {
-	g := b.g
-	b.phase = Forward
-	if err := b.setHolds(); err != nil {
+func (fp *forwardPass) forward() error {
+	g := fp.g
+	fp.phase = Forward
+	if err := fp.setHolds(); err != nil {
 		return err
 	}
-	b.chunks()
-	b.chunkHolds()
+	fp.cp.assign()
+	fp.cp.chunkHolds()
 	var nodes []int32
 	for i := range g.Nodes {
-		if k := b.kind[i]; k != opMeta && k != opSkip {
+		if fp.kind[i].RunsOnData() {
 			nodes = append(nodes, int32(i))
 		}
 	}
-	if b.cfg.Train != nil {
-		b.loadBatch()
+	if fp.cfg.Train != nil {
+		fp.loadBatch()
 	}
-	f := b.newFwd(nodes)
+	f := fp.newFwd(nodes)
 	for _, v := range g.Outputs {
 		f.keep[v] = true
 	}
@@ -43,40 +43,40 @@ func (b *builder) forward() error {
 	}
 	cur := -1
 	for _, i := range nodes {
-		c := b.chunkOf[i]
+		c := fp.cp.chunkOf[i]
 		if c != cur && c >= 0 {
 			// checkpoint(fn, *inputs) keeps its inputs in the frame.
-			for _, v := range b.ck[c].inputs {
-				b.ref(b.vst[v])
+			for _, v := range fp.cp.chunks[c].inputs {
+				fp.ref(fp.vst[v])
 			}
 		}
 		cur = c
-		b.noSave = c >= 0 || b.cfg.Eval != nil
-		b.step(f, i)
+		fp.noSave = c >= 0 || fp.cfg.Eval != nil
+		fp.step(f, i)
 	}
-	b.noSave = false
-	if b.cfg.Eval != nil && b.cfg.Eval.Head != nil {
+	fp.noSave = false
+	if fp.cfg.Eval != nil && fp.cfg.Eval.Head != nil {
 		// The eval head decodes its outputs; what it returns lives to the
 		// end of the step.
-		for _, buf := range b.cfg.Eval.Head.Decode(tape{b}, b.outputs()) {
-			b.decoded = append(b.decoded, int32(buf))
+		for _, buf := range fp.cfg.Eval.Head.Decode(tape{fp.builder}, fp.outputs()) {
+			fp.decoded = append(fp.decoded, int32(buf))
 		}
 	}
-	b.node = -1
+	fp.node = -1
 	// The loop's list y dies with the forward, last item first.
 	held := f.layerHeld
 	for j, k := 0, len(held)-1; j < k; j, k = j+1, k-1 {
 		held[j], held[k] = held[k], held[j]
 	}
-	b.dropHolds(f, held, func(int) bool { return true })
+	fp.dropHolds(f, held, func(int) bool { return true })
 	return nil
 }
 
 // setHolds asks the config's Holder what the forward keeps alive and checks
 // the answer's sizes, and finds each top-level layer's last node.
-func (b *builder) setHolds() error {
-	g := b.g
-	h := b.cfg.Holder.Holds(b.Flow)
+func (fp *forwardPass) setHolds() error {
+	g := fp.g
+	h := fp.cfg.Holder.Holds(fp.Flow)
 	if h == nil || len(h.LayerEnd) != len(g.Values) || len(h.LastUse) != len(g.Values) || len(h.Until) != len(g.Nodes) {
 		return fmt.Errorf("schedule: graph %q: the forward's holds do not cover its %d values and %d nodes", g.Name, len(g.Values), len(g.Nodes))
 	}
@@ -87,14 +87,14 @@ func (b *builder) setHolds() error {
 			}
 		}
 	}
-	if err := b.setInPlace(h.InPlace); err != nil {
+	if err := fp.setInPlace(h.InPlace); err != nil {
 		return err
 	}
-	b.holds = h
-	b.last = make(map[int]int32)
+	fp.holds = h
+	fp.last = make(map[int]int32)
 	for i := range g.Nodes {
-		if b.kind[i] != opMeta {
-			b.last[g.Nodes[i].Layer] = int32(i)
+		if fp.kind[i] != ir.EagerMeta {
+			fp.last[g.Nodes[i].Layer] = int32(i)
 		}
 	}
 	return nil
@@ -104,35 +104,33 @@ func (b *builder) setHolds() error {
 // an op with an in-place form whose first input is an activation of the
 // output's size that no other running op reads and that the caller does not
 // keep.
-func (b *builder) setInPlace(ip []bool) error {
-	g := b.g
+func (fp *forwardPass) setInPlace(ip []bool) error {
+	g := fp.g
 	if ip == nil {
-		b.inplace = nil
+		fp.inplace = nil
 		return nil
 	}
 	if len(ip) != len(g.Nodes) {
 		return fmt.Errorf("schedule: graph %q: the in-place ops do not cover its %d nodes", g.Name, len(g.Nodes))
 	}
-	b.inplace = make([]bool, len(g.Nodes))
+	fp.inplace = make([]bool, len(g.Nodes))
 	for i, on := range ip {
 		if !on {
 			continue
 		}
 		n := &g.Nodes[i]
-		switch b.kind[i] {
-		case opSigmoid, opSavesInput, opDropout, opAdd, opSiLU:
-		default:
+		if !kindRules[fp.kind[i]].inPlace {
 			return fmt.Errorf("schedule: node %s: %s has no in-place form onnxmem simulates", n.Name, n.OpType)
 		}
-		x, ok := b.Overwritable(int32(i))
-		if !ok || b.s.Elems(x) != b.s.Elems(n.Outputs[0]) || b.s.DTypes[x] != b.s.DTypes[n.Outputs[0]] {
+		x, ok := fp.Overwritable(int32(i))
+		if !ok || fp.s.Elems(x) != fp.s.Elems(n.Outputs[0]) || fp.s.DTypes[x] != fp.s.DTypes[n.Outputs[0]] {
 			name := "its input"
 			if x != ir.NoValue {
 				name = g.Values[x].Name
 			}
 			return fmt.Errorf("schedule: node %s: cannot run in place on %s: it must be an activation of the output's size and type that no other op reads", n.Name, name)
 		}
-		b.inplace[i] = true
+		fp.inplace[i] = true
 	}
 	return nil
 }
@@ -149,8 +147,8 @@ type fwd struct {
 }
 
 // newFwd counts the readers of every value among nodes.
-func (b *builder) newFwd(nodes []int32) *fwd {
-	nv := len(b.g.Values)
+func (fp *forwardPass) newFwd(nodes []int32) *fwd {
+	nv := len(fp.g.Values)
 	f := &fwd{
 		pending:    make([]int32, nv),
 		holds:      make([]int32, nv),
@@ -160,7 +158,7 @@ func (b *builder) newFwd(nodes []int32) *fwd {
 		ended:      make(map[int]bool),
 	}
 	for _, i := range nodes {
-		for _, v := range b.readsOf(i) {
+		for _, v := range fp.readsOf(i) {
 			f.pending[v]++
 		}
 	}
@@ -168,40 +166,40 @@ func (b *builder) newFwd(nodes []int32) *fwd {
 }
 
 // step runs node i and releases what it was the last to need.
-func (b *builder) step(f *fwd, i int32) {
-	n := &b.g.Nodes[i]
-	k := b.kind[i]
-	b.node = i
-	b.run(n, k)
-	reads := b.readsOf(i)
-	for _, a := range b.holds.Until[i] {
+func (fp *forwardPass) step(f *fwd, i int32) {
+	n := &fp.g.Nodes[i]
+	k := fp.kind[i]
+	fp.node = i
+	fp.run(n, k)
+	reads := fp.readsOf(i)
+	for _, a := range fp.holds.Until[i] {
 		f.holds[a.V]++
 		f.scopeHolds[a.End] = append(f.scopeHolds[a.End], a.V)
 	}
 	for _, v := range n.Outputs {
-		if b.data[v] {
+		if fp.data[v] {
 			f.alive[v] = true
-			if b.hold[v] != -1 {
+			if fp.hold[v] != -1 {
 				f.holds[v]++
 				f.layerHeld = append(f.layerHeld, v)
 			}
 		}
 	}
 	// A tuple or list of tensors (cat's argument) dies last item first.
-	if k == opConcat {
+	if kindRules[k].list {
 		for j := len(reads) - 1; j >= 0; j-- {
 			f.pending[reads[j]]--
-			b.maybeRelease(f, reads[j])
+			fp.maybeRelease(f, reads[j])
 		}
 	} else {
 		for _, v := range reads {
 			f.pending[v]--
-			b.maybeRelease(f, v)
+			fp.maybeRelease(f, v)
 		}
 	}
 	for _, v := range n.Outputs {
-		if b.data[v] {
-			b.maybeRelease(f, v)
+		if fp.data[v] {
+			fp.maybeRelease(f, v)
 		}
 	}
 	// Frames unwind innermost first: the holds taken last end first, and a
@@ -209,36 +207,36 @@ func (b *builder) step(f *fwd, i int32) {
 	for j := len(f.scopeHolds[i]) - 1; j >= 0; j-- {
 		v := f.scopeHolds[i][j]
 		f.holds[v]--
-		b.maybeRelease(f, v)
+		fp.maybeRelease(f, v)
 	}
-	if l := n.Layer; b.last[l] == i {
-		if b.phase == Forward {
-			b.p.LayerEnds = append(b.p.LayerEnds, LayerEnd{Layer: l, Event: len(b.p.Events)})
+	if l := n.Layer; fp.last[l] == i {
+		if fp.phase == Forward {
+			fp.p.LayerEnds = append(fp.p.LayerEnds, LayerEnd{Layer: l, Event: len(fp.p.Events)})
 		}
 		f.ended[l] = true
-		f.layerHeld = b.dropHolds(f, f.layerHeld, func(e int) bool { return e >= 0 && f.ended[e] })
+		f.layerHeld = fp.dropHolds(f, f.layerHeld, func(e int) bool { return e >= 0 && f.ended[e] })
 	}
 }
 
 // maybeRelease drops value v's reference once nothing can reach it.
-func (b *builder) maybeRelease(f *fwd, v ir.ValueID) {
+func (fp *forwardPass) maybeRelease(f *fwd, v ir.ValueID) {
 	if f.alive[v] && f.pending[v] == 0 && f.holds[v] == 0 && !f.keep[v] {
 		f.alive[v] = false
-		b.unref(b.vst[v])
+		fp.unref(fp.vst[v])
 	}
 }
 
 // dropHolds ends the layer loop's holds that are due, in the order given, and
 // returns those still held.
-func (b *builder) dropHolds(f *fwd, held []ir.ValueID, due func(int) bool) []ir.ValueID {
+func (fp *forwardPass) dropHolds(f *fwd, held []ir.ValueID, due func(int) bool) []ir.ValueID {
 	kept := held[:0]
 	for _, v := range held {
-		if !due(b.hold[v]) {
+		if !due(fp.hold[v]) {
 			kept = append(kept, v)
 			continue
 		}
 		f.holds[v]--
-		b.maybeRelease(f, v)
+		fp.maybeRelease(f, v)
 	}
 	return kept
 }

@@ -7,37 +7,6 @@ import (
 	"github.com/onnxmem/onnxmem/ir"
 )
 
-// TestOpTable checks that the op table and ir's shape rules cover the same
-// ops, so that every op onnxmem can infer has a FLOP count and either a
-// memory rule or a clear error, and that every op with a memory rule says
-// what autograd saves.
-func TestOpTable(t *testing.T) {
-	if got, want := Ops(), ir.ShapeOps(); !slices.Equal(got, want) {
-		for _, op := range want {
-			if _, ok := opRules[op]; !ok {
-				t.Errorf("ir infers %s, which the op table lacks", op)
-			}
-		}
-		for _, op := range got {
-			if !slices.Contains(want, op) {
-				t.Errorf("the op table has %s, which ir cannot infer", op)
-			}
-		}
-	}
-	for _, op := range Ops() {
-		r := opRules[op]
-		if r.flops == nil {
-			t.Errorf("%s: no FLOP rule", op)
-		}
-		if r.kind != opOnlyShapes && r.saves == "" {
-			t.Errorf("%s: a memory rule that does not say what autograd saves", op)
-		}
-		if r.autocast != castNone && r.kind == opOnlyShapes {
-			t.Errorf("%s: an autocast class without a memory rule", op)
-		}
-	}
-}
-
 // TestOpFLOPs checks the FLOP rules on one node each.
 func TestOpFLOPs(t *testing.T) {
 	// Values: 0 x [2 4 8 8], 1 w [6 2 3 3], 2 bias [6], 3 y [2 6 8 8],

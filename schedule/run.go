@@ -1,7 +1,6 @@
 package schedule
 
 import (
-	"math"
 	"slices"
 
 	"github.com/onnxmem/onnxmem/ir"
@@ -10,12 +9,12 @@ import (
 // viewable reports whether a reshape of x to dims d is a view: x is dense
 // and computeStride finds strides for d (layout.go), or x is strided and
 // the reshape only splits dims.
-func (b *builder) viewable(x ir.ValueID, d []int64) bool {
-	if st := b.denseStrides(x); st != nil {
-		_, ok := viewStrides(b.s.Dims[x], st, d)
+func (fp *forwardPass) viewable(x ir.ValueID, d []int64) bool {
+	if st := fp.denseStrides(x); st != nil {
+		_, ok := viewStrides(fp.s.Dims[x], st, d)
 		return ok
 	}
-	return splitsOnly(b.s.Dims[x], d)
+	return splitsOnly(fp.s.Dims[x], d)
 }
 
 // splitsOnly reports whether a reshape from dims in to dims out only splits
@@ -45,60 +44,40 @@ func splitsOnly(in, out []int64) bool {
 	return true
 }
 
-// paramBehind returns the parameter that value v is, or views without a
-// copy (an expand, reshape or unsqueeze of it, as ViT's
-// class_token.expand(n, -1, -1)), or ir.NoValue.
-func (b *builder) paramBehind(v ir.ValueID) ir.ValueID {
-	for v != ir.NoValue {
-		if b.param[v] {
-			return v
-		}
-		p := b.g.Values[v].Producer
-		if p < 0 || b.data[v] {
-			return ir.NoValue
-		}
-		switch b.g.Nodes[p].OpType {
-		case "Expand", "Unsqueeze", "Reshape", "Squeeze", "Identity":
-			v = b.g.Nodes[p].Inputs[0]
-		default:
-			return ir.NoValue
-		}
-	}
-	return ir.NoValue
-}
-
-// run emits the forward of one eager op: its allocations in the order the
-// kernels make them, the frees of scratch buffers, and the references that
-// autograd's saved tensors take.
-func (b *builder) run(n *ir.Node, k opKind) {
-	s := b.s
+// run emits the forward of one eager op, of kind k: its allocations in the
+// order the kernels make them, the frees of scratch buffers, and the
+// references that autograd's saved tensors take. The kind's forward
+// (kinds.go) does the op's own; run does what every op does around it.
+func (fp *forwardPass) run(n *ir.Node, k ir.Eager) {
+	s := fp.s
 	i := n.ID
-	reads := b.readsOf(i)
+	r := &kindRules[k]
+	o := &fp.op
+	*o = fwdOp{forwardPass: fp, n: n, i: i, k: k, reads: fp.readsOf(i)}
 	// Under autocast the op's class says its compute type.
-	lower := b.autocast() && b.class[i] == castLower
-	fp32 := b.autocast() && b.class[i] == castFP32
-	for _, v := range reads {
-		if b.rg[v] {
-			b.markRG(n)
+	o.lower = fp.autocast() && fp.class[i] == ir.AutocastLower
+	o.fp32 = fp.autocast() && fp.class[i].Float32()
+	o.ip = fp.inplace != nil && fp.inplace[i]
+	for _, v := range o.reads {
+		if fp.rg[v] {
+			fp.markRG(n)
 			break
 		}
 	}
 	for _, v := range n.Inputs {
-		if v != ir.NoValue && b.param[v] {
-			b.markRG(n)
+		if v != ir.NoValue && fp.param[v] {
+			fp.markRG(n)
 		}
 	}
-	out := func(j int) ir.ValueID { return n.Outputs[j] }
 	// Outputs take the widest type of the inputs, as type promotion does;
 	// ops that autocast lowers set theirs before allocating.
 	wide := ir.Undefined
-	for _, v := range reads {
-		if wide == ir.Undefined || b.dt[v].Size() > wide.Size() {
-			wide = b.dt[v]
+	for _, v := range o.reads {
+		if wide == ir.Undefined || fp.dt[v].Size() > wide.Size() {
+			wide = fp.dt[v]
 		}
 	}
-	switch k {
-	case opAdd, opSub, opMul, opDiv, opConcat:
+	if r.promotes {
 		// A parameter operand, or one computed from parameters alone,
 		// takes part in type promotion too (ViT's cat of its float32
 		// class token with float16 patches, x + pos_embedding, ConvNeXt's
@@ -107,608 +86,144 @@ func (b *builder) run(n *ir.Node, k opKind) {
 		// listed in reads are only activations.
 		// A 0-dim one does not (a dimensioned tensor's category wins).
 		for _, v := range n.Inputs {
-			if v != ir.NoValue && !b.data[v] && (b.param[v] || b.derived[v]) && len(s.Dims[v]) > 0 && wide != ir.Undefined && b.dt[v].Size() > wide.Size() {
-				wide = b.dt[v]
+			if v != ir.NoValue && !fp.data[v] && (fp.param[v] || fp.derived[v]) && len(s.Dims[v]) > 0 && wide != ir.Undefined && fp.dt[v].Size() > wide.Size() {
+				wide = fp.dt[v]
 			}
 		}
 	}
 	for _, v := range n.Outputs {
-		if b.data[v] && wide != ir.Undefined {
-			b.dt[v] = wide
+		if fp.data[v] && wide != ir.Undefined {
+			fp.dt[v] = wide
 		}
 	}
-	newOut := func(j int, kind Kind) {
-		v := out(j)
-		b.vst[v] = b.alloc(b.bytes(v), kind, v)
-		b.setLayout(v, nil)
+	r.forward(o)
+	if o.stopped() {
+		return
 	}
-	save := func(v ir.ValueID) {
-		if !b.data[v] {
-			return
-		}
-		if b.noSave {
-			b.hadSave[i] = true
-			return
-		}
-		st := b.vst[v]
-		b.ref(st)
-		b.saved[i] = append(b.saved[i], st)
-	}
-	// inPlace gives output 0 the storage of input 0, which the op
-	// overwrites (relu_, add_, …): it allocates nothing.
-	ip := b.inplace != nil && b.inplace[i]
-	inPlace := func() {
-		x, _ := b.overwrites(i)
-		v := out(0)
-		b.vst[v], b.dt[v], b.contig[v], b.str[v] = b.vst[x], b.dt[x], b.contig[x], b.str[x]
-		b.ref(b.vst[x])
-	}
-	// copyIn makes the contiguous copy that a kernel takes of a strided input.
-	copyIn := func(v ir.ValueID) int32 { return b.copyIf(!b.contig[v], b.bytes(v)) }
-	freeCopy := b.freeScratch
-	switch k {
-	case opConv:
-		x := n.Inputs[0]
-		c, xcast := int32(-1), int32(-1)
-		if lower {
-			// Autocast casts the bias, then the weight (both cached until
-			// autocast exits), then an input of another type (a fresh
-			// contiguous copy, which conv saves in place of the input).
-			if len(n.Inputs) > 2 && n.Inputs[2] != ir.NoValue {
-				b.castParam(n.Inputs[2])
-			}
-			b.castParam(n.Inputs[1])
-			b.dt[out(0)] = b.low()
-			if b.dt[x] != b.low() {
-				xcast = b.alloc(s.Elems(x)*b.low().Size(), Cast, x)
-			}
-		}
-		// Autograd packs the inputs it saves before the kernel runs.
-		if xcast >= 0 {
-			b.own(i, xcast)
-		} else {
-			save(x)
-		}
-		if st := b.castOf(n.Inputs[1]); st >= 0 {
-			b.ref(st)
-			b.own(i, st)
-		}
-		if b.stopAt == i {
-			return
-		}
-		cl := b.channelsLast(x)
-		if xcast < 0 && !cl {
-			c = copyIn(x)
-		}
-		newOut(0, Activation)
-		if cl {
-			// cuDNN takes a channels-last input as it is and writes a
-			// channels-last output (cudnn_conv_suggest_memory_format).
-			b.setLayout(out(0), channelsLastStrides(s.Dims[out(0)]))
-		}
-		b.workspace(b.convCall(n, Forward, "fwd"))
-		freeCopy(c)
-	case opBatchNorm, opBatchNormEval:
-		x := n.Inputs[0]
-		newOut(0, Activation)
-		save(x)
-		if k == opBatchNorm && b.cfg.Eval == nil {
-			ch := int64(1)
-			if d := s.Dims[x]; len(d) > 1 {
-				ch = d[1]
-			}
-			for j := 0; j < 2; j++ { // save_mean, save_invstd: fp32 whatever the input
-				b.own(i, b.alloc(ch*4, Stats, ir.NoValue))
-			}
-		}
-	case opSiLU:
-		if ip {
-			// silu_ overwrites its input, which its derivative
-			// (silu_backward(grad, self)) needs: autograd saves a clone
-			// of it made before the op, and the op's result is the
-			// input's storage (calibration/silu_saved.py; the ground
-			// truth's traces free the block batch norm allocated when a
-			// Conv's output is dropped). Under no_grad, or on an input
-			// that needs no gradient, there is no clone.
-			if x := b.siluIn[i]; b.cfg.Eval == nil && b.rg[x] {
-				b.own(i, b.alloc(b.bytes(x), Activation, x))
-			}
-			if b.stopAt == i {
-				return
-			}
-			inPlace()
-			break
-		}
-		save(b.siluIn[i])
-		if b.stopAt == i {
-			return
-		}
-		newOut(0, Activation)
-	case opSigmoid, opSoftmax:
-		if ip {
-			// relu_ saves its result: the input's storage, overwritten.
-			inPlace()
-			save(out(0))
-			break
-		}
-		if fp32 {
-			b.dt[out(0)] = ir.Float32 // autocast runs softmax in float32
-		}
-		newOut(0, Activation)
-		save(out(0))
-	case opSavesInput:
-		x := n.Inputs[0]
-		if ip {
-			// hardswish_ needs the input it overwrites: autograd keeps a
-			// copy of it, made before the op (no copy without autograd, in
-			// the eval step's no_grad).
-			if b.cfg.Eval == nil {
-				b.own(i, b.alloc(b.bytes(x), Activation, x))
-			}
-			if b.stopAt == i {
-				return
-			}
-			inPlace()
-			break
-		}
-		save(x)
-		if b.stopAt == i {
-			return
-		}
-		newOut(0, Activation)
-	case opDropout:
-		x := n.Inputs[0]
-		if !b.dropoutTrains(n) {
-			// Eval mode or p = 0: the input itself; no mask.
-			one := *n
-			one.Outputs = n.Outputs[:1]
-			b.view(&one)
-			break
-		}
-		if ip {
-			// dropout_: noise = empty_like(x).bernoulli_(1-p).div_(1-p),
-			// then x.mul_(noise), whose backward keeps the noise.
-			b.own(i, b.alloc(b.bytes(x), Mask, ir.NoValue))
-			inPlace()
-			break
-		}
-		// native_dropout (dropout_cuda): its bool mask, which it saves,
-		// then the output.
-		b.own(i, b.alloc(s.Elems(x), Mask, ir.NoValue))
-		newOut(0, Activation)
-	case opGlobalAvgPool, opPad:
-		// adaptive_avg_pool2d to 1×1 runs as x.mean((-1, -2), keepdim=True);
-		// constant_pad_nd writes a new tensor, a clone of the input when
-		// no pad is positive (Swin's windows at 224).
-		newOut(0, Activation)
-	case opGemm:
-		b.gemm(n, lower, save)
-	case opEinsum:
-		b.einsum(n, lower)
-	case opLayerNorm:
-		// Autocast runs layer_norm in float32: a float32 copy of a half
-		// input first, in the input's layout, which it saves. The kernel
-		// makes a strided input contiguous for itself (freed when it
-		// returns), then writes the output, the mean and rstd (float32,
-		// one per normalized row). calibration/convnext_vit_ops.py.
-		x := n.Inputs[0]
-		elem := b.dt[x].Size()
-		if fp32 && b.dt[x] != ir.Float32 {
-			xc := b.alloc(s.Elems(x)*4, Cast, x)
-			b.own(i, xc)
-			elem = 4
-		} else {
-			save(x)
-		}
-		if b.stopAt == i {
-			return
-		}
-		c := b.copyIf(!b.contig[x], s.Elems(x)*elem)
-		if fp32 {
-			b.dt[out(0)] = ir.Float32
-		}
-		newOut(0, Activation)
-		rows := s.Elems(x)
-		if d := s.Dims[x]; len(d) > 0 {
-			axis := int(n.IntAttr("axis", -1))
-			if axis < 0 {
-				axis += len(d)
-			}
-			rows = 1
-			for _, v := range d[:max(axis, 0)] {
-				rows *= v
-			}
-		}
-		for j := 0; j < 2; j++ {
-			b.own(i, b.alloc(rows*4, Stats, ir.NoValue))
-		}
-		freeCopy(c)
-	case opNorm:
-		// linalg_vector_norm saves its input and its result. Autocast
-		// calls it with dtype float32 (fp32_set_opt_dtype): the kernel
-		// reads a half input as it is and writes a float32 result.
-		x := n.Inputs[0]
-		save(x)
-		if b.stopAt == i {
-			return
-		}
-		if fp32 {
-			b.dt[out(0)] = ir.Float32
-		}
-		newOut(0, Activation)
-		save(out(0))
-	case opMul:
-		a, c := n.Inputs[0], n.Inputs[1]
-		// Stochastic depth's noise, torch.empty(B, 1, 1, 1) in the
-		// input's type, bernoulli_ and div_ in place, is a tensor of its
-		// own that the product saves (torchvision.ops.stochastic_depth).
-		for _, v := range []ir.ValueID{a, c} {
-			if !b.data[v] && b.Drawn(v) && (b.needsGrad(a) || b.needsGrad(c)) {
-				st := b.alloc(s.Elems(v)*b.dt[out(0)].Size(), Stats, ir.NoValue)
-				b.own(i, st)
-			}
-		}
-		if b.needsGrad(a) {
-			save(c)
-		}
-		if b.needsGrad(c) && a != c {
-			save(a)
-		}
-		if b.stopAt == i {
-			return
-		}
-		newOut(0, Activation)
-	case opDiv:
-		// DivBackward0 saves self when other needs a gradient, and other
-		// when either does (both formulas read it), never the result
-		// (derivatives.yaml: saving it would break an in-place use of
-		// it). F.normalize's x / denom saves both.
-		if b.needsGrad(n.Inputs[1]) {
-			save(n.Inputs[0])
-		}
-		if b.needsGrad(n.Inputs[0]) || b.needsGrad(n.Inputs[1]) {
-			save(n.Inputs[1])
-		}
-		newOut(0, Activation)
-	case opReduceSum:
-		if fp32 {
-			b.dt[out(0)] = ir.Float32 // sum accumulates and returns float32 under autocast
-		}
-		newOut(0, Activation)
-		// An input past 32-bit indexing (2^31-1 bytes) makes the CUDA
-		// reduction split into sub-iterators (aten/src/ATen/native/cuda/
-		// Reduce.cuh, gpu_reduce_kernel); a half-precision output cannot
-		// carry the float32 partial sums between them, so the kernel
-		// accumulates into a float32 buffer of the output's elements
-		// while it runs (calibration/half_sum.py: from exactly that size).
-		if x, y := n.Inputs[0], out(0); b.dt[y].Size() == 2 && s.Elems(x)*b.dt[x].Size() > math.MaxInt32 {
-			b.freeScratch(b.scratch(s.Elems(y)*4, Copy))
-		}
-	case opAdd, opSub, opConcat:
-		if ip {
-			inPlace() // x += y
-			break
-		}
-		newOut(0, Activation)
-	case opMaxPool:
-		x := n.Inputs[0]
-		newOut(0, Activation)
-		idx := b.alloc(s.Elems(out(0))*8, Indices, ir.NoValue)
-		freeCopy(copyIn(x))
-		save(x)
-		b.own(i, idx)
-	case opAvgPool:
-		x := n.Inputs[0]
-		save(x)
-		if b.stopAt == i {
-			return
-		}
-		c := copyIn(x)
-		newOut(0, Activation)
-		freeCopy(c)
-	case opResize:
-		x := n.Inputs[0]
-		if fp32 && b.dt[x] != ir.Float32 {
-			// Autocast runs upsampling in float32: a float32 copy of the
-			// input, then a float32 output.
-			c := b.scratch(s.Elems(x)*4, Cast)
-			b.dt[out(0)] = ir.Float32
-			newOut(0, Activation)
-			freeCopy(c)
-			break
-		}
-		// upsample_nearest2d is a structured kernel: its output exists
-		// before the kernel runs, which copies a strided input to a
-		// contiguous one only when it resizes; at the input's own size
-		// it is output.copy_(input) (aten/src/ATen/native/cuda/
-		// UpSampleNearest2d.cu, upsample_nearest2d_out_cuda_template).
-		newOut(0, Activation)
-		if !slices.Equal(s.Dims[x], s.Dims[out(0)]) {
-			freeCopy(copyIn(x))
-		}
-	case opContiguous:
-		if x := n.Inputs[0]; !b.contig[x] {
-			newOut(0, Activation) // clone(memory_format=contiguous)
-			break
-		}
-		b.view(n)
-	case opView, opSelect:
-		if x := n.Inputs[0]; (n.OpType == "Reshape" || n.OpType == "Flatten") && b.data[x] && !b.contig[x] && !b.viewable(x, s.Dims[out(0)]) {
-			// reshape of a permuted view that no strides can address (a
-			// channel shuffle's transpose, a window partition) copies: a
-			// clone whose gradient passes through.
-			newOut(0, Activation)
-			break
-		}
-		b.view(n)
-	case opAttention:
-		// scaled_dot_product_attention on a CUDA device: under autocast the
-		// flash kernel (half inputs), which first draws its two 8-byte
-		// philox seeds and returns the output and a float32 logsumexp of
-		// B·H·L; in float32 memory-efficient attention, whose logsumexp
-		// rows are padded to 32 queries. Both save q, k, v, the output and
-		// the logsumexp (calibration/convnext_vit_ops.py, the encoder).
-		q, k, v := n.Inputs[0], n.Inputs[1], n.Inputs[2]
-		for _, x := range []ir.ValueID{q, k, v} {
-			save(x)
-		}
-		if lower {
-			b.dt[out(0)] = b.low()
-			for j := 0; j < 2; j++ {
-				b.own(i, b.alloc(8, Stats, ir.NoValue))
-			}
-		}
-		newOut(0, Activation)
-		save(out(0))
-		// The flash kernel writes its output in q's memory order, (L, B,
-		// H, D) for a MultiheadAttention's heads, so the transpose back
-		// to (L, B, ·) is contiguous and the projection copies nothing;
-		// memory-efficient attention writes (B, L, H, D).
-		if d := s.Dims[out(0)]; lower {
-			if st := b.denseStrides(q); dense(s.Dims[q], st) {
-				b.setLayout(out(0), st) // empty_like(q) keeps a dense q's strides
-			}
-		} else if len(d) == 4 {
-			b.setLayout(out(0), permuteStrides(rowMajor([]int64{d[0], d[2], d[1], d[3]}), []int64{0, 2, 1, 3}))
-		}
-		rows := s.Elems(q) / max(s.Dims[q][len(s.Dims[q])-1], 1)
-		if !lower {
-			l := s.Dims[q][len(s.Dims[q])-2]
-			rows = rows / max(l, 1) * ((l + 31) / 32 * 32)
-		}
-		b.own(i, b.alloc(rows*4, Stats, ir.NoValue))
-	}
-	// An element-wise op's new output takes the memory order of its first
-	// operand of the output's own shape (TensorIterator: the first operand
-	// whose strides order two dims decides; a broadcast one does not):
-	// ViT's x + input after MultiheadAttention's transpose back to batch
-	// first keeps the (L, B, E) order, and the next layer norm copies it.
-	switch k {
-	case opAdd, opSub, opMul, opDiv, opSigmoid, opSiLU, opSavesInput, opDropout, opBatchNorm, opBatchNormEval:
-		if y := out(0); b.data[y] && b.contig[y] {
-			for _, x := range reads {
-				if slices.Equal(s.Dims[x], s.Dims[y]) {
-					if !b.contig[x] && b.str[x] != nil && b.vst[y] != b.vst[x] {
-						// Dense in x's order of strides, which a
-						// strided x (a permuted slice, MaxViT's k before
-						// its scaling) decides too.
-						b.setLayout(y, denseInOrder(s.Dims[x], b.str[x]))
-					}
-					break
-				}
-			}
-		}
+	if r.elementwise {
+		o.followLayout()
 	}
 	// What only a suppressed save held goes when the op returns.
-	for _, st := range b.deferred {
-		b.unref(st)
+	for _, st := range fp.deferred {
+		fp.unref(st)
 	}
-	b.deferred = b.deferred[:0]
+	fp.deferred = fp.deferred[:0]
 	// Other outputs (batch norm's running statistics, updated in place) hold
 	// no new memory.
 	for _, v := range n.Outputs {
-		if b.vst[v] < 0 {
-			b.noData(v)
+		if fp.vst[v] < 0 {
+			fp.noData(v)
 		}
 	}
 }
 
-// gemm emits linear(x, W, b) as eager PyTorch runs it: addmm(b, x, W.t()),
-// or mm without a bias. Under autocast the bias, the weight and a float32
-// x are cast to float16 first (right to left, as GCC evaluates the cast
-// arguments), the weight's and the bias's copies cached. Then the output,
-// and the cuBLAS workspaces the product's thread does not have yet: through
-// cuBLASLt when the bias is a vector of the output's columns and the
-// weight has more than one row and column (gemmLt), plain cuBLAS
-// otherwise (the bias is first copied into the output, which allocates
-// nothing). addmm saves mat1 when the weight needs a gradient and mat2 (a
-// view of the weight or its cast) when mat1 does.
-func (b *builder) gemm(n *ir.Node, lower bool, save func(ir.ValueID)) {
-	i := n.ID
-	x, w, y := n.Inputs[0], n.Inputs[1], n.Outputs[0]
-	bias := ir.NoValue
-	if len(n.Inputs) > 2 && n.Inputs[2] != ir.NoValue {
-		bias = n.Inputs[2]
-	}
-	xcast := int32(-1)
-	if lower {
-		if bias != ir.NoValue {
-			b.castParam(bias)
-		}
-		b.castParam(w)
-		b.dt[y] = b.low()
-		if b.dt[x] != b.low() {
-			xcast = b.alloc(b.s.Elems(x)*b.low().Size(), Cast, x)
-		}
-	}
-	// A linear on a strided input (a transposed view, or a reshape of one,
-	// as attention's output before its projection) gets a contiguous copy
-	// (matmul's reshape, or the module's own .contiguous()): the product
-	// saves the copy, and a cast made for it goes when autocast's wrapper
-	// returns, after the output (calibration/results/vit_steps.json). A
-	// matrix with rows or columns of stride 1 (ViT's class token x[:, 0])
-	// goes to cuBLAS as it is.
-	if !b.contig[x] && !blasMatrix(b.s.Dims[x], b.denseStrides(x)) {
-		size := b.s.Elems(x) * b.dt[x].Size()
-		if xcast >= 0 {
-			size = b.s.Elems(x) * b.low().Size()
-		}
-		c := b.alloc(size, Copy, x)
-		if xcast >= 0 {
-			b.deferred = append(b.deferred, xcast)
-		}
-		xcast = c
-	}
-	if b.needsGrad(w) {
-		if xcast >= 0 {
-			b.own(i, xcast)
-		} else {
-			save(x)
-		}
-	} else if xcast >= 0 {
-		b.deferred = append(b.deferred, xcast)
-	}
-	if st := b.castOf(w); st >= 0 && b.needsGrad(x) {
-		b.ref(st)
-		b.own(i, st)
-	}
-	if b.stopAt == i {
+// fwdOp is the forward of one node as its kind's forward runs it.
+type fwdOp struct {
+	*forwardPass
+	n     *ir.Node
+	i     int32 // the node's ID
+	k     ir.Eager
+	reads []ir.ValueID // the data values it reads (Flow.Reads)
+	lower bool         // autocast lowers it to float16
+	fp32  bool         // autocast runs it in float32
+	ip    bool         // it runs in place on its first data input (Holds.InPlace)
+}
+
+// out returns the node's output j.
+func (o *fwdOp) out(j int) ir.ValueID { return o.n.Outputs[j] }
+
+// newOut allocates output j, contiguous, as a buffer of the given kind.
+func (o *fwdOp) newOut(j int, kind Kind) {
+	v := o.out(j)
+	o.vst[v] = o.alloc(o.bytes(v), kind, v)
+	o.setLayout(v, nil)
+}
+
+// save has autograd keep value v for the node's backward: a reference to
+// its storage, or, inside a checkpointed range or under no_grad, only the
+// note that the node would have kept one. A parameter is resident: save
+// takes nothing.
+func (o *fwdOp) save(v ir.ValueID) {
+	if !o.data[v] {
 		return
 	}
-	b.vst[y] = b.alloc(b.bytes(y), Activation, y)
-	b.setLayout(y, nil)
-	b.blasWorkspaces(gemmLt(n, b.s))
+	if o.noSave {
+		o.cp.hadSave[o.i] = true
+		return
+	}
+	st := o.vst[v]
+	o.ref(st)
+	o.saved[o.i] = append(o.saved[o.i], st)
 }
 
-// gemmLt reports whether addmm runs a Gemm through cuBLASLt, as PyTorch
-// 2.11's isInputCompliesAddmmCudaLt decides: beta 1, a bias vector of the
-// output's columns, and mat2 (the weight, K×N) with more than one row and
-// column. mat1's rows do not matter: a batch of one goes through cuBLASLt
-// too.
-func gemmLt(n *ir.Node, s *ir.Shapes) bool {
-	if len(n.Inputs) < 3 || n.Inputs[2] == ir.NoValue {
-		return false
+// own hands the node's saved set the reference to storage st that the op
+// made for it: kept for the backward, or, inside a checkpointed range or
+// under no_grad, dropped when the op returns.
+func (o *fwdOp) own(st int32) {
+	if o.noSave {
+		o.cp.hadSave[o.i] = true
+		o.deferred = append(o.deferred, st)
+		return
 	}
-	if a, ok := n.Attr("beta"); ok && a.Kind == ir.AttrFloat && a.Float != 1 {
-		return false
+	o.saved[o.i] = append(o.saved[o.i], st)
+}
+
+// inPlace gives output 0 the storage of the input that the op overwrites
+// (relu_, add_, …): it allocates nothing.
+func (o *fwdOp) inPlace() {
+	x, _ := o.overwrites(o.i)
+	v := o.out(0)
+	o.vst[v], o.dt[v], o.contig[v], o.str[v] = o.vst[x], o.dt[x], o.contig[x], o.str[x]
+	o.ref(o.vst[x])
+}
+
+// copyIn makes the contiguous copy that a kernel takes of a strided input
+// v, and returns its buffer, or -1 for a contiguous v.
+func (o *fwdOp) copyIn(v ir.ValueID) int32 { return o.copyIf(!o.contig[v], o.bytes(v)) }
+
+// stopped reports whether a recomputation stops at this node once its
+// inputs are packed, before its kernel runs (checkpoints.recompute).
+func (o *fwdOp) stopped() bool { return o.stopAt == o.i }
+
+// followLayout gives an element-wise op's new output the memory order of
+// its first operand of the output's own shape (TensorIterator: the first
+// operand whose strides order two dims decides; a broadcast one does not):
+// ViT's x + input after MultiheadAttention's transpose back to batch first
+// keeps the (L, B, E) order, and the next layer norm copies it.
+func (o *fwdOp) followLayout() {
+	s := o.s
+	y := o.out(0)
+	if !o.data[y] || !o.contig[y] {
+		return
 	}
-	a, y, c := s.Dims[n.Inputs[0]], s.Dims[n.Outputs[0]], s.Dims[n.Inputs[2]]
-	if len(a) != 2 || len(y) != 2 || len(c) != 1 || c[0] != y[1] {
-		return false
+	for _, x := range o.reads {
+		if slices.Equal(s.Dims[x], s.Dims[y]) {
+			if !o.contig[x] && o.str[x] != nil && o.vst[y] != o.vst[x] {
+				// Dense in x's order of strides, which a strided x (a
+				// permuted slice, MaxViT's k before its scaling) decides
+				// too.
+				o.setLayout(y, denseInOrder(s.Dims[x], o.str[x]))
+			}
+			return
+		}
 	}
-	k := a[1]
-	if n.IntAttr("transA", 0) != 0 {
-		k = a[0]
-	}
-	return k > 1 && y[1] > 1
 }
 
 // dropoutTrains reports whether a Dropout node drops: its training_mode
 // input is true (an absent one means inference), and the step is not the
 // eval step, whose model.eval() makes dropout the identity.
-func (b *builder) dropoutTrains(n *ir.Node) bool {
-	if b.cfg.Eval != nil || len(n.Inputs) < 3 || n.Inputs[2] == ir.NoValue {
+func (fp *forwardPass) dropoutTrains(n *ir.Node) bool {
+	if fp.cfg.Eval != nil || len(n.Inputs) < 3 || n.Inputs[2] == ir.NoValue {
 		return false
 	}
-	d := b.s.Data[n.Inputs[2]]
+	d := fp.s.Data[n.Inputs[2]]
 	if len(d) != 1 || d[0] == 0 {
 		return false
 	}
 	// F.dropout with p = 0 returns its input (ATen's _dropout: no kernel,
 	// no mask): ViT's dropout=0.0 exports as Dropout of ratio 0.
 	if n.Inputs[1] != ir.NoValue {
-		if r := b.s.Data[n.Inputs[1]]; len(r) == 1 && r[0] == 0 {
-			return false
-		}
-	}
-	return true
-}
-
-// view gives the outputs of a view op the storage of its input.
-func (b *builder) view(n *ir.Node) {
-	x := n.Inputs[0]
-	in := b.s.Dims[x]
-	for _, v := range n.Outputs {
-		b.vst[v] = b.vst[x]
-		b.dt[v] = b.dt[x]
-		b.ref(b.vst[x])
-		switch n.OpType {
-		case "Expand":
-			// Stride 0 along the expanded dims: not dense. An expand to
-			// the input's own sizes is the input as it is.
-			if slices.Equal(in, b.s.Dims[v]) {
-				b.contig[v], b.str[v] = b.contig[x], b.str[x]
-			} else {
-				b.setStrided(v)
-			}
-			continue
-		case "Slice", "Split":
-			// A slice of step 1 keeps its input's strides (known, dense
-			// or not): contiguous when it cuts along the first dim of
-			// size above 1 or takes a whole dim.
-			if st := b.denseStrides(x); st != nil && b.unitSteps(n) {
-				b.setLayout(v, st)
-			} else {
-				b.setStrided(v)
-			}
-			continue
-		case "Transpose", "Gather":
-		default:
-			if b.contig[x] {
-				b.setLayout(v, nil) // a view of a contiguous tensor in its order
-				continue
-			}
-		}
-		st := b.denseStrides(x)
-		switch n.OpType {
-		case "Transpose":
-			pst := permuteStrides(st, n.IntsAttr("perm"))
-			if st == nil || pst == nil {
-				b.setStrided(v)
-				break
-			}
-			b.setLayout(v, pst)
-		case "Gather":
-			// select(axis, i): the axis's stride goes (a strided slice
-			// of a dense tensor, ViT's class token x[:, 0]).
-			a := int(n.IntAttr("axis", 0))
-			if a < 0 {
-				a += len(in)
-			}
-			if st == nil || a < 0 || a >= len(st) {
-				b.setStrided(v)
-				break
-			}
-			b.setLayout(v, append(append([]int64(nil), st[:a]...), st[a+1:]...))
-		default:
-			// A reshape, squeeze or flatten: the strides computeStride
-			// finds (run.go copies where there are none).
-			if st == nil {
-				b.setStrided(v)
-				break
-			}
-			nst, ok := viewStrides(in, st, b.s.Dims[v])
-			if !ok {
-				b.setStrided(v)
-				break
-			}
-			b.setLayout(v, nst)
-		}
-	}
-}
-
-// unitSteps reports whether a Slice or Split node takes every element
-// along its axes (steps of 1, or none given).
-func (b *builder) unitSteps(n *ir.Node) bool {
-	if n.OpType != "Slice" || len(n.Inputs) < 5 || n.Inputs[4] == ir.NoValue {
-		return true
-	}
-	steps := b.s.Data[n.Inputs[4]]
-	if steps == nil {
-		return false
-	}
-	for _, st := range steps {
-		if st != 1 {
+		if r := fp.s.Data[n.Inputs[1]]; len(r) == 1 && r[0] == 0 {
 			return false
 		}
 	}
@@ -716,51 +231,40 @@ func (b *builder) unitSteps(n *ir.Node) bool {
 }
 
 // needsGrad reports whether v is a value whose gradient the backward computes.
-func (b *builder) needsGrad(v ir.ValueID) bool {
-	return v != ir.NoValue && (b.rg[v] || b.param[v] || b.derived[v])
+func (fp *forwardPass) needsGrad(v ir.ValueID) bool {
+	return v != ir.NoValue && (fp.rg[v] || fp.param[v] || fp.derived[v])
 }
 
-func (b *builder) markRG(n *ir.Node) {
+func (fp *forwardPass) markRG(n *ir.Node) {
 	for _, v := range n.Outputs {
-		if b.data[v] {
-			b.rg[v] = true
+		if fp.data[v] {
+			fp.rg[v] = true
 		}
 	}
 }
 
 // castParam makes autocast's low-precision copy of parameter p, unless its
 // cache already holds one. The cache keeps it until autocast exits.
-func (b *builder) castParam(p ir.ValueID) {
-	if !b.param[p] || b.cast[p] >= 0 {
+func (fp *forwardPass) castParam(p ir.ValueID) {
+	if !fp.param[p] || fp.cast[p] >= 0 {
 		return
 	}
-	b.cast[p] = b.alloc(b.s.Elems(p)*b.low().Size(), Cast, p)
-	b.casts = append(b.casts, p)
+	fp.cast[p] = fp.alloc(fp.s.Elems(p)*fp.low().Size(), Cast, p)
+	fp.casts = append(fp.casts, p)
 }
 
 // castOf returns the storage of parameter p's autocast copy, or -1.
-func (b *builder) castOf(p ir.ValueID) int32 {
+func (fp *forwardPass) castOf(p ir.ValueID) int32 {
 	if p == ir.NoValue {
 		return -1
 	}
-	return b.cast[p]
+	return fp.cast[p]
 }
 
 // exitAutocast clears autocast's cache: each copy that no saved tensor holds
 // is freed.
-func (b *builder) exitAutocast() {
-	for _, p := range b.casts {
-		b.unref(b.cast[p])
+func (fp *forwardPass) exitAutocast() {
+	for _, p := range fp.casts {
+		fp.unref(fp.cast[p])
 	}
-}
-
-// own hands node i's saved set a reference to storage st: kept for the
-// backward, or, inside a checkpointed range, dropped when the op returns.
-func (b *builder) own(i int32, st int32) {
-	if b.noSave {
-		b.hadSave[i] = true
-		b.deferred = append(b.deferred, st)
-		return
-	}
-	b.saved[i] = append(b.saved[i], st)
 }

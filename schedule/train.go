@@ -178,18 +178,18 @@ func (b *builder) trainResident(bnVar map[ir.ValueID]bool) error {
 
 // loadBatch emits imgs.to(device).float() / 255 and gives the graph's input
 // the result.
-func (b *builder) loadBatch() {
-	if !b.cfg.Train.Uint8Batch {
+func (fp *forwardPass) loadBatch() {
+	if !fp.cfg.Train.Uint8Batch {
 		return
 	}
-	x := b.g.Inputs[0]
-	n := b.s.Elems(x)
-	u8 := b.alloc(n, Input, ir.NoValue)
-	f := b.alloc(n*4, Input, ir.NoValue)
-	b.unref(u8)
-	b.vst[x] = b.alloc(n*4, Input, x)
-	b.unref(f)
-	b.setLayout(x, nil)
+	x := fp.g.Inputs[0]
+	n := fp.s.Elems(x)
+	u8 := fp.alloc(n, Input, ir.NoValue)
+	f := fp.alloc(n*4, Input, ir.NoValue)
+	fp.unref(u8)
+	fp.vst[x] = fp.alloc(n*4, Input, x)
+	fp.unref(f)
+	fp.setLayout(x, nil)
 }
 
 // tape records a loss fragment into the program.
@@ -215,23 +215,23 @@ func (b *builder) lossInput() LossInput {
 // seedFromLoss runs the loss's backward and hands each output a strided
 // view of its gradient's buffer, which goes after the last output that
 // shares it.
-func (b *builder) seedFromLoss() error {
-	t := b.cfg.Train
-	grads := t.Loss.Backward(tape{b}, b.lossInput(), b.lossSaved)
-	outs := b.g.Outputs
+func (bp *backwardPass) seedFromLoss() error {
+	t := bp.cfg.Train
+	grads := t.Loss.Backward(tape{bp.builder}, bp.lossInput(), bp.fw.lossSaved)
+	outs := bp.g.Outputs
 	if len(grads) != len(outs) {
-		return fmt.Errorf("schedule: graph %q: the loss returned %d gradients for %d outputs", b.g.Name, len(grads), len(outs))
+		return fmt.Errorf("schedule: graph %q: the loss returned %d gradients for %d outputs", bp.g.Name, len(grads), len(outs))
 	}
 	for i, v := range outs {
 		st := int32(grads[i])
-		if b.rg[v] {
-			b.ref(st)
-			b.accumulate(v, gradT{st: st, bytes: b.bytes(v)})
+		if bp.rg[v] {
+			bp.ref(st)
+			bp.accumulate(v, gradT{st: st, bytes: bp.bytes(v)})
 		}
 		// The loss's own reference goes after the last output that shares
 		// the buffer.
 		if !slices.Contains(grads[i+1:], grads[i]) {
-			b.unref(st)
+			bp.unref(st)
 		}
 	}
 	return nil
@@ -241,9 +241,9 @@ func (b *builder) seedFromLoss() error {
 // clip_grad_norm_, the optimizer's step, zero_grad and the EMA update.
 func (b *builder) optimizerStep() {
 	b.node = -1
-	o := &optimizer{emitter: b.emitter, g: b.g, s: b.s, t: b.cfg.Train, amp: b.autocast(), grads: b.paramGrads, state: b.param, opt: b.state}
+	o := &optimizer{emitter: b.emitter, g: b.g, s: b.s, t: b.cfg.Train, amp: b.autocast(), grads: b.bw.paramGrads, state: b.param, opt: b.state}
 	for i := range b.g.Values {
-		if v := ir.ValueID(i); b.trainable(v) && b.paramGrads[v] >= 0 {
+		if v := ir.ValueID(i); b.trainable(v) && b.bw.paramGrads[v] >= 0 {
 			o.params = append(o.params, v)
 		}
 	}

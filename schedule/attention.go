@@ -1,0 +1,91 @@
+package schedule
+
+import "github.com/onnxmem/onnxmem/ir"
+
+// scaled_dot_product_attention on a CUDA device, fused (the generic
+// family's ScaledDotProductAttention): under autocast the flash kernel
+// (_scaled_dot_product_flash_attention, half inputs), in float32
+// memory-efficient attention (_scaled_dot_product_efficient_attention).
+// Both save query, key, value, the output and a float32 logsumexp for
+// their backward; the flash kernel also saves the philox seed and offset
+// it drew. calibration/convnext_vit_ops.py measured both, in ViT's encoder.
+//
+// Worked example, vit_b_16's attention at batch 8 under autocast: q, k and
+// v of [8 12 197 64] in float16 (2.3 MiB each); the forward draws the two
+// 8-byte seeds, writes the float16 output in q's memory order and a
+// float32 logsumexp of 8·12·197 rows (75,648 bytes). The backward makes
+// the gradients of q, k and v and, while its kernel runs, one float32
+// buffer for q's gradient accumulator and the rows' delta: 4,917,376
+// bytes, the size calibration/results/vit_steps.json shows.
+
+// attentionForward emits the fused attention: the saves of q, k and v,
+// the flash kernel's seeds, the output, which it saves, and the
+// logsumexp.
+func attentionForward(o *fwdOp) {
+	n, s := o.n, o.s
+	y := o.out(0)
+	q, k, v := n.Inputs[0], n.Inputs[1], n.Inputs[2]
+	for _, x := range []ir.ValueID{q, k, v} {
+		o.save(x)
+	}
+	if o.lower {
+		o.dt[y] = o.low()
+		for range 2 {
+			o.own(o.alloc(8, Stats, ir.NoValue))
+		}
+	}
+	o.newOut(0, Activation)
+	o.save(y)
+	// The flash kernel writes its output in q's memory order, (L, B,
+	// H, D) for a MultiheadAttention's heads, so the transpose back
+	// to (L, B, ·) is contiguous and the projection copies nothing;
+	// memory-efficient attention writes (B, L, H, D).
+	if d := s.Dims[y]; o.lower {
+		if st := o.denseStrides(q); dense(s.Dims[q], st) {
+			o.setLayout(y, st) // empty_like(q) keeps a dense q's strides
+		}
+	} else if len(d) == 4 {
+		o.setLayout(y, permuteStrides(rowMajor([]int64{d[0], d[2], d[1], d[3]}), []int64{0, 2, 1, 3}))
+	}
+	rows := s.Elems(q) / max(s.Dims[q][len(s.Dims[q])-1], 1)
+	if !o.lower {
+		l := s.Dims[q][len(s.Dims[q])-2]
+		rows = rows / max(l, 1) * ((l + 31) / 32 * 32)
+	}
+	o.own(o.alloc(rows*4, Stats, ir.NoValue))
+}
+
+// attentionBackward emits the fused attention's backward: the gradients
+// of q, k and v, and float32 scratch, freed when the kernel returns.
+// Memory-efficient attention (float32) makes the output's gradient
+// contiguous first and takes the rows' delta; the flash kernel (autocast)
+// reads a dense gradient in any order of its dims (MultiheadAttention's
+// arrives in (L, B, H, D) order) and takes one float32 buffer for q's
+// gradient accumulator and the rows' delta, 256 bytes more
+// (calibration/results/vit_steps.json: 12 such of 4,917,376 bytes at
+// vit_b_16 batch 8, of 1,248,256 at vit_b_32).
+func attentionBackward(o *bwdOp) {
+	n, s := o.n, o.s
+	y := o.outs[0]
+	q := n.Inputs[0]
+	rows := s.Elems(q) / max(s.Dims[q][len(s.Dims[q])-1], 1)
+	flash := o.autocast()
+	c := int32(-1)
+	if st := gradStrides(o.gy, s.Dims[y]); !flash || !dense(s.Dims[y], st) || st[len(st)-1] != 1 {
+		c = o.scratch(s.Elems(y)*o.dt[y].Size(), Copy)
+	}
+	if st := o.denseStrides(q); flash && dense(s.Dims[q], st) {
+		// Its gradients are empty_like of q, k and v: q's strides
+		// where, as in MultiheadAttention, the three share them.
+		o.freshLayout(st, s.Dims[q])
+	}
+	for _, v := range n.Inputs {
+		o.fresh(v)
+	}
+	if flash {
+		o.freeScratch(o.scratch(s.Elems(q)*4+rows*4+256, Grad))
+	} else {
+		o.freeScratch(o.scratch(rows*4, Stats))
+	}
+	o.freeScratch(c)
+}

@@ -1,0 +1,287 @@
+package schedule
+
+import "github.com/onnxmem/onnxmem/ir"
+
+// The element-wise ops: what each saves for its backward
+// (tools/autograd/derivatives.yaml), and their in-place forms, which the
+// model's Python code chooses (nn.ReLU(inplace=True), out += identity) and
+// a Holder reports (Holds.InPlace). An in-place op writes into its input's
+// storage; autograd then keeps what its formula reads: relu_'s result (the
+// overwritten input itself), a copy of the input made before the op for
+// hardswish_ and silu_, whose formulas read self, dropout_'s float noise.
+//
+// Worked example, relu after a batch norm at [8 64 80 80] in float32
+// (12.5 MiB a tensor): out of place, relu allocates its output and saves
+// it (threshold_backward reads the result); the batch norm's output goes
+// when nothing else reads it. In place, relu_ allocates nothing, and the
+// saved result is the batch norm's storage. Either way the backward makes
+// one gradient of the input, 12.5 MiB. hardswish_ instead allocates a 12.5
+// MiB copy of its input before the op: hardswish_backward reads self,
+// which the op overwrites.
+
+// siluForward emits silu, the one kernel of a Sigmoid·Mul of one tensor,
+// which saves its input; silu_ in place saves a copy of it.
+func siluForward(o *fwdOp) {
+	if o.ip {
+		// silu_ overwrites its input, which its derivative
+		// (silu_backward(grad, self)) needs: autograd saves a clone
+		// of it made before the op, and the op's result is the
+		// input's storage (calibration/silu_saved.py; the ground
+		// truth's traces free the block batch norm allocated when a
+		// Conv's output is dropped). Under no_grad, or on an input
+		// that needs no gradient, there is no clone.
+		if x := o.siluIn[o.i]; o.cfg.Eval == nil && o.rg[x] {
+			o.own(o.alloc(o.bytes(x), Activation, x))
+		}
+		if o.stopped() {
+			return
+		}
+		o.inPlace()
+		return
+	}
+	o.save(o.siluIn[o.i])
+	if o.stopped() {
+		return
+	}
+	o.newOut(0, Activation)
+}
+
+// savesResultForward emits an op whose backward reads its result (sigmoid,
+// relu, tanh, softmax); relu_ in place saves its result too, the input's
+// storage overwritten. Autocast runs softmax in float32.
+func savesResultForward(o *fwdOp) {
+	if o.ip {
+		o.inPlace()
+		o.save(o.out(0))
+		return
+	}
+	if o.fp32 {
+		o.dt[o.out(0)] = ir.Float32
+	}
+	o.newOut(0, Activation)
+	o.save(o.out(0))
+}
+
+// savesInputForward emits an op whose backward reads its input (hardswish,
+// hardsigmoid, hardtanh, gelu).
+func savesInputForward(o *fwdOp) {
+	x := o.n.Inputs[0]
+	if o.ip {
+		// hardswish_ needs the input it overwrites: autograd keeps a
+		// copy of it, made before the op (no copy without autograd, in
+		// the eval step's no_grad).
+		if o.cfg.Eval == nil {
+			o.own(o.alloc(o.bytes(x), Activation, x))
+		}
+		o.inPlace()
+		return
+	}
+	o.save(x)
+	o.newOut(0, Activation)
+}
+
+// dropoutForward emits dropout: native_dropout's bool mask, which it
+// saves, then the output; dropout_ in place makes float noise instead,
+// which its mul_ saves. A dropout that does not drop is its input.
+func dropoutForward(o *fwdOp) {
+	n := o.n
+	x := n.Inputs[0]
+	if !o.dropoutTrains(n) {
+		// Eval mode or p = 0: the input itself; no mask.
+		o.alias(n.Outputs[:1], reshapeLayout)
+		return
+	}
+	if o.ip {
+		// dropout_: noise = empty_like(x).bernoulli_(1-p).div_(1-p),
+		// then x.mul_(noise), whose backward keeps the noise.
+		o.own(o.alloc(o.bytes(x), Mask, ir.NoValue))
+		o.inPlace()
+		return
+	}
+	// native_dropout (dropout_cuda): its bool mask, which it saves,
+	// then the output.
+	o.own(o.alloc(o.s.Elems(x), Mask, ir.NoValue))
+	o.newOut(0, Activation)
+}
+
+// mulForward emits mul, which saves each operand whose partner needs a
+// gradient.
+func mulForward(o *fwdOp) {
+	n, s := o.n, o.s
+	a, c := n.Inputs[0], n.Inputs[1]
+	// Stochastic depth's noise, torch.empty(B, 1, 1, 1) in the
+	// input's type, bernoulli_ and div_ in place, is a tensor of its
+	// own that the product saves (torchvision.ops.stochastic_depth).
+	for _, v := range []ir.ValueID{a, c} {
+		if !o.data[v] && o.Drawn(v) && (o.needsGrad(a) || o.needsGrad(c)) {
+			o.own(o.alloc(s.Elems(v)*o.dt[o.out(0)].Size(), Stats, ir.NoValue))
+		}
+	}
+	if o.needsGrad(a) {
+		o.save(c)
+	}
+	if o.needsGrad(c) && a != c {
+		o.save(a)
+	}
+	if o.stopped() {
+		return
+	}
+	o.newOut(0, Activation)
+}
+
+// divForward emits div. DivBackward0 saves self when other needs a
+// gradient, and other when either does (both formulas read it), never the
+// result (derivatives.yaml: saving it would break an in-place use of it).
+// F.normalize's x / denom saves both.
+func divForward(o *fwdOp) {
+	n := o.n
+	if o.needsGrad(n.Inputs[1]) {
+		o.save(n.Inputs[0])
+	}
+	if o.needsGrad(n.Inputs[0]) || o.needsGrad(n.Inputs[1]) {
+		o.save(n.Inputs[1])
+	}
+	o.newOut(0, Activation)
+}
+
+// addForward emits add, sub and cat, which save nothing; x += y in place
+// allocates nothing.
+func addForward(o *fwdOp) {
+	if o.ip {
+		o.inPlace()
+		return
+	}
+	o.newOut(0, Activation)
+}
+
+// siluBackward makes silu_backward's gradient of the SiLU's input.
+func siluBackward(o *bwdOp) { o.fresh(o.siluIn[o.n.ID]) }
+
+// dropoutBackward makes native_dropout_backward's new gradient; a dropout
+// that does not drop passes the gradient on.
+func dropoutBackward(o *bwdOp) {
+	if o.fw.dropoutTrains(o.n) {
+		freshBackward(o)
+		return
+	}
+	passBackward(o)
+}
+
+// mulBackward emits MulBackward0 and DivBackward0: a gradient of each
+// operand that needs one, and a parameter operand's .grad.
+func mulBackward(o *bwdOp) {
+	n, s, k := o.n, o.s, o.k
+	y := o.outs[0]
+	ins := n.Inputs[:2]
+	// A broadcast operand's gradient (the squeeze-excitation scale of
+	// scale * x) is first a product of the output's size, which
+	// validate_outputs sums to the operand's shape once the node's
+	// gradients are made; then the product goes. MulBackward0 computes
+	// other's gradient before self's (calibration/torchvision_ops.py,
+	// se_mul), which only a broadcast operand makes visible.
+	broadcast := false
+	for _, v := range ins {
+		broadcast = broadcast || (k == ir.EagerMul && v != ir.NoValue && o.rg[v] && s.Elems(v) < s.Elems(y))
+	}
+	if broadcast {
+		ins = []ir.ValueID{n.Inputs[1], n.Inputs[0]}
+	}
+	var tmp []int32
+	var small []ir.ValueID
+	for j, v := range ins {
+		if v == ir.NoValue || (j == 1 && v == ins[0]) {
+			continue
+		}
+		if broadcast && o.rg[v] && s.Elems(v) < s.Elems(y) {
+			tmp = append(tmp, o.scratch(s.Elems(y)*o.dt[y].Size(), Grad))
+			small = append(small, v)
+			continue
+		}
+		if o.data[v] && o.rg[v] && o.dt[v] != o.dt[y] {
+			// A promoted product (ConvNeXt's float32 layer_scale * a
+			// half x under autocast): x's gradient is computed in the
+			// output's type, and the engine's validate_outputs turns it
+			// to x's once the node's gradients are made.
+			o.later(o.alloc(s.Elems(v)*o.dt[y].Size(), Grad, v), v, false)
+			continue
+		}
+		if o.data[v] {
+			o.fresh(v)
+		}
+	}
+	for j, v := range small {
+		o.fresh(v)
+		o.freeScratch(tmp[j])
+	}
+	// A parameter operand (a layer scale) gets its .grad: for a
+	// broadcast one, the product of the output's size first, reduced
+	// to the parameter's shape, then the product goes.
+	for _, v := range n.Inputs[:2] {
+		if v == ir.NoValue || !o.param[v] || o.paramGrads[v] >= 0 || k != ir.EagerMul {
+			continue
+		}
+		var tmp int32 = -1
+		if s.Elems(v) < s.Elems(y) {
+			tmp = o.scratch(s.Elems(y)*o.dt[y].Size(), Grad)
+		}
+		o.paramGrad(v)
+		if tmp >= 0 {
+			// The product's sum to a per-channel parameter ([C, 1, 1],
+			// ConvNeXt's layer scale) is the reduction of a conv bias's
+			// gradient: over N·H·W rows of C columns when the product
+			// is channels-last, as it follows the gradient's layout.
+			if len(s.Dims[y]) == 4 && s.Elems(v) == s.Dims[y][1] {
+				rows := s.Elems(y) / max(s.Elems(v), 1)
+				if gradChannelsLast(o.gy, s.Dims[y]) {
+					o.columnSum(rows, s.Elems(v))
+				} else {
+					o.channelSum(rows, s.Elems(v), false)
+				}
+			}
+			o.freeScratch(tmp)
+		}
+	}
+}
+
+// addBackward emits AddBackward0 and SubBackward0: the gradient passed on
+// to each operand, a new one for a broadcast operand (reduced to its
+// shape) and for sub's second (negated), and a parameter operand's .grad.
+func addBackward(o *bwdOp) {
+	n, s, k := o.n, o.s, o.k
+	// A parameter operand (a position embedding) gets its .grad, the
+	// output's gradient summed to its shape.
+	for _, v := range n.Inputs[:2] {
+		if v != ir.NoValue && o.param[v] && k == ir.EagerAdd {
+			o.paramGrad(v)
+		}
+	}
+	for j, v := range n.Inputs[:2] {
+		if v == ir.NoValue || !o.data[v] || (j == 1 && v == n.Inputs[0]) {
+			continue
+		}
+		if s.Elems(v) != s.Elems(o.outs[0]) || (k == ir.EagerSub && j == 1) {
+			o.fresh(v) // a broadcast operand's gradient is reduced; sub negates
+		} else {
+			o.pass(v, true, true)
+		}
+	}
+}
+
+// catBackward emits CatBackward0: each piece's gradient, a narrow of the
+// incoming one, contiguous when cut along the first dim of size above 1.
+// A parameter concatenated through an expand (ViT's class token) gets the
+// sum of its slice, ExpandBackward's, as its .grad.
+func catBackward(o *bwdOp) {
+	n := o.n
+	axis := o.axisOf(n)
+	for _, v := range n.Inputs {
+		if v != ir.NoValue && o.data[v] {
+			o.pass(v, sliceContiguous(o.s.Dims[o.outs[0]], axis), false)
+		}
+	}
+	for _, v := range n.Inputs {
+		if p := o.paramBehind(v); p != ir.NoValue && !o.data[v] {
+			o.paramGrad(p)
+		}
+	}
+}
