@@ -28,7 +28,7 @@ import (
 // A Process is not safe for concurrent use.
 type Process struct {
 	m     *Model
-	ps session
+	ps    session
 	first *schedule.Program // the first scenario's program
 	sc    Options           // the first scenario, its defaults set
 	conf  allocator.Config
