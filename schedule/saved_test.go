@@ -94,6 +94,7 @@ var oneOps = []oneOp{
 	{op: "LayerNormalization", build: func(s onnxbuild.Scope, x, a, c, d onnxbuild.T) []string {
 		return s.Node("LayerNormalization", []string{a.Name, s.Param("weight", 16), s.Param("bias", 16)}, 1, onnxbuild.IntAttr("axis", -1))
 	}},
+	{op: "LeakyRelu", build: unary("LeakyRelu")},
 	{op: "LogSoftmax", build: unary("LogSoftmax", onnxbuild.IntAttr("axis", -1))},
 	{op: "MatMul", build: binary("MatMul", both)},
 	{op: "MaxPool", build: func(s onnxbuild.Scope, x, a, c, d onnxbuild.T) []string { return []string{s.MaxPool(a, 2, 2, 0).Name} }},
