@@ -72,10 +72,10 @@ type Head interface {
 	// Classes returns the number of classes that a graph with these
 	// outputs predicts, or 0 when it reads none from them.
 	Classes(outs []schedule.Output) int64
-	// Unseen returns what the model moves to the device on load beyond the
+	// OffGraph returns what the model moves to the device on load beyond the
 	// graph's initializers, for a graph with these outputs, in the order
 	// it moves them.
-	Unseen(outs []schedule.Output) []schedule.Unseen
+	OffGraph(outs []schedule.Output) []schedule.OffGraph
 }
 
 // Trainer is a family with training scripts of its own.
@@ -142,12 +142,12 @@ func Classes(f Family, outs []schedule.Output) int64 {
 	return 0
 }
 
-// Unseen returns what f's model moves to the device beyond the graph's
+// OffGraph returns what f's model moves to the device beyond the graph's
 // initializers: nothing by default, every parameter and buffer being in
 // the graph.
-func Unseen(f Family, outs []schedule.Output) []schedule.Unseen {
+func OffGraph(f Family, outs []schedule.Output) []schedule.OffGraph {
 	if h, ok := f.(Head); ok {
-		return h.Unseen(outs)
+		return h.OffGraph(outs)
 	}
 	return nil
 }

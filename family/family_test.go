@@ -20,7 +20,7 @@ import (
 func TestDefaults(t *testing.T) {
 	var f family.Family = generic.Family{}
 	outs := []schedule.Output{{Dims: []int64{2, 144, 80, 80}, DType: ir.Float32}}
-	if family.EvalHead(f) != nil || family.Classes(f, outs) != 0 || family.Unseen(f, outs) != nil || family.Loop(f, nil) != nil {
+	if family.EvalHead(f) != nil || family.Classes(f, outs) != 0 || family.OffGraph(f, outs) != nil || family.Loop(f, nil) != nil {
 		t.Errorf("a core-only family has a head, classes, unseen tensors or a loop")
 	}
 	if r := family.Recipe(f, schedule.Adam, true, 3); r.Optimizer != schedule.Adam || !r.EMA || r.Boxes != 3 || !r.GradScaler || r.Loss != nil {

@@ -422,8 +422,8 @@ func (b *builder) cleanup() {
 		b.unref(b.fw.decoded[j])
 	}
 	// The list of outputs dies last item first; a value listed twice holds
-	// one reference. Carried to the next step, it stays.
-	for j := len(b.g.Outputs) - 1; j >= 0 && len(b.p.CarriedFrom) == 0; j-- {
+	// one reference. Carried to the next step (Program.PrevPred), it stays.
+	for j := len(b.g.Outputs) - 1; j >= 0 && len(b.p.PrevPredFrom) == 0; j-- {
 		o := b.g.Outputs[j]
 		first := true
 		for _, p := range b.g.Outputs[:j] {

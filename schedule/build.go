@@ -92,7 +92,7 @@ type Config struct {
 	// earlier matrix product of the training loop made it); in a model step
 	// the warm-up makes it, at the first Gemm of the forward, and the
 	// autograd engine's device thread, which has a handle of its own, makes
-	// another at the first Gemm of the backward (Program.Once).
+	// another at the first Gemm of the backward (Program.Persistent).
 	CuBLASWorkspace int64
 	// CuBLASLtWorkspace is the bytes of a cuBLASLt workspace (default
 	// CUBLASLT_WORKSPACE_SIZE, 1 MiB), also one per handle and stream: a
@@ -354,8 +354,8 @@ func (b *builder) carry() {
 		}
 		buf := b.st[st].buf
 		c := b.newBuf(b.p.Buffers[buf].Bytes, Activation, o)
-		b.p.Carried = append(b.p.Carried, c)
-		b.p.CarriedFrom = append(b.p.CarriedFrom, buf)
+		b.p.PrevPred = append(b.p.PrevPred, c)
+		b.p.PrevPredFrom = append(b.p.PrevPredFrom, buf)
 		b.emit(c, true)
 	}
 }
@@ -539,14 +539,14 @@ func (b *builder) blasWorkspaces(lt bool) {
 }
 
 // once allocates workspace h, of the given size, the first time it is asked
-// for (Program.Once).
+// for (Program.Persistent).
 func (b *builder) once(h blasHandle, size int64) {
 	if b.blasMade[h] || size <= 0 {
 		return
 	}
 	b.blasMade[h] = true
-	b.p.Once = append(b.p.Once, b.newBuf(size, Workspace, ir.NoValue))
-	b.p.OnceAt = append(b.p.OnceAt, len(b.p.Events))
+	b.p.Persistent = append(b.p.Persistent, b.newBuf(size, Workspace, ir.NoValue))
+	b.p.PersistentAt = append(b.p.PersistentAt, len(b.p.Events))
 }
 
 func (b *builder) workspace(c ConvCall) {

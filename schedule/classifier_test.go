@@ -36,7 +36,7 @@ func classifier() *onnxbuild.Builder {
 //   - GlobalAveragePool, x.mean((-1, -2), keepdim=True), allocates its output
 //     and saves nothing; its backward makes a gradient of the input's size;
 //   - Gemm (linear) allocates its output, then its thread's cuBLAS and
-//     cuBLASLt workspaces, once (Program.Once);
+//     cuBLASLt workspaces, once (Program.Persistent);
 //   - hardswish_ needs the input it overwrites: the codegen clones it
 //     (original_self) before the op, and the clone is saved;
 //   - dropout_ makes float noise of the input's size, which mul_ saves;
@@ -67,8 +67,8 @@ func TestClassifierInPlace(t *testing.T) {
 	// the autograd thread's at the first mm of the backward, after the
 	// gradient and the copy that mm takes.
 	var once []string
-	for j, b := range p.Once {
-		at := p.Events[p.OnceAt[j]-1]
+	for j, b := range p.Persistent {
+		at := p.Events[p.PersistentAt[j]-1]
 		once = append(once, fmt.Sprintf("%d after %s in %s", p.Buffers[b].Bytes, describe(p, at), at.Phase))
 	}
 	diff(t, "workspaces", once, []string{
@@ -92,8 +92,8 @@ func TestClassifierOutOfPlace(t *testing.T) {
 	diff(t, "dropout forward", fwd("/drop/Dropout"), []string{"+mask 20", "+activation /drop/Dropout_output_0", "-activation /act/HardSwish_output_0"})
 	diff(t, "dropout backward", events(p, p.BackwardStart, p.BackwardEnd, atNode(p, "/drop/Dropout")),
 		[]string{"+grad /act/HardSwish_output_0", "-grad /drop/Dropout_output_0", "-mask 20"})
-	if len(p.Once) != 0 {
-		t.Errorf("%d workspaces made with a workspace size of 0", len(p.Once))
+	if len(p.Persistent) != 0 {
+		t.Errorf("%d workspaces made with a workspace size of 0", len(p.Persistent))
 	}
 }
 

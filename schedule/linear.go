@@ -18,7 +18,7 @@ import (
 // (64 KiB) in float32: the output [32 1000] (125 KiB), then, at the first
 // matrix product of the thread, its cuBLAS workspace and, addmm running
 // through cuBLASLt with a bias vector, its cuBLASLt workspace, both kept
-// to the end of the process (Program.Once). x is saved for the weight's
+// to the end of the process (Program.Persistent). x is saved for the weight's
 // gradient. The backward makes x's gradient (if x needs one) and the
 // weight's .grad (2 MiB), and the bias's .grad, the sum of the incoming
 // gradient over its 32 rows, whose reduction stages nothing at 32 rows.

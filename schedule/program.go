@@ -167,20 +167,20 @@ type Program struct {
 	// ParamGrads are the .grad buffers that outlive the step, in parameter
 	// order: zero_grad(set_to_none=True) frees them in this order.
 	ParamGrads []int32
-	// Carried are the previous step's outputs, alive before the step
+	// PrevPred are the previous step's outputs, alive before the step
 	// starts and freed by its events after the forward (Train's
-	// PrevPredAlive); CarriedFrom[i] is the buffer of this step's outputs
-	// that becomes Carried[i] in the next step: it is never freed here.
-	Carried, CarriedFrom []int32
-	// Once are the buffers that the step allocates the first time it runs
+	// PrevPredAlive); PrevPredFrom[i] is the buffer of this step's outputs
+	// that becomes PrevPred[i] in the next step: it is never freed here.
+	PrevPred, PrevPredFrom []int32
+	// Persistent are the buffers that the step allocates the first time it runs
 	// and that stay allocated for the rest of the process: the cuBLAS and
 	// cuBLASLt workspaces of the handles its matrix products use, one per
 	// (thread, stream), which CublasHandlePool.cpp caches until exit. In the
-	// first step (the harness's warm-up) Once[i] is allocated just before
+	// first step (the harness's warm-up) Persistent[i] is allocated just before
 	// event OnceAt[i] (len(Events) for after the last); in every later step
 	// it is alive from the start.
-	Once   []int32
-	OnceAt []int
+	Persistent   []int32
+	PersistentAt []int
 	// Harness, when not empty, is where the reference measurements of the
 	// model's family empty the caching allocator's cache around a model or
 	// eval step's warm-up: "before_step" or "before_warmup" (the values of
@@ -188,11 +188,11 @@ type Program struct {
 	Harness string
 }
 
-// Unseen is a tensor that a model moves to the device when it loads and
+// OffGraph is a tensor that a model moves to the device when it loads and
 // that its training graph does not show: a frozen parameter that the
 // training forward does not use, or a plain tensor attribute that the
 // model's _apply moves with its parameters.
-type Unseen struct {
+type OffGraph struct {
 	// Name is its attribute's path, such as "head.stride".
 	Name         string
 	Elems, Bytes int64

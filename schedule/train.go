@@ -99,7 +99,7 @@ type Train struct {
 	// PrevPredAlive keeps the previous step's outputs referenced until
 	// this step's forward returns, as a loop that rebinds them does
 	// (pred = model(imgs) drops the old pred only once the new one is
-	// made): the step starts with Program.Carried alive, frees them after
+	// made): the step starts with Program.PrevPred alive, frees them after
 	// the forward, and leaves its own outputs alive at its end.
 	PrevPredAlive bool
 }

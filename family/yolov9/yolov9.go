@@ -130,28 +130,28 @@ func isSep(c byte) bool {
 // EvalHead returns the decode of DDetect and DualDDetect.
 func (Family) EvalHead() schedule.Head { return Head{} }
 
-// Unseen returns what models/yolo.py's model moves to the device beyond
+// OffGraph returns what models/yolo.py's model moves to the device beyond
 // the training graph's initializers: each detection branch's DFL (its
 // 1×1 conv of reg_max fixed weights, a parameter with requires_grad
 // False that only the inference decode uses), and the head's stride
 // tensor, one float per level, which BaseModel._apply moves with them
 // (its anchors and strides are empty until an inference forward).
-func (Family) Unseen(outs []schedule.Output) []schedule.Unseen {
+func (Family) OffGraph(outs []schedule.Output) []schedule.OffGraph {
 	br := Branches(outs)
 	if len(br) == 0 {
 		return nil
 	}
 	names := []string{"dfl", "dfl2"}
-	var out []schedule.Unseen
+	var out []schedule.OffGraph
 	for i := range br {
 		name := fmt.Sprintf("dfl%d", i+1)
 		if i < len(names) {
 			name = names[i]
 		}
-		out = append(out, schedule.Unseen{Name: "head." + name + ".conv.weight", Elems: regMax, Bytes: 4 * regMax, Param: true})
+		out = append(out, schedule.OffGraph{Name: "head." + name + ".conv.weight", Elems: regMax, Bytes: 4 * regMax, Param: true})
 	}
 	nl := int64(len(br[0]))
-	return append(out, schedule.Unseen{Name: "head.stride", Elems: nl, Bytes: 4 * nl})
+	return append(out, schedule.OffGraph{Name: "head.stride", Elems: nl, Bytes: 4 * nl})
 }
 
 // CheckStep refuses an inference export: export.py folds every batch norm

@@ -113,12 +113,12 @@ func CheckBalanced(t *testing.T, p *schedule.Program) {
 	for _, b := range p.Resident {
 		state[b] = -1
 	}
-	if len(p.Once) != len(p.OnceAt) {
-		t.Fatalf("%d once buffers, %d places", len(p.Once), len(p.OnceAt))
+	if len(p.Persistent) != len(p.PersistentAt) {
+		t.Fatalf("%d once buffers, %d places", len(p.Persistent), len(p.PersistentAt))
 	}
-	for j, b := range p.Once {
+	for j, b := range p.Persistent {
 		state[b] = -1 // allocated by the first step, before event OnceAt[j]
-		if at := p.OnceAt[j]; at < 0 || at > len(p.Events) || (j > 0 && at < p.OnceAt[j-1]) {
+		if at := p.PersistentAt[j]; at < 0 || at > len(p.Events) || (j > 0 && at < p.PersistentAt[j-1]) {
 			t.Fatalf("once buffer %d at event %d of %d", b, at, len(p.Events))
 		}
 	}

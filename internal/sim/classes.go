@@ -343,8 +343,8 @@ func sameStructure(a, b classPoint) bool {
 		p.BackwardEnd != q.BackwardEnd || p.StepEnd != q.StepEnd || len(p.Buffers) != len(q.Buffers) ||
 		!slices.Equal(p.Events, q.Events) || !slices.Equal(p.Resident, q.Resident) ||
 		!slices.Equal(p.ParamGrads, q.ParamGrads) || !slices.Equal(p.LayerEnds, q.LayerEnds) || len(a.calls) != len(b.calls) ||
-		!slices.Equal(p.Carried, q.Carried) || !slices.Equal(p.CarriedFrom, q.CarriedFrom) ||
-		!slices.Equal(p.Once, q.Once) || !slices.Equal(p.OnceAt, q.OnceAt) || !slices.Equal(p.ResidentRoles, q.ResidentRoles) ||
+		!slices.Equal(p.PrevPred, q.PrevPred) || !slices.Equal(p.PrevPredFrom, q.PrevPredFrom) ||
+		!slices.Equal(p.Persistent, q.Persistent) || !slices.Equal(p.PersistentAt, q.PersistentAt) || !slices.Equal(p.ResidentRoles, q.ResidentRoles) ||
 		!slices.Equal(p.StateOrder, q.StateOrder) || !slices.Equal(p.StateAt, q.StateAt) {
 		return false
 	}
@@ -467,7 +467,7 @@ func workspaceBuffers(p *schedule.Program, calls []convCall) ([]int32, bool) {
 	for _, r := range p.Resident {
 		resident[r] = true
 	}
-	for _, r := range p.Once {
+	for _, r := range p.Persistent {
 		resident[r] = true
 	}
 	out := make([]int32, 0, len(calls))
@@ -528,11 +528,11 @@ func trim(p *schedule.Program, calls []convCall, wsBuf []int32) *schedule.Progra
 		return out
 	}
 	q.Resident, q.ParamGrads = renumber(p.Resident), renumber(p.ParamGrads)
-	q.Carried, q.CarriedFrom = renumber(p.Carried), renumber(p.CarriedFrom)
-	q.Once, q.StateOrder = renumber(p.Once), renumber(p.StateOrder)
-	q.OnceAt = make([]int, len(p.OnceAt))
-	for i, at := range p.OnceAt {
-		q.OnceAt[i] = kept[at]
+	q.PrevPred, q.PrevPredFrom = renumber(p.PrevPred), renumber(p.PrevPredFrom)
+	q.Persistent, q.StateOrder = renumber(p.Persistent), renumber(p.StateOrder)
+	q.PersistentAt = make([]int, len(p.PersistentAt))
+	for i, at := range p.PersistentAt {
+		q.PersistentAt[i] = kept[at]
 	}
 	q.StateAt = make([]int, len(p.StateAt))
 	for i, at := range p.StateAt {

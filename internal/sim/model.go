@@ -984,7 +984,7 @@ func (m *Model) Footprint(sc Options) (*Footprint, error) {
 		f.ParamBytes += buf.Bytes
 		f.Params += p.Buffers[b].Bytes / int64(p.Graph.Values[buf.Value].DType.Size())
 	}
-	for _, u := range family.Unseen(pr.fam, p.Outputs) {
+	for _, u := range family.OffGraph(pr.fam, p.Outputs) {
 		a.Malloc(u.Bytes)
 		switch {
 		case u.Param:

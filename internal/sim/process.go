@@ -100,14 +100,14 @@ func (pr *Process) Simulate(sc Options) (*Result, error) {
 }
 
 // sameOnce reports whether p and q keep the same workspaces for the rest
-// of the process (Program.Once): the same sizes, in the same order, which
+// of the process (Program.Persistent): the same sizes, in the same order, which
 // the process's first step made.
 func sameOnce(p, q *schedule.Program) bool {
-	if len(p.Once) != len(q.Once) {
+	if len(p.Persistent) != len(q.Persistent) {
 		return false
 	}
-	for i, b := range p.Once {
-		if p.Buffers[b].Bytes != q.Buffers[q.Once[i]].Bytes {
+	for i, b := range p.Persistent {
+		if p.Buffers[b].Bytes != q.Buffers[q.Persistent[i]].Bytes {
 			return false
 		}
 	}

@@ -159,7 +159,7 @@ type session struct {
 // says: the first one loads the parameters; each empties the cache (but
 // with EmptyCacheNever) and runs the warm-up, whose zero_grad drops the
 // last step's gradients and which makes the workspaces that stay
-// (Program.Once) and the optimizer's state (Program.StateOrder) the first
+// (Program.Persistent) and the optimizer's state (Program.StateOrder) the first
 // time the process runs one, after the iterations whose optimizer step
 // GradScaler skips (skips of them, Scenario.WarmSteps); then it empties the
 // cache again with EmptyCacheStep, frees the warm-up's gradients and
@@ -190,7 +190,7 @@ func (ps *session) warmUp(q *schedule.Program, conf allocator.Config, capacity i
 	ps.grads = ps.grads[:0]
 	// The outputs of the step before the warm-up are alive until its
 	// forward.
-	for _, buf := range q.Carried {
+	for _, buf := range q.PrevPred {
 		rp.malloc(q, ids, buf)
 	}
 	if q.Input >= 0 {
@@ -198,12 +198,12 @@ func (ps *session) warmUp(q *schedule.Program, conf allocator.Config, capacity i
 	}
 	// The iterations whose optimizer step GradScaler skips, then the one
 	// that makes the optimizer's state; after each, the next one's batch,
-	// and its Carried are the outputs this one made.
+	// and its PrevPred are the outputs this one made.
 	for k := 0; k <= ps.skips; k++ {
 		last := k == ps.skips
 		rp.step(q, ids, first && k == 0, first && last, !last)
-		for i, buf := range q.Carried {
-			ids[buf] = ids[q.CarriedFrom[i]]
+		for i, buf := range q.PrevPred {
+			ids[buf] = ids[q.PrevPredFrom[i]]
 		}
 		if last && ps.mode == EmptyCacheStep {
 			empty()
@@ -230,7 +230,7 @@ func (ps *session) ended(q *schedule.Program, ids []allocator.ID) {
 	for _, buf := range q.ParamGrads {
 		ps.grads = append(ps.grads, ids[buf])
 	}
-	for _, buf := range q.CarriedFrom {
+	for _, buf := range q.PrevPredFrom {
 		ps.rp.free(ids[buf])
 	}
 }
@@ -445,8 +445,8 @@ func (s *scratch) initialLive(p *schedule.Program) []int32 {
 	if p.Input >= 0 {
 		initial = append(initial, p.Input)
 	}
-	initial = append(initial, p.Carried...)
-	initial = append(initial, p.Once...)
+	initial = append(initial, p.PrevPred...)
+	initial = append(initial, p.Persistent...)
 	s.initial = initial
 	return initial
 }
@@ -634,7 +634,7 @@ func (rp *replayer) free(id allocator.ID) {
 }
 
 // step runs q's events over ids, making, each just before its event, the
-// workspaces that stay (Program.Once) with once, as a process's first step
+// workspaces that stay (Program.Persistent) with once, as a process's first step
 // that uses them does, and the optimizer's state (Program.StateOrder) with
 // state, as the first step that GradScaler does not skip does. With
 // skipped it replays an iteration whose optimizer step GradScaler skipped:
@@ -643,7 +643,7 @@ func (rp *replayer) free(id allocator.ID) {
 func (rp *replayer) step(q *schedule.Program, ids []allocator.ID, once, state, skipped bool) {
 	next, end, st, states := 0, 0, 0, 0
 	if once {
-		end = len(q.Once)
+		end = len(q.Persistent)
 	}
 	if state && !skipped {
 		states = len(q.StateOrder)
@@ -655,17 +655,17 @@ func (rp *replayer) step(q *schedule.Program, ids []allocator.ID, once, state, s
 		if q.Input >= 0 {
 			made[q.Input] = true
 		}
-		for _, b := range q.Carried {
+		for _, b := range q.PrevPred {
 			made[b] = true
 		}
 	}
 	// due reports whether something is made before event i.
 	due := func(i int) bool {
-		return next < end && q.OnceAt[next] <= i || st < states && q.StateAt[st] <= i
+		return next < end && q.PersistentAt[next] <= i || st < states && q.StateAt[st] <= i
 	}
 	for i := 0; i < len(q.Events) && !rp.oom; i++ {
-		for ; next < end && q.OnceAt[next] <= i; next++ {
-			rp.malloc(q, ids, q.Once[next])
+		for ; next < end && q.PersistentAt[next] <= i; next++ {
+			rp.malloc(q, ids, q.Persistent[next])
 		}
 		for ; st < states && q.StateAt[st] <= i; st++ {
 			rp.malloc(q, ids, q.StateOrder[st])
@@ -695,7 +695,7 @@ func (rp *replayer) step(q *schedule.Program, ids []allocator.ID, once, state, s
 		}
 	}
 	for ; next < end; next++ {
-		rp.malloc(q, ids, q.Once[next])
+		rp.malloc(q, ids, q.Persistent[next])
 	}
 	for ; st < states; st++ {
 		rp.malloc(q, ids, q.StateOrder[st])

@@ -259,10 +259,10 @@ type runner struct {
 	model, copy, scalars, state []allocator.ID
 	ws                          allocator.ID
 	hasWS, stepped, halved      bool
-	once                        []allocator.ID // Program.Once, by position
+	once                        []allocator.ID // Program.Persistent, by position
 	small                       []allocator.ID // the loop's tiny tensors
 	// What the loop's variables hold from the last iteration or val batch.
-	prevOut  []allocator.ID // pred, as Program.CarriedFrom
+	prevOut  []allocator.ID // pred, as Program.PrevPredFrom
 	prevImgs allocator.ID
 	hasImgs  bool
 	valOut   []allocator.ID // the last val batch's outputs
@@ -403,8 +403,8 @@ func (r *runner) train(e RunEvent) error {
 		return err
 	}
 	// The previous iteration's pred becomes this step's Carried.
-	if len(r.prevOut) == len(p.Carried) {
-		for i, b := range p.Carried {
+	if len(r.prevOut) == len(p.PrevPred) {
+		for i, b := range p.PrevPred {
 			ids[b] = r.prevOut[i]
 		}
 	}
@@ -426,9 +426,9 @@ func (r *runner) train(e RunEvent) error {
 		for ; !r.stepped && !e.Skipped && state < len(p.StateAt) && p.StateAt[state] <= i; state++ {
 			stateIDs[states[state]] = r.malloc(p.Buffers[states[state]].Bytes)
 		}
-		for ; once < len(p.Once) && p.OnceAt[once] <= i; once++ {
+		for ; once < len(p.Persistent) && p.PersistentAt[once] <= i; once++ {
 			if once >= len(r.once) {
-				r.once = append(r.once, r.malloc(p.Buffers[p.Once[once]].Bytes))
+				r.once = append(r.once, r.malloc(p.Buffers[p.Persistent[once]].Bytes))
 			}
 		}
 		if ev.Phase == schedule.LossPhase && firstLoss {
@@ -469,9 +469,9 @@ func (r *runner) train(e RunEvent) error {
 			return nil
 		}
 	}
-	for ; once < len(p.Once); once++ {
+	for ; once < len(p.Persistent); once++ {
 		if once >= len(r.once) {
-			r.once = append(r.once, r.malloc(p.Buffers[p.Once[once]].Bytes))
+			r.once = append(r.once, r.malloc(p.Buffers[p.Persistent[once]].Bytes))
 		}
 	}
 	if !r.stepped && !e.Skipped {
@@ -484,7 +484,7 @@ func (r *runner) train(e RunEvent) error {
 		r.stepped = true
 	}
 	r.prevOut = r.prevOut[:0]
-	for _, b := range p.CarriedFrom {
+	for _, b := range p.PrevPredFrom {
 		r.prevOut = append(r.prevOut, ids[b])
 	}
 	return nil
