@@ -270,7 +270,7 @@ var opTable = []Op{
 		Saves:  []Saved{savedInput(0), savedWeight(1), savedWeight(2), savedStats(Float32), savedStats(Float32)},
 		Source: "native_layer_norm: input, weight, bias, mean, rstd (native_layer_norm_backward)"},
 	{Type: "LeakyRelu", shape: opSameShape, Eager: EagerSavesInput, FLOPs: elementwise, Saves: []Saved{savedInput(0)},
-		Source: "leaky_relu: self (leaky_relu_backward(grad, self, negative_slope, false)); YOLOv3's and YOLOv4's activation"},
+		Source: "leaky_relu: self (leaky_relu_backward(grad, self, negative_slope, false)); Darknet's activation"},
 	{Type: "Less", shape: opCompare, FLOPs: free},
 	{Type: "Log", shape: opSameShape, FLOPs: elementwise},
 	{Type: "LogSoftmax", shape: opSameShape, Eager: EagerSoftmax, Autocast: AutocastFP32Dtype, FLOPs: softmaxFLOPs, Saves: []Saved{savedResult()},
