@@ -106,16 +106,6 @@ func blocksPerOutput(perThread, grid, threads int64) int64 {
 // ColumnSum is the Which of a ConvCall that stands for a column sum.
 const ColumnSum = "column-sum"
 
-// ColumnSumBytes returns the transient bytes of the sum over the rows of a
-// contiguous [rows, cols] tensor: the staging buffer and the semaphores,
-// which the caller allocates and frees together. As one buffer they take
-// the same blocks: the staging is a multiple of 512 bytes, the semaphores
-// under 512.
-func ColumnSumBytes(rows, cols int64) int64 {
-	staging, sems := columnSumBuffers(rows, cols)
-	return staging + sems
-}
-
 // ChannelSum and ExpandedChannelSum are the Whichs of a ConvCall that
 // stands for a conv bias's gradient, convolution_backward's
 // grad_output.sum({0, 2, 3}) over N·OutH·OutW rows (ConvCall.N) of Cout

@@ -292,30 +292,6 @@ func (t *wsTable) groupAll(g int32) []wsRow {
 	return rows
 }
 
-// groupRows returns group g's distinct rows, each batch's last, in the
-// order their batches first appear.
-func (t *wsTable) groupRows(g int32) []wsRow {
-	var out []wsRow
-	seen := map[int32]bool{}
-	for _, row := range t.groupAll(g) {
-		if !seen[row.n] {
-			seen[row.n] = true
-			ws, _ := t.find(g, row.n)
-			out = append(out, wsRow{n: row.n, ws: ws})
-		}
-	}
-	return out
-}
-
-// distinct returns how many distinct (shape, batch) rows the table holds.
-func (t *wsTable) distinct() int {
-	n := 0
-	for g := range t.keys {
-		n += len(t.groupRows(int32(g)))
-	}
-	return n
-}
-
 // decode reads group g's short lines: its rows, in table order.
 func (t *wsTable) decode(g int32) ([]wsRow, error) {
 	var rows []wsRow
@@ -345,16 +321,6 @@ func (t *wsTable) decode(g int32) ([]wsRow, error) {
 		}
 	}
 	return rows, nil
-}
-
-// lookupWorkspace returns the measured workspace of a call, if the table has
-// its shape.
-func (t *Card) lookupWorkspace(c schedule.ConvCall) (int64, bool) {
-	v, ok := t.Lookup(c)
-	if !ok {
-		return 0, false
-	}
-	return pick(v, c.Which)
 }
 
 // pick returns the workspace of call which (fwd, bwd-data or bwd-filter)
@@ -452,25 +418,6 @@ func (t *wsTable) interpolate(k convKey) ([3]int64, bool) {
 		v[i] = a[i] + (b[i]-a[i])*int64(n-lo)/int64(lo)
 	}
 	return v, true
-}
-
-// parseWorkspaces decodes a table whole, every line checked: what the
-// tests and the fuzz target read. A simulation reads the embedded tables
-// through indexWorkspaces, which decodes a shape's short lines on its first
-// lookup.
-func parseWorkspaces(txt []byte) (*wsTable, error) {
-	t, err := indexWorkspaces(txt)
-	if err != nil {
-		return nil, err
-	}
-	for g := range t.keys {
-		rows, err := t.decode(int32(g))
-		if err != nil {
-			return nil, err
-		}
-		t.rows[g].Store(&rows)
-	}
-	return t, nil
 }
 
 // indexWorkspaces decodes the lines of 13 numbers of a table, "N Cin Cout

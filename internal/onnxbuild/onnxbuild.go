@@ -253,9 +253,6 @@ func Bias() ConvOption { return func(c *convSpec) { c.bias = true } }
 // Group makes a grouped conv with g groups.
 func Group(g int64) ConvOption { return func(c *convSpec) { c.group = g } }
 
-// Pad sets the padding on every side.
-func Pad(p int64) ConvOption { return func(c *convSpec) { c.pad = p } }
-
 // Conv adds a k×k convolution with c output channels; its weight is
 // [c, x.C/group, k, k].
 func (s Scope) Conv(x T, c, k, stride int64, opts ...ConvOption) T {

@@ -404,13 +404,6 @@ func abs64(x int64) int64 {
 	return x
 }
 
-func ckptCmp(pred, meas int64) string {
-	if pred == meas {
-		return "="
-	}
-	return fmt.Sprintf("%+d", pred-meas)
-}
-
 func ckptSizes(ev []ckptPair) []int64 {
 	out := make([]int64, len(ev))
 	for i, e := range ev {

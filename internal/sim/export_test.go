@@ -1,6 +1,9 @@
 package sim
 
-import "github.com/onnxmem/onnxmem/schedule"
+import (
+	"github.com/onnxmem/onnxmem/allocator"
+	"github.com/onnxmem/onnxmem/schedule"
+)
 
 // ConvCalls builds sc's program and calls each with every convolution call
 // it makes, in order, each given no workspace: what a benchmark of the
@@ -15,4 +18,10 @@ func ConvCalls(m *Model, sc Options, each func(schedule.ConvCall)) error {
 		return 0
 	})
 	return err
+}
+
+// LoadResidents allocates p's resident buffers on a as the harness loads
+// them, the optimizer's state included (loadResidents).
+func LoadResidents(a *allocator.Allocator, p *schedule.Program, ids []allocator.ID) error {
+	return loadResidents(a, p, ids, false)
 }

@@ -317,22 +317,17 @@ func (s *scratch) liveAt(p *schedule.Program, at int) []bool {
 	return live
 }
 
-// LoadResidents allocates p's resident buffers on a as the harness loads
+// loadResidents allocates p's resident buffers on a as the harness loads
 // them, in order, and sets ids[buf] to each one's allocation. The model's
 // copy (RoleCopy, after the model's own buffers, in the same order) is
 // copy.deepcopy(model): a clone of every tensor first; when the copy is
 // smaller (the eval step's copy.deepcopy(model).eval().half()), .half()
 // then converts each floating tensor in turn, in Module._apply's order,
 // allocating the half tensor before it frees the clone, and an integer one
-// (num_batches_tracked) stays as it was cloned. It returns the allocator's
+// (num_batches_tracked) stays as it was cloned. With lazyState it leaves
+// out the optimizer's state (RoleState), which a training loop's first
+// optimizer.step() makes (Program.StateOrder). It returns the allocator's
 // error when it runs out of memory, having allocated what fitted.
-func LoadResidents(a *allocator.Allocator, p *schedule.Program, ids []allocator.ID) error {
-	return loadResidents(a, p, ids, false)
-}
-
-// loadResidents is LoadResidents; with lazyState it leaves out the
-// optimizer's state (RoleState), which a training loop's first
-// optimizer.step() makes (Program.StateOrder).
 func loadResidents(a *allocator.Allocator, p *schedule.Program, ids []allocator.ID, lazyState bool) error {
 	if p.ResidentLoad != nil {
 		return loadHalved(a, p, ids, lazyState)
@@ -549,7 +544,7 @@ var residentStates struct {
 }
 
 // residentsInto sets a to the state of an allocator with conf and capacity
-// after LoadResidents(p), and EmptyCache when emptied is set, and ids[buf]
+// after loadResidents(p), and EmptyCache when emptied is set, and ids[buf]
 // for each resident buffer, and reports whether loading ran out of memory.
 func residentsInto(a *allocator.Allocator, p *schedule.Program, conf allocator.Config, capacity int64, ids []allocator.ID, emptied bool) bool {
 	st := residentStateOf(p, conf, capacity, emptied)

@@ -159,13 +159,6 @@ func (l *YOLOv9) Peaks(in Input) (forward, backward int64) {
 	return forward, backward
 }
 
-// PeakBytes returns the larger of the two peaks of NewYOLOv9().Peaks: a
-// quick figure for what the loss adds on top of the network.
-func PeakBytes(in Input) int64 {
-	f, b := NewYOLOv9().Peaks(in)
-	return max(f, b)
-}
-
 // ForegroundAnchors returns the number of foreground anchors of a branch
 // with a anchors per image that the model assumes: every ground-truth box
 // keeps its topk candidates, candidates of different boxes do not collide,

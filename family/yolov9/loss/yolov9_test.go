@@ -415,3 +415,10 @@ func TestValidation(t *testing.T) {
 		}
 	}
 }
+
+// PeakBytes returns the larger of the two peaks of NewYOLOv9().Peaks: a
+// quick figure for what the loss adds on top of the network.
+func PeakBytes(in Input) int64 {
+	f, b := NewYOLOv9().Peaks(in)
+	return max(f, b)
+}
