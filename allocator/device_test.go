@@ -3,9 +3,10 @@ package allocator
 import (
 	"encoding/json"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
+
+	"github.com/onnxmem/onnxmem/internal/measured"
 )
 
 // deviceRecording is calibration/results/allocator_conf.json, written by
@@ -49,7 +50,7 @@ func (o *deviceOp) UnmarshalJSON(data []byte) error {
 
 func loadDeviceRecording(t *testing.T) *deviceRecording {
 	t.Helper()
-	data, err := os.ReadFile("../calibration/results/allocator_conf.json")
+	data, err := measured.Read("allocator_conf.json")
 	if err != nil {
 		t.Fatal(err)
 	}

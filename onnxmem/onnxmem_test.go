@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/onnxmem/onnxmem/internal/measured"
 	"github.com/onnxmem/onnxmem/internal/onnxbuild"
 	"github.com/onnxmem/onnxmem/internal/sim"
 	"github.com/onnxmem/onnxmem/onnxmem"
@@ -62,7 +63,7 @@ func TestScenarioDefaults(t *testing.T) {
 		t.Errorf("DefaultAMPWarmSteps %d, the engine's %d", onnxmem.DefaultAMPWarmSteps, onnxmem.EngineWarmSteps)
 	}
 	// A torchvision export fixes its image: the default is its size.
-	tv, err := onnxmem.Load("../calibration/results/tv/vit_b_16-train.onnx")
+	tv, err := onnxmem.Load(measured.Path("tv/vit_b_16-train.onnx"))
 	if err != nil {
 		t.Fatal(err)
 	}

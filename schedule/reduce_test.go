@@ -2,15 +2,16 @@ package schedule
 
 import (
 	"encoding/json"
-	"os"
 	"testing"
+
+	"github.com/onnxmem/onnxmem/internal/measured"
 )
 
 // TestColumnSumBuffers checks columnSumBuffers against every shape that
 // calibration/reduce_staging.py measured on the H200: the bytes x.sum(0)
 // requested beyond its output, staging and semaphores together.
 func TestColumnSumBuffers(t *testing.T) {
-	b, err := os.ReadFile("../calibration/results/reduce_staging.json")
+	b, err := measured.Read("reduce_staging.json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +96,7 @@ func TestChannelSumBuffers(t *testing.T) {
 // from one element (ExpandedChannelSum): the bytes requested beyond the
 // output.
 func TestChannelSumMeasured(t *testing.T) {
-	b, err := os.ReadFile("../calibration/results/conv_bias_reduce.json")
+	b, err := measured.Read("conv_bias_reduce.json")
 	if err != nil {
 		t.Fatal(err)
 	}

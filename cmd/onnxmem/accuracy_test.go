@@ -39,16 +39,16 @@ func TestAccuracyDoc(t *testing.T) {
 	sources := []accuracySource{
 		{"ground truth: YOLOv9 steps", filepath.Join(shared, "calibration.jsonl"), filepath.Dir(shared), "", true},
 		{"ground truth: torchvision model steps", filepath.Join(shared, "torchvision.jsonl"), filepath.Dir(shared), "", true},
-		{"own H200 measurements: torchvision model steps (calibration/torchvision_more.py)", "../../calibration/results/torchvision_more.jsonl", "../../calibration/results", "never", true},
-		{"own H200 measurements: more torchvision model steps, the cache emptied before each (calibration/torchvision_more.py --empty-cache)", "../../calibration/results/torchvision_wide.jsonl", "../../calibration/results", "", true},
-		{"own H100 measurements (an H100 80GB HBM3, same torch and cuDNN): twelve more torchvision networks, eleven predicted before any of their steps was looked at (swin_v2_t simulated once measured), the cache emptied before each (calibration/torchvision_more.py --empty-cache --jsonl torchvision_new.jsonl)", "../../calibration/results/torchvision_new.jsonl", "../../calibration/results", "", true},
-		{"own H200 measurements: model steps of models the ground truth lacks, swept by its harness, one process per model (calibration/harness_sweep.py)", "../../calibration/results/harness_sweep.jsonl", "../../calibration/results", "", true},
-		{"own H200 measurements: train steps of the official code, each in a fresh process (calibration/train_step.py)", "../../calibration/results/train_step.jsonl", "../../calibration/results", "", false},
-		{"own H200 measurements: more train steps of the official code, each in a fresh process (calibration/train_step.py --name train_step_more: small AMP batches of every size, AdamW, no EMA, 4 and 64 boxes)", "../../calibration/results/train_step_more.jsonl", "../../calibration/results", "", false},
-		{"own H200 measurements: train steps with the ground truth's other fields, each in a fresh process (calibration/train_step.py --name train_step_fields: images of 320 to 1280 and 384×640, checkpoint segments, nc 20 and 1, bfloat16 autocast, prev_pred_alive)", "../../calibration/results/train_step_fields.jsonl", "../../calibration/results", "", false},
-		{"own H200 measurements: whole training runs (calibration/train_run.py)", "../../calibration/results/train_run.jsonl", filepath.Dir(shared), "", false},
-		{"own H100 measurements (an H100 80GB HBM3, same torch and cuDNN): whole training runs of models the H200's runs lack (calibration/train_run.py --configs yolov9-m:16:amp,yolov9-e:8:amp,gelan-t:32:amp,yolov9-c:8:fp32)", "../../calibration/results/train_run_h100.jsonl", filepath.Dir(shared), "", false},
-		{"own H200 measurements: model steps under PYTORCH_CUDA_ALLOC_CONF options, each in a fresh process (calibration/alloc_conf_steps.py: the default allocator, expandable_segments:True, max_split_size_mb:128, max_split_size_mb:64 with roundup_power2_divisions:4)", "../../calibration/results/alloc_conf_steps.jsonl", "../../calibration/results", "before_warmup", false},
+		{"own H200 measurements: torchvision model steps (calibration/torchvision_more.py)", measured.Path("torchvision_more.jsonl"), measured.Dir, "never", true},
+		{"own H200 measurements: more torchvision model steps, the cache emptied before each (calibration/torchvision_more.py --empty-cache)", measured.Path("torchvision_wide.jsonl"), measured.Dir, "", true},
+		{"own H100 measurements (an H100 80GB HBM3, same torch and cuDNN): twelve more torchvision networks, eleven predicted before any of their steps was looked at (swin_v2_t simulated once measured), the cache emptied before each (calibration/torchvision_more.py --empty-cache --jsonl torchvision_new.jsonl)", measured.Path("torchvision_new.jsonl"), measured.Dir, "", true},
+		{"own H200 measurements: model steps of models the ground truth lacks, swept by its harness, one process per model (calibration/harness_sweep.py)", measured.Path("harness_sweep.jsonl"), measured.Dir, "", true},
+		{"own H200 measurements: train steps of the official code, each in a fresh process (calibration/train_step.py)", measured.Path("train_step.jsonl"), measured.Dir, "", false},
+		{"own H200 measurements: more train steps of the official code, each in a fresh process (calibration/train_step.py --name train_step_more: small AMP batches of every size, AdamW, no EMA, 4 and 64 boxes)", measured.Path("train_step_more.jsonl"), measured.Dir, "", false},
+		{"own H200 measurements: train steps with the ground truth's other fields, each in a fresh process (calibration/train_step.py --name train_step_fields: images of 320 to 1280 and 384×640, checkpoint segments, nc 20 and 1, bfloat16 autocast, prev_pred_alive)", measured.Path("train_step_fields.jsonl"), measured.Dir, "", false},
+		{"own H200 measurements: whole training runs (calibration/train_run.py)", measured.Path("train_run.jsonl"), filepath.Dir(shared), "", false},
+		{"own H100 measurements (an H100 80GB HBM3, same torch and cuDNN): whole training runs of models the H200's runs lack (calibration/train_run.py --configs yolov9-m:16:amp,yolov9-e:8:amp,gelan-t:32:amp,yolov9-c:8:fp32)", measured.Path("train_run_h100.jsonl"), filepath.Dir(shared), "", false},
+		{"own H200 measurements: model steps under PYTORCH_CUDA_ALLOC_CONF options, each in a fresh process (calibration/alloc_conf_steps.py: the default allocator, expandable_segments:True, max_split_size_mb:128, max_split_size_mb:64 with roundup_power2_divisions:4)", measured.Path("alloc_conf_steps.jsonl"), measured.Dir, "before_warmup", false},
 	}
 	var doc bytes.Buffer
 	doc.WriteString("# Accuracy against measurements\n\n" +
@@ -280,9 +280,9 @@ func writeMaxBatchSection(t *testing.T, doc *bytes.Buffer, p *predictor) {
 		"`yolov9_segments.py`'s harness, validation steps by `eval_step.py`'s, train steps of the official\n" +
 		"code (SGD, EMA, 16 boxes an image).\n\n" +
 		"| card | step | model | precision | segments | limit (bytes) | measured | predicted |\n| --- | --- | --- | --- | --- | --- | --- | --- |\n")
-	p.root, p.alone, p.proc = "../../calibration/results", true, nil
+	p.root, p.alone, p.proc = measured.Dir, true, nil
 	for _, file := range []string{"max_batch.json", "max_batch_steps.json"} {
-		gpu, runs, err := measured.MaxBatchRuns("../../calibration/results/" + file)
+		gpu, runs, err := measured.MaxBatchRuns(file)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -332,7 +332,7 @@ func writeTrainMaxBatchSection(t *testing.T, doc *bytes.Buffer, p *predictor) {
 		"`TestTrainMaxBatchMeasured` checks the second.\n\n" +
 		"| card | model | precision | limit (bytes) | batch | measured | onnxmem | onnxmem, measured skips |\n| --- | --- | --- | --- | --- | --- | --- | --- |\n")
 	p.root, p.alone, p.proc = filepath.Dir(onnxbuild.Shared(t, "groundtruth")), true, nil
-	for _, obj := range jsonLines(t, "../../calibration/results/train_max_batch.jsonl") {
+	for _, obj := range jsonLines(t, measured.Path("train_max_batch.jsonl")) {
 		var m struct {
 			Fraction    float64 `json:"fraction"`
 			TotalMemory float64 `json:"total_memory"`

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/onnxmem/onnxmem/internal/measured"
 	"github.com/onnxmem/onnxmem/internal/onnxbuild"
 )
 
@@ -23,7 +24,7 @@ func TestDiffGPUSnapshot(t *testing.T) {
 		{"amp", "the same event at the same place: 562 of 565", []string{"-amp"}},
 	} {
 		args := append([]string{"diff", "-batch", "8", "-img", "224"}, tc.args...)
-		args = append(args, "../../calibration/results/snapshots/resnet18-b8-"+tc.prec+".pickle", model)
+		args = append(args, measured.Path("snapshots/resnet18-b8-")+tc.prec+".pickle", model)
 		code, stdout, stderr := runCmd(t, "", args...)
 		if code != 0 {
 			t.Fatalf("%s: exit code %d: %s", tc.prec, code, stderr)

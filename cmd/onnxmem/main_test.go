@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/onnxmem/onnxmem/family/yolov9/models"
+	"github.com/onnxmem/onnxmem/internal/measured"
 	"github.com/onnxmem/onnxmem/onnxmem"
 )
 
@@ -451,7 +452,7 @@ func TestRunBounded(t *testing.T) {
 // height and width, the export's own size for one that fixed it (a
 // torchvision export at 224), and -img given wins.
 func TestImageDefault(t *testing.T) {
-	vit := "../../calibration/results/tv/vit_b_16-train.onnx"
+	vit := measured.Path("tv/vit_b_16-train.onnx")
 	for _, tc := range []struct {
 		args []string
 		want string

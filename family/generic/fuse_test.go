@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/onnxmem/onnxmem/internal/measured"
 	"github.com/onnxmem/onnxmem/ir"
 )
 
@@ -13,7 +14,7 @@ import (
 // transposed weight and an Add of the bias, become Gemms, its 18 GELUs
 // (Div, Erf, Add, Mul, Mul) become Gelu nodes, and nothing else changes.
 func TestFuseConvNeXt(t *testing.T) {
-	g, err := ir.LoadFile("../../calibration/results/tv/convnext_tiny-train.onnx")
+	g, err := ir.LoadFile(measured.Path("tv/convnext_tiny-train.onnx"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +53,7 @@ func TestFuseConvNeXt(t *testing.T) {
 // its .contiguous() back: a Contiguous node after the Squeeze, which the
 // three Gathers of q, k and v read. Fusing again changes nothing.
 func TestFuseViT(t *testing.T) {
-	g, err := ir.LoadFile("../../calibration/results/tv/vit_b_16-train.onnx")
+	g, err := ir.LoadFile(measured.Path("tv/vit_b_16-train.onnx"))
 	if err != nil {
 		t.Fatal(err)
 	}

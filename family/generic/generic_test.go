@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/onnxmem/onnxmem/internal/measured"
 	"github.com/onnxmem/onnxmem/internal/onnxbuild"
 	"github.com/onnxmem/onnxmem/ir"
 	"github.com/onnxmem/onnxmem/schedule"
@@ -123,7 +124,7 @@ func TestInPlaceTorchvision(t *testing.T) {
 		{"convnext_small", map[string]int{"Add": 36}, nil},
 		{"mobilenet_v2", nil, nil},
 	} {
-		path := "../../calibration/results/tv/" + c.file + "-train.onnx"
+		path := measured.Path("tv/") + c.file + "-train.onnx"
 		if c.file == "resnet18" || c.file == "mobilenet_v3_large" { // the ground truth's
 			path = onnxbuild.Shared(t, "torchvision/"+c.file+"-train.onnx")
 		}

@@ -5,11 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/onnxmem/onnxmem/internal/measured"
 	"github.com/onnxmem/onnxmem/schedule"
 )
 
@@ -20,7 +20,7 @@ func sweepRows(t testing.TB) [][13]int64 {
 	t.Helper()
 	var rows [][13]int64
 	for _, f := range []string{"conv_sweep.json", "patchify_sweep.json"} {
-		b, err := os.ReadFile("../../calibration/results/" + f)
+		b, err := measured.Read(f)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -100,7 +100,7 @@ func TestCuDNNTableBF16(t *testing.T) {
 // is 12 numbers, or 13 with the padding tenth.
 func checkVariantTable(t *testing.T, file, flag string, table []byte, mark func(*schedule.ConvCall)) (differ, calls int) {
 	t.Helper()
-	b, err := os.ReadFile("../../calibration/results/" + file)
+	b, err := measured.Read(file)
 	if err != nil {
 		t.Fatal(err)
 	}

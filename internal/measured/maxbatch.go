@@ -1,13 +1,18 @@
-// Package measured reads the measurements that calibration/ recorded on
-// the device, for the tests that compare onnxmem's predictions with them.
-// It holds no numbers itself.
+// Package measured is the one reader of calibration/results, the
+// measurements that calibration/'s scripts recorded on the device, for
+// the tests that compare onnxmem's predictions with them: where they lie
+// (Dir, Path), how they are read (Read, Lines), and the formats that more
+// than one test reads (MaxBatchRuns). It holds no numbers itself.
+//
+// Worked example: measured.Read("bf16.json") returns the bytes that
+// calibration/bf16.py wrote, from whichever package folder the test runs
+// in; measured.MaxBatchRuns("max_batch.json") the max batches that
+// calibration/max_batch.py found, with the GPU they ran on.
 package measured
 
 import (
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 )
 
 // MaxBatchRun is one max batch that calibration/max_batch.py found: the
@@ -44,10 +49,11 @@ type MaxBatchRun struct {
 	} `json:"trial_details"`
 }
 
-// MaxBatchRuns reads a file that max_batch.py wrote (results/max_batch.json
-// and max_batch_steps.json) and returns the GPU it ran on and its runs.
-func MaxBatchRuns(path string) (gpu string, runs []MaxBatchRun, err error) {
-	b, err := os.ReadFile(path)
+// MaxBatchRuns reads a file of calibration/results that max_batch.py wrote
+// (max_batch.json and max_batch_steps.json) and returns the GPU it ran on
+// and its runs.
+func MaxBatchRuns(name string) (gpu string, runs []MaxBatchRun, err error) {
+	b, err := Read(name)
 	if err != nil {
 		return "", nil, err
 	}
@@ -56,10 +62,10 @@ func MaxBatchRuns(path string) (gpu string, runs []MaxBatchRun, err error) {
 		Scenarios []MaxBatchRun `json:"scenarios"`
 	}
 	if err := json.Unmarshal(b, &f); err != nil {
-		return "", nil, fmt.Errorf("measured: %s: %w", filepath.Base(path), err)
+		return "", nil, fmt.Errorf("measured: %s: %w", name, err)
 	}
 	if len(f.Scenarios) == 0 {
-		return "", nil, fmt.Errorf("measured: %s: no scenarios", filepath.Base(path))
+		return "", nil, fmt.Errorf("measured: %s: no scenarios", name)
 	}
 	return f.GPU, f.Scenarios, nil
 }

@@ -3,10 +3,10 @@ package sim_test
 import (
 	"encoding/json"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 
+	"github.com/onnxmem/onnxmem/internal/measured"
 	"github.com/onnxmem/onnxmem/internal/sim"
 )
 
@@ -18,7 +18,7 @@ import (
 // from their own table, so the peak must be within 0.1% and the reserved
 // peak within 1%.
 func TestBF16Measured(t *testing.T) {
-	b, err := os.ReadFile("../../calibration/results/bf16.json")
+	b, err := measured.Read("bf16.json")
 	if err != nil {
 		t.Fatal(err)
 	}

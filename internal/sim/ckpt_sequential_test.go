@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/onnxmem/onnxmem/internal/measured"
 	"github.com/onnxmem/onnxmem/internal/sim"
 	"github.com/onnxmem/onnxmem/ir"
 	"github.com/onnxmem/onnxmem/schedule"
@@ -17,9 +18,9 @@ import (
 // calibration/README.md): an nn.Sequential of 8 Conv+BN+SiLU blocks, batch 8,
 // 3x160x160, fp32 and autocast, with checkpoint_sequential at 0, 2 and 4
 // segments, on an H200.
-const (
-	ckptONNX    = "../../calibration/results/ckpt_net.onnx"
-	ckptResults = "../../calibration/results/ckpt_results.json"
+var (
+	ckptONNX    = measured.Path("ckpt_net.onnx")
+	ckptResults = measured.Path("ckpt_results.json")
 )
 
 type ckptResult struct {

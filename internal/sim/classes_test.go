@@ -3,6 +3,8 @@ package sim
 import (
 	"slices"
 	"testing"
+
+	"github.com/onnxmem/onnxmem/internal/measured"
 )
 
 // TestClassPrograms is the oracle of the class cache: for built-in models
@@ -35,8 +37,8 @@ func TestClassPrograms(t *testing.T) {
 	}{
 		{"yolov9-s", Builtin, scenarios},
 		{"gelan-t", Builtin, scenarios},
-		{"../../calibration/results/tv/vit_b_32-train.onnx", Load, tv},
-		{"../../calibration/results/tv/convnext_tiny-train.onnx", Load, tv},
+		{measured.Path("tv/vit_b_32-train.onnx"), Load, tv},
+		{measured.Path("tv/convnext_tiny-train.onnx"), Load, tv},
 	}
 	if testing.Short() {
 		models, batches = models[:1], batches[:20]

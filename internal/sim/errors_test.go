@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/onnxmem/onnxmem/internal/measured"
 	"github.com/onnxmem/onnxmem/internal/onnxbuild"
 	"github.com/onnxmem/onnxmem/internal/sim"
 	"github.com/onnxmem/onnxmem/ir"
@@ -128,7 +129,7 @@ func TestImageMultiple(t *testing.T) {
 // (Model.FixedImage), and that another image size is refused with the one
 // it fixed; a YOLOv9 export, dynamic in both, fixes none.
 func TestFixedImage(t *testing.T) {
-	m, err := sim.Load("../../calibration/results/tv/vit_b_16-train.onnx")
+	m, err := sim.Load(measured.Path("tv/vit_b_16-train.onnx"))
 	if err != nil {
 		t.Fatal(err)
 	}

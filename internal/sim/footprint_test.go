@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/onnxmem/onnxmem/internal/measured"
 	"github.com/onnxmem/onnxmem/internal/onnxbuild"
 	"github.com/onnxmem/onnxmem/internal/sim"
 )
@@ -59,9 +60,9 @@ func TestFootprint(t *testing.T) {
 	n := 0
 	for _, src := range []struct{ file, root string }{
 		{onnxbuild.Shared(t, "groundtruth/torchvision.jsonl"), onnxbuild.SharedDir},
-		{"../../calibration/results/torchvision_more.jsonl", "../../calibration/results"},
-		{"../../calibration/results/torchvision_wide.jsonl", "../../calibration/results"},
-		{"../../calibration/results/torchvision_new.jsonl", "../../calibration/results"},
+		{measured.Path("torchvision_more.jsonl"), measured.Dir},
+		{measured.Path("torchvision_wide.jsonl"), measured.Dir},
+		{measured.Path("torchvision_new.jsonl"), measured.Dir},
 	} {
 		f, err := os.Open(src.file)
 		if err != nil {

@@ -3,10 +3,10 @@ package sim_test
 import (
 	"encoding/json"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 
+	"github.com/onnxmem/onnxmem/internal/measured"
 	"github.com/onnxmem/onnxmem/internal/sim"
 )
 
@@ -77,7 +77,7 @@ func ownRuns(t *testing.T, name string) []ownRun {
 // card it ran on and its scenarios, of which it must hold one at least.
 func scenarioFile[T any](t *testing.T, name string) (gpu string, scenarios []T) {
 	t.Helper()
-	b, err := os.ReadFile("../../calibration/results/" + name)
+	b, err := measured.Read(name)
 	if err != nil {
 		t.Fatal(err)
 	}

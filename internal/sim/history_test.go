@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/onnxmem/onnxmem/internal/measured"
 	"github.com/onnxmem/onnxmem/internal/onnxbuild"
 )
 
@@ -137,7 +138,7 @@ func absf(x float64) float64 {
 // measured ones, where their blocks part is not found yet); each scenario
 // alone, 46 to the byte and the worst 14.9%.
 func TestHarnessSweep(t *testing.T) {
-	f, err := os.Open("../../calibration/results/harness_sweep.jsonl")
+	f, err := os.Open(measured.Path("harness_sweep.jsonl"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,7 +217,7 @@ func TestHarnessSweepRepeat(t *testing.T) {
 		exact    int
 		maxWorst float64
 	}{{"yolov9-t", 27, 1}, {"gelan-c", 8, 5.5}} {
-		f, err := os.Open("../../calibration/results/va_sweep_" + c.cfg + ".json.gz")
+		f, err := os.Open(measured.Path("va_sweep_") + c.cfg + ".json.gz")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -23,7 +23,7 @@ func maxBatchRuns(t *testing.T, name ...string) []maxBatchRun {
 	if len(name) > 0 {
 		file = name[0]
 	}
-	_, runs, err := measured.MaxBatchRuns("../../calibration/results/" + file)
+	_, runs, err := measured.MaxBatchRuns(file)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,9 +3,9 @@ package sim_test
 import (
 	"encoding/json"
 	"errors"
-	"os"
 	"testing"
 
+	"github.com/onnxmem/onnxmem/internal/measured"
 	"github.com/onnxmem/onnxmem/internal/sim"
 )
 
@@ -86,7 +86,7 @@ func TestMakePlan(t *testing.T) {
 // yolov9-s at batch 32 in float32 for 12 GiB; model steps, each in a fresh
 // process): the allocated and reserved peaks must agree within 0.1%.
 func TestPlanMeasured(t *testing.T) {
-	b, err := os.ReadFile("../../calibration/results/plan_measure.json")
+	b, err := measured.Read("plan_measure.json")
 	if err != nil {
 		t.Fatal(err)
 	}

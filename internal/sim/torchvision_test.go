@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/onnxmem/onnxmem/internal/measured"
 	"github.com/onnxmem/onnxmem/internal/onnxbuild"
 	"github.com/onnxmem/onnxmem/internal/sim"
 )
@@ -56,8 +57,8 @@ func TestTorchvisionModelSteps(t *testing.T) {
 // requested peak must match the measured one within 0.1% and the allocated
 // within 3%.
 func TestTorchvisionMoreModelSteps(t *testing.T) {
-	const file = "../../calibration/results/torchvision_more.jsonl"
-	n := checkTorchvisionSteps(t, file, func(model string) string { return "../../calibration/results/" + model })
+	file := measured.Path("torchvision_more.jsonl")
+	n := checkTorchvisionSteps(t, file, func(model string) string { return measured.Path(model) })
 	if n != 50 {
 		t.Errorf("%d model steps simulated, want 50", n)
 	}
@@ -77,8 +78,8 @@ func TestTorchvisionMoreModelSteps(t *testing.T) {
 // buffers; swin_t pads its windows (F.pad, by nothing at 224: a clone)
 // and rolls them (two slices and a concat).
 func TestTorchvisionWideModelSteps(t *testing.T) {
-	const file = "../../calibration/results/torchvision_wide.jsonl"
-	n := checkTorchvisionSteps(t, file, func(model string) string { return "../../calibration/results/" + model })
+	file := measured.Path("torchvision_wide.jsonl")
+	n := checkTorchvisionSteps(t, file, func(model string) string { return measured.Path(model) })
 	if n != 170 {
 		t.Errorf("%d model steps simulated, want 170", n)
 	}
@@ -98,8 +99,8 @@ func TestTorchvisionWideModelSteps(t *testing.T) {
 // onnxmem's rules before they were predicted (their convolutions were
 // measured, calibration §19).
 func TestTorchvisionNewModelSteps(t *testing.T) {
-	const file = "../../calibration/results/torchvision_new.jsonl"
-	n := checkTorchvisionSteps(t, file, func(model string) string { return "../../calibration/results/" + model })
+	file := measured.Path("torchvision_new.jsonl")
+	n := checkTorchvisionSteps(t, file, func(model string) string { return measured.Path(model) })
 	if n != 120 {
 		t.Errorf("%d model steps simulated, want 120", n)
 	}
@@ -211,7 +212,7 @@ func checkTorchvisionSteps(t *testing.T, file string, path func(model string) st
 // byte; the later ones (and torchvision.jsonl's, a model's steps one after
 // another in one process) start from the cache earlier steps left.
 func TestTorchvisionTraces(t *testing.T) {
-	b, err := os.ReadFile("../../calibration/results/torchvision_steps.json")
+	b, err := measured.Read("torchvision_steps.json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -346,7 +347,7 @@ func TestTorchvisionFreshSteps(t *testing.T) {
 	}
 	var all []step
 	for _, f := range []string{"vit_steps_more.json", "cnn_steps.json", "vit_steps.json", "cnn_steps_more.json", "tf_window_steps.json", "cnn_steps_new.json"} {
-		b, err := os.ReadFile("../../calibration/results/" + f)
+		b, err := measured.Read(f)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -358,7 +359,7 @@ func TestTorchvisionFreshSteps(t *testing.T) {
 	}
 	// convnext_vit_ops.py's traced steps: convnext_tiny and vit_b_16 at
 	// batch 8, float32 and AMP.
-	b, err := os.ReadFile("../../calibration/results/convnext_vit_ops.json")
+	b, err := measured.Read("convnext_vit_ops.json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -371,7 +372,7 @@ func TestTorchvisionFreshSteps(t *testing.T) {
 		t.Fatalf("%d steps, want 26", len(all))
 	}
 	for _, s := range all {
-		m, err := sim.Load("../../calibration/results/tv/" + s.Model + "-train.onnx")
+		m, err := sim.Load(measured.Path("tv/") + s.Model + "-train.onnx")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -435,7 +436,7 @@ func TestTorchvisionReservedInOrder(t *testing.T) {
 		{"torchvision_more.jsonl", sim.EmptyCacheNever, 26, 0.0005, 0.04},
 		{"torchvision_new.jsonl", sim.EmptyCacheWarmUp, 54, 0.001, 0.14},
 	} {
-		b, err := os.ReadFile("../../calibration/results/" + c.file)
+		b, err := measured.Read(c.file)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -454,7 +455,7 @@ func TestTorchvisionReservedInOrder(t *testing.T) {
 				continue
 			}
 			if s.Model != model {
-				m, err := sim.Load("../../calibration/results/" + s.Model)
+				m, err := sim.Load(measured.Path(s.Model))
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/onnxmem/onnxmem/internal/measured"
 	"github.com/onnxmem/onnxmem/internal/onnxbuild"
 	"github.com/onnxmem/onnxmem/internal/sim"
 	"github.com/onnxmem/onnxmem/schedule"
@@ -51,9 +52,9 @@ func TestTraces(t *testing.T) {
 // recomputation of a 1×1 conv), with the built-in models: they need no
 // ../shared.
 func TestOwnTraces(t *testing.T) {
-	files, err := filepath.Glob("../../calibration/results/yolov9_segments/trace-*.json")
+	files, err := filepath.Glob(measured.Path("yolov9_segments/trace-*.json"))
 	if err != nil || len(files) == 0 {
-		t.Fatal("no traces in ../calibration/results/yolov9_segments")
+		t.Fatal("no traces in " + measured.Path("yolov9_segments"))
 	}
 	for _, f := range files {
 		name := strings.TrimSuffix(filepath.Base(f), ".json")

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/onnxmem/onnxmem/internal/measured"
 	"github.com/onnxmem/onnxmem/internal/sim"
 )
 
@@ -37,7 +38,7 @@ type trainStepRecord struct {
 // jsonLines reads a file of calibration/results that holds one T a line.
 func jsonLines[T any](t *testing.T, name string) []T {
 	t.Helper()
-	f, err := os.Open("../../calibration/results/" + name)
+	f, err := os.Open(measured.Path(name))
 	if err != nil {
 		t.Fatal(err)
 	}
