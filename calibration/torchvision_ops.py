@@ -238,7 +238,7 @@ def steps():
 # cuDNN's (every float32 one, and the float16 ones use_cudnn_depthwise
 # turns down) make the weight's gradient before the input's; and the first
 # step of each process gives onnxmem's peak, peak_req, peak_reserved,
-# after_fwd and m0 to the byte (onnxmem/torchvision_test.go).
+# after_fwd and m0 to the byte (internal/sim/torchvision_test.go).
 
 
 def main():

@@ -12,7 +12,7 @@ import (
 
 // The benchmarks of the simulations people run by the hundred. Each builds
 // its model once, outside the timer; the goals are for one core
-// (go test ./onnxmem -run X -bench . -cpu 1) and docs/performance.md lists
+// (go test ./internal/sim -run X -bench . -cpu 1) and docs/performance.md lists
 // the figures measured.
 
 // builtinBench returns a built-in model, warmed by one simulation so that

@@ -18,7 +18,7 @@ var updateGolden = flag.Bool("update", false, "rewrite the files of testdata/gol
 const tinyModel = "../../testdata/tiny.onnx"
 
 // TestGoldenTiny compares the Result of the tiny model at batch 2, 64×64
-// with testdata/golden/tiny-b2.json; go test ./onnxmem -run Golden -update
+// with testdata/golden/tiny-b2.json; go test ./internal/sim -run Golden -update
 // rewrites the file after an intended change of the simulation.
 func TestGoldenTiny(t *testing.T) {
 	m, err := sim.Load(tinyModel)
@@ -41,13 +41,13 @@ func TestGoldenTiny(t *testing.T) {
 	}
 	data, err := os.ReadFile(path)
 	if err != nil {
-		t.Fatalf("%v: run go test ./onnxmem -run Golden -update", err)
+		t.Fatalf("%v: run go test ./internal/sim -run Golden -update", err)
 	}
 	var want sim.Result
 	if err := json.Unmarshal(data, &want); err != nil {
 		t.Fatal(err)
 	}
 	if d := cmp.Diff(&want, got); d != "" {
-		t.Errorf("Result differs from %s (-golden +now); if the change is intended, run go test ./onnxmem -run Golden -update:\n%s", path, d)
+		t.Errorf("Result differs from %s (-golden +now); if the change is intended, run go test ./internal/sim -run Golden -update:\n%s", path, d)
 	}
 }

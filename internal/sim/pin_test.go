@@ -74,7 +74,7 @@ func pinScenarios(t *testing.T) []pinned {
 // TestPinned simulates every pinned scenario on the built-in models and
 // compares the whole Result with testdata/golden/pinned.json. The file was
 // written before the engine was split into generic packages and model
-// families; go test ./onnxmem -run Pinned -update rewrites it (with the shared
+// families; go test ./internal/sim -run Pinned -update rewrites it (with the shared
 // folder present) after an intended change of the predictions.
 func TestPinned(t *testing.T) {
 	var want []pinned
@@ -83,7 +83,7 @@ func TestPinned(t *testing.T) {
 	} else {
 		data, err := os.ReadFile(pinnedPath)
 		if err != nil {
-			t.Fatalf("%v: run go test ./onnxmem -run Pinned -update", err)
+			t.Fatalf("%v: run go test ./internal/sim -run Pinned -update", err)
 		}
 		if err := json.Unmarshal(data, &want); err != nil {
 			t.Fatal(err)
