@@ -27,11 +27,7 @@ type LayerBytes struct {
 
 // Explain simulates a step and explains its peak.
 func (m *Model) Explain(sc Scenario) (*Explanation, error) {
-	e, err := m.engine()
-	if err != nil {
-		return nil, err
-	}
-	sc, o, _, err := m.options(sc)
+	e, sc, o, err := m.decode(sc)
 	if err != nil {
 		return nil, err
 	}
@@ -61,11 +57,7 @@ type Sample struct {
 
 // Timeline simulates a step and returns its counters after every event.
 func (m *Model) Timeline(sc Scenario) (*Result, []Sample, error) {
-	e, err := m.engine()
-	if err != nil {
-		return nil, nil, err
-	}
-	sc, o, _, err := m.options(sc)
+	e, sc, o, err := m.decode(sc)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -84,11 +76,7 @@ func (m *Model) Timeline(sc Scenario) (*Result, []Sample, error) {
 // event with its ONNX node, as torch.cuda.memory._dump_snapshot() does,
 // for PyTorch's memory_viz (default allocator only).
 func (m *Model) WriteSnapshot(w io.Writer, sc Scenario) (*Result, error) {
-	e, err := m.engine()
-	if err != nil {
-		return nil, err
-	}
-	sc, o, _, err := m.options(sc)
+	e, sc, o, err := m.decode(sc)
 	if err != nil {
 		return nil, err
 	}

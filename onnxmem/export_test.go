@@ -9,6 +9,6 @@ const EngineWarmSteps = sim.DefaultAMPWarmSteps
 // Options decodes sc for m as the public methods do: sc with its defaults
 // filled in and the engine's options.
 func Options(m *Model, sc Scenario) (Scenario, sim.Options, error) {
-	sc, o, _, err := m.options(sc)
+	sc, o, err := m.options(sc)
 	return sc, o, err
 }

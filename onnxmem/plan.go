@@ -49,12 +49,8 @@ func formatRanges(rs []Range) string {
 // Plan finds the checkpoint plan that recomputes fewest FLOPs for sc to
 // fit its Device or Capacity, in place of sc's Segments and Checkpoint.
 func (m *Model) Plan(sc Scenario) (*Plan, error) {
-	e, err := m.engine()
-	if err != nil {
-		return nil, err
-	}
 	sc.Segments, sc.Checkpoint = 0, nil
-	sc, o, _, err := m.options(sc)
+	e, sc, o, err := m.decode(sc)
 	if err != nil {
 		return nil, err
 	}
@@ -89,11 +85,7 @@ func (c Cost) Overhead() float64 { return sim.Cost(c).Overhead() }
 
 // Cost counts the FLOPs of a step.
 func (m *Model) Cost(sc Scenario) (Cost, error) {
-	e, err := m.engine()
-	if err != nil {
-		return Cost{}, err
-	}
-	_, o, _, err := m.options(sc)
+	e, _, o, err := m.decode(sc)
 	if err != nil {
 		return Cost{}, err
 	}

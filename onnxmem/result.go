@@ -74,11 +74,7 @@ func result(r *sim.Result, sc Scenario) *Result {
 
 // Simulate predicts one step.
 func (m *Model) Simulate(sc Scenario) (*Result, error) {
-	e, err := m.engine()
-	if err != nil {
-		return nil, err
-	}
-	sc, o, _, err := m.options(sc)
+	e, sc, o, err := m.decode(sc)
 	if err != nil {
 		return nil, err
 	}
@@ -89,11 +85,7 @@ func (m *Model) Simulate(sc Scenario) (*Result, error) {
 // Sweep predicts sc at each batch size, on all CPUs, calling progress (if
 // not nil) after each.
 func (m *Model) Sweep(sc Scenario, batches []int64, progress func(done, total int)) ([]*Result, error) {
-	e, err := m.engine()
-	if err != nil {
-		return nil, err
-	}
-	sc, o, _, err := m.options(sc)
+	e, sc, o, err := m.decode(sc)
 	if err != nil {
 		return nil, err
 	}
@@ -112,11 +104,7 @@ func (m *Model) Sweep(sc Scenario, batches []int64, progress func(done, total in
 // whose step fits sc's Device or Capacity, and its Result; 0 and nil when
 // batch 1 does not fit.
 func (m *Model) MaxBatch(sc Scenario, limit int64) (int64, *Result, error) {
-	e, err := m.engine()
-	if err != nil {
-		return 0, nil, err
-	}
-	sc, o, _, err := m.options(sc)
+	e, sc, o, err := m.decode(sc)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -134,11 +122,7 @@ func (m *Model) MaxBatch(sc Scenario, limit int64) (int64, *Result, error) {
 // Fit simulates sc without a limit, for its whole figures, and says
 // whether it fits under sc's Device or Capacity.
 func (m *Model) Fit(sc Scenario) (*Result, bool, error) {
-	e, err := m.engine()
-	if err != nil {
-		return nil, false, err
-	}
-	sc, o, _, err := m.options(sc)
+	e, sc, o, err := m.decode(sc)
 	if err != nil {
 		return nil, false, err
 	}

@@ -65,14 +65,24 @@ type Scenario struct {
 
 // Check says why sc cannot be simulated on any model, or nil.
 func (sc Scenario) Check() error {
-	_, _, _, err := (*Model)(nil).options(sc)
+	_, _, err := (*Model)(nil).options(sc)
 	return err
 }
 
+// decode returns m's engine model and sc decoded for it (options).
+func (m *Model) decode(sc Scenario) (*sim.Model, Scenario, sim.Options, error) {
+	e, err := m.engine()
+	if err != nil {
+		return nil, sc, sim.Options{}, err
+	}
+	sc, o, err := m.options(sc)
+	return e, sc, o, err
+}
+
 // options decodes sc, the one place where a Scenario's zero fields get
-// their defaults: it returns sc with them filled in, the engine's options
-// and the device sc names (nil for none).
-func (m *Model) options(sc Scenario) (Scenario, sim.Options, *Device, error) {
+// their defaults: it returns sc with them filled in and the engine's
+// options.
+func (m *Model) options(sc Scenario) (Scenario, sim.Options, error) {
 	if sc.Batch == 0 {
 		sc.Batch = DefaultBatch
 	}
@@ -93,7 +103,7 @@ func (m *Model) options(sc Scenario) (Scenario, sim.Options, *Device, error) {
 	}
 	if sc.BF16 {
 		if !sc.AMP {
-			return sc, o, nil, fmt.Errorf("onnxmem: bf16 without amp: bfloat16 is autocast's type; set AMP too")
+			return sc, o, fmt.Errorf("onnxmem: bf16 without amp: bfloat16 is autocast's type; set AMP too")
 		}
 		o.AMPDType = "bfloat16"
 	}
@@ -101,7 +111,7 @@ func (m *Model) options(sc Scenario) (Scenario, sim.Options, *Device, error) {
 		sc.Step = ModelStep
 	}
 	if err := sc.fieldsApply(); err != nil {
-		return sc, o, nil, err
+		return sc, o, err
 	}
 	switch sc.Step {
 	case TrainStep:
@@ -117,7 +127,7 @@ func (m *Model) options(sc Scenario) (Scenario, sim.Options, *Device, error) {
 		}
 		opt, err := ParseOptimizer(cmp.Or(sc.Optimizer, "SGD"))
 		if err != nil {
-			return sc, o, nil, err
+			return sc, o, err
 		}
 		sc.Optimizer = opt
 		o.Train, o.Boxes, o.BoxCounts, o.Optimizer, o.EMA, o.WarmSteps = true, boxes, sc.BoxCounts, sim.Optimizer(opt), !sc.NoEMA, sc.WarmSteps
@@ -126,17 +136,17 @@ func (m *Model) options(sc Scenario) (Scenario, sim.Options, *Device, error) {
 		o.Eval, o.EvalFloat = true, sc.EvalFloat
 	}
 	if sc.Device == "" {
-		return sc, o, nil, o.Supported()
+		return sc, o, o.Supported()
 	}
 	d, err := ParseDevice(sc.Device)
 	switch {
 	case err != nil:
-		return sc, o, nil, err
+		return sc, o, err
 	case sc.Capacity != 0:
-		return sc, o, nil, fmt.Errorf("onnxmem: device %s and capacity %d: a device's limit is its usable memory; give one of them", sc.Device, sc.Capacity)
+		return sc, o, fmt.Errorf("onnxmem: device %s and capacity %d: a device's limit is its usable memory; give one of them", sc.Device, sc.Capacity)
 	}
 	o.Capacity, o.CuBLASWorkspace = d.Usable(), d.CuBLASWorkspace
-	return sc, o, &d, o.Supported()
+	return sc, o, o.Supported()
 }
 
 // fieldsApply returns an error naming a field that sc's step does not

@@ -36,14 +36,10 @@ type RunResult struct {
 // Run simulates a training run of the train step sc in one process, one
 // iteration per "train" event, as the family's training script runs it.
 func (m *Model) Run(sc Scenario, events []RunEvent) (*RunResult, error) {
-	e, err := m.engine()
-	if err != nil {
-		return nil, err
-	}
 	if sc.Step == "" {
 		sc.Step = TrainStep
 	}
-	sc, o, _, err := m.options(sc)
+	e, sc, o, err := m.decode(sc)
 	if err != nil {
 		return nil, err
 	}

@@ -62,7 +62,7 @@ func Corpus(t testing.TB) []Graph {
 	}
 	add("tiny", onnxbuild.Tiny(), 64)
 	add("ultralytics", onnxbuild.Ultralytics(), 64)
-	add("resnet-like", resnetLike(), 32)
+	add("resnet-like", onnxbuild.ResNetLike(), 32)
 	for _, name := range []string{"gelan-t", "yolov9-t"} {
 		data, err := models.Build(name, models.Options{})
 		if err != nil {
@@ -102,23 +102,6 @@ func sharedDir(t testing.TB) string {
 		return ""
 	}
 	return dir
-}
-
-// resnetLike is a torchvision-style network: the root's children conv1,
-// bn1, layer1 (a Sequential of two residual blocks) and a head conv.
-func resnetLike() *onnxbuild.Builder {
-	b := onnxbuild.New("resnet-like")
-	x := b.Module("conv1").Conv(b.Input("images", 3), 8, 3, 2)
-	x = b.Module("bn1").BatchNorm(x)
-	l1 := b.Module("layer1")
-	for i := range 2 {
-		blk := l1.Index(i)
-		y := blk.Sub("conv1").Conv(x, 8, 3, 1)
-		y = blk.Sub("bn1").BatchNorm(y)
-		x = blk.Add(y, x)
-	}
-	b.Output(b.Module("head").Conv(x, 4, 1, 1))
-	return b
 }
 
 // Check runs the conformance suite on f: its name, its answers on every

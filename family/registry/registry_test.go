@@ -33,24 +33,6 @@ func build(t *testing.T, b *onnxbuild.Builder) *ir.Graph {
 	return loadBytes(t, data)
 }
 
-// resnetLike is a torchvision-style network: the root's children conv1, bn1,
-// layer1 (a Sequential of two blocks) and fc-like head conv, named as
-// torch.onnx names them.
-func resnetLike() *onnxbuild.Builder {
-	b := onnxbuild.New("resnet-like")
-	x := b.Module("conv1").Conv(b.Input("images", 3), 8, 3, 2)
-	x = b.Module("bn1").BatchNorm(x)
-	l1 := b.Module("layer1")
-	for i := range 2 {
-		blk := l1.Index(i)
-		y := blk.Sub("conv1").Conv(x, 8, 3, 1)
-		y = blk.Sub("bn1").BatchNorm(y)
-		x = blk.Add(y, x)
-	}
-	b.Output(b.Module("head").Conv(x, 4, 1, 1))
-	return b
-}
-
 // wrapped is a model whose nn.Sequential is an attribute named model of a
 // wrapper: "/model/model.0/conv/Conv" is no YOLOv9 layer.
 func wrapped() *onnxbuild.Builder {
@@ -82,7 +64,7 @@ func TestDetect(t *testing.T) {
 		{"tiny", build(t, onnxbuild.Tiny()), "generic", "yolov9: the nodes are named as model.model's layers, as YOLOv9's are, but no detection head is DDetect's"},
 		{"ultralytics", build(t, onnxbuild.Ultralytics()), "generic", "as an Ultralytics YOLOv8 or YOLO11 export has none: simulated as a generic network"},
 		{"gelan-t", loadBytes(t, yolo), "yolov9", ""},
-		{"resnet-like", build(t, resnetLike()), "generic", ""},
+		{"resnet-like", build(t, onnxbuild.ResNetLike()), "generic", ""},
 		{"wrapped", build(t, wrapped()), "generic", ""},
 	} {
 		f, note := registry.Detect(tc.g)
@@ -120,7 +102,7 @@ func TestByName(t *testing.T) {
 // order they run.
 func TestGenericLayers(t *testing.T) {
 	f, _ := registry.ByName("generic")
-	g, err := f.Prepare(build(t, resnetLike()))
+	g, err := f.Prepare(build(t, onnxbuild.ResNetLike()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -78,3 +78,21 @@ func Ultralytics() *Builder {
 	b.Output(outs...)
 	return b
 }
+
+// ResNetLike builds a torchvision-style network: the root's children
+// conv1, bn1, layer1 (a Sequential of two residual blocks) and a head conv,
+// named as torch.onnx names them.
+func ResNetLike() *Builder {
+	b := New("resnet-like")
+	x := b.Module("conv1").Conv(b.Input("images", 3), 8, 3, 2)
+	x = b.Module("bn1").BatchNorm(x)
+	l1 := b.Module("layer1")
+	for i := range 2 {
+		blk := l1.Index(i)
+		y := blk.Sub("conv1").Conv(x, 8, 3, 1)
+		y = blk.Sub("bn1").BatchNorm(y)
+		x = blk.Add(y, x)
+	}
+	b.Output(b.Module("head").Conv(x, 4, 1, 1))
+	return b
+}
