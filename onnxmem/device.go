@@ -2,9 +2,8 @@ package onnxmem
 
 import "github.com/onnxmem/onnxmem/internal/cards"
 
-// Device is a card as PyTorch sees it: its total_memory, the CUDA context
-// no PyTorch counter sees, PyTorch's cuBLAS workspace, and the sources of
-// these figures, which mark assumptions.
+// Device is a card as PyTorch sees it: total_memory, the CUDA context, the
+// cuBLAS workspace, and where they come from (assumptions are marked).
 type Device struct {
 	Name, Long                      string
 	Total, Context, CuBLASWorkspace int64

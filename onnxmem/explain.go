@@ -9,12 +9,11 @@ import (
 )
 
 // Explanation is what makes a step's peak: the bytes alive by kind and by
-// top-level layer (-1: none), each summing to the peak, the largest tensors.
+// top-level layer (-1: none), each summing to it (Result.AtPeak: the largest).
 type Explanation struct {
 	Result  *Result
 	ByKind  []KindBytes
 	ByLayer []LayerBytes
-	Largest []Tensor
 }
 
 // LayerBytes is the bytes of a top-level layer's buffers.
@@ -36,7 +35,7 @@ func (m *Model) Explain(sc Scenario) (*Explanation, error) {
 		return nil, err
 	}
 	r := result(ex.Result, sc)
-	out := &Explanation{Result: r, ByKind: r.PeakByKind[:0:0], Largest: r.AtPeak}
+	out := &Explanation{Result: r, ByKind: r.PeakByKind[:0:0]}
 	for _, k := range ex.ByKind {
 		out.ByKind = append(out.ByKind, KindBytes(k))
 	}

@@ -74,8 +74,7 @@ func (m *Model) Plan(sc Scenario) (*Plan, error) {
 }
 
 // Cost is a step's FLOPs (a multiply-add is 2): the forward, the backward
-// (twice the forward of ops that need gradients) and what checkpointing
-// recomputes.
+// (twice the forward of ops needing gradients), the recomputation.
 type Cost struct {
 	Forward, Backward, Recompute int64
 }

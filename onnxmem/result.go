@@ -36,8 +36,7 @@ type Tensor struct {
 	Node             string
 }
 
-// KindBytes is the bytes and buffers of a kind: "activations", "gradients",
-// "optimizer state", "workspaces", ….
+// KindBytes is the bytes and buffers of a kind ("activations", …).
 type KindBytes struct {
 	Kind  string
 	Bytes int64

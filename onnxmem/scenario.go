@@ -171,8 +171,7 @@ func (sc Scenario) fieldsApply() error {
 	return nil
 }
 
-// ParseOptimizer returns an optimizer's name as Scenario spells it, from
-// any case (train_dual.py's --optimizer LION).
+// ParseOptimizer spells an optimizer as Scenario does ("LION": "Lion").
 func ParseOptimizer(name string) (string, error) {
 	for _, o := range []string{"SGD", "Adam", "AdamW", "Lion", "none"} {
 		if strings.EqualFold(name, o) {

@@ -73,7 +73,7 @@ func newExplainJSON(model string, ex *onnxmem.Explanation) explainJSON {
 	for _, l := range ex.ByLayer {
 		js.ByLayer = append(js.ByLayer, layerJSON(l))
 	}
-	for _, t := range ex.Largest {
+	for _, t := range ex.Result.AtPeak {
 		js.Largest = append(js.Largest, tensorJSON(t))
 	}
 	return js
@@ -99,7 +99,7 @@ func printExplain(w io.Writer, model string, ex *onnxmem.Explanation) error {
 	}
 	fmt.Fprintln(tw, "\t\t\t")
 	fmt.Fprintln(tw, "GiB\tkind\t  largest tensors, and the op that made each")
-	for _, t := range ex.Largest {
+	for _, t := range ex.Result.AtPeak {
 		fmt.Fprintf(tw, "%s\t%s\t  %s (%s)\n", gib(t.Bytes), t.Kind, t.Name, cmpOr(t.Node, "resident"))
 	}
 	return tw.Flush()
