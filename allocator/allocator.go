@@ -579,7 +579,7 @@ func (a *Allocator) TryMalloc(n int64) (ID, error) {
 		panic("allocator: negative request")
 	}
 	if a.conf {
-		return a.tryMallocConf(n)
+		return configured{a}.tryMallocConf(n)
 	}
 	size := RoundSize(n)
 	small := size <= SmallSize
@@ -780,7 +780,7 @@ func (a *Allocator) Free(id ID) {
 // torch.cuda.empty_cache does.
 func (a *Allocator) EmptyCache() {
 	if a.conf {
-		a.releaseCached()
+		configured{a}.releaseCached()
 		return
 	}
 	for _, p := range []*pool{&a.small, &a.large} {

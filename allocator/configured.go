@@ -6,6 +6,11 @@ import "math"
 // NewWithConfig with a Config other than the default. Each function names the
 // function of c10/cuda/CUDACachingAllocator.cpp it follows.
 
+// configured is an Allocator on its configured path: the functions of
+// CUDACachingAllocator.cpp that only PYTORCH_CUDA_ALLOC_CONF's options
+// take, apart from the default path of allocator.go.
+type configured struct{ *Allocator }
+
 // expandableSpace is the address space of an expandable segment. PyTorch
 // reserves 1⅛ × the device's memory (ExpandableSegment's max_handles_); the
 // simulation knows no device, so the space is taken as unbounded: one
@@ -96,7 +101,7 @@ func (a *Allocator) Oversize() (allocations, segments int64) {
 }
 
 // tryMallocConf is DeviceCachingAllocator::malloc.
-func (a *Allocator) tryMallocConf(n int64) (ID, error) {
+func (a configured) tryMallocConf(n int64) (ID, error) {
 	size := a.cfg.RoundSize(n)
 	small := size <= SmallSize
 	p := a.poolOf(small)
@@ -154,7 +159,7 @@ func (a *Allocator) tryMallocConf(n int64) (ID, error) {
 
 // expandableSize is get_free_block's expandable_size: a block's size and,
 // when the address space after it is unmapped, that space's size.
-func (a *Allocator) expandableSize(id int32) int64 {
+func (a configured) expandableSize(id int32) int64 {
 	b := &a.blocks[id]
 	if b.next >= 0 && a.blocks[b.next].unmapped {
 		return b.size + a.blocks[b.next].size
@@ -165,7 +170,7 @@ func (a *Allocator) expandableSize(id int32) int64 {
 // getFreeBlock is get_free_block: best fit, walked on through expandable
 // blocks while the next one can grow to less, then refused when it is
 // oversize for a small request or too much larger than an oversize one.
-func (a *Allocator) getFreeBlock(p *pool, small bool, size int64) (int32, bool) {
+func (a configured) getFreeBlock(p *pool, small bool, size int64) (int32, bool) {
 	if a.cs.gc && a.Capacity > 0 {
 		a.cs.calls[poolIndex(small)]++
 	}
@@ -193,7 +198,7 @@ func (a *Allocator) getFreeBlock(p *pool, small bool, size int64) (int32, bool) 
 // allocBlock is alloc_block: the Capacity check on the segment size the
 // request would get (seg, also with expandable segments), then a new
 // segment, or pages mapped into the pool's expandable segment.
-func (a *Allocator) allocBlock(p *pool, small bool, size, seg int64) (int32, bool) {
+func (a configured) allocBlock(p *pool, small bool, size, seg int64) (int32, bool) {
 	if a.Capacity > 0 && a.st.Reserved+seg > a.Capacity {
 		return -1, false
 	}
@@ -208,14 +213,14 @@ func (a *Allocator) allocBlock(p *pool, small bool, size, seg int64) (int32, boo
 	return id, true
 }
 
-func (a *Allocator) reserve(n int64) {
+func (a configured) reserve(n int64) {
 	a.st.Reserved += n
 	a.st.PeakReserved = max(a.st.PeakReserved, a.st.Reserved)
 }
 
 // releaseBlock is release_block: a wholly free segment, id, goes back to
 // the device.
-func (a *Allocator) releaseBlock(p *pool, id int32) {
+func (a configured) releaseBlock(p *pool, id int32) {
 	a.remove(p, id)
 	b := &a.blocks[id]
 	a.st.Reserved -= b.size
@@ -230,7 +235,7 @@ func (a *Allocator) releaseBlock(p *pool, id int32) {
 // large as the request (or as max_split_size) is released; failing one, the
 // largest free oversize segments, from the largest down, until as much was
 // released; blocks of expandable segments are never released here.
-func (a *Allocator) releaseAvailable(p *pool, size int64) bool {
+func (a configured) releaseAvailable(p *pool, size int64) bool {
 	if a.cs.maxSplit == math.MaxInt64 {
 		return false
 	}
@@ -257,7 +262,7 @@ func (a *Allocator) releaseAvailable(p *pool, size int64) bool {
 // releaseCached is release_cached_blocks (torch.cuda.empty_cache, and the
 // last resort before out of memory): release_blocks of the large pool, then
 // of the small pool.
-func (a *Allocator) releaseCached() {
+func (a configured) releaseCached() {
 	a.releaseBlocks(&a.large, false)
 	a.releaseBlocks(&a.small, true)
 }
@@ -265,7 +270,7 @@ func (a *Allocator) releaseCached() {
 // releaseBlocks is release_blocks: wholly free segments are released, and
 // every free block of an expandable segment gives up the pages it wholly
 // covers; a segment left with no page mapped is released.
-func (a *Allocator) releaseBlocks(p *pool, small bool) {
+func (a configured) releaseBlocks(p *pool, small bool) {
 	var unmap []int32
 	a.each(p, func(id int32) bool {
 		b := &a.blocks[id]
@@ -295,7 +300,7 @@ func (a *Allocator) releaseBlocks(p *pool, small bool) {
 
 // addUnmapped and dropUnmapped keep the pool's unmapped list in address
 // order.
-func (a *Allocator) addUnmapped(small bool, id int32) {
+func (a configured) addUnmapped(small bool, id int32) {
 	l := &a.cs.unmapped[poolIndex(small)]
 	addr := a.blocks[id].addr
 	i := 0
@@ -307,7 +312,7 @@ func (a *Allocator) addUnmapped(small bool, id int32) {
 	(*l)[i] = id
 }
 
-func (a *Allocator) dropUnmapped(small bool, id int32) {
+func (a configured) dropUnmapped(small bool, id int32) {
 	l := &a.cs.unmapped[poolIndex(small)]
 	for i, u := range *l {
 		if u == id {
@@ -321,7 +326,7 @@ func (a *Allocator) dropUnmapped(small bool, id int32) {
 // mergeInto merges neighbour src into dst (try_merge_blocks, whose
 // conditions the callers check): dst takes src's range; src is dropped from
 // its pool or list.
-func (a *Allocator) mergeInto(p *pool, small bool, dst, src int32) {
+func (a configured) mergeInto(p *pool, small bool, dst, src int32) {
 	d, s := &a.blocks[dst], a.blocks[src]
 	if s.unmapped {
 		a.dropUnmapped(small, src)
@@ -348,7 +353,7 @@ func (a *Allocator) mergeInto(p *pool, small bool, dst, src int32) {
 // pool's expandable segment, where free and unmapped blocks in a row (a
 // free block just before an unmapped one included) hold size bytes; a new
 // segment when there is none.
-func (a *Allocator) findExpandable(small bool, size int64) int32 {
+func (a configured) findExpandable(small bool, size int64) int32 {
 	pi := poolIndex(small)
 	room := func(id int32) bool {
 		var bytes int64
@@ -380,7 +385,7 @@ func (a *Allocator) findExpandable(small bool, size int64) int32 {
 // mapBlock is map_block: the pages of unmapped block id that cover its
 // first size bytes are mapped; the block, merged with free neighbours,
 // enters the pool. It returns the merged block.
-func (a *Allocator) mapBlock(p *pool, small bool, id int32, size int64) int32 {
+func (a configured) mapBlock(p *pool, small bool, id int32, size int64) int32 {
 	page := a.cs.pageSize(small)
 	mapped := (size + page - 1) / page * page
 	a.dropUnmapped(small, id)
@@ -411,7 +416,7 @@ func (a *Allocator) mapBlock(p *pool, small bool, id int32, size int64) int32 {
 // allocExpandable is try_allocate_expandable_block: pages are mapped at the
 // lowest address that fits size bytes, and the block found is taken out of
 // the pool.
-func (a *Allocator) allocExpandable(p *pool, small bool, size int64) int32 {
+func (a configured) allocExpandable(p *pool, small bool, size int64) int32 {
 	c := a.findExpandable(small, size)
 	if a.blocks[c].unmapped {
 		c = a.mapBlock(p, small, c, min(a.blocks[c].size, size))
@@ -426,7 +431,7 @@ func (a *Allocator) allocExpandable(p *pool, small bool, size int64) int32 {
 
 // unmapBlock is unmap_block: free block id of an expandable segment gives up
 // the pages it wholly covers; what is left of it at either end stays free.
-func (a *Allocator) unmapBlock(p *pool, small bool, id int32) {
+func (a configured) unmapBlock(p *pool, small bool, id int32) {
 	page := a.cs.pageSize(small)
 	base := a.cs.seg[poolIndex(small)]
 	b := a.blocks[id]
@@ -471,7 +476,7 @@ func (a *Allocator) unmapBlock(p *pool, small bool, id int32) {
 // whose age (get_free_block calls on the pool since they entered it) is at
 // least the mean age are released, round after round, until as many bytes
 // as the excess are released or none is left.
-func (a *Allocator) garbageCollect() {
+func (a configured) garbageCollect() {
 	threshold := int64(a.cfg.GarbageCollectionThreshold * float64(a.Capacity))
 	if a.st.Reserved <= threshold {
 		return
