@@ -132,7 +132,7 @@ func ImgVsMaxBatch(w io.Writer) error {
 	fmt.Fprintln(tw, "image\tmax batch\treserved GiB at it\t")
 	var first, last int64
 	for _, img := range []int64{320, 416, 512, 640} {
-		n, r, err := m.MaxBatch(onnxmem.Scenario{Height: img, Width: img, Step: onnxmem.TrainStep, AMP: true, Device: d.Name}, 1024)
+		n, r, err := m.MaxBatch(onnxmem.Scenario{Height: img, Width: img, Step: onnxmem.TrainStep, AMP: true, Device: d.Name}, 0)
 		if err != nil {
 			return err
 		}

@@ -90,6 +90,9 @@ func TestScenarioRefused(t *testing.T) {
 		{onnxmem.Scenario{BF16: true}, "bf16 without amp"},
 		{onnxmem.Scenario{AllocConf: "expandable:True"}, "alloc conf"},
 		{onnxmem.Scenario{Batch: -1}, "batch -1"},
+		{onnxmem.Scenario{Capacity: -5}, "Capacity -5: want the limit in bytes above 0, or 0 for none"},
+		{onnxmem.Scenario{Step: onnxmem.TrainStep, Boxes: -2}, "Boxes -2"},
+		{onnxmem.Scenario{Step: onnxmem.TrainStep, Boxes: onnxmem.NoBoxes, BoxCounts: make([]int64, 16)}, "Boxes NoBoxes with BoxCounts"},
 	} {
 		err := tc.sc.Check()
 		if err == nil || !strings.HasPrefix(err.Error(), "onnxmem: ") || !strings.Contains(err.Error(), tc.want) {
@@ -128,6 +131,9 @@ func TestDeviceEverywhere(t *testing.T) {
 	}
 	if _, _, err := m.MaxBatch(onnxmem.Scenario{}, 0); err == nil || !strings.Contains(err.Error(), "give the Scenario a Device or a Capacity") {
 		t.Errorf("MaxBatch without a limit: %v", err)
+	}
+	if _, err := m.Run(onnxmem.Scenario{Step: onnxmem.ModelStep}, []onnxmem.RunEvent{{Kind: "setup"}}); err == nil || !strings.Contains(err.Error(), "Step model: a run trains") {
+		t.Errorf("Run of a model step: %v", err)
 	}
 }
 

@@ -53,7 +53,8 @@ type Scenario struct {
 	// amsgrad), "Lion" or "none"; NoEMA drops train_dual.py's EMA.
 	Optimizer string
 	NoEMA     bool
-	// Iterations before a train step (DefaultAMPWarmSteps with AMP, else 1).
+	// Iterations before a train step: DefaultAMPWarmSteps under float16
+	// AMP, whose GradScaler skips steps; else 1, the only value it takes.
 	WarmSteps int
 	EvalFloat bool // an eval step of a float32 copy, as without AMP
 	// The card (ParseDevice), whose usable memory limits the step, or
@@ -100,6 +101,14 @@ func (m *Model) options(sc Scenario) (Scenario, sim.Options, error) {
 		Segments: sc.Segments, AllocConf: sc.AllocConf, Capacity: sc.Capacity}
 	for _, r := range sc.Checkpoint {
 		o.Checkpoint = append(o.Checkpoint, sim.Range(r))
+	}
+	switch {
+	case sc.Capacity < 0:
+		return sc, o, fmt.Errorf("onnxmem: Capacity %d: want the limit in bytes above 0, or 0 for none", sc.Capacity)
+	case sc.Boxes < NoBoxes:
+		return sc, o, fmt.Errorf("onnxmem: Boxes %d: want the most boxes in an image, 0 for DefaultBoxes or NoBoxes for none", sc.Boxes)
+	case sc.Boxes == NoBoxes && sc.BoxCounts != nil:
+		return sc, o, fmt.Errorf("onnxmem: Boxes NoBoxes with BoxCounts: give one or the other")
 	}
 	if sc.BF16 {
 		if !sc.AMP {

@@ -1,6 +1,8 @@
 package onnxmem
 
 import (
+	"fmt"
+
 	"github.com/onnxmem/onnxmem/internal/sim"
 )
 
@@ -33,11 +35,16 @@ type RunResult struct {
 	OOMEvent           int
 }
 
-// Run simulates a training run of the train step sc in one process, one
-// iteration per "train" event, as the family's training script runs it.
+// Run simulates a training run of the train step sc (its Step TrainStep,
+// or empty) in one process, one iteration per "train" event, as the
+// family's training script runs it.
 func (m *Model) Run(sc Scenario, events []RunEvent) (*RunResult, error) {
-	if sc.Step == "" {
+	switch sc.Step {
+	case "":
 		sc.Step = TrainStep
+	case TrainStep:
+	default:
+		return nil, fmt.Errorf("onnxmem: run: Step %s: a run trains; give TrainStep, or leave Step empty", sc.Step)
 	}
 	e, sc, o, err := m.decode(sc)
 	if err != nil {

@@ -422,24 +422,25 @@ const checkedElsewhere = `
 ## checked by tests, beyond these tables
 
 Each test holds a measurement of the device (in ` + "`calibration/results`" + ` or the shared folder) as its
-expectation, and fails when the simulation leaves what it allows. ` + "`go test ./PACKAGE -run NAME -v`" + `
-prints its table.
+expectation, and fails when the simulation leaves what it allows. ` + "`go test ./internal/sim -run NAME -v`" + `
+(for ` + "`sim.NAME`" + `) prints its table.
 
 | test | measured on the device | what must hold |
 | --- | --- | --- |
-| ` + "`onnxmem.TestOwnMeasurements`" + ` | model steps of ` + "`calibration/yolov9_segments.py`" + `, in fresh processes and in order | requested peak within 512 bytes; peak within 1% |
-| ` + "`onnxmem.TestHalfMeasured`" + ` | model steps in half precision (` + "`model.half()`" + `) | requested peak within 512 bytes; peak, reserved peak and bytes before the step within 0.05% |
-| ` + "`onnxmem.TestBF16Measured`" + ` | model steps under bfloat16 autocast | requested peak within 512 bytes; peak within 0.1%, reserved within 1% |
-| ` + "`onnxmem.TestEvalMeasured`" + ` | eval steps of ` + "`calibration/eval_step.py`" + ` | peak within 1%; reserved peak within 1% or 8 MiB |
-| ` + "`onnxmem.TestFootprint`" + ` | memory after ` + "`model.to('cuda')`" + ` | exact |
-| ` + "`onnxmem.TestLayerProfile`" + ` | ` + "`memory_allocated()`" + ` after each top-level layer's forward | within 8 MiB |
-| ` + "`onnxmem.TestTraces`" + `, ` + "`TestOwnTraces`" + ` | allocation-level traces of whole steps | event by event; the largest difference named |
-| ` + "`onnxmem.TestGPUMemUnderLimit`" + ` | what stays reserved after a step under a limit (GPU_mem), ` + "`calibration/max_batch.py`" + ` | within 2% |
-| ` + "`onnxmem.TestPlanMeasured`" + ` | steps under the checkpoint plans that ` + "`onnxmem plan`" + ` made | allocated and reserved peaks within 0.1% |
-| ` + "`onnxmem.TestH100CrossCheck`" + ` | large steps on an H100 80GB HBM3, same torch and cuDNN, predicted with the H200's cuDNN tables | peak within 0.1%, reserved within 1% |
-| ` + "`onnxmem.TestTorchvisionFreshSteps`" + ` | torchvision steps traced in fresh processes | requested peaks within 0.01% |
-| ` + "`onnxmem.TestGroundTruthHistory`" + ` | the ground truth's model steps, replayed in one process in its order | reserved peaks closer than each step alone |
+| ` + "`sim.TestOwnMeasurements`" + ` | model steps of ` + "`calibration/yolov9_segments.py`" + `, in fresh processes and in order | requested peak within 512 bytes; peak within 1% |
+| ` + "`sim.TestHalfMeasured`" + ` | model steps in half precision (` + "`model.half()`" + `) | requested peak within 512 bytes; peak, reserved peak and bytes before the step within 0.05% |
+| ` + "`sim.TestBF16Measured`" + ` | model steps under bfloat16 autocast | requested peak within 512 bytes; peak within 0.1%, reserved within 1% |
+| ` + "`sim.TestEvalMeasured`" + ` | eval steps of ` + "`calibration/eval_step.py`" + ` | peak within 1%; reserved peak within 1% or 8 MiB |
+| ` + "`sim.TestFootprint`" + ` | memory after ` + "`model.to('cuda')`" + ` | exact |
+| ` + "`sim.TestLayerProfile`" + ` | ` + "`memory_allocated()`" + ` after each top-level layer's forward | within 8 MiB |
+| ` + "`sim.TestTraces`" + `, ` + "`TestOwnTraces`" + ` | allocation-level traces of whole steps | event by event; the largest difference named |
+| ` + "`sim.TestGPUMemUnderLimit`" + ` | what stays reserved after a step under a limit (GPU_mem), ` + "`calibration/max_batch.py`" + ` | within 2% |
+| ` + "`sim.TestPlanMeasured`" + ` | steps under the checkpoint plans that ` + "`onnxmem plan`" + ` made | allocated and reserved peaks within 0.1% |
+| ` + "`sim.TestH100CrossCheck`" + ` | large steps on an H100 80GB HBM3, same torch and cuDNN, predicted with the H200's cuDNN tables | peak within 0.1%, reserved within 1% |
+| ` + "`sim.TestTorchvisionFreshSteps`" + ` | torchvision steps traced in fresh processes | requested peaks within 0.01% |
+| ` + "`sim.TestGroundTruthHistory`" + ` | the ground truth's model steps, replayed in one process in its order | reserved peaks closer than each step alone |
 | ` + "`allocator.TestDeviceConf`" + ` | allocator sequences under ` + "`PYTORCH_CUDA_ALLOC_CONF`" + ` options (` + "`calibration/allocator_conf.py`" + `) | every counter and every block's place after every step, exact |
-| ` + "`onnxmem.TestInferenceExportStandsIn`" + ` | (no measurement) the inference exports of the shared folder | the figures of their training exports, exactly |
-| ` + "`onnxmem.TestPinned`" + ` | (no measurement) the whole Result of the pinned scenarios | unchanged to the byte: a guard against unintended change |
+| ` + "`sim.TestInferenceExportStandsIn`" + ` | (no measurement) the inference exports of the shared folder | the figures of their training exports, exactly |
+| ` + "`sim.TestDataRuns`" + ` | whole runs of the official ` + "`train_dual.py`" + ` on a dataset on disk (` + "`calibration/train_data.py`" + `), fed the box counts its dataloader made | reserved peak and GPU_mem after every iteration within 2% |
+| ` + "`sim.TestPinned`" + ` | (no measurement) the whole Result of the pinned scenarios | unchanged to the byte: a guard against unintended change |
 `

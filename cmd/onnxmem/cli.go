@@ -206,7 +206,7 @@ func errText(err error) string {
 // imgFlag adds -img, the input image's size: 640, or the size an export
 // fixed (load sets it).
 func (f *flagSet) imgFlag() *imageSize {
-	f.img = &imageSize{640, 640}
+	f.img = &imageSize{onnxmem.DefaultImage, onnxmem.DefaultImage}
 	f.Var(f.img, "img", "input image `size` in pixels: a side (square) or HEIGHTxWIDTH such as 384x640, height first as YOLO's --imgsz h w\n(default 640, or the size the export fixed, such as a torchvision export's 224)")
 	return f.img
 }
@@ -331,7 +331,7 @@ func (f *flagSet) allocConfFlag() func(setting) (setting, error) {
 // without -train or -train with -half.
 func (f *flagSet) trainFlags() func(setting) (setting, error) {
 	train := f.Bool("train", false, "simulate a full training step of the model family's script (YOLOv9: train_dual.py: batch upload,\nforward, its loss, backward, gradient clipping, optimizer step and EMA update)")
-	boxes := f.Int64("boxes", 16, "`N` ground-truth boxes in each image of a -train step (0 or more)")
+	boxes := f.Int64("boxes", onnxmem.DefaultBoxes, "`N` ground-truth boxes in each image of a -train step (0 or more)")
 	opt := optimizerValue("SGD")
 	f.Var(&opt, "optimizer", "`NAME` of the optimizer of a -train step: SGD, Adam, AdamW (with amsgrad), Lion or none")
 	ema := f.Bool("ema", true, "update an EMA copy of the model after the optimizer step of a -train step (-ema=false: none)")
@@ -475,7 +475,7 @@ func (b *batchList) Set(v string) error {
 }
 
 // load reads the model a command names: an ONNX file, or, where no such file
-// exists, a built-in model of package models ("yolov9-c"; onnxmem models
+// exists, a built-in model (onnxmem.Builtins) ("yolov9-c"; onnxmem models
 // lists them). Every command loads through it.
 func load(path string) (*onnxmem.Model, error) {
 	switch {

@@ -46,7 +46,7 @@
 // or binary (23.5GiB, 24000MiB), optionally followed by +ctx=SIZE, its CUDA
 // context (24GB+ctx=600MiB); without it the context is assumed to be 512 MiB
 // (onnxmem.ParseDevice). A step on a device also keeps the device's cuBLAS
-// workspace (onnxmem.Device.Scenario); a card given by its size has
+// workspace (onnxmem.Scenario.Device); a card given by its size has
 // PyTorch's Hopper default, 32 MiB.
 //
 // Every command that reads a model detects its model family from the graph's
@@ -59,13 +59,13 @@
 //	onnxmem [COMMAND [flags] [MODEL.onnx]]
 //
 // MODEL.onnx is an ONNX file or, where no file has that name, the name of a
-// built-in model (package models: yolov9-t, -s, -m, -c, -e and gelan-t, -s,
+// built-in model (package family/yolov9/models: yolov9-t, -s, -m, -c, -e and gelan-t, -s,
 // -m, -c, -e; onnxmem models lists them). A built-in model is the graph of
 // its training-mode export, so it predicts what the export does, and needs
 // no file. An inference export (export.py's: batch norms folded, RepConvN
 // fused) holds no training graph; the built-in model with the same
 // convolutions and classes stands for it, and stderr says which
-// (onnxmem.Model.Builtin). Every command that reads a model takes -nc N, the
+// (onnxmem.Model.Builtin, the model that stands for it). Every command that reads a model takes -nc N, the
 // classes of a built-in model's head (a dataset's nc; the model is then
 // named "yolov9-c nc=20"), and -family. With no arguments onnxmem runs report on the built-in yolov9-c
 // (the first of onnxmem.Builtins). Flags may come
@@ -111,7 +111,7 @@
 //     train_dual.py's default: phase, event, node and layer; the 10 largest
 //     tensors alive at the peak; and the live bytes by kind of buffer.
 //
-// The searches use onnxmem.Model.MaxBatchOn, which simulates each batch
+// The searches use onnxmem.Model.MaxBatch, which simulates each batch
 // size under the card's limit. Each one's limit is one below the smallest
 // batch size of -batches whose peak requested exceeds the card's usable
 // memory (1024 when none does), since no layout of the allocator holds the
@@ -185,7 +185,7 @@
 //	{"peak", "peak_req", "peak_reserved", "m0", "after_fwd", "fwd_peak", "after_bwd"}
 //
 // in bytes, or with a field "error" (a message starting "onnxmem: ") when the
-// scenario cannot be simulated: a scenario that onnxmem.Scenario.Supported
+// scenario cannot be simulated: a scenario that onnxmem.Scenario.Check
 // refuses (a negative segments, an unknown family or optimizer), a
 // model file that cannot be loaded, a missing or mistyped field. model_step
 // lines with amp true or segments above 1 are predicted; eval_step lines
@@ -267,7 +267,7 @@
 //	             [-alloc-conf OPTS] [-json|-csv] MODEL.onnx
 //
 // The checkpoint plan with the fewest recomputed FLOPs that it finds for
-// the step to fit under the limit (onnxmem.Model.MakePlan: the usual
+// the step to fit under the limit (onnxmem.Model.Plan: the usual
 // recipes as the start, then a descent that takes layers out while the step
 // fits), the best checkpoint_sequential that fits for comparison, and the
 // plan as -checkpoint takes it. A limit that no plan meets is an error that
@@ -285,7 +285,7 @@
 //	                [-alloc-conf OPTS] [-json|-csv] MODEL.onnx
 //
 // What makes the peak (onnxmem.Model.Explain): the bytes alive at it by
-// kind (onnxmem.ExplainKinds: parameters, the EMA or half copy, optimizer
+// kind (onnxmem.KindBytes: parameters, the EMA or half copy, optimizer
 // state, gradients, activations, activation gradients, autocast copies,
 // kernel copies, loss tensors, workspaces, the input, the loop's tensors,
 // and the allocator's slack, what blocks that it did not split hold beyond
@@ -313,7 +313,7 @@
 //
 //   - -device NAME: the card's usable memory, its total less the CUDA
 //     context, and the step keeps the device's cuBLAS workspace
-//     (onnxmem.Model.MaxBatchOn). The output names the device with its
+//     (onnxmem.Model.MaxBatch). The output names the device with its
 //     total, CUDA context and usable GiB.
 //   - -budget GiB (80 when neither is given): the budget, as
 //     torch.cuda.set_per_process_memory_fraction sets it.

@@ -32,7 +32,7 @@ func cmdMaxBatch(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		"onnxmem maxbatch -device a100-40 -amp yolov9-c")
 	img, set, train, eval := f.imgFlag(), f.settingFlags(), f.trainFlags(), f.evalFlags()
 	limits := f.limitFlags()
-	limit := f.positive("limit", 1024, "largest batch `size` to consider")
+	limit := f.positive("limit", onnxmem.MaxBatchLimit, "largest batch `size` to consider")
 	forBatch := f.Int64("for-batch", 0, "find the fewest checkpoint segments with which batch `N` fits, instead of the largest batch")
 	asJSON, asCSV := f.jsonFlag(), f.csvFlag()
 	f.familyFlag()

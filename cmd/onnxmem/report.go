@@ -34,7 +34,7 @@ func cards() []onnxmem.Device {
 const tensorsShown = 10
 
 // maxBatchLimit is the largest batch size the report's search considers.
-const maxBatchLimit = 1024
+const maxBatchLimit = onnxmem.MaxBatchLimit
 
 // detailSetting is the setting whose peak the report explains: AMP without
 // checkpointing, the default of YOLOv9's train_dual.py.

@@ -11,9 +11,11 @@
 // shapes at the graph's own image size, and builds its model step with
 // the family's holds, and its train and eval steps where the family's
 // optional answers say it can: the whole engine must take every graph a
-// family claims. It checks that a family declines without a note the graphs
-// that resemble nothing of it, and that its optional interfaces answer
-// consistently (a head that reads classes has an eval head).
+// family claims. It checks that a family claims exactly the graphs of the
+// corpus that are its own (the generic family: every graph), declines with
+// a note exactly the graphs that resemble its own, and that its optional
+// interfaces answer consistently (a head that reads classes has an eval
+// head; the harness is one the engine knows).
 package familytest
 
 import (
@@ -30,11 +32,15 @@ import (
 )
 
 // Graph is one graph of the corpus: its name, the graph as ir.Load
-// returns it, and the image side it is simulated at.
+// returns it, the image side it is simulated at, the family that must
+// claim it (the fallback, "generic", claims every graph beside), and the
+// family it resembles without being one, whose decline says so in a note.
 type Graph struct {
-	Name  string
-	Data  []byte
-	Image int64
+	Name      string
+	Data      []byte
+	Image     int64
+	Family    string
+	Resembles string
 }
 
 // Load decodes the graph afresh: each family prepares a copy of its own.
@@ -53,37 +59,38 @@ func (g Graph) Load(t testing.TB) *ir.Graph {
 func Corpus(t testing.TB) []Graph {
 	t.Helper()
 	var out []Graph
-	add := func(name string, b *onnxbuild.Builder, img int64) {
+	add := func(name string, b *onnxbuild.Builder, img int64, fam, resembles string) {
 		data, err := b.Bytes()
 		if err != nil {
 			t.Fatal(err)
 		}
-		out = append(out, Graph{name, data, img})
+		out = append(out, Graph{name, data, img, fam, resembles})
 	}
-	add("tiny", onnxbuild.Tiny(), 64)
-	add("ultralytics", onnxbuild.Ultralytics(), 64)
-	add("resnet-like", onnxbuild.ResNetLike(), 32)
+	add("tiny", onnxbuild.Tiny(), 64, "generic", "yolov9")
+	add("ultralytics", onnxbuild.Ultralytics(), 64, "generic", "yolov9")
+	add("resnet-like", onnxbuild.ResNetLike(), 32, "generic", "")
 	for _, name := range []string{"gelan-t", "yolov9-t"} {
 		data, err := models.Build(name, models.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		out = append(out, Graph{"built-in " + name, data, 64})
+		out = append(out, Graph{"built-in " + name, data, 64, "yolov9", ""})
 	}
 	if dir := sharedDir(t); dir != "" {
 		for _, f := range []struct {
 			path string
 			img  int64
+			fam  string
 		}{
-			{"yolov9/gelan-t-train.onnx", 64}, {"yolov9/yolov9-t-train.onnx", 64}, {"yolov9/yolov9-c-infer.onnx", 64},
-			{"yolov9/yolov9-c-infer-dynamo.onnx", 640}, {"torchvision/resnet18-train.onnx", 224},
-			{"torchvision/mobilenet_v3_large-train.onnx", 224},
+			{"yolov9/gelan-t-train.onnx", 64, "yolov9"}, {"yolov9/yolov9-t-train.onnx", 64, "yolov9"}, {"yolov9/yolov9-c-infer.onnx", 64, "yolov9"},
+			{"yolov9/yolov9-c-infer-dynamo.onnx", 640, "yolov9"}, {"torchvision/resnet18-train.onnx", 224, "generic"},
+			{"torchvision/mobilenet_v3_large-train.onnx", 224, "generic"},
 		} {
 			data, err := os.ReadFile(filepath.Join(dir, f.path))
 			if err != nil {
 				t.Fatal(err)
 			}
-			out = append(out, Graph{f.path, data, f.img})
+			out = append(out, Graph{f.path, data, f.img, f.fam, ""})
 		}
 	}
 	return out
@@ -110,6 +117,9 @@ func Check(t *testing.T, f family.Family) {
 	if !regexp.MustCompile(`^[a-z][a-z0-9]*$`).MatchString(f.Name()) {
 		t.Errorf("family name %q: want a short lower-case word, as -family takes it", f.Name())
 	}
+	if h := family.Harness(f); h != "before_step" && h != "before_warmup" {
+		t.Errorf("%s's harness %q: want before_step or before_warmup", f.Name(), h)
+	}
 	claimed := 0
 	for _, c := range Corpus(t) {
 		ok, note := f.Detect(c.Load(t))
@@ -117,8 +127,14 @@ func Check(t *testing.T, f family.Family) {
 		switch {
 		case ok != again:
 			t.Errorf("%s: %s's Detect answers %v, then %v", c.Name, f.Name(), ok, again)
+		case f.Name() != "generic" && ok != (c.Family == f.Name()):
+			t.Errorf("%s: %s claims it %v; the corpus says %s does", c.Name, f.Name(), ok, c.Family)
+		case f.Name() == "generic" && !ok:
+			t.Errorf("%s: the generic family, the fallback, declines it", c.Name)
 		case ok && note != "":
 			t.Errorf("%s: %s claims the graph with a note %q: a note says why a family declines", c.Name, f.Name(), note)
+		case !ok && (note != "") != (c.Resembles == f.Name()):
+			t.Errorf("%s: %s declines it with the note %q: want a note exactly where the graph resembles the family's (it resembles %q)", c.Name, f.Name(), note, c.Resembles)
 		case !ok && note != "" && !regexp.MustCompile(`^`+f.Name()+`: `).MatchString(note):
 			t.Errorf("%s: %s's note %q does not start with the family's name", c.Name, f.Name(), note)
 		}
@@ -162,7 +178,7 @@ func steps(t *testing.T, f family.Family, c Graph) {
 	}
 	if err := family.CheckStep(f, g); err != nil {
 		if _, _, ok := family.Deployment(f, g); !ok {
-			t.Logf("%s: %s refuses the graph as a step: %v", c.Name, f.Name(), err)
+			t.Errorf("%s: %s claims a graph that it can neither step nor read as a deployment: %v", c.Name, f.Name(), err)
 		}
 		return // an inference export, which a built-in model stands for
 	}

@@ -19,12 +19,23 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/onnxmem/onnxmem/family"
 	"github.com/onnxmem/onnxmem/ir"
 	"github.com/onnxmem/onnxmem/schedule"
 )
 
 // Family is the YOLOv9 family. Its zero value is ready to use.
 type Family struct{}
+
+// The family answers every optional question of package family: a method
+// whose signature drifted would otherwise leave it to a default silently.
+var _ interface {
+	family.Family
+	family.Head
+	family.Trainer
+	family.Deployer
+	family.Harnessed
+} = Family{}
 
 // Name returns "yolov9".
 func (Family) Name() string { return "yolov9" }

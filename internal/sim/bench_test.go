@@ -4,6 +4,7 @@ import (
 	"os"
 	"testing"
 
+	"github.com/onnxmem/onnxmem/internal/cards"
 	"github.com/onnxmem/onnxmem/internal/cudnn"
 	"github.com/onnxmem/onnxmem/internal/onnxbuild"
 	"github.com/onnxmem/onnxmem/internal/sim"
@@ -130,6 +131,25 @@ func BenchmarkCuDNNTableFirstModel(b *testing.B) {
 		}
 		for _, c := range calls {
 			card.Workspace(c)
+		}
+	}
+}
+
+// BenchmarkMaxBatch finds the largest batch of a yolov9-c train step under
+// AMP that fits an RTX 4090 (24 GB): the search under its usable memory,
+// with its cuBLAS workspace. Goal: under 20 ms.
+func BenchmarkMaxBatch(b *testing.B) {
+	d, err := cards.Parse("rtx4090")
+	if err != nil {
+		b.Fatal(err)
+	}
+	sc := sim.Options{Height: 640, Width: 640, AMP: true, Train: true, Boxes: 16, EMA: true, CuBLASWorkspace: d.CuBLASWorkspace}
+	warm := sc
+	warm.Batch = 1
+	m := builtinBench(b, "yolov9-c", warm)
+	for b.Loop() {
+		if _, _, err := m.MaxBatch(sc, d.Usable(), 1024); err != nil {
+			b.Fatal(err)
 		}
 	}
 }
