@@ -13,7 +13,7 @@ import (
 )
 
 // TestDefaults checks what a family that says only the four things of
-// Family gets from the optional answers: no eval head, classes or unseen
+// Family gets from the optional answers: no eval head, classes or off-graph
 // tensors, the plain training step (the sum of the outputs through
 // GradScaler) with no script to name and no loop, no deployment export,
 // and the harness that empties the cache before the warm-up only.
@@ -21,7 +21,7 @@ func TestDefaults(t *testing.T) {
 	var f family.Family = generic.Family{}
 	outs := []schedule.Output{{Dims: []int64{2, 144, 80, 80}, DType: ir.Float32}}
 	if family.EvalHead(f) != nil || family.Classes(f, outs) != 0 || family.OffGraph(f, outs) != nil || family.Loop(f, nil) != nil {
-		t.Errorf("a core-only family has a head, classes, unseen tensors or a loop")
+		t.Errorf("a core-only family has a head, classes, off-graph tensors or a loop")
 	}
 	if r := family.Recipe(f, schedule.Adam, true, 3); r.Optimizer != schedule.Adam || !r.EMA || r.Boxes != 3 || !r.GradScaler || r.Loss != nil {
 		t.Errorf("default recipe %+v, want Adam, EMA, 3 boxes, GradScaler and the sum of the outputs", r)

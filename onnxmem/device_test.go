@@ -37,10 +37,10 @@ func TestDevices(t *testing.T) {
 	}
 }
 
-// TestMaxBatchOnDevice checks the search against single simulations under
+// TestMaxBatchDevice checks the search against single simulations under
 // the card's limit: the batch it finds fits, the next one runs out of
 // memory, and a larger card never takes fewer.
-func TestMaxBatchOnDevice(t *testing.T) {
+func TestMaxBatchDevice(t *testing.T) {
 	m, err := onnxmem.Load(onnxbuild.Shared(t, filepath.Join("yolov9", "yolov9-s-train.onnx")))
 	if err != nil {
 		t.Fatal(err)
@@ -152,11 +152,11 @@ func TestAllocConf(t *testing.T) {
 	}
 }
 
-// TestLookupDeviceSpellings checks the names people give a card: case,
+// TestParseDeviceSpellings checks the names people give a card: case,
 // spaces, dashes, a vendor prefix and a trailing GB do not matter, a family
 // name that fits one card names it, and one that fits several is an error
 // that names them.
-func TestLookupDeviceSpellings(t *testing.T) {
+func TestParseDeviceSpellings(t *testing.T) {
 	for _, tc := range []struct{ in, want string }{
 		{"A100-40GB", "a100-40"},
 		{"a100_80gb", "a100-80"},

@@ -9,7 +9,7 @@ import "github.com/onnxmem/onnxmem/ir"
 // Sigmoid·Mul into one SiLU and a batch norm on running statistics into
 // EagerBatchNormEval.
 //
-// Worked example, Relu's row names EagerSavesResult: run (run.go) marks
+// Worked example, Relu's row names EagerSavesResult: forwardPass.run (fwdop.go) marks
 // the output as needing a gradient when an input does and types it as
 // its input, then savesResultForward allocates it and saves it, as
 // derivatives.yaml's relu entry (threshold_backward(grad, result, 0))

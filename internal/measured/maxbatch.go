@@ -1,7 +1,7 @@
 // Package measured is the one reader of calibration/results, the
 // measurements that calibration/'s scripts recorded on the device, for
 // the tests that compare onnxmem's predictions with them: where they lie
-// (Dir, Path), how they are read (Read, Lines), and the formats that more
+// (Dir, Path), how they are read (Read), and the formats that more
 // than one test reads (MaxBatchRuns). It holds no numbers itself.
 //
 // Worked example: measured.Read("bf16.json") returns the bytes that

@@ -52,19 +52,3 @@ func Read(name string) ([]byte, error) {
 	}
 	return io.ReadAll(z)
 }
-
-// Lines returns the lines of the JSON Lines file name of
-// calibration/results that are not blank.
-func Lines(name string) ([][]byte, error) {
-	b, err := Read(name)
-	if err != nil {
-		return nil, err
-	}
-	var out [][]byte
-	for _, l := range bytes.Split(b, []byte{'\n'}) {
-		if len(bytes.TrimSpace(l)) > 0 {
-			out = append(out, l)
-		}
-	}
-	return out, nil
-}

@@ -12,7 +12,7 @@
 //
 // A Result is what the measurement harness of a "model step" reads: the
 // parameters and the input batch are resident, one warm-up step has run (so
-// the allocator's cache holds its segments, or, where Scenario.EmptyCache
+// the allocator's cache holds its segments, or, where Options.EmptyCache
 // empties it again, those its .grad buffers lie in; those buffers are freed
 // at the start), and the measured step runs the forward, the loss
 // sum(o.sum() for o in outputs) and the backward. Process runs scenarios
@@ -48,7 +48,7 @@ type Model struct {
 	Name string
 	// Family is the name of the model family detected from the graph
 	// (package family; Families lists them), the generic family for a graph
-	// that no other family claims. Scenario.Family overrides it.
+	// that no other family claims. Options.Family overrides it.
 	Family string
 	// Graph is the graph as the detected family prepared it: top-level
 	// layers assigned, the exporter's flattening undone.
@@ -428,7 +428,7 @@ func (sc Options) Defaults() Options {
 	return sc
 }
 
-// DefaultAMPWarmSteps is Scenario.WarmSteps's default under float16 AMP:
+// DefaultAMPWarmSteps is Options.WarmSteps's default under float16 AMP:
 // three iterations whose optimizer step GradScaler skips, then the one that
 // makes the optimizer's state. At GradScaler's initial scale of 65536 a
 // freshly initialized detector's float16 gradients overflow: the official
@@ -807,7 +807,7 @@ func (m *Model) Fit(sc Options, capacity int64) (*Result, bool, error) {
 
 // MaxBatch returns the largest batch size, at most limit, whose step fits
 // (Result.Fits) under capacity, the caching allocator's limit in bytes (see
-// Scenario.Capacity), with its Result; 0 and a nil Result when not even
+// Options.Capacity), with its Result; 0 and a nil Result when not even
 // batch 1 fits. Each batch is simulated under the limit, so a step whose
 // cache would grow past it but that fits after releasing the cache counts
 // as fitting, as it runs in PyTorch.

@@ -12,7 +12,7 @@ import (
 // Process simulates scenarios measured one after another in one process,
 // as a harness that sweeps batch sizes, or a notebook, runs them. Each runs
 // as Simulate runs one (a warm-up step, then the measured step, the cache
-// emptied where Scenario.EmptyCache says), but the caching allocator keeps
+// emptied where Options.EmptyCache says), but the caching allocator keeps
 // what the earlier ones left: the segments that empty_cache could not
 // release because a gradient of the last measured step lay in them (its
 // .grad tensors stay until the next warm-up's zero_grad), and with

@@ -145,7 +145,7 @@ func emptyCacheOf(sc Options, p *schedule.Program) EmptyCache {
 // its allocator, the parameters, and the last measured step's gradients.
 type session struct {
 	rp   replayer
-	mode EmptyCache // Scenario.EmptyCache, its default set
+	mode EmptyCache // Options.EmptyCache, its default set
 	// res are the resident tensors' allocations, by index of
 	// Program.Resident, once the first scenario has loaded them.
 	res   []allocator.ID
@@ -161,7 +161,7 @@ type session struct {
 // last step's gradients and which makes the workspaces that stay
 // (Program.Persistent) and the optimizer's state (Program.StateOrder) the first
 // time the process runs one, after the iterations whose optimizer step
-// GradScaler skips (skips of them, Scenario.WarmSteps); then it empties the
+// GradScaler skips (skips of them, Options.WarmSteps); then it empties the
 // cache again with EmptyCacheStep, frees the warm-up's gradients and
 // allocates the measured step's input. ids receives q's allocations.
 func (ps *session) warmUp(q *schedule.Program, conf allocator.Config, capacity int64, ids []allocator.ID) {

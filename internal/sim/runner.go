@@ -100,7 +100,7 @@ type RunResult struct {
 	// Peak and PeakReserved are the peaks over the whole run: what
 	// max_memory_allocated and max_memory_reserved say at its end.
 	Peak, PeakReserved int64
-	// OOM is set when the run ran out of memory under Scenario.Capacity,
+	// OOM is set when the run ran out of memory under Options.Capacity,
 	// at event OOMEvent.
 	OOM      bool
 	OOMEvent int
@@ -115,7 +115,7 @@ type RunResult struct {
 // next forward has made its own, as the loop's variables hold them; the
 // optimizer's state is made by the first iteration's step that GradScaler
 // does not skip: the events' Skipped marks, or when none is marked the
-// first sc.WarmSteps-1 iterations (Scenario.WarmSteps: 3 under float16 AMP
+// first sc.WarmSteps-1 iterations (Options.WarmSteps: 3 under float16 AMP
 // by default, none otherwise). A val event is
 // one batch of the validation that the loop runs at an epoch end: the first
 // of a row of val events also halves the copy it validates (the EMA, or the
@@ -148,7 +148,7 @@ func (m *Model) Run(sc Options, events []RunEvent) (*RunResult, error) {
 	}
 	if k := sc.warmSkips(); k > 0 && !marked {
 		// No event says which iterations GradScaler skipped: the first
-		// ones, as Scenario.WarmSteps says for a step.
+		// ones, as Options.WarmSteps says for a step.
 		events = slices.Clone(events)
 		for i := range events {
 			if k > 0 && events[i].Kind == RunEventTrain {
@@ -402,7 +402,7 @@ func (r *runner) train(e RunEvent) error {
 	if err := r.mapResident(p, ids, r.copy); err != nil {
 		return err
 	}
-	// The previous iteration's pred becomes this step's Carried.
+	// The previous iteration's pred becomes this step's PrevPred.
 	if len(r.prevOut) == len(p.PrevPred) {
 		for i, b := range p.PrevPred {
 			ids[b] = r.prevOut[i]
