@@ -37,7 +37,7 @@ in YOLOV5_CONFIG_DIR spares check_dataset its font download.
 Rerun on a GPU machine, from the repository root (about 8 minutes on an H200):
     python3 calibration/train_data.py --out calibration/results/train_data
 which writes dataset.json (the dataset's images: size and box count each), runs.jsonl (one line
-per run) and the runs' logs.
+per run), search.jsonl (one line per search under a limit) and the runs' logs.
 """
 import argparse
 import json
@@ -244,7 +244,7 @@ def main():
     ap.add_argument("--out", default=os.path.join(REPO, "calibration", "results", "train_data"))
     ap.add_argument("--work", default="/tmp/onnxmem_train_data")
     ap.add_argument("--runs", default="yolov9-s:16,gelan-c:8", help="uncapped runs, cfg:batch")
-    ap.add_argument("--search", default="yolov9-s:8GiB:8:40", help="cfg:limit:lo:hi, the largest batch completing the run under the limit")
+    ap.add_argument("--search", default="yolov9-s:8GiB:8:40", help="cfg:limit:lo:hi[,…], the largest batch completing the run under each limit (GiB or MiB)")
     ap.add_argument("--after", default="yolov9-c:16", help="uncapped runs after the search")
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--train-images", type=int, default=192)
@@ -273,12 +273,12 @@ def main():
         cfg, batch = spec.split(":")
         run(args, cfg, int(batch), 0.0, f"{cfg}_b{batch}")
 
-    if args.search:
+    for search in filter(None, args.search.split(",")):
         import torch
-        cfg, limit, lo, hi = args.search.split(":")
+        cfg, limit, lo, hi = search.split(":")
         total = torch.cuda.get_device_properties(0).total_memory
-        gib = float(limit.rstrip("GiB"))
-        fraction = gib * 2**30 / total
+        unit = 2**20 if limit.endswith("MiB") else 2**30
+        fraction = float(limit.removesuffix("MiB").removesuffix("GiB")) * unit / total
         lo, hi = int(lo), int(hi)  # lo is expected to complete, hi not
         ok = {}
         while hi - lo > 1:
@@ -289,9 +289,9 @@ def main():
         for b in (lo, lo + 1):
             if b not in ok:
                 ok[b] = run(args, cfg, b, fraction, f"{cfg}_cap{limit}_b{b}")
-        with open(os.path.join(args.out, "search.json"), "w") as f:
-            json.dump({"cfg": cfg, "limit": limit, "fraction": fraction, "capacity_bytes": int(fraction * total),
-                       "largest_completing": max([b for b, v in ok.items() if v], default=0), "trials": ok}, f)
+        with open(os.path.join(args.out, "search.jsonl"), "a") as f:
+            f.write(json.dumps({"cfg": cfg, "limit": limit, "fraction": fraction, "capacity_bytes": int(fraction * total),
+                                "largest_completing": max([b for b, v in ok.items() if v], default=0), "trials": ok}) + "\n")
         print(f"search {cfg} under {limit}: largest batch completing the run {max([b for b, v in ok.items() if v], default=0)}", flush=True)
 
     for spec in filter(None, args.after.split(",")):
