@@ -42,43 +42,51 @@ func (Family) Name() string { return "yolov9" }
 
 // Detect reports whether g is a YOLOv9 export: its nodes lie in the
 // top-level layers "/model.i/" of model.model (or a dynamo export's scopes
-// name them; a wrapper's "/model/model.0/…" is not one), and its head is
-// DDetect's or DualDDetect's, whose box branch at each level ends in a 1×1
-// convolution of four groups to 4·reg_max channels
-// (nn.Conv2d(c2, 4 * reg_max, 1, groups=4) in models/yolo.py). The names
-// alone are no evidence: Ultralytics' YOLOv8 and YOLO11 exports name their
-// layers so too, and their Detect head's box convolution has one group.
-// A graph named so without the head is declined with a note.
+// name them; a wrapper's "/model/model.0/…" is not one), and one of those
+// layers is DDetect's or DualDDetect's head, whose box branch at each of
+// its levels ends in a 1×1 convolution of four groups to 4·reg_max
+// channels (nn.Conv2d(c2, 4 * reg_max, 1, groups=4) in models/yolo.py):
+// two or more such convolutions in one layer. The names alone are no
+// evidence: Ultralytics' YOLOv8 and YOLO11 exports name their layers so
+// too, and their Detect head's box convolution has one group. A graph
+// named so without the head is declined with a note.
 func (Family) Detect(g *ir.Graph) (bool, string) {
 	named := false
+	boxConvs := map[int]int{} // by layer
 	for i := range g.Nodes {
 		n := &g.Nodes[i]
-		if !inLayer(n) {
+		l := layerOfNode(n)
+		if l < 0 {
 			continue
 		}
 		named = true
 		if isBoxConv(g, n) {
-			return true, ""
+			if boxConvs[l]++; boxConvs[l] >= 2 {
+				return true, ""
+			}
 		}
 	}
 	if named {
-		return false, fmt.Sprintf("yolov9: the nodes are named as model.model's layers, as YOLOv9's are, but no detection head is DDetect's (a 1×1 box convolution of 4 groups to %d channels), as an Ultralytics YOLOv8 or YOLO11 export has none: simulated as a generic network, whose training step is the sum of its outputs", 4*regMax)
+		return false, fmt.Sprintf("yolov9: the nodes are named as model.model's layers, as YOLOv9's are, but no detection head is DDetect's (1×1 box convolutions of 4 groups to %d channels, one a level), as an Ultralytics YOLOv8 or YOLO11 export has none: simulated as a generic network, whose training step is the sum of its outputs", 4*regMax)
 	}
 	return false, ""
 }
 
-// inLayer reports whether node n lies in a top-level layer of model.model:
-// its name starts with "/model.i/", or a dynamo scope of it names one.
-func inLayer(n *ir.Node) bool {
-	if strings.HasPrefix(n.Name, "/model.") && layerIn(n.Name) >= 0 {
-		return true
-	}
-	for _, s := range n.Scopes {
-		if layerIn(s) >= 0 {
-			return true
+// layerOfNode returns the top-level layer of model.model that node n lies
+// in, or -1: the one its name starts with ("/model.i/"), or the first that
+// a dynamo scope of it names.
+func layerOfNode(n *ir.Node) int {
+	if strings.HasPrefix(n.Name, "/model.") {
+		if l := layerIn(n.Name); l >= 0 {
+			return l
 		}
 	}
-	return false
+	for _, s := range n.Scopes {
+		if l := layerIn(s); l >= 0 {
+			return l
+		}
+	}
+	return -1
 }
 
 // isBoxConv reports whether n is the last convolution of DDetect's box

@@ -62,12 +62,13 @@ func TestInferenceExportStandsIn(t *testing.T) {
 
 // TestInferenceExportNoStandIn checks that an inference export of a model
 // that no built-in model has the convolutions of (a convolution and a
-// DDetect box convolution without batch norms here) is refused with an
-// error that says so.
+// DDetect head's two box convolutions, without batch norms) is refused
+// with an error that says so.
 func TestInferenceExportNoStandIn(t *testing.T) {
 	b := onnxbuild.New("odd")
 	x := b.Layer(1).SiLU(b.Layer(0).Conv(b.Input("x", 3), 16, 3, 2))
-	b.Output(b.Layer(2).Index(0).Conv(x, 64, 1, 1, onnxbuild.Group(4), onnxbuild.Bias()))
+	head := b.Layer(2)
+	b.Output(head.Index(0).Conv(x, 64, 1, 1, onnxbuild.Group(4), onnxbuild.Bias()), head.Index(1).Conv(x, 64, 1, 1, onnxbuild.Group(4), onnxbuild.Bias()))
 	data, err := b.Bytes()
 	if err != nil {
 		t.Fatal(err)
@@ -80,5 +81,5 @@ func TestInferenceExportNoStandIn(t *testing.T) {
 		t.Fatalf("Builtin %q stands for a one-convolution graph", m.Builtin)
 	}
 	_, err = m.Simulate(sim.Options{Batch: 1, Height: 64, Width: 64})
-	wantErr(t, "two convolutions", err, "onnxmem: odd: yolov9: an inference export", "no built-in model (yolov9-t, ", "has its convolutions")
+	wantErr(t, "three convolutions", err, "onnxmem: odd: yolov9: an inference export", "no built-in model (yolov9-t, ", "has its convolutions")
 }
