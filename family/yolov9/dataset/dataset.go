@@ -1,0 +1,271 @@
+// Package dataset reads a YOLO dataset as YOLOv9's dataloader
+// (utils/dataloaders.py of github.com/WongKinYiu/yolov9 at 5b1ea9a) finds
+// it: the data yaml that train_dual.py takes with --data, each split's
+// image files, each image's size (from its header) and its label file's
+// box count; and it makes the validation's rectangular batches as
+// LoadImagesAndLabels(rect=True, pad=0.5) does.
+//
+// Worked example: 128 validation images at batch 32 (train_dual.py
+// validates at twice the training batch 16), image size 640, stride 32.
+// The dataloader sorts the images by aspect ratio h/w; a batch whose
+// ratios are all below 1 (landscape) gets the shape of its largest,
+// [maxi, 1] × 640 / 32 + 0.5, rounded up and times 32: 0.75 (640×480)
+// gives ceil(15.5)·32 = 512 high and ceil(20.5)·32 = 672 wide; a batch
+// of portraits the inverse; a batch with both, or a square, 672×672.
+// These shapes, and so the eval steps' workspaces and block sizes, follow
+// from the images' sizes alone, exactly. Which image falls in which batch
+// among images of one aspect ratio depends on numpy's argsort, which
+// orders ties as its sort kernel does (introsort, or AVX-512 on machines
+// that have it): Batches orders ties stably, so a batch's box counts are
+// those of images of its aspect ratio, not necessarily of the same
+// images.
+package dataset
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"image"
+	_ "image/jpeg" // the decoders whose headers give an image's size
+	_ "image/png"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Image is one image of a split: its file, its width and height in pixels,
+// and the boxes its label file holds.
+type Image struct {
+	Path  string
+	W, H  int64
+	Boxes int64
+}
+
+// Batch is one rectangular validation batch: its images' box counts, in
+// order, and the shape every image of it is letterboxed to.
+type Batch struct {
+	H, W  int64
+	Boxes []int64
+}
+
+// Batches returns the validation batches of images, batch at a time, as
+// LoadImagesAndLabels(rect=True, pad=0.5) makes them at image size imgsz
+// and stride: the images sorted by aspect ratio (ties in their given
+// order), each batch shaped by its extreme ratios.
+func Batches(images []Image, batch, imgsz, stride int64) ([]Batch, error) {
+	if batch < 1 || imgsz < 1 || stride < 1 {
+		return nil, fmt.Errorf("dataset: batch %d, image size %d, stride %d: want each at least 1", batch, imgsz, stride)
+	}
+	for _, im := range images {
+		if im.W < 1 || im.H < 1 {
+			return nil, fmt.Errorf("dataset: %s is %dx%d: an image has at least one pixel", im.Path, im.W, im.H)
+		}
+	}
+	sorted := slices.Clone(images)
+	ratio := func(im Image) float64 { return float64(im.H) / float64(im.W) }
+	slices.SortStableFunc(sorted, func(a, b Image) int {
+		ra, rb := ratio(a), ratio(b)
+		switch {
+		case ra < rb:
+			return -1
+		case ra > rb:
+			return 1
+		}
+		return 0
+	})
+	var out []Batch
+	for start := int64(0); start < int64(len(sorted)); start += batch {
+		part := sorted[start:min(start+batch, int64(len(sorted)))]
+		mini, maxi := ratio(part[0]), ratio(part[len(part)-1])
+		h, w := 1.0, 1.0
+		switch {
+		case maxi < 1:
+			h = maxi
+		case mini > 1:
+			w = 1 / mini
+		}
+		side := func(s float64) int64 {
+			return int64(math.Ceil(s*float64(imgsz)/float64(stride)+0.5)) * stride
+		}
+		b := Batch{H: side(h), W: side(w)}
+		for _, im := range part {
+			b.Boxes = append(b.Boxes, im.Boxes)
+		}
+		out = append(out, b)
+	}
+	return out, nil
+}
+
+// formats are the image files the dataloader takes (utils/dataloaders.py's
+// IMG_FORMATS) whose headers this package reads: JPEG and PNG. A split
+// with another format is an error, not a file left out.
+var formats = map[string]bool{"jpg": true, "jpeg": true, "png": true}
+
+// otherFormats are IMG_FORMATS that the dataloader reads and this package
+// does not.
+var otherFormats = map[string]bool{"bmp": true, "dng": true, "mpo": true, "tif": true, "tiff": true, "webp": true, "pfm": true}
+
+// Images returns the images of a split: a folder, searched recursively as
+// glob('**/*.*') does, or a text file that lists them (one path a line,
+// "./" relative to the file's folder), sorted by path as the dataloader
+// sorts them; each with its size from its header and the box count of its
+// label file (the path with its last "/images/" made "/labels/" and its
+// extension ".txt"; a missing label file is an image without boxes).
+// EXIF orientations are not read: a photo stored rotated (orientation 6
+// or 8) has its width and height swapped by the dataloader and not here.
+func Images(split string) ([]Image, error) {
+	paths, err := listImages(split)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Image, 0, len(paths))
+	for _, p := range paths {
+		im, err := readImage(p)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, im)
+	}
+	return out, nil
+}
+
+// listImages returns the image files of a split, sorted.
+func listImages(split string) ([]string, error) {
+	st, err := os.Stat(split)
+	if err != nil {
+		return nil, fmt.Errorf("dataset: %w", err)
+	}
+	var paths []string
+	add := func(p string) error {
+		ext := strings.ToLower(strings.TrimPrefix(filepath.Ext(p), "."))
+		switch {
+		case formats[ext]:
+			paths = append(paths, p)
+		case otherFormats[ext]:
+			return fmt.Errorf("dataset: %s: onnxmem reads the sizes of JPEG and PNG images only; convert it, or leave it out of the split", p)
+		}
+		return nil
+	}
+	if st.IsDir() {
+		err = filepath.WalkDir(split, func(p string, d os.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return err
+			}
+			return add(p)
+		})
+	} else {
+		var f *os.File
+		if f, err = os.Open(split); err != nil {
+			return nil, fmt.Errorf("dataset: %w", err)
+		}
+		defer f.Close()
+		sc := bufio.NewScanner(f)
+		for sc.Scan() && err == nil {
+			line := strings.TrimSpace(sc.Text())
+			if line == "" {
+				continue
+			}
+			if rest, ok := strings.CutPrefix(line, "./"); ok {
+				line = filepath.Join(filepath.Dir(split), rest)
+			}
+			err = add(line)
+		}
+		if err == nil {
+			err = sc.Err()
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	if len(paths) == 0 {
+		return nil, fmt.Errorf("dataset: %s holds no JPEG or PNG images", split)
+	}
+	slices.Sort(paths)
+	return paths, nil
+}
+
+// readImage reads an image's size from its header and its label file's
+// box count.
+func readImage(p string) (Image, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return Image{}, fmt.Errorf("dataset: %w", err)
+	}
+	cfg, _, err := image.DecodeConfig(f)
+	f.Close()
+	if err != nil {
+		return Image{}, fmt.Errorf("dataset: %s: %v", p, err)
+	}
+	boxes, err := labelBoxes(labelPath(p))
+	if err != nil {
+		return Image{}, err
+	}
+	return Image{Path: p, W: int64(cfg.Width), H: int64(cfg.Height), Boxes: boxes}, nil
+}
+
+// labelPath is img2label_paths: the last "/images/" of p made "/labels/",
+// the extension ".txt".
+func labelPath(p string) string {
+	sep := string(filepath.Separator)
+	sa, sb := sep+"images"+sep, sep+"labels"+sep
+	if i := strings.LastIndex(p, sa); i >= 0 {
+		p = p[:i] + sb + p[i+len(sa):]
+	}
+	return strings.TrimSuffix(p, filepath.Ext(p)) + ".txt"
+}
+
+// labelBoxes returns the boxes of a label file, one a line of five
+// numbers (class, x, y, w, h) or more (a segment's polygon); a missing
+// file has none.
+func labelBoxes(p string) (int64, error) {
+	data, err := os.ReadFile(p)
+	if os.IsNotExist(err) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("dataset: %w", err)
+	}
+	return CountBoxes(bytes.NewReader(data), p)
+}
+
+// CountBoxes counts the boxes of a YOLO label file read from r (named name
+// in errors): each non-blank line, which must hold a class and at least
+// four numbers, once; a line that repeats another is dropped, as
+// verify_image_label drops duplicate labels (np.unique).
+func CountBoxes(r io.Reader, name string) (int64, error) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64<<10), 16<<20)
+	var n int64
+	line := 0
+	seen := map[string]bool{}
+	for sc.Scan() {
+		line++
+		fields := strings.Fields(sc.Text())
+		if len(fields) == 0 {
+			continue
+		}
+		if len(fields) < 5 {
+			return 0, fmt.Errorf("dataset: %s line %d: %d fields: want a class and a box (x y w h), or a polygon", name, line, len(fields))
+		}
+		row := make([]string, len(fields))
+		for i, f := range fields {
+			v, err := strconv.ParseFloat(f, 64)
+			if err != nil {
+				return 0, fmt.Errorf("dataset: %s line %d: %q is not a number", name, line, f)
+			}
+			row[i] = strconv.FormatFloat(v, 'g', -1, 64)
+		}
+		if key := strings.Join(row, " "); !seen[key] {
+			seen[key] = true
+			n++
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return 0, fmt.Errorf("dataset: %s: %w", name, err)
+	}
+	return n, nil
+}

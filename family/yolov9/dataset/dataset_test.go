@@ -1,0 +1,274 @@
+package dataset
+
+import (
+	"encoding/json"
+	"fmt"
+	"image"
+	"image/jpeg"
+	"image/png"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/onnxmem/onnxmem/internal/measured"
+)
+
+// TestBatchesMeasured checks the rectangular validation batches against
+// the official dataloader's, as calibration/train_data.py recorded them on
+// the device: the validation images of its dataset (dataset.json: each
+// image's size and box count) batched at twice each run's training batch
+// give the shapes that val_dual.run ran, batch for batch, exactly. The
+// box counts of a batch are those of images of its aspect ratios; which
+// images of one ratio share a batch follows numpy's argsort, whose ties
+// fall as its sort kernel lays them: the test reports how many batches
+// hold the measured counts.
+func TestBatchesMeasured(t *testing.T) {
+	b, err := measured.Read("train_data/dataset.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ds struct {
+		Val []struct {
+			File  string
+			W, H  int64
+			Boxes int64
+		}
+	}
+	if err := json.Unmarshal(b, &ds); err != nil {
+		t.Fatal(err)
+	}
+	var images []Image
+	for _, im := range ds.Val {
+		images = append(images, Image{Path: im.File, W: im.W, H: im.H, Boxes: im.Boxes})
+	}
+	slices.SortFunc(images, func(a, b Image) int { return strings.Compare(a.Path, b.Path) })
+	checked := 0
+	for _, run := range []string{"run_yolov9-s_b16.json", "run_gelan-c_b8.json", "run_yolov9-c_b16.json"} {
+		b, err := measured.Read("train_data/" + run)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r struct {
+			Batch  int64
+			Events []struct {
+				Kind  string
+				Shape []int64
+				Boxes []int64
+			}
+		}
+		if err := json.Unmarshal(b, &r); err != nil {
+			t.Fatal(err)
+		}
+		var got []Batch
+		for _, e := range r.Events {
+			if e.Kind == "val" {
+				got = append(got, Batch{H: e.Shape[2], W: e.Shape[3], Boxes: e.Boxes})
+			}
+		}
+		want, err := Batches(images, 2*r.Batch, 640, 32)
+		if err != nil {
+			t.Fatal(err)
+		}
+		same := 0
+		for i, g := range got {
+			w := want[i%len(want)] // each validation of the run goes through the same batches
+			if g.H != w.H || g.W != w.W || len(g.Boxes) != len(w.Boxes) {
+				t.Errorf("%s: validation batch %d is %dx%d of %d images; Batches gives %dx%d of %d", run, i, g.H, g.W, len(g.Boxes), w.H, w.W, len(w.Boxes))
+			}
+			if slices.Equal(g.Boxes, w.Boxes) {
+				same++
+			}
+			checked++
+		}
+		t.Logf("%s: %d validation batches, all shapes as measured; %d with the measured box counts", run, len(got), same)
+	}
+	if checked < 20 {
+		t.Errorf("%d validation batches checked: the measurements lost them", checked)
+	}
+}
+
+// TestBatches checks the shapes on small cases: a landscape batch takes
+// its largest ratio, a portrait batch its smallest, a mixed one a square,
+// and the last batch is short.
+func TestBatches(t *testing.T) {
+	im := func(w, h, boxes int64) Image {
+		return Image{Path: fmt.Sprintf("%dx%d", w, h), W: w, H: h, Boxes: boxes}
+	}
+	got, err := Batches([]Image{im(480, 640, 1), im(640, 480, 2), im(640, 427, 3), im(640, 640, 4), im(500, 375, 5)}, 2, 640, 32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Batch{{H: 448, W: 672, Boxes: []int64{3, 2}}, {H: 512, W: 672, Boxes: []int64{5, 4}}, {H: 672, W: 512, Boxes: []int64{1}}}
+	// ratios sorted: 427/640=0.667, 480/640=0.75, 375/500=0.75, 1, 640/480=1.33
+	want = []Batch{{H: 512, W: 672, Boxes: []int64{3, 2}}, {H: 672, W: 672, Boxes: []int64{5, 4}}, {H: 672, W: 512, Boxes: []int64{1}}}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("Batches (-want +got):\n%s", d)
+	}
+	for _, bad := range [][3]int64{{0, 640, 32}, {2, 0, 32}, {2, 640, 0}} {
+		if _, err := Batches(nil, bad[0], bad[1], bad[2]); err == nil || !strings.HasPrefix(err.Error(), "dataset: ") {
+			t.Errorf("Batches(%v): %v, want an error", bad, err)
+		}
+	}
+	if _, err := Batches([]Image{im(0, 10, 0)}, 2, 640, 32); err == nil {
+		t.Error("an image of no pixels: no error")
+	}
+}
+
+// TestImages writes a small dataset (a JPEG and a PNG under images/, their
+// label files under labels/, one without) and reads it back: sizes from the
+// headers, box counts from the labels, duplicates dropped, a missing label
+// file an image without boxes, and a format whose header is not read an
+// error that names the file.
+func TestImages(t *testing.T) {
+	root := t.TempDir()
+	write := func(rel string, data []byte) {
+		p := filepath.Join(root, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	encode := func(rel string, w, h int, png bool) {
+		var buf strings.Builder
+		img := image.NewGray(image.Rect(0, 0, w, h))
+		f, err := os.Create(filepath.Join(root, rel))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if png {
+			err = pngEncode(f, img)
+		} else {
+			err = jpeg.Encode(f, img, nil)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+		_ = buf
+	}
+	write("images/val/a.jpg", nil)
+	encode("images/val/a.jpg", 64, 48, false)
+	write("images/val/b.png", nil)
+	encode("images/val/b.png", 30, 40, true)
+	write("labels/val/a.txt", []byte("0 0.5 0.5 0.1 0.1\n3 0.2 0.2 0.1 0.1\n\n0 0.50 0.5 0.1 0.1\n"))
+	got, err := Images(filepath.Join(root, "images", "val"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Image{{Path: filepath.Join(root, "images/val/a.jpg"), W: 64, H: 48, Boxes: 2}, {Path: filepath.Join(root, "images/val/b.png"), W: 30, H: 40, Boxes: 0}}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("Images (-want +got):\n%s", d)
+	}
+	// A list file of the same images, relative to its folder.
+	write("val.txt", []byte("./images/val/b.png\n./images/val/a.jpg\n"))
+	if got, err := Images(filepath.Join(root, "val.txt")); err != nil || len(got) != 2 || got[0].W != 64 {
+		t.Errorf("Images(val.txt) = %+v, %v", got, err)
+	}
+	write("images/val/c.webp", []byte("RIFF"))
+	if _, err := Images(filepath.Join(root, "images", "val")); err == nil || !strings.Contains(err.Error(), "c.webp: onnxmem reads the sizes of JPEG and PNG images only") {
+		t.Errorf("a WebP image: %v", err)
+	}
+	if _, err := CountBoxes(strings.NewReader("0 0.5 0.5\n"), "x.txt"); err == nil || !strings.Contains(err.Error(), "x.txt line 1: 3 fields") {
+		t.Errorf("a short label line: %v", err)
+	}
+}
+
+// pngEncode writes img as a PNG.
+func pngEncode(f *os.File, img image.Image) error { return png.Encode(f, img) }
+
+// TestParseData reads data yamls as people write them: COCO's (an indexed
+// names block, a download script), a flow list of names with nc, and the
+// errors of what train_dual.py cannot train on.
+func TestParseData(t *testing.T) {
+	coco := `# COCO 2017 dataset
+path: ../datasets/coco  # dataset root dir
+train: train2017.txt  # train images
+val: val2017.txt
+test: test-dev2017.txt
+
+# Classes
+names:
+  0: person
+  1: bicycle
+  2: 'car'
+
+download: |
+  from utils.general import download, Path
+  dir = Path(yaml['path'])  # dataset root dir
+`
+	d, err := ParseData([]byte(coco), "coco.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (&Data{Root: "../datasets/coco", Train: []string{"train2017.txt"}, Val: []string{"val2017.txt"}, NC: 3, Names: []string{"person", "bicycle", "car"}}); !cmp.Equal(want, d) {
+		t.Errorf("coco.yaml: %s", cmp.Diff(want, d))
+	}
+	d, err = ParseData([]byte("train: [a/images, b/images]\nval: c/images\nnc: 2\nnames: ['x', \"y # not a comment\"]\n"), "flow.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (&Data{Train: []string{"a/images", "b/images"}, Val: []string{"c/images"}, NC: 2, Names: []string{"x", "y # not a comment"}}); !cmp.Equal(want, d) {
+		t.Errorf("flow.yaml: %s", cmp.Diff(want, d))
+	}
+	for _, tc := range []struct{ text, want string }{
+		{"train: a\nval: b\nnc: 3\nnames: [x, y]\n", "nc 3 with 2 names"},
+		{"train: a\nval: b\nnames: [x]\nepochs: 3\n", `unknown key "epochs"`},
+		{"train: a\nnames: [x]\n", "want train and val"},
+		{"train: a\nval: b\n", "want names (or nc)"},
+		{"train: a\nval: b\nnames:\n  1: x\n", `want "- item", or "N: name" with N counting from 0`},
+		{"  train: a\n", "an indented line outside a key's block"},
+		{"train a\n", `want "key: value"`},
+		{"train: a\nval: b\nnc: -1\n", "want a class count"},
+		{"train: a\nval: b\nnames: [x\n", "a flow list must end on its line"},
+	} {
+		if _, err := ParseData([]byte(tc.text), "d.yaml"); err == nil || !strings.HasPrefix(err.Error(), "dataset: d.yaml") || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: %v, want an error with %q", tc.text, err, tc.want)
+		}
+	}
+}
+
+// FuzzParseData feeds the data yaml parser arbitrary text: an error that
+// names the file, or a Data with both splits and as many names as classes
+// where it gives names.
+func FuzzParseData(f *testing.F) {
+	for _, s := range []string{"train: a\nval: b\nnames: [x, y]\n", "path: r\ntrain: a\nval: b\nnames:\n  0: x\n  1: y\ndownload: |\n  x\n", "train: a\nval: b\nnc: 4\n", "names:\n- a\n- b\ntrain: t\nval: v\n"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		d, err := ParseData([]byte(s), "f.yaml")
+		if err != nil {
+			if !strings.HasPrefix(err.Error(), "dataset: f.yaml") {
+				t.Fatalf("%q: error %q does not name the file", s, err)
+			}
+			return
+		}
+		if len(d.Train) == 0 || len(d.Val) == 0 || d.NC < 1 || (len(d.Names) > 0 && int64(len(d.Names)) != d.NC) {
+			t.Fatalf("%q: %+v", s, d)
+		}
+	})
+}
+
+// FuzzCountBoxes feeds the label reader arbitrary text: an error that
+// names the file, or a count no larger than the lines.
+func FuzzCountBoxes(f *testing.F) {
+	for _, s := range []string{"0 0.5 0.5 0.1 0.1\n", "1 0.1 0.1 0.2 0.2 0.3 0.3\n\n", "x\n"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		n, err := CountBoxes(strings.NewReader(s), "l.txt")
+		if err != nil {
+			if !strings.HasPrefix(err.Error(), "dataset: l.txt") {
+				t.Fatalf("%q: error %q", s, err)
+			}
+			return
+		}
+		if n < 0 || n > int64(strings.Count(s, "\n")+1) {
+			t.Fatalf("%q: %d boxes", s, n)
+		}
+	})
+}
