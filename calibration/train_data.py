@@ -94,7 +94,7 @@ def make_dataset(root, n_train, n_val, seed):
                 lines.append(f"{int(rng.integers(0, 80))} {cx:.6f} {cy:.6f} {bw:.6f} {bh:.6f}")
             with open(os.path.join(root, "labels", split, name + ".txt"), "w") as f:
                 f.write("\n".join(lines) + ("\n" if lines else ""))
-            out[split].append({"file": name + ".jpg", "w": w, "h": h, "boxes": k})
+            out[split].append({"file": name + ".jpg", "w": w, "h": h, "boxes": k, "labels": lines})
     names = "\n".join(f"  {i}: class{i}" for i in range(80))
     with open(os.path.join(root, "data.yaml"), "w") as f:
         f.write(f"path: {root}\ntrain: images/train\nval: images/val\nnc: 80\nnames:\n{names}\n")

@@ -82,12 +82,15 @@ type Cost struct {
 // Overhead is Recompute / (Forward + Backward).
 func (c Cost) Overhead() float64 { return sim.Cost(c).Overhead() }
 
-// Cost counts the FLOPs of a step.
+// Cost counts the FLOPs of a step (an eval step's forward only).
 func (m *Model) Cost(sc Scenario) (Cost, error) {
-	e, _, o, err := m.decode(sc)
+	e, sc, o, err := m.decode(sc)
 	if err != nil {
 		return Cost{}, err
 	}
 	c, err := e.Cost(o)
+	if sc.Step == EvalStep {
+		c.Backward, c.Recompute = 0, 0 // no_grad
+	}
 	return Cost(c), err
 }

@@ -147,7 +147,7 @@ func (f *flagSet) load(path string) (*onnxmem.Model, error) {
 		fmt.Fprintf(f.stderr, "onnxmem: %s\n", standInNote(path, m))
 	}
 	if err == nil && m.Note != "" && f.stderr != nil && (f.family == nil || *f.family == "") {
-		fmt.Fprintf(f.stderr, "onnxmem: %s: %s (-family yolov9 simulates it as YOLOv9 all the same)\n", path, m.Note)
+		fmt.Fprintf(f.stderr, "onnxmem: %s: %s (-family NAME simulates it as that family all the same)\n", path, m.Note)
 	}
 	if err == nil && f.img != nil && !f.isSet("img") {
 		if h, w, ok := m.FixedImage(); ok {
