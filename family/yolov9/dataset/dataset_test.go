@@ -6,6 +6,8 @@ import (
 	"image"
 	"image/jpeg"
 	"image/png"
+	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -271,4 +273,97 @@ func FuzzCountBoxes(f *testing.F) {
 			t.Fatalf("%q: %d boxes", s, n)
 		}
 	})
+}
+
+// TestMosaicMeasured draws training images as train_dual.py's dataloader
+// makes them from calibration/train_data.py's dataset and compares their
+// box counts with the ones the official dataloader made on the device
+// (recorded after each iteration): the mean boxes of an image after
+// mosaic, perspective and mixup, and the median over the iterations of
+// the densest image of a batch, what the loss pads to. The dataset's
+// images keep their sizes and box counts (dataset.json); their boxes'
+// places and sizes are drawn from the distribution the generator drew
+// them from (its numpy stream is not reproduced), so the comparison is of
+// two samples of one distribution: within 10% for the mean and 15% for
+// the median of the batch maxima.
+func TestMosaicMeasured(t *testing.T) {
+	b, err := measured.Read("train_data/dataset.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ds struct {
+		Train []struct {
+			W, H, Boxes int64
+		}
+	}
+	if err := json.Unmarshal(b, &ds); err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(33, 1))
+	var labels [][]Box
+	var sizes [][2]int64
+	for _, im := range ds.Train {
+		var boxes []Box
+		for range im.Boxes {
+			// train_data.py's generator: log-uniform widths, heights about
+			// as wide, centers inside the image.
+			bw := math.Exp(math.Log(0.02) + rng.Float64()*(math.Log(0.9)-math.Log(0.02)))
+			bh := min(max(bw*math.Exp(rng.NormFloat64()*0.5), 0.01), 0.95)
+			boxes = append(boxes, Box{X: bw/2 + rng.Float64()*(1-bw), Y: bh/2 + rng.Float64()*(1-bh), W: bw, H: bh})
+		}
+		labels, sizes = append(labels, boxes), append(sizes, [2]int64{im.W, im.H})
+	}
+	for _, run := range []struct {
+		file  string
+		batch int
+	}{{"run_yolov9-s_b16.json", 16}, {"run_gelan-c_b8.json", 8}} {
+		b, err := measured.Read("train_data/" + run.file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r struct {
+			Events []struct {
+				Kind  string
+				Boxes []int64
+			}
+		}
+		if err := json.Unmarshal(b, &r); err != nil {
+			t.Fatal(err)
+		}
+		var perImage, maxima []float64
+		for _, e := range r.Events {
+			if e.Kind == "train" {
+				for _, n := range e.Boxes {
+					perImage = append(perImage, float64(n))
+				}
+				maxima = append(maxima, float64(slices.Max(e.Boxes)))
+			}
+		}
+		var drawn, drawnMax []float64
+		for range 20 { // epochs
+			for _, m := range EpochMaxima(labels, sizes, run.batch, 640, ScratchHigh, rng) {
+				drawnMax = append(drawnMax, float64(m))
+			}
+			for i := range labels {
+				drawn = append(drawn, float64(Mosaic(labels, sizes, i, 640, ScratchHigh, rng)))
+			}
+		}
+		mean := func(x []float64) float64 {
+			s := 0.0
+			for _, v := range x {
+				s += v
+			}
+			return s / float64(len(x))
+		}
+		median := func(x []float64) float64 { y := slices.Clone(x); slices.Sort(y); return y[len(y)/2] }
+		rel := func(a, b float64) float64 { return 100 * (a - b) / b }
+		t.Logf("%s: boxes an image %.1f drawn, %.1f measured (%+.0f%%); the densest image of a batch, median %.0f drawn, %.0f measured (%+.0f%%); most %.0f drawn over 20 epochs, %.0f measured over 2",
+			run.file, mean(drawn), mean(perImage), rel(mean(drawn), mean(perImage)), median(drawnMax), median(maxima), rel(median(drawnMax), median(maxima)), slices.Max(drawnMax), slices.Max(maxima))
+		if e := rel(mean(drawn), mean(perImage)); e > 10 || e < -10 {
+			t.Errorf("%s: %.1f boxes an image drawn, %.1f measured: want within 10%%", run.file, mean(drawn), mean(perImage))
+		}
+		if e := rel(median(drawnMax), median(maxima)); e > 15 || e < -15 {
+			t.Errorf("%s: the densest image of a batch has %.0f boxes (median) drawn, %.0f measured: want within 15%%", run.file, median(drawnMax), median(maxima))
+		}
+	}
 }

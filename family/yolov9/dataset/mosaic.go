@@ -1,0 +1,127 @@
+package dataset
+
+import (
+	"math"
+	"math/rand/v2"
+)
+
+// Box is one label of an image: its center and size, normalized to the
+// image's width and height, as a YOLO label file holds them.
+type Box struct{ X, Y, W, H float64 }
+
+// Hyp is what of hyp.scratch-high.yaml decides how many boxes a training
+// image carries: random_perspective's translate and scale, and mixup's
+// probability (degrees, shear and perspective are 0 there, mosaic 1,
+// copy_paste a no-op without segments).
+type Hyp struct{ Translate, Scale, Mixup float64 }
+
+// ScratchHigh is hyp.scratch-high.yaml's, train_dual.py's default.
+var ScratchHigh = Hyp{Translate: 0.1, Scale: 0.9, Mixup: 0.15}
+
+// Mosaic draws the boxes that LoadImagesAndLabels.__getitem__ gives a
+// training image: load_mosaic of the image and three drawn at random (with
+// replacement), placed around a random center of a 2s×2s canvas, their
+// boxes clipped to it; random_perspective's scale and translation to the
+// s×s image, each box kept when box_candidates keeps it (wider and higher
+// than 2 pixels, at least a tenth of its area, an aspect ratio under
+// 100); and with probability Mixup a second mosaic's boxes beside. It
+// returns their count. labels[i] are image i's boxes, sizes[i] its width
+// and height; s is the image size (640).
+//
+// Worked example: an image of 8 boxes and three drawn ones of 8 each put
+// 32 boxes on the canvas; a scale of 0.5 and a center near the canvas's
+// middle keep nearly all of them in the s×s crop, a scale of 1.8 crops
+// away most of three quadrants. Over a COCO-like dataset of 8 boxes an
+// image, the counts average about 18, and the densest image of a batch of
+// 16 carries about 70 (calibration/train_data.py measured 18.4 and 70).
+//
+// The draws follow the official code's, not its generator: Python's
+// random and numpy's streams are not reproduced, so the counts are a
+// sample of the same distribution, not the same sample.
+func Mosaic(labels [][]Box, sizes [][2]int64, index int, s int64, hyp Hyp, rng *rand.Rand) int {
+	n := mosaic(labels, sizes, index, s, hyp, rng)
+	if rng.Float64() < hyp.Mixup {
+		n += mosaic(labels, sizes, rng.IntN(len(labels)), s, hyp, rng)
+	}
+	return n
+}
+
+// mosaic is load_mosaic's count of boxes.
+func mosaic(labels [][]Box, sizes [][2]int64, index int, s int64, hyp Hyp, rng *rand.Rand) int {
+	two := float64(2 * s)
+	uniform := func(a, b float64) float64 { return a + (b-a)*rng.Float64() }
+	yc := int64(uniform(float64(s)/2, 3*float64(s)/2))
+	xc := int64(uniform(float64(s)/2, 3*float64(s)/2))
+	indices := []int{index, rng.IntN(len(labels)), rng.IntN(len(labels)), rng.IntN(len(labels))}
+	rng.Shuffle(len(indices), func(i, j int) { indices[i], indices[j] = indices[j], indices[i] })
+	type xyxy struct{ x1, y1, x2, y2 float64 }
+	var boxes []xyxy
+	for q, idx := range indices {
+		w0, h0 := sizes[idx][0], sizes[idx][1]
+		r := float64(s) / float64(max(w0, h0))
+		w, h := w0, h0
+		if r != 1 {
+			w, h = int64(float64(w0)*r), int64(float64(h0)*r)
+		}
+		var x1a, y1a, x1b, y1b int64
+		switch q {
+		case 0: // top left
+			x1a, y1a = max(xc-w, 0), max(yc-h, 0)
+			x1b, y1b = w-(xc-x1a), h-(yc-y1a)
+		case 1: // top right
+			x1a, y1a = xc, max(yc-h, 0)
+			x1b, y1b = 0, h-(yc-y1a)
+		case 2: // bottom left
+			x1a, y1a = max(xc-w, 0), yc
+			x1b, y1b = w-(xc-x1a), 0
+		case 3: // bottom right
+			x1a, y1a, x1b, y1b = xc, yc, 0, 0
+		}
+		padw, padh := float64(x1a-x1b), float64(y1a-y1b)
+		clip := func(v float64) float64 { return min(max(v, 0), two) }
+		for _, b := range labels[idx] {
+			boxes = append(boxes, xyxy{
+				clip(float64(w)*(b.X-b.W/2) + padw), clip(float64(h)*(b.Y-b.H/2) + padh),
+				clip(float64(w)*(b.X+b.W/2) + padw), clip(float64(h)*(b.Y+b.H/2) + padh)})
+		}
+	}
+	// random_perspective: M = T·S·R·P·C with no rotation, shear or
+	// perspective maps (x, y) to (sc·(x − s) + tx, sc·(y − s) + ty) on the
+	// s×s output.
+	sc := uniform(1-hyp.Scale, 1+hyp.Scale)
+	tx := uniform(0.5-hyp.Translate, 0.5+hyp.Translate) * float64(s)
+	ty := uniform(0.5-hyp.Translate, 0.5+hyp.Translate) * float64(s)
+	const eps = 1e-16
+	kept := 0
+	for _, b := range boxes {
+		x1 := min(max(sc*(b.x1-float64(s))+tx, 0), float64(s))
+		x2 := min(max(sc*(b.x2-float64(s))+tx, 0), float64(s))
+		y1 := min(max(sc*(b.y1-float64(s))+ty, 0), float64(s))
+		y2 := min(max(sc*(b.y2-float64(s))+ty, 0), float64(s))
+		w1, h1 := (b.x2-b.x1)*sc, (b.y2-b.y1)*sc
+		w2, h2 := x2-x1, y2-y1
+		ar := math.Max(w2/(h2+eps), h2/(w2+eps))
+		if w2 > 2 && h2 > 2 && w2*h2/(w1*h1+eps) > 0.1 && ar < 100 {
+			kept++
+		}
+	}
+	return kept
+}
+
+// EpochMaxima returns, for one epoch of training at batch size batch, the
+// most boxes an image of each batch carries (what the loss pads every
+// image to), the batches in the shuffled order of the epoch, the last
+// batch short when the images do not divide: Mosaic's counts of a random
+// permutation of the images.
+func EpochMaxima(labels [][]Box, sizes [][2]int64, batch int, s int64, hyp Hyp, rng *rand.Rand) []int64 {
+	order := rng.Perm(len(labels))
+	var out []int64
+	for start := 0; start < len(order); start += batch {
+		most := 0
+		for _, idx := range order[start:min(start+batch, len(order))] {
+			most = max(most, Mosaic(labels, sizes, idx, s, hyp, rng))
+		}
+		out = append(out, int64(most))
+	}
+	return out
+}
