@@ -3,9 +3,13 @@ package sim_test
 import (
 	"encoding/json"
 	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/onnxmem/onnxmem/family/yolov9/dataset"
 	"github.com/onnxmem/onnxmem/internal/measured"
 	"github.com/onnxmem/onnxmem/internal/sim"
 )
@@ -145,4 +149,103 @@ func TestDataRuns(t *testing.T) {
 		}
 	}
 	t.Logf("calibration/train_data.py's runs, fed the dataloader's box counts (MiB):\n%s", table.String())
+}
+
+// TestDataRunsSampled predicts the same runs from the dataset alone: each
+// training image's box count drawn as the official dataloader makes it
+// (dataset.Mosaic, on the dataset's image sizes and box counts, the boxes'
+// places and sizes drawn from the generator's distribution), the
+// validation batches shaped as LoadImagesAndLabels shapes them
+// (dataset.Batches), for twelve seeded draws of the two epochs. A run's
+// reserved peak follows its densest batch, which two epochs of 16
+// iterations draw at random: the measured peak must lie within the draws'
+// range, and their median within 12% of it. A long run's peak is the
+// distribution's tail, which more epochs reach.
+func TestDataRunsSampled(t *testing.T) {
+	b, err := measured.Read("train_data/dataset.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ds struct {
+		Train, Val []struct {
+			File        string
+			W, H, Boxes int64
+		}
+	}
+	if err := json.Unmarshal(b, &ds); err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(7, 1))
+	var labels [][]dataset.Box
+	var sizes [][2]int64
+	for _, im := range ds.Train {
+		var boxes []dataset.Box
+		for range im.Boxes { // train_data.py's generator's distribution
+			bw := math.Exp(math.Log(0.02) + rng.Float64()*(math.Log(0.9)-math.Log(0.02)))
+			bh := min(max(bw*math.Exp(rng.NormFloat64()*0.5), 0.01), 0.95)
+			boxes = append(boxes, dataset.Box{X: bw/2 + rng.Float64()*(1-bw), Y: bh/2 + rng.Float64()*(1-bh), W: bw, H: bh})
+		}
+		labels, sizes = append(labels, boxes), append(sizes, [2]int64{im.W, im.H})
+	}
+	var val []dataset.Image
+	for _, im := range ds.Val {
+		val = append(val, dataset.Image{Path: im.File, W: im.W, H: im.H, Boxes: im.Boxes})
+	}
+	slices.SortFunc(val, func(a, b dataset.Image) int { return strings.Compare(a.Path, b.Path) })
+	for _, c := range []struct {
+		file, trainer string
+	}{{"run_yolov9-s_b16.json", ""}, {"run_gelan-c_b8.json", "train"}, {"run_yolov9-c_b16.json", ""}} {
+		b, err := measured.Read("train_data/" + c.file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var run dataRun
+		if err := json.Unmarshal(b, &run); err != nil {
+			t.Fatal(err)
+		}
+		var measuredPeak int64
+		_, index := run.events()
+		for _, i := range index[1:] {
+			measuredPeak = max(measuredPeak, run.Events[i].PeakRes)
+		}
+		batches, err := dataset.Batches(val, 2*run.Batch, run.Img, 32)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := sim.Builtin(run.Cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc := sim.Options{Batch: run.Batch, Height: run.Img, Width: run.Img, AMP: true, Train: true, Optimizer: sim.SGD, EMA: true, Trainer: c.trainer}
+		var peaks []float64
+		for range 12 {
+			ev := []sim.RunEvent{{Kind: sim.RunEventSetup}}
+			for range 2 { // epochs
+				order := rng.Perm(len(labels))
+				for start := 0; start < len(order); start += int(run.Batch) {
+					var counts []int64
+					for _, idx := range order[start:min(start+int(run.Batch), len(order))] {
+						counts = append(counts, int64(dataset.Mosaic(labels, sizes, idx, run.Img, dataset.ScratchHigh, rng)))
+					}
+					ev = append(ev, sim.RunEvent{Kind: sim.RunEventTrain, BoxCounts: counts})
+				}
+				for _, v := range batches {
+					ev = append(ev, sim.RunEvent{Kind: sim.RunEventVal, Batch: int64(len(v.Boxes)), Height: v.H, Width: v.W, BoxCounts: v.Boxes})
+				}
+				ev = append(ev, sim.RunEvent{Kind: sim.RunEventCkpt})
+			}
+			r, err := m.Run(sc, ev)
+			if err != nil {
+				t.Fatal(err)
+			}
+			peaks = append(peaks, float64(r.PeakReserved))
+		}
+		slices.Sort(peaks)
+		med, want := peaks[len(peaks)/2], float64(measuredPeak)
+		t.Logf("%s: reserved peak of 12 drawn runs %.0f to %.0f MiB, median %.0f (%+.1f%%); measured %.0f", c.file,
+			peaks[0]/(1<<20), peaks[len(peaks)-1]/(1<<20), med/(1<<20), 100*(med-want)/want, want/(1<<20))
+		if want < peaks[0] || want > peaks[len(peaks)-1] || math.Abs(med-want) > 0.12*want {
+			t.Errorf("%s: the measured reserved peak %.0f MiB is not among the drawn runs' (%.0f to %.0f, median %.0f)", c.file, want/(1<<20), peaks[0]/(1<<20), peaks[len(peaks)-1]/(1<<20), med/(1<<20))
+		}
+	}
 }
