@@ -2,7 +2,9 @@ package onnxmem
 
 import (
 	"fmt"
+	"math/rand/v2"
 
+	"github.com/onnxmem/onnxmem/family/yolov9/dataset"
 	"github.com/onnxmem/onnxmem/internal/sim"
 )
 
@@ -66,15 +68,17 @@ func (m *Model) Run(sc Scenario, events []RunEvent) (*RunResult, error) {
 	return out, nil
 }
 
-// RunPlan is a synthetic run: epochs of iterations, each epoch's
-// validation at twice the batch on common aspect ratios, a checkpoint; box
-// counts of mean MeanBoxes (COCO: 7.3), drawn from Seed.
+// RunPlan is a run: epochs of Iterations, box counts of mean MeanBoxes drawn
+// from Seed, validation at twice the batch on common aspect ratios, a
+// checkpoint; or, with Data (a YOLO data yaml), epochs of its images, as
+// the dataloader draws them, and validation on their rectangles.
 type RunPlan struct {
 	Epochs, Iterations   int
 	Batch, Height, Width int64
 	ValImages            int64
 	MeanBoxes            float64
 	Seed                 uint64
+	Data                 string
 }
 
 // PlanRun returns the events of a synthetic run.
@@ -83,8 +87,14 @@ func (m *Model) PlanRun(p RunPlan) ([]RunEvent, error) {
 	if err != nil {
 		return nil, err
 	}
-	evs, err := e.PlanRun(sim.RunPlan{Epochs: p.Epochs, Iterations: p.Iterations, Batch: p.Batch, Height: p.Height, Width: p.Width,
-		ValImages: p.ValImages, MeanBoxes: p.MeanBoxes, Seed: p.Seed})
+	sp := sim.RunPlan{Epochs: p.Epochs, Iterations: p.Iterations, Batch: p.Batch, Height: p.Height, Width: p.Width,
+		ValImages: p.ValImages, MeanBoxes: p.MeanBoxes, Seed: p.Seed}
+	if p.Data != "" {
+		if err := dataPlan(&sp, m.Family, p.Data); err != nil {
+			return nil, err
+		}
+	}
+	evs, err := e.PlanRun(sp)
 	if err != nil {
 		return nil, err
 	}
@@ -93,4 +103,36 @@ func (m *Model) PlanRun(p RunPlan) ([]RunEvent, error) {
 		out[i] = RunEvent(ev)
 	}
 	return out, nil
+}
+
+// valStride is the stride of YOLOv9's validation batches,
+// max(int(model.stride.max()), 32): 32 for every YOLOv9 model.
+const valStride = 32
+
+// dataPlan fills p's iterations and validation batches from the YOLO data
+// yaml file, for a model of family fam.
+func dataPlan(p *sim.RunPlan, fam, file string) error {
+	switch {
+	case fam != "yolov9":
+		return fmt.Errorf("onnxmem: plan run: data %s: a %s model; the dataset's sampler is YOLOv9's dataloader (-family yolov9 if the model is trained with it)", file, fam)
+	case p.ValImages != 0 || p.MeanBoxes != 0:
+		return fmt.Errorf("onnxmem: plan run: data %s: ValImages and MeanBoxes are the synthetic run's; the dataset gives both", file)
+	case p.Batch < 1:
+		return fmt.Errorf("onnxmem: plan run: batch %d: want at least 1", p.Batch)
+	}
+	set, err := dataset.Load(file)
+	if err != nil {
+		return fmt.Errorf("onnxmem: plan run: %w", err)
+	}
+	side := max(p.Height, p.Width)
+	batches, err := dataset.Batches(set.Val, 2*p.Batch, side, valStride)
+	if err != nil {
+		return fmt.Errorf("onnxmem: plan run: %w", err)
+	}
+	for _, b := range batches {
+		p.ValBatches = append(p.ValBatches, sim.RunEvent{Kind: sim.RunEventVal, Batch: int64(len(b.Boxes)), Height: b.H, Width: b.W, BoxCounts: b.Boxes})
+	}
+	batch := int(p.Batch)
+	p.TrainBoxes = func(rng *rand.Rand) [][]int64 { return set.Epoch(batch, side, dataset.ScratchHigh, rng) }
+	return nil
 }

@@ -222,7 +222,7 @@
 // # run
 //
 //	onnxmem run [-batch N] [-img N] [-amp] [-segments K] [-optimizer NAME] [-ema=false] [-alloc-conf OPTS]
-//	            [-epochs E] [-iters N] [-val-images N] [-mean-boxes M] [-seed S] [-events FILE.json]
+//	            [-epochs E] [-iters N] [-val-images N] [-mean-boxes M] [-data FILE.yaml] [-seed S] [-events FILE.json]
 //	            [-device NAME|SIZE] [-json|-csv] [MODEL.onnx]
 //
 // A whole training run in one process (onnxmem.Model.Run): the setup, then
@@ -232,7 +232,14 @@
 // shapes the family's validation gives common aspect ratios, and the
 // checkpoint save; under -amp the first three iterations' optimizer steps
 // are GradScaler's skipped ones, so the optimizer's state comes with the
-// fourth. -events reads the events from a file instead, in predict's
+// fourth. -data FILE.yaml, the YOLO data file train_dual.py's --data
+// takes, trains on that dataset: each epoch every training image once, in
+// a shuffled order, its boxes drawn as the dataloader's load_mosaic,
+// random_perspective and mixup give them (a sample of the distribution,
+// not the run's own draw; -iters, if set, the first so many iterations),
+// the validation on the val images' rectangular batches exactly as
+// LoadImagesAndLabels(rect=True, pad=0.5) shapes them, and the head's
+// classes from the file's nc. -events reads the events from a file instead, in predict's
 // train_run format ("skipped": true marks the iterations GradScaler
 // skipped, if known). It prints allocated and reserved memory after
 // each event with GPU_mem as the loop prints it, and the peaks over the

@@ -7,6 +7,7 @@ import (
 	"os"
 	"text/tabwriter"
 
+	"github.com/onnxmem/onnxmem/family/yolov9/dataset"
 	"github.com/onnxmem/onnxmem/internal/sim"
 	"github.com/onnxmem/onnxmem/onnxmem"
 )
@@ -14,13 +15,18 @@ import (
 func cmdRun(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	f := newFlagSet("run",
 		"onnxmem run [-batch N] [-img N] [-amp] [-segments K] [-optimizer NAME] [-ema=false] [-alloc-conf OPTS]\n"+
-			"            [-epochs E] [-iters N] [-val-images N] [-mean-boxes M] [-seed S] [-events FILE.json]\n"+
+			"            [-epochs E] [-iters N] [-val-images N] [-mean-boxes M] [-data FILE.yaml] [-seed S] [-events FILE.json]\n"+
 			"            [-device NAME|SIZE] [-json|-csv] [MODEL.onnx]",
 		"Run simulates a whole training run of train_dual.py in one process: the setup\n"+
 			"(model, optimizer, EMA), -epochs epochs of -iters iterations with per-image box\n"+
 			"counts drawn from a long-tailed distribution of mean -mean-boxes, each epoch's\n"+
 			"validation of -val-images images at twice the batch on rectangular images, and\n"+
-			"its checkpoint save. Under -amp GradScaler skips the optimizer step of the first\n"+
+			"its checkpoint save. -data FILE.yaml (the YOLO data file train_dual.py's --data\n"+
+			"takes) trains on that dataset instead: every epoch its training images, shuffled,\n"+
+			"each with the boxes the dataloader's mosaic, perspective and mixup give it (drawn\n"+
+			"from -seed: a sample, not the run's own draw), -iters of them if set; validation\n"+
+			"on its images' rectangular batches, exactly as the dataloader shapes them; the\n"+
+			"head's classes from its nc. Under -amp GradScaler skips the optimizer step of the first\n"+
 			"three iterations (its scale falls from 65536), so the optimizer's state comes\n"+
 			"with the fourth. -events FILE.json gives the events instead, as a JSON list in\n"+
 			"predict's train_run format (\"skipped\": true marks the iterations GradScaler\n"+
@@ -38,6 +44,7 @@ func cmdRun(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	valImages := f.Int64("val-images", 0, "validation images at each epoch end, in batches of twice -batch (default 4 batches' worth; 0 with -val-images=0 set: no validation)")
 	meanBoxes := f.Float64("mean-boxes", 7.3, "mean ground-truth boxes per image (COCO: 7.3)")
 	seed := f.Uint64("seed", 1, "`seed` of the box counts")
+	data := f.String("data", "", "train on the YOLO dataset of the data `FILE.yaml`")
 	eventsFile := f.String("events", "", "read the events from `FILE.json` (a list of {\"setup\":{}}, {\"train\":{\"boxes_per_img\":[...]}}, {\"val\":{...}}, {\"ckpt\":{}})")
 	device := f.deviceFlag()
 	asJSON, asCSV := f.jsonFlag(), f.csvFlag()
@@ -49,6 +56,25 @@ func cmdRun(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	st, err := set()
 	if err != nil {
 		return f.usageError(stderr, "%v", err)
+	}
+	if *data != "" {
+		for _, name := range []string{"val-images", "mean-boxes", "events"} {
+			if f.isSet(name) {
+				return f.usageError(stderr, "-%s and -data exclude each other: the dataset gives the box counts and the validation images", name)
+			}
+		}
+		d, err := dataset.ReadData(*data)
+		if err != nil {
+			return fail(stderr, fmt.Errorf("onnxmem: -data: %w", err))
+		}
+		if c, err := m.Classes(); err == nil && c != d.NC {
+			if f.isSet("nc") {
+				return f.usageError(stderr, "-nc %d and -data's nc %d disagree: leave -nc out", *f.nc, d.NC)
+			}
+			if m, err = withClasses(m, d.NC); err != nil {
+				return fail(stderr, err)
+			}
+		}
 	}
 	if st.Half {
 		return f.usageError(stderr, "-half does not apply to a training run: train_dual.py trains float32 parameters, with or without -amp")
@@ -76,12 +102,18 @@ func cmdRun(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 			return fail(stderr, err)
 		}
 	} else {
-		vi := *valImages
-		if !f.isSet("val-images") {
-			vi = 8 * *batch
+		p := onnxmem.RunPlan{Epochs: int(*epochs), Iterations: int(*iters), Batch: *batch, Height: sc.Height, Width: sc.Width,
+			ValImages: *valImages, MeanBoxes: *meanBoxes, Seed: *seed, Data: *data}
+		switch {
+		case *data != "":
+			p.ValImages, p.MeanBoxes = 0, 0
+			if !f.isSet("iters") {
+				p.Iterations = 0
+			}
+		case !f.isSet("val-images"):
+			p.ValImages = 8 * *batch
 		}
-		events, err = m.PlanRun(onnxmem.RunPlan{Epochs: int(*epochs), Iterations: int(*iters), Batch: *batch, Height: sc.Height, Width: sc.Width,
-			ValImages: vi, MeanBoxes: *meanBoxes, Seed: *seed})
+		events, err = m.PlanRun(p)
 		if err != nil {
 			return fail(stderr, err)
 		}
@@ -96,7 +128,7 @@ func cmdRun(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	if *asJSON {
 		return exit(stderr, writeJSON(stdout, runJSON{Model: m.Name, Device: deviceName(d), Limit: limitOf(d), Fits: !r.OOM, Predicted: newRunPredicted(r)}))
 	}
-	return exit(stderr, printRun(stdout, m.Name, r, events, d))
+	return exit(stderr, printRun(stdout, m.Name, runSource(events, *eventsFile, *data, *meanBoxes, *seed), r, events, d))
 }
 
 // readRunEvents reads a run's events from a JSON file in predict's
@@ -145,7 +177,28 @@ type runJSON struct {
 	Predicted runPredicted `json:"predicted"`
 }
 
-func printRun(w io.Writer, model string, r *onnxmem.RunResult, events []onnxmem.RunEvent, d *onnxmem.Device) error {
+// runSource says where a run's box counts and validation batches come
+// from, and what of them is exact and what drawn.
+func runSource(events []onnxmem.RunEvent, eventsFile, data string, meanBoxes float64, seed uint64) string {
+	if eventsFile != "" {
+		return "the events of " + eventsFile
+	}
+	var iters, vals int
+	for _, e := range events {
+		switch e.Kind {
+		case "train":
+			iters++
+		case "val":
+			vals++
+		}
+	}
+	if data == "" {
+		return fmt.Sprintf("synthetic: box counts drawn with mean %g (seed %d), validation on common aspect ratios; %d iterations and %d validation batches in all", meanBoxes, seed, iters, vals)
+	}
+	return fmt.Sprintf("%s: each image's boxes drawn as the dataloader's mosaic, perspective and mixup give them (seed %d: a sample, not the run's own draw), validation in the dataloader's rectangles (exact); %d iterations and %d validation batches in all", data, seed, iters, vals)
+}
+
+func printRun(w io.Writer, model, source string, r *onnxmem.RunResult, events []onnxmem.RunEvent, d *onnxmem.Device) error {
 	sc := r.Scenario
 	prec := "fp32"
 	if sc.AMP {
@@ -158,7 +211,7 @@ func printRun(w io.Writer, model string, r *onnxmem.RunResult, events []onnxmem.
 	if sc.AllocConf != "" {
 		fmt.Fprintf(w, ", PYTORCH_CUDA_ALLOC_CONF=%s", sc.AllocConf)
 	}
-	fmt.Fprint(w, "\n\n")
+	fmt.Fprintf(w, "\ndata   %s\n\n", source)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "event\tkind\tdetail\tallocated GiB\treserved GiB\tpeak GiB\tGPU_mem\t")
 	for _, s := range r.Steps {

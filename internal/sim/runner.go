@@ -668,12 +668,48 @@ type RunPlan struct {
 	// like COCO's (mean 7.3). Seed makes the counts.
 	MeanBoxes float64
 	Seed      uint64
+	// TrainBoxes, when set, draws the box counts of every image of every
+	// iteration of an epoch, as a dataset's sampler does (Iterations, when
+	// not 0, takes the first so many); ValBatches, when set, are the
+	// validation's batches (kind RunEventVal) in place of ValImages'.
+	TrainBoxes func(rng *rand.Rand) [][]int64
+	ValBatches []RunEvent
 }
 
 // valShapes are the aspect ratios (height to width) of the validation
 // batches that PlanRun cycles through: landscape 4:3 and 3:2, square and
 // portrait 4:3, the commonest among photographs such as COCO's.
 var valShapes = [][2]int64{{3, 4}, {2, 3}, {1, 1}, {4, 3}}
+
+// planDataRun returns the events of a plan whose iterations and
+// validation batches come from a dataset: each epoch a fresh draw of
+// TrainBoxes, then ValBatches, then a ckpt.
+func (m *Model) planDataRun(p RunPlan) ([]RunEvent, error) {
+	rng := rand.New(rand.NewPCG(p.Seed, 0x6f6e6e786d656d))
+	events := []RunEvent{{Kind: RunEventSetup}}
+	for range p.Epochs {
+		if p.TrainBoxes != nil {
+			iters := p.TrainBoxes(rng)
+			if p.Iterations > 0 {
+				iters = iters[:min(len(iters), p.Iterations)]
+			}
+			for _, counts := range iters {
+				events = append(events, RunEvent{Kind: RunEventTrain, BoxCounts: counts})
+			}
+		}
+		for _, v := range p.ValBatches {
+			if v.Kind != RunEventVal || v.Batch < 1 || v.Height < 1 || v.Width < 1 {
+				return nil, fmt.Errorf("onnxmem: plan run: validation batch %+v: want a val event of at least one image", v)
+			}
+			events = append(events, v)
+		}
+		events = append(events, RunEvent{Kind: RunEventCkpt})
+		if len(events) > MaxRunEvents {
+			return nil, fmt.Errorf("onnxmem: plan run: %d epochs of the dataset are more than the %d events a run simulates: a run's memory repeats from its second epoch on, so one or two epochs say what a long run does", p.Epochs, MaxRunEvents)
+		}
+	}
+	return events, nil
+}
 
 // PlanRun returns the events of a plan: a setup, then per epoch its train
 // events, its val events (in the shapes that the model family's
@@ -686,6 +722,9 @@ func (m *Model) PlanRun(p RunPlan) ([]RunEvent, error) {
 		return nil, fmt.Errorf("onnxmem: plan run: batch %d: want 1 to %d", p.Batch, maxRunBatch)
 	case !(p.MeanBoxes >= 0) || p.MeanBoxes > maxMeanBoxes:
 		return nil, fmt.Errorf("onnxmem: plan run: %g boxes an image on average: want 0 to %d", p.MeanBoxes, maxMeanBoxes)
+	}
+	if p.TrainBoxes != nil || p.ValBatches != nil {
+		return m.planDataRun(p)
 	}
 	// Each factor is bounded before the product, so that it cannot wrap.
 	valBatches := p.ValImages/(2*p.Batch) + min(1, p.ValImages%(2*p.Batch))

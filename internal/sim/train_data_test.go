@@ -1,17 +1,22 @@
 package sim_test
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"hash/crc32"
 	"math"
 	"math/rand/v2"
+	"os"
+	"path"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
-	"github.com/onnxmem/onnxmem/family/yolov9/dataset"
 	"github.com/onnxmem/onnxmem/internal/measured"
 	"github.com/onnxmem/onnxmem/internal/sim"
+	"github.com/onnxmem/onnxmem/onnxmem"
 )
 
 // dataRun is one run of the official train_dual.py (train.py for GELAN) on
@@ -151,16 +156,18 @@ func TestDataRuns(t *testing.T) {
 	t.Logf("calibration/train_data.py's runs, fed the dataloader's box counts (MiB):\n%s", table.String())
 }
 
-// TestDataRunsSampled predicts the same runs from the dataset alone: each
-// training image's box count drawn as the official dataloader makes it
-// (dataset.Mosaic, on the dataset's image sizes and box counts, the boxes'
-// places and sizes drawn from the generator's distribution), the
-// validation batches shaped as LoadImagesAndLabels shapes them
-// (dataset.Batches), for twelve seeded draws of the two epochs. A run's
-// reserved peak follows its densest batch, which two epochs of 16
-// iterations draw at random: the measured peak must lie within the draws'
-// range, and their median within 12% of it. A long run's peak is the
-// distribution's tail, which more epochs reach.
+// TestDataRunsSampled predicts the same runs from the dataset alone, as a
+// user's RunPlan.Data does: calibration/train_data.py's dataset is written
+// to disk again (each image a PNG header of its size, its label file its
+// boxes), and each run's events come from Model.PlanRun, which reads the
+// data yaml, draws every epoch's box counts as the dataloader's mosaic
+// does and shapes the validation batches from the image sizes. The
+// boxes' places and sizes are drawn from the generator's distribution,
+// its numpy stream not reproduced. A run's reserved peak follows its
+// densest batch, which two epochs of 16 iterations draw at random: the
+// measured peak must lie within the range of twelve drawn runs, and their
+// median within 12% of it. A long run's peak is the distribution's tail,
+// which more epochs reach.
 func TestDataRunsSampled(t *testing.T) {
 	b, err := measured.Read("train_data/dataset.json")
 	if err != nil {
@@ -175,27 +182,29 @@ func TestDataRunsSampled(t *testing.T) {
 	if err := json.Unmarshal(b, &ds); err != nil {
 		t.Fatal(err)
 	}
+	root := t.TempDir()
 	rng := rand.New(rand.NewPCG(7, 1))
-	var labels [][]dataset.Box
-	var sizes [][2]int64
-	for _, im := range ds.Train {
-		var boxes []dataset.Box
-		for range im.Boxes { // train_data.py's generator's distribution
-			bw := math.Exp(math.Log(0.02) + rng.Float64()*(math.Log(0.9)-math.Log(0.02)))
-			bh := min(max(bw*math.Exp(rng.NormFloat64()*0.5), 0.01), 0.95)
-			boxes = append(boxes, dataset.Box{X: bw/2 + rng.Float64()*(1-bw), Y: bh/2 + rng.Float64()*(1-bh), W: bw, H: bh})
+	for _, split := range []string{"train", "val"} {
+		images := ds.Train
+		if split == "val" {
+			images = ds.Val
 		}
-		labels, sizes = append(labels, boxes), append(sizes, [2]int64{im.W, im.H})
+		for _, im := range images {
+			var label strings.Builder
+			for range im.Boxes { // train_data.py's generator's distribution
+				bw := math.Exp(math.Log(0.02) + rng.Float64()*(math.Log(0.9)-math.Log(0.02)))
+				bh := min(max(bw*math.Exp(rng.NormFloat64()*0.5), 0.01), 0.95)
+				fmt.Fprintf(&label, "0 %.6f %.6f %.6f %.6f\n", bw/2+rng.Float64()*(1-bw), bh/2+rng.Float64()*(1-bh), bw, bh)
+			}
+			base := strings.TrimSuffix(path.Base(im.File), path.Ext(im.File))
+			writeFile(t, filepath.Join(root, "images", split, base+".png"), pngHeader(im.W, im.H))
+			writeFile(t, filepath.Join(root, "labels", split, base+".txt"), []byte(label.String()))
+		}
 	}
-	var val []dataset.Image
-	for _, im := range ds.Val {
-		val = append(val, dataset.Image{Path: im.File, W: im.W, H: im.H, Boxes: im.Boxes})
-	}
-	slices.SortFunc(val, func(a, b dataset.Image) int { return strings.Compare(a.Path, b.Path) })
-	for _, c := range []struct {
-		file, trainer string
-	}{{"run_yolov9-s_b16.json", ""}, {"run_gelan-c_b8.json", "train"}, {"run_yolov9-c_b16.json", ""}} {
-		b, err := measured.Read("train_data/" + c.file)
+	yaml := filepath.Join(root, "data.yaml")
+	writeFile(t, yaml, []byte("path: "+root+"\ntrain: images/train\nval: images/val\nnc: 80\n"))
+	for _, file := range []string{"run_yolov9-s_b16.json", "run_gelan-c_b8.json", "run_yolov9-c_b16.json"} {
+		b, err := measured.Read("train_data/" + file)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -208,31 +217,16 @@ func TestDataRunsSampled(t *testing.T) {
 		for _, i := range index[1:] {
 			measuredPeak = max(measuredPeak, run.Events[i].PeakRes)
 		}
-		batches, err := dataset.Batches(val, 2*run.Batch, run.Img, 32)
+		m, err := onnxmem.Builtin(run.Cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
-		m, err := sim.Builtin(run.Cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sc := sim.Options{Batch: run.Batch, Height: run.Img, Width: run.Img, AMP: true, Train: true, Optimizer: sim.SGD, EMA: true, Trainer: c.trainer}
+		sc := onnxmem.Scenario{Batch: run.Batch, Height: run.Img, Width: run.Img, Step: onnxmem.TrainStep, AMP: true}
 		var peaks []float64
-		for range 12 {
-			ev := []sim.RunEvent{{Kind: sim.RunEventSetup}}
-			for range 2 { // epochs
-				order := rng.Perm(len(labels))
-				for start := 0; start < len(order); start += int(run.Batch) {
-					var counts []int64
-					for _, idx := range order[start:min(start+int(run.Batch), len(order))] {
-						counts = append(counts, int64(dataset.Mosaic(labels, sizes, idx, run.Img, dataset.ScratchHigh, rng)))
-					}
-					ev = append(ev, sim.RunEvent{Kind: sim.RunEventTrain, BoxCounts: counts})
-				}
-				for _, v := range batches {
-					ev = append(ev, sim.RunEvent{Kind: sim.RunEventVal, Batch: int64(len(v.Boxes)), Height: v.H, Width: v.W, BoxCounts: v.Boxes})
-				}
-				ev = append(ev, sim.RunEvent{Kind: sim.RunEventCkpt})
+		for seed := range uint64(12) {
+			ev, err := m.PlanRun(onnxmem.RunPlan{Epochs: 2, Batch: run.Batch, Height: run.Img, Width: run.Img, Seed: seed, Data: yaml})
+			if err != nil {
+				t.Fatal(err)
 			}
 			r, err := m.Run(sc, ev)
 			if err != nil {
@@ -242,10 +236,32 @@ func TestDataRunsSampled(t *testing.T) {
 		}
 		slices.Sort(peaks)
 		med, want := peaks[len(peaks)/2], float64(measuredPeak)
-		t.Logf("%s: reserved peak of 12 drawn runs %.0f to %.0f MiB, median %.0f (%+.1f%%); measured %.0f", c.file,
+		t.Logf("%s: reserved peak of 12 drawn runs %.0f to %.0f MiB, median %.0f (%+.1f%%); measured %.0f", file,
 			peaks[0]/(1<<20), peaks[len(peaks)-1]/(1<<20), med/(1<<20), 100*(med-want)/want, want/(1<<20))
 		if want < peaks[0] || want > peaks[len(peaks)-1] || math.Abs(med-want) > 0.12*want {
-			t.Errorf("%s: the measured reserved peak %.0f MiB is not among the drawn runs' (%.0f to %.0f, median %.0f)", c.file, want/(1<<20), peaks[0]/(1<<20), peaks[len(peaks)-1]/(1<<20), med/(1<<20))
+			t.Errorf("%s: the measured reserved peak %.0f MiB is not among the drawn runs' (%.0f to %.0f, median %.0f)", file, want/(1<<20), peaks[0]/(1<<20), peaks[len(peaks)-1]/(1<<20), med/(1<<20))
 		}
 	}
+}
+
+// writeFile writes data to p, making its folder.
+func writeFile(t *testing.T, p string, data []byte) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// pngHeader is the start of a w×h grey PNG: its signature and IHDR chunk,
+// all that image.DecodeConfig reads.
+func pngHeader(w, h int64) []byte {
+	ihdr := binary.BigEndian.AppendUint32([]byte("IHDR"), uint32(w))
+	ihdr = binary.BigEndian.AppendUint32(ihdr, uint32(h))
+	ihdr = append(ihdr, 8, 0, 0, 0, 0)
+	out := append([]byte("\x89PNG\r\n\x1a\n"), 0, 0, 0, 13)
+	out = append(out, ihdr...)
+	return binary.BigEndian.AppendUint32(out, crc32.ChecksumIEEE(ihdr))
 }

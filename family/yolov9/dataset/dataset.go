@@ -30,6 +30,7 @@ import (
 	_ "image/png"
 	"io"
 	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -38,11 +39,12 @@ import (
 )
 
 // Image is one image of a split: its file, its width and height in pixels,
-// and the boxes its label file holds.
+// the number of boxes its label file holds and the boxes themselves.
 type Image struct {
-	Path  string
-	W, H  int64
-	Boxes int64
+	Path   string
+	W, H   int64
+	Boxes  int64
+	Labels []Box
 }
 
 // Batch is one rectangular validation batch: its images' box counts, in
@@ -98,6 +100,50 @@ func Batches(images []Image, batch, imgsz, stride int64) ([]Batch, error) {
 		out = append(out, b)
 	}
 	return out, nil
+}
+
+// Set is a dataset as a training run reads it: its data yaml and the
+// images of its training and validation splits, each split's images sorted
+// by path (the dataloader sorts the files of all of a split's folders and
+// lists together).
+type Set struct {
+	Data       *Data
+	Train, Val []Image
+}
+
+// Load reads the data yaml file and every image and label file of its
+// training and validation splits.
+func Load(file string) (*Set, error) {
+	d, err := ReadData(file)
+	if err != nil {
+		return nil, err
+	}
+	s := &Set{Data: d}
+	for _, split := range []struct {
+		paths []string
+		to    *[]Image
+	}{{d.Train, &s.Train}, {d.Val, &s.Val}} {
+		for _, p := range split.paths {
+			ims, err := Images(p)
+			if err != nil {
+				return nil, err
+			}
+			*split.to = append(*split.to, ims...)
+		}
+		slices.SortStableFunc(*split.to, func(a, b Image) int { return strings.Compare(a.Path, b.Path) })
+	}
+	return s, nil
+}
+
+// Epoch returns the box counts of every image of every batch of an epoch
+// of the training split at batch size batch and image size imgsz, as
+// Epoch draws them.
+func (s *Set) Epoch(batch int, imgsz int64, hyp Hyp, rng *rand.Rand) [][]int64 {
+	labels, sizes := make([][]Box, len(s.Train)), make([][2]int64, len(s.Train))
+	for i, im := range s.Train {
+		labels[i], sizes[i] = im.Labels, [2]int64{im.W, im.H}
+	}
+	return Epoch(labels, sizes, batch, imgsz, hyp, rng)
 }
 
 // formats are the image files the dataloader takes (utils/dataloaders.py's
@@ -200,11 +246,11 @@ func readImage(p string) (Image, error) {
 	if err != nil {
 		return Image{}, fmt.Errorf("dataset: %s: %v", p, err)
 	}
-	boxes, err := labelBoxes(labelPath(p))
+	labels, err := labelBoxes(labelPath(p))
 	if err != nil {
 		return Image{}, err
 	}
-	return Image{Path: p, W: int64(cfg.Width), H: int64(cfg.Height), Boxes: boxes}, nil
+	return Image{Path: p, W: int64(cfg.Width), H: int64(cfg.Height), Boxes: int64(len(labels)), Labels: labels}, nil
 }
 
 // labelPath is img2label_paths: the last "/images/" of p made "/labels/",
@@ -218,30 +264,29 @@ func labelPath(p string) string {
 	return strings.TrimSuffix(p, filepath.Ext(p)) + ".txt"
 }
 
-// labelBoxes returns the boxes of a label file, one a line of five
-// numbers (class, x, y, w, h) or more (a segment's polygon); a missing
-// file has none.
-func labelBoxes(p string) (int64, error) {
+// labelBoxes returns the boxes of a label file; a missing file has none.
+func labelBoxes(p string) ([]Box, error) {
 	data, err := os.ReadFile(p)
 	if os.IsNotExist(err) {
-		return 0, nil
+		return nil, nil
 	}
 	if err != nil {
-		return 0, fmt.Errorf("dataset: %w", err)
+		return nil, fmt.Errorf("dataset: %w", err)
 	}
-	return CountBoxes(bytes.NewReader(data), p)
+	return ReadLabels(bytes.NewReader(data), p)
 }
 
-// CountBoxes counts the boxes of a YOLO label file read from r (named name
-// in errors): each non-blank line, which must hold a class and at least
-// four numbers, once; a line that repeats another is dropped, as
-// verify_image_label drops duplicate labels (np.unique).
-func CountBoxes(r io.Reader, name string) (int64, error) {
+// ReadLabels reads the boxes of a YOLO label file from r (named name in
+// errors), as verify_image_label reads them: one a line, a class and a
+// box (x y w h, normalized), or a class and a segment's polygon (x1 y1 x2
+// y2 ...), whose box is the polygon's extent (segments2boxes); a line that
+// repeats another box is dropped (np.unique).
+func ReadLabels(r io.Reader, name string) ([]Box, error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 64<<10), 16<<20)
-	var n int64
+	var out []Box
 	line := 0
-	seen := map[string]bool{}
+	seen := map[[5]float64]bool{}
 	for sc.Scan() {
 		line++
 		fields := strings.Fields(sc.Text())
@@ -249,23 +294,32 @@ func CountBoxes(r io.Reader, name string) (int64, error) {
 			continue
 		}
 		if len(fields) < 5 {
-			return 0, fmt.Errorf("dataset: %s line %d: %d fields: want a class and a box (x y w h), or a polygon", name, line, len(fields))
+			return nil, fmt.Errorf("dataset: %s line %d: %d fields: want a class and a box (x y w h), or a polygon", name, line, len(fields))
 		}
-		row := make([]string, len(fields))
+		v := make([]float64, len(fields))
 		for i, f := range fields {
-			v, err := strconv.ParseFloat(f, 64)
-			if err != nil {
-				return 0, fmt.Errorf("dataset: %s line %d: %q is not a number", name, line, f)
+			x, err := strconv.ParseFloat(f, 64)
+			if err != nil || math.IsNaN(x) || math.IsInf(x, 0) {
+				return nil, fmt.Errorf("dataset: %s line %d: %q is not a number", name, line, f)
 			}
-			row[i] = strconv.FormatFloat(v, 'g', -1, 64)
+			v[i] = x
 		}
-		if key := strings.Join(row, " "); !seen[key] {
-			seen[key] = true
-			n++
+		row := [5]float64{v[0], v[1], v[2], v[3], v[4]}
+		if len(v) > 6 { // a polygon: its extent
+			xs, ys := []float64{}, []float64{}
+			for i := 1; i+1 < len(v); i += 2 {
+				xs, ys = append(xs, v[i]), append(ys, v[i+1])
+			}
+			x1, x2, y1, y2 := slices.Min(xs), slices.Max(xs), slices.Min(ys), slices.Max(ys)
+			row = [5]float64{v[0], (x1 + x2) / 2, (y1 + y2) / 2, x2 - x1, y2 - y1}
+		}
+		if !seen[row] {
+			seen[row] = true
+			out = append(out, Box{X: row[1], Y: row[2], W: row[3], H: row[4]})
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return 0, fmt.Errorf("dataset: %s: %w", name, err)
+		return nil, fmt.Errorf("dataset: %s: %w", name, err)
 	}
-	return n, nil
+	return out, nil
 }

@@ -162,7 +162,8 @@ func TestImages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []Image{{Path: filepath.Join(root, "images/val/a.jpg"), W: 64, H: 48, Boxes: 2}, {Path: filepath.Join(root, "images/val/b.png"), W: 30, H: 40, Boxes: 0}}
+	want := []Image{{Path: filepath.Join(root, "images/val/a.jpg"), W: 64, H: 48, Boxes: 2, Labels: []Box{{0.5, 0.5, 0.1, 0.1}, {0.2, 0.2, 0.1, 0.1}}},
+		{Path: filepath.Join(root, "images/val/b.png"), W: 30, H: 40, Boxes: 0}}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("Images (-want +got):\n%s", d)
 	}
@@ -175,7 +176,10 @@ func TestImages(t *testing.T) {
 	if _, err := Images(filepath.Join(root, "images", "val")); err == nil || !strings.Contains(err.Error(), "c.webp: onnxmem reads the sizes of JPEG and PNG images only") {
 		t.Errorf("a WebP image: %v", err)
 	}
-	if _, err := CountBoxes(strings.NewReader("0 0.5 0.5\n"), "x.txt"); err == nil || !strings.Contains(err.Error(), "x.txt line 1: 3 fields") {
+	if got, err := ReadLabels(strings.NewReader("2 0.1 0.2 0.5 0.2 0.3 0.6\n"), "x.txt"); err != nil || len(got) != 1 || math.Abs(got[0].W-0.4) > 1e-12 || math.Abs(got[0].Y-0.4) > 1e-12 {
+		t.Errorf("a polygon's box: %+v, %v", got, err)
+	}
+	if _, err := ReadLabels(strings.NewReader("0 0.5 0.5\n"), "x.txt"); err == nil || !strings.Contains(err.Error(), "x.txt line 1: 3 fields") {
 		t.Errorf("a short label line: %v", err)
 	}
 }
@@ -255,14 +259,15 @@ func FuzzParseData(f *testing.F) {
 	})
 }
 
-// FuzzCountBoxes feeds the label reader arbitrary text: an error that
-// names the file, or a count no larger than the lines.
-func FuzzCountBoxes(f *testing.F) {
+// FuzzReadLabels feeds the label reader arbitrary text: an error that
+// names the file, or no more boxes than lines.
+func FuzzReadLabels(f *testing.F) {
 	for _, s := range []string{"0 0.5 0.5 0.1 0.1\n", "1 0.1 0.1 0.2 0.2 0.3 0.3\n\n", "x\n"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		n, err := CountBoxes(strings.NewReader(s), "l.txt")
+		boxes, err := ReadLabels(strings.NewReader(s), "l.txt")
+		n := int64(len(boxes))
 		if err != nil {
 			if !strings.HasPrefix(err.Error(), "dataset: l.txt") {
 				t.Fatalf("%q: error %q", s, err)

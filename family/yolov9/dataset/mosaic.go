@@ -3,6 +3,7 @@ package dataset
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 )
 
 // Box is one label of an image: its center and size, normalized to the
@@ -114,14 +115,26 @@ func mosaic(labels [][]Box, sizes [][2]int64, index int, s int64, hyp Hyp, rng *
 // batch short when the images do not divide: Mosaic's counts of a random
 // permutation of the images.
 func EpochMaxima(labels [][]Box, sizes [][2]int64, batch int, s int64, hyp Hyp, rng *rand.Rand) []int64 {
-	order := rng.Perm(len(labels))
 	var out []int64
+	for _, counts := range Epoch(labels, sizes, batch, s, hyp, rng) {
+		out = append(out, slices.Max(counts))
+	}
+	return out
+}
+
+// Epoch returns the box counts of every image of every batch of one epoch
+// at batch size batch: Mosaic's counts of a random permutation of the
+// images (the dataloader's shuffle), batch at a time, the last batch short
+// when the images do not divide.
+func Epoch(labels [][]Box, sizes [][2]int64, batch int, s int64, hyp Hyp, rng *rand.Rand) [][]int64 {
+	order := rng.Perm(len(labels))
+	var out [][]int64
 	for start := 0; start < len(order); start += batch {
-		most := 0
+		var counts []int64
 		for _, idx := range order[start:min(start+batch, len(order))] {
-			most = max(most, Mosaic(labels, sizes, idx, s, hyp, rng))
+			counts = append(counts, int64(Mosaic(labels, sizes, idx, s, hyp, rng)))
 		}
-		out = append(out, int64(most))
+		out = append(out, counts)
 	}
 	return out
 }
