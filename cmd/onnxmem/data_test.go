@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"image"
 	"image/png"
@@ -94,4 +95,33 @@ func TestRunData(t *testing.T) {
 			t.Errorf("%v with -data: exit %d, stderr %q", args, code, stderr)
 		}
 	}
+}
+
+// TestMaxBatchData checks that maxbatch -data and run -data give one
+// answer: the run at the largest batch maxbatch finds completes under the
+// same limit, and at one more it runs out of memory.
+func TestMaxBatchData(t *testing.T) {
+	var train [][2]int
+	for i := range 24 {
+		train = append(train, [2]int{40 + 4*i, 30 + 3*(i%4)})
+	}
+	yaml := writeDataset(t, t.TempDir(), train, [][2]int{{40, 30}, {30, 40}, {40, 40}})
+	code, stdout, stderr := runCmd(t, "", "maxbatch", "-data", yaml, "-device", "3G", "-json", "yolov9-t")
+	if code != 0 {
+		t.Fatalf("maxbatch -data: exit %d: %s", code, stderr)
+	}
+	var got struct {
+		MaxBatch int64 `json:"max_batch"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &got); err != nil || got.MaxBatch < 1 {
+		t.Fatalf("maxbatch -data: %v, %s", err, stdout)
+	}
+	for _, b := range []int64{got.MaxBatch, got.MaxBatch + 1} {
+		code, stdout, stderr := runCmd(t, "", "run", "-data", yaml, "-batch", fmt.Sprint(b), "-epochs", "1", "-amp", "-device", "3G", "yolov9-t")
+		fits := strings.Contains(stdout, ": fits")
+		if code != 0 || fits != (b == got.MaxBatch) {
+			t.Errorf("run -data at batch %d (max batch %d): exit %d, fits %v; stdout %s stderr %s", b, got.MaxBatch, code, fits, stdout, stderr)
+		}
+	}
+	t.Logf("max batch %d in 3 GB", got.MaxBatch)
 }

@@ -304,7 +304,8 @@
 // # maxbatch
 //
 //	onnxmem maxbatch [-img N] [-budget GiB | -device NAME] [-limit N | -for-batch N] [-amp|-half] [-segments K] [-eval [-eval-float]] [-alloc-conf OPTS]
-//	                 [-train [-boxes N] [-optimizer NAME] [-ema=false] [-warm-steps N]] [-json|-csv] MODEL.onnx
+//	                 [-train [-boxes N] [-optimizer NAME] [-ema=false] [-warm-steps N]]
+//	                 [-data FILE.yaml [-epochs E] [-iters N] [-seed S]] [-json|-csv] MODEL.onnx
 //
 // Finds the largest batch size, at most -limit, whose step fits, by binary
 // search; 0 when not even batch 1 fits. The step is the model step (fp32
@@ -329,6 +330,16 @@
 // reserved and allocated peaks: "max batch B: reserves R GiB of U GiB
 // usable on CARD (GPU_mem G), peak P GiB allocated (where)". When not even
 // batch 1 fits, it says so: "max batch 0: not even batch 1 fits in …".
+//
+// With -data FILE.yaml it finds the largest batch with which the whole
+// training run on that YOLO dataset completes, as run -data simulates it
+// (the setup, -epochs epochs of the training images with their drawn box
+// counts, each epoch's validation and checkpoint save, AMP unless
+// -amp=false): doubling from batch 1 to one that runs out of memory, then
+// bisecting. The runs draw their boxes from -seed, so run -data at the
+// answer with the same seed completes and at one more does not. JSON:
+// {"model", "data", "epochs", "iterations", "seed", "device" or "budget",
+// "limit", "max_batch", "peak", "peak_reserved", "next_oom_event"}.
 //
 // With -for-batch N maxbatch answers another question: the fewest checkpoint
 // segments with which batch N fits. It tries 0 (no checkpointing), 2, 3, 4,

@@ -14,7 +14,8 @@ import (
 func cmdMaxBatch(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	f := newFlagSet("maxbatch",
 		"onnxmem maxbatch [-img N] [-budget GiB | -device NAME] [-limit N | -for-batch N] [-amp|-half] [-segments K] [-eval [-eval-float]] [-alloc-conf OPTS]\n"+
-			"                        [-train [-boxes N] [-optimizer NAME] [-ema=false] [-warm-steps N]] [-json|-csv] MODEL.onnx",
+			"                        [-train [-boxes N] [-optimizer NAME] [-ema=false] [-warm-steps N]]\n"+
+			"                        [-data FILE.yaml [-epochs E] [-iters N] [-seed S]] [-json|-csv] MODEL.onnx",
 		"Maxbatch finds the largest batch size, up to -limit, whose step fits: the model\n"+
 			"step (fp32 unless -amp or -half, checkpointed with -segments), with -train a\n"+
 			"full training step of train_dual.py, or with -eval its validation step (which\n"+
@@ -27,6 +28,13 @@ func cmdMaxBatch(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 			"With -for-batch N it answers another question: the fewest checkpoint segments\n"+
 			"with which batch N fits. It tries 0, 2, 3, 4, 6, 8, 12, 16, … segments and the\n"+
 			"number of top-level layers, the other settings as given.\n\n"+
+			"With -data FILE.yaml (the YOLO data file train_dual.py's --data takes) it finds\n"+
+			"the largest batch with which the whole training run completes on that dataset,\n"+
+			"as onnxmem run -data simulates it: the setup, -epochs epochs (default 1) of its\n"+
+			"training images, each epoch's validation at twice the batch and the checkpoint\n"+
+			"save, in one process, under AMP unless -amp=false, each batch's boxes drawn\n"+
+			"from -seed. A run's peak follows its densest batch: another draw may move the\n"+
+			"answer by one.\n\n"+
 			"-csv writes the answer as one CSV row (the -json fields, a result's prefixed\n"+
 			"with result.), or with -for-batch one row for each segment count tried.",
 		"onnxmem maxbatch -device a100-40 -amp yolov9-c")
@@ -34,6 +42,10 @@ func cmdMaxBatch(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	limits := f.limitFlags()
 	limit := f.positive("limit", onnxmem.MaxBatchLimit, "largest batch `size` to consider")
 	forBatch := f.Int64("for-batch", 0, "find the fewest checkpoint segments with which batch `N` fits, instead of the largest batch")
+	data := f.String("data", "", "find the largest batch whose whole training run on the YOLO dataset of the data `FILE.yaml` completes")
+	epochs := f.positive("epochs", 1, "`E` epochs of a -data run")
+	iters := f.Int("iters", 0, "the first `N` iterations of each epoch of a -data run (default: all of them)")
+	seed := f.Uint64("seed", 1, "`seed` of a -data run's box counts")
 	asJSON, asCSV := f.jsonFlag(), f.csvFlag()
 	f.familyFlag()
 	path, code, ok := f.parseModel(args, false, stdout, stderr)
@@ -66,9 +78,36 @@ func cmdMaxBatch(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	case f.isSet("for-batch") && f.isSet("limit"):
 		return f.usageError(stderr, "-limit bounds the search for the largest batch: it does not apply with -for-batch")
 	}
+	if *data == "" {
+		for _, name := range []string{"epochs", "iters", "seed"} {
+			if f.isSet(name) {
+				return f.usageError(stderr, "-%s applies to a training run: add -data", name)
+			}
+		}
+	} else {
+		for _, name := range []string{"for-batch", "eval", "boxes", "warm-steps", "half"} {
+			if f.isSet(name) {
+				return f.usageError(stderr, "-%s and -data exclude each other: -data finds the largest batch of a whole training run", name)
+			}
+		}
+		if *iters < 0 {
+			return f.usageError(stderr, "-iters must be 0 (the whole epoch) or more")
+		}
+		st.Train, st.AMP = true, st.AMP || !f.isSet("amp")
+		if !f.isSet("train") {
+			st.Optimizer, st.EMA = "SGD", true
+		}
+	}
 	m, err := f.load(path)
 	if err != nil {
 		return fail(stderr, err)
+	}
+	if *data != "" {
+		if m, err = f.dataClasses(m, *data); err != nil {
+			return fail(stderr, err)
+		}
+		p := onnxmem.RunPlan{Epochs: int(*epochs), Iterations: *iters, Seed: *seed, Data: *data}
+		return runMaxBatchCmd(m, c, st, *img, p, *limit, *asJSON, *asCSV, stdout, stderr)
 	}
 	if *forBatch > 0 {
 		return forBatchCmd(m, c, st, *forBatch, *img, *asJSON, *asCSV, stdout, stderr)
@@ -323,3 +362,122 @@ func (g *gibValue) Set(v string) error {
 }
 
 func (g gibValue) bytes() int64 { return int64(math.Round(float64(g) * (1 << 30))) }
+
+// runMaxBatchCmd answers maxbatch -data: the largest batch, up to limit,
+// with which the run p (its batch and image set here) completes under c's
+// limit. A run's memory grows with its batch, so doubling from 1 finds a
+// batch that does not complete, and bisection the last one that does.
+func runMaxBatchCmd(m *onnxmem.Model, c fitCriterion, st setting, img imageSize, p onnxmem.RunPlan, limit int64, asJSON, asCSV bool, stdout, stderr io.Writer) int {
+	tty := isTerminal(stderr)
+	tried := map[int64]*onnxmem.RunResult{}
+	completes := func(b int64) (bool, error) {
+		if r, ok := tried[b]; ok {
+			return !r.OOM, nil
+		}
+		sc := c.scenario(st.scenario(b, img))
+		q := p
+		q.Batch, q.Height, q.Width = b, sc.Height, sc.Width
+		events, err := m.PlanRun(q)
+		if err != nil {
+			return false, err
+		}
+		r, err := m.Run(sc, events)
+		if err != nil {
+			return false, err
+		}
+		tried[b] = r
+		if tty {
+			verdict := "completes"
+			if r.OOM {
+				verdict = fmt.Sprintf("out of memory in event %d of %d", r.OOMEvent, len(events))
+			}
+			fmt.Fprintf(stderr, "onnxmem: maxbatch: batch %d: %s\n", b, verdict)
+		}
+		return !r.OOM, nil
+	}
+	lo, hi := int64(0), int64(1) // lo completes (0: none yet), hi is to try
+	for {
+		ok, err := completes(hi)
+		if err != nil {
+			return fail(stderr, err)
+		}
+		if !ok {
+			break
+		}
+		lo = hi
+		if hi == limit {
+			break
+		}
+		hi = min(2*hi, limit)
+	}
+	for hi-lo > 1 && !(lo == limit) {
+		mid := lo + (hi-lo)/2
+		ok, err := completes(mid)
+		if err != nil {
+			return fail(stderr, err)
+		}
+		if ok {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	sc := c.scenario(st.scenario(max(lo, 1), img))
+	if asJSON || asCSV {
+		js := runMaxBatchJSON{Model: m.Name, Data: p.Data, Epochs: p.Epochs, Iterations: p.Iterations, Seed: p.Seed, Limit: limit, MaxBatch: lo}
+		c.setJSON(&js.Budget, &js.Device)
+		if r := tried[lo]; r != nil {
+			js.PeakReserved, js.Peak = r.PeakReserved, r.Peak
+		}
+		if next := tried[lo+1]; next != nil {
+			js.NextOOMEvent = &next.OOMEvent
+		}
+		if asCSV {
+			return exit(stderr, writeCSV(stdout, []runMaxBatchJSON{js}))
+		}
+		return exit(stderr, writeJSON(stdout, js))
+	}
+	fmt.Fprintf(stdout, "model  %s\nrun    the whole training run on %s: %d epoch(s)", m.Name, p.Data, p.Epochs)
+	if p.Iterations > 0 {
+		fmt.Fprintf(stdout, " of %d iterations", p.Iterations)
+	}
+	fmt.Fprintf(stdout, ", %s, image %dx%d, boxes drawn from seed %d\n", settingOf(sc), sc.Height, sc.Width, p.Seed)
+	if d := c.device; d != nil {
+		fmt.Fprintf(stdout, "device %s (%s): %s GiB total, %s GiB CUDA context, %s GiB usable\n", d.Name, d.Long, gib(d.Total), gib(d.Context), gib(d.Usable()))
+	}
+	if lo == 0 {
+		_, err := fmt.Fprintf(stdout, "max batch 0: the run at batch 1 runs out of memory in %s (event %d)\n", c.limitText(), tried[1].OOMEvent)
+		return exit(stderr, err)
+	}
+	r := tried[lo]
+	fmt.Fprintf(stdout, "max batch %d: the run completes, reserving at most %s GiB of %s (GPU_mem %s), peak %s GiB allocated",
+		lo, gib(r.PeakReserved), c.limitText(), onnxmem.RunStep{Reserved: r.PeakReserved}.GPUMem(), gib(r.Peak))
+	if next := tried[lo+1]; next != nil {
+		fmt.Fprintf(stdout, "; at %d it runs out of memory in event %d", lo+1, next.OOMEvent)
+	}
+	if lo == limit {
+		fmt.Fprintf(stdout, "; the search stopped at -limit %d", limit)
+	}
+	_, err := fmt.Fprintln(stdout)
+	return exit(stderr, err)
+}
+
+// runMaxBatchJSON is maxbatch -data's answer.
+type runMaxBatchJSON struct {
+	Model string `json:"model"`
+	Data  string `json:"data"`
+	// Epochs, Iterations (0: whole epochs) and Seed are the run's.
+	Epochs     int         `json:"epochs"`
+	Iterations int         `json:"iterations"`
+	Seed       uint64      `json:"seed"`
+	Budget     int64       `json:"budget,omitempty"`
+	Device     *deviceJSON `json:"device,omitempty"`
+	Limit      int64       `json:"limit"`
+	MaxBatch   int64       `json:"max_batch"`
+	// Peak and PeakReserved are the run's at MaxBatch, in bytes.
+	Peak         int64 `json:"peak,omitempty"`
+	PeakReserved int64 `json:"peak_reserved,omitempty"`
+	// NextOOMEvent is the event in which the run at MaxBatch+1 runs out
+	// of memory, when the search tried it.
+	NextOOMEvent *int `json:"next_oom_event,omitempty"`
+}

@@ -63,17 +63,8 @@ func cmdRun(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 				return f.usageError(stderr, "-%s and -data exclude each other: the dataset gives the box counts and the validation images", name)
 			}
 		}
-		d, err := dataset.ReadData(*data)
-		if err != nil {
-			return fail(stderr, fmt.Errorf("onnxmem: -data: %w", err))
-		}
-		if c, err := m.Classes(); err == nil && c != d.NC {
-			if f.isSet("nc") {
-				return f.usageError(stderr, "-nc %d and -data's nc %d disagree: leave -nc out", *f.nc, d.NC)
-			}
-			if m, err = withClasses(m, d.NC); err != nil {
-				return fail(stderr, err)
-			}
+		if m, err = f.dataClasses(m, *data); err != nil {
+			return fail(stderr, err)
 		}
 	}
 	if st.Half {
@@ -281,4 +272,22 @@ func limitOf(d *onnxmem.Device) int64 {
 		return 0
 	}
 	return d.Usable()
+}
+
+// dataClasses returns m with the classes of the data yaml file's nc, as
+// train_dual.py builds its model for the dataset; -nc, if given, must
+// agree.
+func (f *flagSet) dataClasses(m *onnxmem.Model, file string) (*onnxmem.Model, error) {
+	d, err := dataset.ReadData(file)
+	if err != nil {
+		return nil, fmt.Errorf("onnxmem: -data: %w", err)
+	}
+	c, err := m.Classes()
+	if err != nil || c == d.NC {
+		return m, err
+	}
+	if f.isSet("nc") {
+		return nil, fmt.Errorf("onnxmem: -nc %d and -data's nc %d disagree: leave -nc out", *f.nc, d.NC)
+	}
+	return withClasses(m, d.NC)
 }

@@ -187,12 +187,14 @@ var byteUnits = []struct {
 }{
 	{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40},
 	{"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12},
+	{"K", 1e3}, {"M", 1e6}, {"G", 1e9}, {"T", 1e12},
 	{"B", 1},
 }
 
 // ParseBytes reads a size with its unit: B, KB, MB, GB, TB (powers of
-// 1000) or KiB, MiB, GiB, TiB (powers of 1024), case ignored, decimals
-// allowed: "24GB", "23.5GiB", "600MiB". The size must be below 1 EiB.
+// 1000; K, M, G and T too, as training logs print G) or KiB, MiB, GiB,
+// TiB (powers of 1024), case ignored, decimals allowed: "24GB", "24G",
+// "23.5GiB", "600MiB". The size must be below 1 EiB.
 func ParseBytes(s string) (int64, error) {
 	t := strings.TrimSpace(s)
 	for _, u := range byteUnits {

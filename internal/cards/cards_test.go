@@ -35,3 +35,20 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// TestParseBytes reads sizes in each unit family: binary, decimal, and the
+// bare decimal letters of training logs ("24G" is 24·10⁹ bytes, as
+// GPU_mem's G is).
+func TestParseBytes(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want int64
+	}{{"24GB", 24e9}, {"24G", 24e9}, {"24g", 24e9}, {"23.5GiB", 23.5 * (1 << 30)}, {"600MiB", 600 << 20}, {"600M", 600e6}, {"1T", 1e12}, {"512B", 512}} {
+		if got, err := ParseBytes(c.in); err != nil || got != c.want {
+			t.Errorf("ParseBytes(%q) = %d, %v; want %d", c.in, got, err, c.want)
+		}
+	}
+	if d, err := Parse("24G"); err != nil || d.Total != 24e9 {
+		t.Errorf("Parse(24G) = %+v, %v; want a 24e9-byte card", d, err)
+	}
+}

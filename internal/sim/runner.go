@@ -217,8 +217,8 @@ func (e RunEvent) check(sc Options, i int) error {
 		if e.Batch != 0 || e.Height != 0 || e.Width != 0 {
 			return fmt.Errorf("onnxmem: run: event %d: a train batch has the scenario's shape: leave batch and image out", i)
 		}
-		if e.BoxCounts != nil && int64(len(e.BoxCounts)) != sc.Batch {
-			return fmt.Errorf("onnxmem: run: event %d: %d box counts for a batch of %d: give one count for each image", i, len(e.BoxCounts), sc.Batch)
+		if e.BoxCounts != nil && (len(e.BoxCounts) == 0 || int64(len(e.BoxCounts)) > sc.Batch) {
+			return fmt.Errorf("onnxmem: run: event %d: %d box counts for a batch of %d: give one count for each image (fewer for an epoch's short last batch)", i, len(e.BoxCounts), sc.Batch)
 		}
 	case RunEventVal:
 		if e.Skipped {
@@ -293,8 +293,8 @@ func (r *runner) free(id allocator.ID) {
 func (r *runner) trainScenario(counts []int64) Options {
 	sc := r.sc
 	sc.PrevPredAlive = true
-	if counts != nil {
-		sc.BoxCounts, sc.Boxes = counts, 0
+	if counts != nil { // an epoch's last batch may be short
+		sc.BoxCounts, sc.Boxes, sc.Batch = counts, 0, int64(len(counts))
 	}
 	return sc
 }

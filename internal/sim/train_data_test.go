@@ -169,40 +169,7 @@ func TestDataRuns(t *testing.T) {
 // median within 12% of it. A long run's peak is the distribution's tail,
 // which more epochs reach.
 func TestDataRunsSampled(t *testing.T) {
-	b, err := measured.Read("train_data/dataset.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ds struct {
-		Train, Val []struct {
-			File        string
-			W, H, Boxes int64
-		}
-	}
-	if err := json.Unmarshal(b, &ds); err != nil {
-		t.Fatal(err)
-	}
-	root := t.TempDir()
-	rng := rand.New(rand.NewPCG(7, 1))
-	for _, split := range []string{"train", "val"} {
-		images := ds.Train
-		if split == "val" {
-			images = ds.Val
-		}
-		for _, im := range images {
-			var label strings.Builder
-			for range im.Boxes { // train_data.py's generator's distribution
-				bw := math.Exp(math.Log(0.02) + rng.Float64()*(math.Log(0.9)-math.Log(0.02)))
-				bh := min(max(bw*math.Exp(rng.NormFloat64()*0.5), 0.01), 0.95)
-				fmt.Fprintf(&label, "0 %.6f %.6f %.6f %.6f\n", bw/2+rng.Float64()*(1-bw), bh/2+rng.Float64()*(1-bh), bw, bh)
-			}
-			base := strings.TrimSuffix(path.Base(im.File), path.Ext(im.File))
-			writeFile(t, filepath.Join(root, "images", split, base+".png"), pngHeader(im.W, im.H))
-			writeFile(t, filepath.Join(root, "labels", split, base+".txt"), []byte(label.String()))
-		}
-	}
-	yaml := filepath.Join(root, "data.yaml")
-	writeFile(t, yaml, []byte("path: "+root+"\ntrain: images/train\nval: images/val\nnc: 80\n"))
+	yaml := writeTrainData(t)
 	for _, file := range []string{"run_yolov9-s_b16.json", "run_gelan-c_b8.json", "run_yolov9-c_b16.json"} {
 		b, err := measured.Read("train_data/" + file)
 		if err != nil {
@@ -242,6 +209,102 @@ func TestDataRunsSampled(t *testing.T) {
 			t.Errorf("%s: the measured reserved peak %.0f MiB is not among the drawn runs' (%.0f to %.0f, median %.0f)", file, want/(1<<20), peaks[0]/(1<<20), peaks[len(peaks)-1]/(1<<20), med/(1<<20))
 		}
 	}
+}
+
+// TestDataMaxBatchSampled predicts the largest batch with which
+// calibration/train_data.py's yolov9-s run completes under
+// set_per_process_memory_fraction's 8 GiB, from the dataset alone
+// (RunPlan.Data), for eight seeds of the box counts: the official code
+// completed its two epochs at 16 and ran out of memory at 17 (and 18, 20,
+// 24). Each seed's answer is the batch below the first, from 14 up, whose
+// run runs out of memory; the measured 16 must be among the answers, and
+// their median within one of it.
+func TestDataMaxBatchSampled(t *testing.T) {
+	yaml := writeTrainData(t)
+	var want int64
+	for _, file := range []string{"run_yolov9-s_cap8GiB_b16.json", "run_yolov9-s_cap8GiB_b17.json"} {
+		b, err := measured.Read("train_data/" + file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var run dataRun
+		if err := json.Unmarshal(b, &run); err != nil {
+			t.Fatal(err)
+		}
+		if run.Status == "ok" {
+			want = max(want, run.Batch)
+		}
+	}
+	capacity := int64(8589934591) // the runs' capacity_bytes
+	m, err := onnxmem.Builtin("yolov9-s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var answers []int64
+	for seed := range uint64(8) {
+		b := int64(14)
+		for ; b < 32; b++ {
+			ev, err := m.PlanRun(onnxmem.RunPlan{Epochs: 2, Batch: b, Height: 640, Width: 640, Seed: seed, Data: yaml})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err := m.Run(onnxmem.Scenario{Batch: b, Height: 640, Width: 640, Step: onnxmem.TrainStep, AMP: true, Capacity: capacity}, ev)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.OOM {
+				break
+			}
+		}
+		answers = append(answers, b-1)
+	}
+	sorted := slices.Sorted(slices.Values(answers))
+	med := sorted[len(sorted)/2]
+	t.Logf("largest batch completing under 8 GiB, 8 draws: %v (median %d); measured %d", answers, med, want)
+	if !slices.Contains(answers, want) || med < want-1 || med > want+1 {
+		t.Errorf("drawn largest batches %v (median %d); measured %d", answers, med, want)
+	}
+}
+
+// writeTrainData writes calibration/train_data.py's dataset to a temporary
+// folder, as TestDataRunsSampled says, and returns its data yaml.
+func writeTrainData(t *testing.T) string {
+	t.Helper()
+	b, err := measured.Read("train_data/dataset.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ds struct {
+		Train, Val []struct {
+			File        string
+			W, H, Boxes int64
+		}
+	}
+	if err := json.Unmarshal(b, &ds); err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	rng := rand.New(rand.NewPCG(7, 1))
+	for _, split := range []string{"train", "val"} {
+		images := ds.Train
+		if split == "val" {
+			images = ds.Val
+		}
+		for _, im := range images {
+			var label strings.Builder
+			for range im.Boxes { // train_data.py's generator's distribution
+				bw := math.Exp(math.Log(0.02) + rng.Float64()*(math.Log(0.9)-math.Log(0.02)))
+				bh := min(max(bw*math.Exp(rng.NormFloat64()*0.5), 0.01), 0.95)
+				fmt.Fprintf(&label, "0 %.6f %.6f %.6f %.6f\n", bw/2+rng.Float64()*(1-bw), bh/2+rng.Float64()*(1-bh), bw, bh)
+			}
+			base := strings.TrimSuffix(path.Base(im.File), path.Ext(im.File))
+			writeFile(t, filepath.Join(root, "images", split, base+".png"), pngHeader(im.W, im.H))
+			writeFile(t, filepath.Join(root, "labels", split, base+".txt"), []byte(label.String()))
+		}
+	}
+	yaml := filepath.Join(root, "data.yaml")
+	writeFile(t, yaml, []byte("path: "+root+"\ntrain: images/train\nval: images/val\nnc: 80\n"))
+	return yaml
 }
 
 // writeFile writes data to p, making its folder.
