@@ -39,6 +39,20 @@ type dataRun struct {
 	}
 }
 
+// readDataRun reads one of calibration/train_data.py's runs.
+func readDataRun(t *testing.T, file string) dataRun {
+	t.Helper()
+	b, err := measured.Read("train_data/" + file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var run dataRun
+	if err := json.Unmarshal(b, &run); err != nil {
+		t.Fatal(err)
+	}
+	return run
+}
+
 // events returns the run's events as the engine takes them, up to its last
 // checkpoint save: a setup, then each train iteration with its images' box
 // counts after augmentation, each validation batch with its rectangular
@@ -88,14 +102,7 @@ func TestDataRuns(t *testing.T) {
 	var table strings.Builder
 	fmt.Fprintf(&table, "%-26s %8s %8s %6s  %8s %8s %6s  %s\n", "run", "peak", "measured", "err", "reserved", "measured", "err", "GPU_mem after iterations: worst error, median")
 	for _, file := range []string{"run_yolov9-s_b16.json", "run_gelan-c_b8.json", "run_yolov9-c_b16.json", "run_yolov9-s_cap8GiB_b16.json", "run_yolov9-s_cap8GiB_b17.json"} {
-		b, err := measured.Read("train_data/" + file)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var run dataRun
-		if err := json.Unmarshal(b, &run); err != nil {
-			t.Fatal(err)
-		}
+		run := readDataRun(t, file)
 		m, err := sim.Builtin(run.Cfg)
 		if err != nil {
 			t.Fatal(err)
@@ -171,14 +178,7 @@ func TestDataRuns(t *testing.T) {
 func TestDataRunsSampled(t *testing.T) {
 	yaml := writeTrainData(t)
 	for _, file := range []string{"run_yolov9-s_b16.json", "run_gelan-c_b8.json", "run_yolov9-c_b16.json"} {
-		b, err := measured.Read("train_data/" + file)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var run dataRun
-		if err := json.Unmarshal(b, &run); err != nil {
-			t.Fatal(err)
-		}
+		run := readDataRun(t, file)
 		var measuredPeak int64
 		_, index := run.events()
 		for _, i := range index[1:] {
@@ -223,14 +223,7 @@ func TestDataMaxBatchSampled(t *testing.T) {
 	yaml := writeTrainData(t)
 	var want int64
 	for _, file := range []string{"run_yolov9-s_cap8GiB_b16.json", "run_yolov9-s_cap8GiB_b17.json"} {
-		b, err := measured.Read("train_data/" + file)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var run dataRun
-		if err := json.Unmarshal(b, &run); err != nil {
-			t.Fatal(err)
-		}
+		run := readDataRun(t, file)
 		if run.Status == "ok" {
 			want = max(want, run.Batch)
 		}
