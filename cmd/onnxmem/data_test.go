@@ -86,7 +86,7 @@ func TestRunData(t *testing.T) {
 		t.Errorf("validation batches %q, want %q", got, want)
 	}
 	code, stdout, stderr = runCmd(t, "", "run", "-data", yaml, "-batch", "2", "-epochs", "1", "-iters", "2", "yolov9-t")
-	if code != 0 || !strings.Contains(stdout, "yolov9-t nc=3") || strings.Count(stdout, " train ") != 2 {
+	if code != 0 || !strings.Contains(stdout, "yolov9-t nc=3") || strings.Count(stdout, " train ") != 2 || !strings.Contains(stdout, "GPU_mem after the 2 iterations: median") {
 		t.Errorf("-iters 2 with -data: exit %d, stdout %s, stderr %s", code, stdout, stderr)
 	}
 	for _, args := range [][]string{{"-mean-boxes", "3"}, {"-val-images", "8"}, {"-nc", "80"}} {

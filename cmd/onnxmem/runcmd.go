@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"text/tabwriter"
 
 	"github.com/onnxmem/onnxmem/family/yolov9/dataset"
@@ -225,6 +226,9 @@ func printRun(w io.Writer, model, source string, r *onnxmem.RunResult, events []
 	}
 	fmt.Fprintf(w, "\nover the run: peak %s GiB allocated, %s GiB reserved (max GPU_mem %s)\n", gib(r.Peak), gib(r.PeakReserved),
 		onnxmem.RunStep{Reserved: r.PeakReserved}.GPUMem())
+	if line := gpuMemSummary(r, events); line != "" {
+		fmt.Fprintln(w, line)
+	}
 	if d != nil {
 		verdict := "fits"
 		if r.OOM {
@@ -233,6 +237,38 @@ func printRun(w io.Writer, model, source string, r *onnxmem.RunResult, events []
 		fmt.Fprintf(w, "on %s (limit %s GiB: %s GiB less a %d MiB CUDA context): %s\n", d.Name, gib(d.Usable()), gib(d.Total), d.Context>>20, verdict)
 	}
 	return nil
+}
+
+// gpuMemSummary says how GPU_mem, as the training loop prints it after each
+// iteration, spreads over the run's iterations (median, 99th percentile,
+// largest), and which iteration peaked first, with its densest image;
+// empty for a run of fewer than two iterations.
+func gpuMemSummary(r *onnxmem.RunResult, events []onnxmem.RunEvent) string {
+	var res []int64
+	worst := -1 // the step of the first iteration with the largest peak
+	for i, s := range r.Steps {
+		if s.Kind != "train" {
+			continue
+		}
+		res = append(res, s.Reserved)
+		if worst < 0 || s.PeakReserved > r.Steps[worst].PeakReserved {
+			worst = i
+		}
+	}
+	if len(res) < 2 {
+		return ""
+	}
+	sorted := slices.Sorted(slices.Values(res))
+	at := func(q float64) string {
+		return onnxmem.RunStep{Reserved: sorted[int(q*float64(len(sorted)-1))]}.GPUMem()
+	}
+	w := r.Steps[worst]
+	most := int64(0)
+	for _, c := range events[w.Event].BoxCounts {
+		most = max(most, c)
+	}
+	return fmt.Sprintf("GPU_mem after the %d iterations: median %s, 99th percentile %s, largest %s; the highest reserved peak first in event %d (%s GiB, its densest image %d boxes)",
+		len(res), at(0.5), at(0.99), at(1), w.Event, gib(w.PeakReserved), most)
 }
 
 // runRow is one event of run -csv.
