@@ -21,6 +21,15 @@ type Loss interface {
 	Backward(t Tape, in LossInput, saved []Buf) (grads []Buf)
 }
 
+// CountShaped is a Loss whose fragment grows with the box counts in a known
+// way: at one batch and one set of outputs, any two inputs of the same
+// class record the same allocations and frees, each of bytes affine in the
+// numbers CountShape returns. A whole training run builds a step for every
+// iteration's counts; this lets a few builds make the rest.
+type CountShaped interface {
+	CountShape(in LossInput) (class string, params []int64)
+}
+
 // Output is one graph output as eager PyTorch returns it: its dims and
 // element type (float16 under autocast for a convolution's output).
 type Output struct {

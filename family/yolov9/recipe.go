@@ -77,6 +77,9 @@ func groupOf(g *ir.Graph, v ir.ValueID) int {
 // gradient.
 type trainLoss struct{ l *loss.YOLOv9 }
 
+// The training loss lets a run derive its steps from a few builds.
+var _ schedule.CountShaped = trainLoss{}
+
 // input describes the head's maps for the loss. It panics when the outputs
 // are not a detection head's maps: Family.CheckTrain rules such graphs out.
 func (t trainLoss) input(in schedule.LossInput) (loss.Input, [][]int) {
@@ -112,6 +115,12 @@ func (t trainLoss) Backward(tp schedule.Tape, in schedule.LossInput, saved []sch
 		}
 	}
 	return out
+}
+
+// CountShape is the loss's CountShape (schedule.CountShaped).
+func (t trainLoss) CountShape(in schedule.LossInput) (string, []int64) {
+	li, _ := t.input(in)
+	return t.l.CountShape(li)
 }
 
 // Loop returns train_dual.py's (and train.py's) loop around the steps, for

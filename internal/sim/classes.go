@@ -154,6 +154,14 @@ func (m *Model) programOf(sc Options) (*schedule.Program, error) {
 	if err != nil {
 		return nil, err
 	}
+	if sc.Train && sc.BoxCounts != nil {
+		// A run's iterations: by count class, not by batch class, whose key
+		// would hold every iteration's counts.
+		prog, ok, err := countProgram(p, sc, func() (*schedule.Program, error) { return m.buildTrimmed(p, sc) })
+		if ok {
+			return prog, err
+		}
+	}
 	// At batch 1 a slice along the channels is contiguous, so some kernels
 	// copy nothing that they copy at batch 2 and more: batch 1 is a class
 	// of its own, always built.
@@ -186,6 +194,23 @@ func (m *Model) programOf(sc Options) (*schedule.Program, error) {
 	out := trim(prog, calls, wsBuf)
 	p.classes.remember(key, sc.Batch, out)
 	return out, nil
+}
+
+// buildTrimmed builds sc's program as programOf does, without keeping it
+// towards a batch class.
+func (m *Model) buildTrimmed(p *prepared, sc Options) (*schedule.Program, error) {
+	prog, calls, err := m.build(p, sc, func(c schedule.ConvCall) int64 { return max(workspaces.Workspace(c), 1) })
+	if err != nil {
+		return nil, err
+	}
+	for i := range calls {
+		calls[i].ws = workspaces.Workspace(calls[i].call)
+	}
+	wsBuf, ok := workspaceBuffers(prog, calls)
+	if !ok {
+		panic("onnxmem: a convolution's workspace buffer is missing from its program")
+	}
+	return trim(prog, calls, wsBuf), nil
 }
 
 // find returns the class of a key, made most recently used, or nil. The

@@ -86,8 +86,10 @@ type prepared struct {
 	once  sync.Once
 	holds *schedule.Holds
 	// classes caches programs by shape class, to derive those of other
-	// batch sizes (classes.go).
+	// batch sizes (classes.go), and a training run's by box counts
+	// (counts.go).
 	classes classCache
+	counts  countCache
 }
 
 // Holds implements schedule.Holder with the family's answer, computed once.

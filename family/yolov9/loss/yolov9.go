@@ -168,6 +168,25 @@ func (l *YOLOv9) ForegroundAnchors(batch, boxes, a int64) int64 {
 	return batch * min(a, boxes*l.TopK)
 }
 
+// CountShape returns the class of in's box counts and the numbers that the
+// loss's tensors grow with: at one batch and one set of maps, inputs of one
+// class give the same allocations and frees, each of bytes affine in the
+// numbers. The class says whether the most boxes of an image is 0, 1 or
+// more and, by branch, whether it has foreground anchors (which decide
+// which tensors exist); the numbers are that largest count (the assigner's
+// [B, M, A] tensors), the batch's boxes (the targets' rows) and each
+// branch's foreground anchors.
+func (l *YOLOv9) CountShape(in Input) (class string, params []int64) {
+	s := l.shape(in)
+	class = fmt.Sprintf("M%d", min(s.M, 2))
+	params = []int64{s.M, s.total}
+	for _, b := range s.br {
+		class += fmt.Sprintf(" F%d", min(b.F, 1))
+		params = append(params, b.F)
+	}
+	return class, params
+}
+
 // dtype is a tensor element type.
 type dtype struct {
 	name string
