@@ -333,7 +333,7 @@
 //
 // With -data FILE.yaml it finds the largest batch with which the whole
 // training run on that YOLO dataset completes, as run -data simulates it
-// (the setup, -epochs epochs of the training images with their drawn box
+// (the setup, -epochs epochs (2, as run) of the training images with their drawn box
 // counts, each epoch's validation and checkpoint save, AMP unless
 // -amp=false): doubling from batch 1 to one that runs out of memory, then
 // bisecting. The runs draw their boxes from -seed, so run -data at the

@@ -30,7 +30,7 @@ func cmdMaxBatch(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 			"number of top-level layers, the other settings as given.\n\n"+
 			"With -data FILE.yaml (the YOLO data file train_dual.py's --data takes) it finds\n"+
 			"the largest batch with which the whole training run completes on that dataset,\n"+
-			"as onnxmem run -data simulates it: the setup, -epochs epochs (default 1) of its\n"+
+			"as onnxmem run -data simulates it: the setup, -epochs epochs (default 2) of its\n"+
 			"training images, each epoch's validation at twice the batch and the checkpoint\n"+
 			"save, in one process, under AMP unless -amp=false, each batch's boxes drawn\n"+
 			"from -seed. A run's peak follows its densest batch: another draw may move the\n"+
@@ -43,7 +43,7 @@ func cmdMaxBatch(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	limit := f.positive("limit", onnxmem.MaxBatchLimit, "largest batch `size` to consider")
 	forBatch := f.Int64("for-batch", 0, "find the fewest checkpoint segments with which batch `N` fits, instead of the largest batch")
 	data := f.String("data", "", "find the largest batch whose whole training run on the YOLO dataset of the data `FILE.yaml` completes")
-	epochs := f.positive("epochs", 1, "`E` epochs of a -data run")
+	epochs := f.positive("epochs", runEpochs, "`E` epochs of a -data run (run's default, so that both answer alike)")
 	iters := f.Int("iters", 0, "the first `N` iterations of each epoch of a -data run (default: all of them)")
 	seed := f.Uint64("seed", 1, "`seed` of a -data run's box counts")
 	asJSON, asCSV := f.jsonFlag(), f.csvFlag()

@@ -40,7 +40,7 @@ func cmdRun(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	opt := optimizerValue("SGD")
 	f.Var(&opt, "optimizer", "`NAME` of the optimizer: SGD, Adam, AdamW (with amsgrad), Lion or none")
 	ema := f.Bool("ema", true, "keep an EMA copy of the model, validated at each epoch end (-ema=false: none)")
-	epochs := f.positive("epochs", 2, "`E` epochs")
+	epochs := f.positive("epochs", runEpochs, "`E` epochs")
 	iters := f.positive("iters", 20, "`N` train iterations per epoch")
 	valImages := f.Int64("val-images", 0, "validation images at each epoch end, in batches of twice -batch (default 4 batches' worth; 0 with -val-images=0 set: no validation)")
 	meanBoxes := f.Float64("mean-boxes", 7.3, "mean ground-truth boxes per image (COCO: 7.3)")
@@ -122,6 +122,11 @@ func cmdRun(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	}
 	return exit(stderr, printRun(stdout, m.Name, runSource(events, *eventsFile, *data, *meanBoxes, *seed), r, events, d))
 }
+
+// runEpochs is the epochs of a run that run and maxbatch -data simulate by
+// default: a run's memory repeats from its second epoch on, but for the
+// box counts each epoch draws.
+const runEpochs = 2
 
 // readRunEvents reads a run's events from a JSON file in predict's
 // train_run format.
