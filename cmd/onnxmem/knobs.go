@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 
 	"github.com/onnxmem/onnxmem/onnxmem"
 )
@@ -137,8 +138,11 @@ recompute  the FLOPs of the checkpointed layers' forward, which the backward
            runs again, against the step's forward and backward; an upper bound:
            PyTorch stops the rerun after the last op that saves a tensor
 amp        torch.autocast float16%s; half: model.half()
-segments   N: checkpoint_sequential with N segments, the first N-1 checkpointed
+segments   N: the layers cut into N segments as checkpoint_sequential cuts them, the first N-1 checkpointed
 `, t.Limit.limitText(), scriptDefault(t.Family, ", "))
+	if note := segmentsNote(t.Family); err == nil && note != "" {
+		_, err = fmt.Fprintf(w, "           (%s)\n", strings.ReplaceAll(note, "\n", "\n            "))
+	}
 	return err
 }
 

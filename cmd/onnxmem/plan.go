@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/onnxmem/onnxmem/onnxmem"
 )
@@ -107,6 +108,9 @@ func cmdPlan(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "against checkpoint_sequential: the cheapest that fits, %d segments, recomputes %.1f%%\n", bestK, pct(bestKFLOPs))
 	}
 	fmt.Fprintf(stdout, "search  %d simulations\n", p.Simulations)
+	if note := segmentsNote(m.Family); note != "" {
+		fmt.Fprintf(stdout, "note    %s\n", strings.ReplaceAll(note, "\n", "\n        "))
+	}
 	return 0
 }
 

@@ -145,6 +145,16 @@ func scriptDefault(family, prefix string) string {
 	return prefix + "train_dual.py's default"
 }
 
+// segmentsNote says, for a family whose training script cannot checkpoint
+// its model as simulated, what it takes: YOLOv9's layers take lists of
+// earlier outputs, which checkpoint_sequential cannot pass.
+func segmentsNote(family string) string {
+	if family != "yolov9" {
+		return ""
+	}
+	return "train_dual.py checkpoints nothing itself, and checkpoint_sequential(model.model, K) fails on YOLOv9\n(Concat and CBFuse take lists): docs/checkpointing.md gives the patch to models/yolo.py that runs these segments"
+}
+
 // simulate fills the report's results: the peaks, then the largest batches,
 // then the detail, each batch of work spread over the CPUs.
 func (rep *report) simulate(m *onnxmem.Model, img imageSize, batches []int64, batch int64, stderr io.Writer, verbose bool) error {
