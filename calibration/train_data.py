@@ -123,6 +123,29 @@ def install_stubs():
             mod.display = sub
 
 
+def apply_segments_patch(k):
+    """Applies docs/checkpointing.md's patch to models/yolo.py, its code read from that file (so
+    that what the page tells people to paste is what runs here), and sets model.segments = k on
+    every Model the trainer builds, as the page says to."""
+    import re
+    import textwrap
+    import models.yolo as yolo
+    page = open(os.path.join(REPO, "docs", "checkpointing.md")).read()
+    block = next(b for b in re.findall(r"```python\n(.*?)```", page, re.S) if "def _forward_once" in b)
+    imports, _, body = block.partition("\n\n")
+    ns = dict(vars(yolo))
+    exec(imports, ns)
+    exec(textwrap.dedent(body), ns)
+    yolo.BaseModel._forward_once = ns["_forward_once"]
+    yolo.BaseModel._forward_segments = ns["_forward_segments"]
+    init = yolo.Model.__init__
+
+    def init_with_segments(self, *a, **kw):
+        init(self, *a, **kw)
+        self.segments = k
+    yolo.Model.__init__ = init_with_segments
+
+
 def child(args):
     yolo = os.path.abspath(args.yolo)
     os.chdir(yolo)
@@ -139,6 +162,8 @@ def child(args):
         torch.cuda.set_per_process_memory_fraction(args.fraction)
     trainer = __import__(args.trainer)  # train_dual or train
     from utils.callbacks import Callbacks
+    if args.segments > 1:
+        apply_segments_patch(args.segments)
 
     events = []
     cb = Callbacks()
@@ -197,7 +222,7 @@ def child(args):
     except Exception as e:  # recorded with the events so far
         status, err = "error", f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
     result = {"cfg": args.cfg, "trainer": args.trainer, "batch": args.batch, "epochs": args.epochs, "img": 640,
-              "amp": True, "fraction": args.fraction, "status": status, "error": err,
+              "amp": True, "segments": args.segments, "fraction": args.fraction, "status": status, "error": err,
               "capacity_bytes": int(args.fraction * torch.cuda.get_device_properties(0).total_memory) if args.fraction else None,
               "total_memory": torch.cuda.get_device_properties(0).total_memory, "gpu": torch.cuda.get_device_name(0),
               "torch": torch.__version__, "cudnn": torch.backends.cudnn.version(), "seconds": round(time.time() - t0, 1),
@@ -218,6 +243,8 @@ def run(args, cfg, batch, fraction, tag):
            "--project", os.path.join(args.work, "runs"), "--name", tag, "--result", res]
     if fraction:
         cmd += ["--fraction", repr(fraction)]
+    if args.segments > 1:
+        cmd += ["--segments", str(args.segments)]
     t0 = time.time()
     with open(log, "w") as lf:
         # torch.load's weights_only default (True since PyTorch 2.6) refuses the checkpoints this
@@ -258,6 +285,7 @@ def main():
     ap.add_argument("--name")
     ap.add_argument("--result")
     ap.add_argument("--fraction", type=float, default=0.0)
+    ap.add_argument("--segments", type=int, default=0, help="run docs/checkpointing.md's patch with this many segments")
     args = ap.parse_args()
     if args.child:
         return child(args)
@@ -271,7 +299,7 @@ def main():
 
     for spec in filter(None, args.runs.split(",")):
         cfg, batch = spec.split(":")
-        run(args, cfg, int(batch), 0.0, f"{cfg}_b{batch}")
+        run(args, cfg, int(batch), 0.0, f"{cfg}_b{batch}" + (f"_k{args.segments}" if args.segments > 1 else ""))
 
     for search in filter(None, args.search.split(",")):
         import torch
@@ -296,7 +324,7 @@ def main():
 
     for spec in filter(None, args.after.split(",")):
         cfg, batch = spec.split(":")
-        run(args, cfg, int(batch), 0.0, f"{cfg}_b{batch}")
+        run(args, cfg, int(batch), 0.0, f"{cfg}_b{batch}" + (f"_k{args.segments}" if args.segments > 1 else ""))
 
 
 if __name__ == "__main__":
