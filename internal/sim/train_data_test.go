@@ -26,6 +26,7 @@ type dataRun struct {
 	Cfg, Trainer, Status, GPU string
 	Batch, Img                int64
 	AMP                       bool
+	Segments                  int    // docs/checkpointing.md's patch, when above 1
 	Capacity                  *int64 `json:"capacity_bytes"`
 	Peak                      int64
 	PeakReserved              int64 `json:"peak_reserved"`
@@ -126,6 +127,9 @@ func TestDataRuns(t *testing.T) {
 			trainer = "train"
 		}
 		sc := sim.Options{Batch: run.Batch, Height: run.Img, Width: run.Img, AMP: run.AMP, Train: true, Optimizer: sim.SGD, EMA: true, Trainer: trainer}
+		if run.Segments > 1 {
+			sc.Segments = run.Segments
+		}
 		if run.Capacity != nil {
 			sc.Capacity = *run.Capacity
 		}
