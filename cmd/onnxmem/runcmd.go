@@ -118,7 +118,8 @@ func cmdRun(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		return exit(stderr, writeCSV(stdout, runRows(r, events)))
 	}
 	if *asJSON {
-		return exit(stderr, writeJSON(stdout, runJSON{Model: m.Name, Device: deviceName(d), Limit: limitOf(d), Fits: !r.OOM, Predicted: newRunPredicted(r)}))
+		return exit(stderr, writeJSON(stdout, runJSON{Model: m.Name, Device: deviceName(d), Limit: limitOf(d), Fits: !r.OOM,
+			Source: runSource(events, *eventsFile, *data, *meanBoxes, *seed), Predicted: newRunPredicted(r)}))
 	}
 	return exit(stderr, printRun(stdout, m.Name, runSource(events, *eventsFile, *data, *meanBoxes, *seed), r, events, d))
 }
@@ -169,8 +170,11 @@ type runJSON struct {
 	Device string `json:"device,omitempty"`
 	// Limit is the caching allocator's limit in bytes (the card's usable
 	// memory), 0 without -device; Fits says the run ran under it.
-	Limit     int64        `json:"limit_bytes,omitempty"`
-	Fits      bool         `json:"fits"`
+	Limit int64 `json:"limit_bytes,omitempty"`
+	Fits  bool  `json:"fits"`
+	// Source says where the box counts and validation batches came from,
+	// and what of them is exact and what drawn, as the table's data line.
+	Source    string       `json:"source"`
 	Predicted runPredicted `json:"predicted"`
 }
 
