@@ -24,6 +24,7 @@ package dataset
 import (
 	"bufio"
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"image"
 	_ "image/jpeg" // the decoders whose headers give an image's size
@@ -161,8 +162,9 @@ var otherFormats = map[string]bool{"bmp": true, "dng": true, "mpo": true, "tif":
 // sorts them; each with its size from its header and the box count of its
 // label file (the path with its last "/images/" made "/labels/" and its
 // extension ".txt"; a missing label file is an image without boxes).
-// EXIF orientations are not read: a photo stored rotated (orientation 6
-// or 8) has its width and height swapped by the dataloader and not here.
+// A JPEG whose EXIF orientation is 6 or 8 (a photo stored rotated) has its
+// width and height swapped, as exif_size swaps them; a PNG's eXIf chunk is
+// not read (PIL's _getexif, which exif_size calls, is JPEG's).
 func Images(split string) ([]Image, error) {
 	paths, err := listImages(split)
 	if err != nil {
@@ -241,7 +243,14 @@ func readImage(p string) (Image, error) {
 	if err != nil {
 		return Image{}, fmt.Errorf("dataset: %w", err)
 	}
-	cfg, _, err := image.DecodeConfig(f)
+	cfg, format, err := image.DecodeConfig(f)
+	if err == nil && format == "jpeg" {
+		if _, err = f.Seek(0, io.SeekStart); err == nil {
+			if o := jpegOrientation(bufio.NewReader(f)); o == 6 || o == 8 {
+				cfg.Width, cfg.Height = cfg.Height, cfg.Width
+			}
+		}
+	}
 	f.Close()
 	if err != nil {
 		return Image{}, fmt.Errorf("dataset: %s: %v", p, err)
@@ -251,6 +260,90 @@ func readImage(p string) (Image, error) {
 		return Image{}, err
 	}
 	return Image{Path: p, W: int64(cfg.Width), H: int64(cfg.Height), Boxes: int64(len(labels)), Labels: labels}, nil
+}
+
+// jpegOrientation returns the EXIF orientation (tag 0x0112 of IFD0 in the
+// APP1 "Exif" segment) of the JPEG read from r, or 0 when it has none or
+// the segments before the image data hold no readable one.
+//
+// Worked example: FF D8 (SOI), FF E1 and a length, "Exif\0\0", then a TIFF
+// header "MM\0*" with IFD0 at offset 8, whose entry 01 12 00 03 00 00 00
+// 01 00 06 00 00 is the orientation, a SHORT of value 6: rotated 90°
+// clockwise, so the dataloader swaps the width and height.
+func jpegOrientation(r *bufio.Reader) int {
+	var soi [2]byte
+	if _, err := io.ReadFull(r, soi[:]); err != nil || soi != [2]byte{0xFF, 0xD8} {
+		return 0
+	}
+	for {
+		var m [4]byte
+		if _, err := io.ReadFull(r, m[:2]); err != nil || m[0] != 0xFF {
+			return 0
+		}
+		for m[1] == 0xFF { // fill bytes
+			b, err := r.ReadByte()
+			if err != nil {
+				return 0
+			}
+			m[1] = b
+		}
+		if m[1] == 0xDA || m[1] == 0xD9 { // the image data, or its end
+			return 0
+		}
+		if _, err := io.ReadFull(r, m[2:]); err != nil {
+			return 0
+		}
+		n := int(m[2])<<8 | int(m[3]) - 2
+		if n < 0 {
+			return 0
+		}
+		if m[1] != 0xE1 {
+			if _, err := r.Discard(n); err != nil {
+				return 0
+			}
+			continue
+		}
+		seg := make([]byte, n)
+		if _, err := io.ReadFull(r, seg); err != nil {
+			return 0
+		}
+		if o, ok := exifOrientation(seg); ok {
+			return o
+		}
+	}
+}
+
+// exifOrientation reads the orientation from an APP1 segment's payload:
+// "Exif\0\0" and a TIFF structure.
+func exifOrientation(seg []byte) (int, bool) {
+	tiff, ok := bytes.CutPrefix(seg, []byte("Exif\x00\x00"))
+	if !ok || len(tiff) < 8 {
+		return 0, false
+	}
+	var order binary.ByteOrder
+	switch string(tiff[:2]) {
+	case "II":
+		order = binary.LittleEndian
+	case "MM":
+		order = binary.BigEndian
+	default:
+		return 0, false
+	}
+	ifd := int64(order.Uint32(tiff[4:8]))
+	if ifd+2 > int64(len(tiff)) {
+		return 0, false
+	}
+	count := int64(order.Uint16(tiff[ifd:]))
+	for i := range count {
+		e := ifd + 2 + 12*i
+		if e+12 > int64(len(tiff)) {
+			return 0, false
+		}
+		if order.Uint16(tiff[e:]) == 0x0112 && order.Uint16(tiff[e+2:]) == 3 { // SHORT
+			return int(order.Uint16(tiff[e+8:])), true
+		}
+	}
+	return 0, true
 }
 
 // labelPath is img2label_paths: the last "/images/" of p made "/labels/",

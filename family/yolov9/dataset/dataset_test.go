@@ -1,6 +1,9 @@
 package dataset
 
 import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"image"
@@ -368,4 +371,82 @@ func TestMosaicMeasured(t *testing.T) {
 			t.Errorf("%s: the densest image of a batch has %.0f boxes (median) drawn, %.0f measured: want within 15%%", run.file, median(drawnMax), median(maxima))
 		}
 	}
+}
+
+// exifJPEG returns a w×h JPEG with an APP1 Exif segment whose IFD0 holds
+// orientation o, in byte order mm (big-endian) or II.
+func exifJPEG(t testing.TB, w, h int, o uint16, mm bool) []byte {
+	var img bytes.Buffer
+	if err := jpeg.Encode(&img, image.NewGray(image.Rect(0, 0, w, h)), nil); err != nil {
+		t.Fatal(err)
+	}
+	var order interface {
+		binary.ByteOrder
+		binary.AppendByteOrder
+	} = binary.LittleEndian
+	tiff := []byte("II*\x00")
+	if mm {
+		order, tiff = binary.BigEndian, []byte("MM\x00*")
+	}
+	tiff = order.AppendUint32(tiff, 8)
+	tiff = order.AppendUint16(tiff, 2) // two entries: an unrelated tag, then the orientation
+	for _, e := range [][2]uint16{{0x010F, 2}, {0x0112, 3}} {
+		tiff = order.AppendUint16(tiff, e[0])
+		tiff = order.AppendUint16(tiff, e[1])
+		tiff = order.AppendUint32(tiff, 1)
+		v := make([]byte, 4)
+		if e[0] == 0x0112 {
+			order.PutUint16(v, o)
+		}
+		tiff = append(tiff, v...)
+	}
+	seg := append([]byte("Exif\x00\x00"), tiff...)
+	app1 := []byte{0xFF, 0xE1, byte((len(seg) + 2) >> 8), byte(len(seg) + 2)}
+	b := img.Bytes()
+	return append(append(append([]byte{}, b[:2]...), append(app1, seg...)...), b[2:]...)
+}
+
+// TestEXIFOrientation reads JPEGs stored rotated as exif_size does: an
+// orientation of 6 or 8 swaps the width and height, others (1, 3) keep
+// them, in either byte order; a JPEG without EXIF keeps them too.
+func TestEXIFOrientation(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, "images")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		o    uint16
+		mm   bool
+		w, h int64
+	}{{1, false, 64, 48}, {3, true, 64, 48}, {6, false, 48, 64}, {8, true, 48, 64}}
+	for i, c := range cases {
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("%d.jpg", i)), exifJPEG(t, 64, 48, c.o, c.mm), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := Images(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range cases {
+		if got[i].W != c.w || got[i].H != c.h {
+			t.Errorf("orientation %d: %dx%d, want %dx%d", c.o, got[i].W, got[i].H, c.w, c.h)
+		}
+	}
+}
+
+// FuzzJPEGOrientation feeds the EXIF reader arbitrary bytes behind a JPEG's
+// SOI marker: it must return without panicking, and an orientation of 0 to
+// 65535.
+func FuzzJPEGOrientation(f *testing.F) {
+	f.Add(exifJPEG(f, 8, 8, 6, false)[2:])
+	f.Add(exifJPEG(f, 8, 8, 8, true)[2:])
+	f.Add([]byte{0xFF, 0xE1, 0x00, 0x02})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		o := jpegOrientation(bufio.NewReader(bytes.NewReader(append([]byte{0xFF, 0xD8}, b...))))
+		if o < 0 || o > 65535 {
+			t.Fatalf("orientation %d", o)
+		}
+	})
 }
