@@ -157,7 +157,7 @@ func (m *Model) programOf(sc Options) (*schedule.Program, error) {
 	if sc.Train && sc.BoxCounts != nil {
 		// A run's iterations: by count class, not by batch class, whose key
 		// would hold every iteration's counts.
-		prog, ok, err := countProgram(p, sc, func() (*schedule.Program, error) { return m.buildTrimmed(p, sc) })
+		prog, ok, err := countProgram(p, sc, func() (*schedule.Program, error) { return buildTrimmed(m, p, sc) })
 		if ok {
 			return prog, err
 		}
@@ -176,17 +176,9 @@ func (m *Model) programOf(sc Options) (*schedule.Program, error) {
 			return prog, nil
 		}
 	}
-	// Every call gets a workspace event, empty or not (see above).
-	prog, calls, err := m.build(p, sc, func(c schedule.ConvCall) int64 { return max(workspaces.Workspace(c), 1) })
+	prog, calls, wsBuf, err := m.buildSuperset(p, sc)
 	if err != nil {
 		return nil, err
-	}
-	for i := range calls {
-		calls[i].ws = workspaces.Workspace(calls[i].call)
-	}
-	wsBuf, ok := workspaceBuffers(prog, calls)
-	if !ok {
-		panic("onnxmem: a convolution's workspace buffer is missing from its program")
 	}
 	if sc.Batch > 1 {
 		p.classes.add(key, classPoint{batch: sc.Batch, prog: prog, calls: calls, wsBuf: wsBuf})
@@ -198,10 +190,21 @@ func (m *Model) programOf(sc Options) (*schedule.Program, error) {
 
 // buildTrimmed builds sc's program as programOf does, without keeping it
 // towards a batch class.
-func (m *Model) buildTrimmed(p *prepared, sc Options) (*schedule.Program, error) {
-	prog, calls, err := m.build(p, sc, func(c schedule.ConvCall) int64 { return max(workspaces.Workspace(c), 1) })
+func buildTrimmed(m *Model, p *prepared, sc Options) (*schedule.Program, error) {
+	prog, calls, wsBuf, err := m.buildSuperset(p, sc)
 	if err != nil {
 		return nil, err
+	}
+	return trim(prog, calls, wsBuf), nil
+}
+
+// buildSuperset builds sc's program with a workspace event for every
+// convolution call, empty or not (see above), and returns the calls with
+// their real workspaces and each one's workspace buffer.
+func (m *Model) buildSuperset(p *prepared, sc Options) (*schedule.Program, []convCall, []int32, error) {
+	prog, calls, err := m.build(p, sc, func(c schedule.ConvCall) int64 { return max(workspaces.Workspace(c), 1) })
+	if err != nil {
+		return nil, nil, nil, err
 	}
 	for i := range calls {
 		calls[i].ws = workspaces.Workspace(calls[i].call)
@@ -210,7 +213,7 @@ func (m *Model) buildTrimmed(p *prepared, sc Options) (*schedule.Program, error)
 	if !ok {
 		panic("onnxmem: a convolution's workspace buffer is missing from its program")
 	}
-	return trim(prog, calls, wsBuf), nil
+	return prog, calls, wsBuf, nil
 }
 
 // find returns the class of a key, made most recently used, or nil. The

@@ -47,7 +47,7 @@ func TestCountPrograms(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want, err := m.buildTrimmed(p, s2)
+			want, err := buildTrimmed(m, p, s2)
 			if err != nil {
 				t.Fatal(err)
 			}
