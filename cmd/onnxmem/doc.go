@@ -223,7 +223,7 @@
 //
 //	onnxmem run [-batch N] [-img N] [-amp] [-segments K] [-optimizer NAME] [-ema=false] [-alloc-conf OPTS]
 //	            [-epochs E] [-iters N] [-val-images N] [-mean-boxes M] [-data FILE.yaml] [-seed S] [-events FILE.json]
-//	            [-device NAME|SIZE] [-json|-csv] [MODEL.onnx]
+//	            [-device NAME|SIZE] [-json|-csv] [-svg FILE] [MODEL.onnx]
 //
 // A whole training run in one process (onnxmem.Model.Run): the setup, then
 // per epoch -iters iterations whose images hold box counts drawn from a
@@ -245,7 +245,10 @@
 // each event with GPU_mem as the loop prints it, and the peaks over the
 // run; with -device, whether the run fits under the card's limit (it runs
 // to its end without running out of memory). -json writes the same with
-// predict's train_run fields.
+// predict's train_run fields and where the box counts came from (source).
+// -svg plots memory against the event index: reserved (GPU_mem) and
+// allocated after each event, each event's allocated peak, the card's
+// limit with -device, validations shaded and checkpoint saves marked.
 //
 // # claims
 //

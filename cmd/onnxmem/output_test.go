@@ -257,6 +257,7 @@ func TestSVG(t *testing.T) {
 		{"sweep", []string{"sweep", "-batches", "1,2,4"}, "fp32 model step (forward, loss, backward), image 640x640: peak against batch size"},
 		{"sweep1", []string{"sweep", "-batches", "3", "-amp", "-segments", "2", "-img", "384x640"}, "amp k2 model step (forward, loss, backward), image 384x640: peak"},
 		{"timeline", []string{"timeline", "-batch", "1", "-half", "-img", "320"}, "half model step (forward, loss, backward), image 320x320, batch 1: memory over the step"},
+		{"run", []string{"run", "-batch", "2", "-img", "320", "-epochs", "2", "-iters", "3", "-device", "24G"}, "memory over the training run, batch 2"},
 	} {
 		path := filepath.Join(dir, tc.name+".svg")
 		code, _, stderr := runCmd(t, "", append(tc.args, "-svg", path, m)...)

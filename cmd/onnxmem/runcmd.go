@@ -17,7 +17,7 @@ func cmdRun(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	f := newFlagSet("run",
 		"onnxmem run [-batch N] [-img N] [-amp] [-segments K] [-optimizer NAME] [-ema=false] [-alloc-conf OPTS]\n"+
 			"            [-epochs E] [-iters N] [-val-images N] [-mean-boxes M] [-data FILE.yaml] [-seed S] [-events FILE.json]\n"+
-			"            [-device NAME|SIZE] [-json|-csv] [MODEL.onnx]",
+			"            [-device NAME|SIZE] [-json|-csv] [-svg FILE] [MODEL.onnx]",
 		"Run simulates a whole training run of train_dual.py in one process: the setup\n"+
 			"(model, optimizer, EMA), -epochs epochs of -iters iterations with per-image box\n"+
 			"counts drawn from a long-tailed distribution of mean -mean-boxes, each epoch's\n"+
@@ -33,7 +33,8 @@ func cmdRun(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 			"predict's train_run format (\"skipped\": true marks the iterations GradScaler\n"+
 			"skipped, if known). It prints allocated and reserved memory after each\n"+
 			"event (GPU_mem is what the training loop prints) and the run's peaks; with\n"+
-			"-device, whether the run fits under that card's limit.",
+			"-device, whether the run fits under that card's limit. -svg plots memory over\n"+
+			"the run (GPU_mem, allocated, the card's limit; validations shaded).",
 		"onnxmem run -batch 16 -amp -epochs 2 -iters 20 -device rtx4090 yolov9-s")
 	batch := f.positive("batch", 16, "training batch `size`")
 	img, set := f.imgFlag(), f.settingFlags()
@@ -49,6 +50,7 @@ func cmdRun(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	eventsFile := f.String("events", "", "read the events from `FILE.json` (a list of {\"setup\":{}}, {\"train\":{\"boxes_per_img\":[...]}}, {\"val\":{...}}, {\"ckpt\":{}})")
 	device := f.deviceFlag()
 	asJSON, asCSV := f.jsonFlag(), f.csvFlag()
+	svg := f.svgFlag("the plot of memory over the run")
 	f.familyFlag()
 	m, code, ok := f.parseAndLoad(args, stdout, stderr)
 	if !ok {
@@ -112,6 +114,9 @@ func cmdRun(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	}
 	r, err := m.Run(sc, events)
 	if err != nil {
+		return fail(stderr, err)
+	}
+	if err := writeSVG(*svg, runPlot(m.Name, r, events, d)); err != nil {
 		return fail(stderr, err)
 	}
 	if *asCSV {
@@ -278,6 +283,44 @@ func gpuMemSummary(r *onnxmem.RunResult, events []onnxmem.RunEvent) string {
 	}
 	return fmt.Sprintf("GPU_mem after the %d iterations: median %s, 99th percentile %s, largest %s; the highest reserved peak first in event %d (%s GiB, its densest image %d boxes)",
 		len(res), at(0.5), at(0.99), at(1), w.Event, gib(w.PeakReserved), most)
+}
+
+// runPlot is memory over a run: reserved (GPU_mem) and allocated after
+// each event and each event's peaks, against the event index, the
+// validations shaded, the checkpoint saves and the run's peak marked, and
+// the card's limit when there is one.
+func runPlot(name string, r *onnxmem.RunResult, events []onnxmem.RunEvent, d *onnxmem.Device) *plot {
+	res := series{Name: "reserved after the event (GPU_mem)", Color: "#e08a00"}
+	alloc := series{Name: "allocated after the event", Color: "#1f5fbf"}
+	peak := series{Name: "allocated peak during the event", Color: "#9bb7e0"}
+	var marks []mark
+	var bands []band
+	for _, s := range r.Steps {
+		x := float64(s.Event)
+		res.X, res.Y = append(res.X, x), append(res.Y, gibf(s.Reserved))
+		alloc.X, alloc.Y = append(alloc.X, x), append(alloc.Y, gibf(s.Allocated))
+		peak.X, peak.Y = append(peak.X, x), append(peak.Y, gibf(s.Peak))
+		switch events[s.Event].Kind {
+		case "val":
+			if n := len(bands); n > 0 && bands[n-1].X1 == x {
+				bands[n-1].X1 = x + 1
+			} else {
+				bands = append(bands, band{X0: x, X1: x + 1, Label: "validation", Fill: "#e2f3e0"})
+			}
+		case "ckpt":
+			marks = append(marks, mark{X: x, Y: gibf(s.Reserved), Label: "checkpoint"})
+		}
+	}
+	p := &plot{
+		Title:  fmt.Sprintf("%s: memory over the training run, batch %d", name, r.Scenario.Batch),
+		XLabel: "event (setup, iterations, validation batches, checkpoint saves)", YLabel: "GiB",
+		Series: []series{res, alloc, peak}, Bands: bands, Marks: marks,
+		XMin: 0, XMax: float64(max(len(events), 1)),
+	}
+	if d != nil {
+		p.Series = append(p.Series, series{Name: d.Name + " limit", Color: "#c00", X: []float64{0, p.XMax}, Y: []float64{gibf(d.Usable()), gibf(d.Usable())}})
+	}
+	return p
 }
 
 // runRow is one event of run -csv.
