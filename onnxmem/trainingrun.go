@@ -68,10 +68,8 @@ func (m *Model) Run(sc Scenario, events []RunEvent) (*RunResult, error) {
 	return out, nil
 }
 
-// RunPlan is a run: epochs of Iterations, box counts of mean MeanBoxes drawn
-// from Seed, validation at twice the batch on common aspect ratios, a
-// checkpoint; or, with Data (a YOLO data yaml), epochs of its images, as
-// the dataloader draws them, and validation on their rectangles.
+// RunPlan is a run: epochs of Iterations and validation, boxes of mean
+// MeanBoxes from Seed; or of Data's images (a YOLO data yaml).
 type RunPlan struct {
 	Epochs, Iterations   int
 	Batch, Height, Width int64
@@ -135,4 +133,65 @@ func dataPlan(p *sim.RunPlan, fam, file string) error {
 	batch := int(p.Batch)
 	p.TrainBoxes = func(rng *rand.Rand) [][]int64 { return set.Epoch(batch, side, dataset.ScratchHigh, rng) }
 	return nil
+}
+
+// MaxBatchRun is MaxBatch for the whole run p, planned at each batch.
+func (m *Model) MaxBatchRun(sc Scenario, p RunPlan, limit int64) (int64, *RunResult, error) {
+	_, _, o, err := m.decode(sc)
+	if err != nil {
+		return 0, nil, err
+	}
+	if _, err := limitOf(o, "max batch of a run"); err != nil {
+		return 0, nil, err
+	}
+	if limit <= 0 {
+		limit = MaxBatchLimit
+	}
+	// A run's memory grows with its batch: doubling from 1 finds one that
+	// does not complete, bisection the last that does.
+	tried := map[int64]*RunResult{}
+	completes := func(b int64) (bool, error) {
+		s, q := sc, p
+		s.Batch, q.Batch = b, b
+		if q.Height == 0 && q.Width == 0 {
+			q.Height, q.Width = o.Height, o.Width
+		}
+		events, err := m.PlanRun(q)
+		if err != nil {
+			return false, err
+		}
+		r, err := m.Run(s, events)
+		if err != nil {
+			return false, err
+		}
+		tried[b] = r
+		return !r.OOM, nil
+	}
+	lo, hi := int64(0), int64(1) // lo completes (0: none yet), hi is to try
+	for {
+		ok, err := completes(hi)
+		if err != nil {
+			return 0, nil, err
+		}
+		if !ok {
+			break
+		}
+		if lo = hi; hi == limit {
+			return lo, tried[lo], nil
+		}
+		hi = min(2*hi, limit)
+	}
+	for hi-lo > 1 {
+		mid := lo + (hi-lo)/2
+		ok, err := completes(mid)
+		if err != nil {
+			return 0, nil, err
+		}
+		if ok {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return lo, tried[lo], nil
 }

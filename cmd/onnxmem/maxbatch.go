@@ -364,62 +364,27 @@ func (g *gibValue) Set(v string) error {
 func (g gibValue) bytes() int64 { return int64(math.Round(float64(g) * (1 << 30))) }
 
 // runMaxBatchCmd answers maxbatch -data: the largest batch, up to limit,
-// with which the run p (its batch and image set here) completes under c's
-// limit. A run's memory grows with its batch, so doubling from 1 finds a
-// batch that does not complete, and bisection the last one that does.
+// with which the run p completes under c's limit (Model.MaxBatchRun), and
+// where the run at one more runs out of memory.
 func runMaxBatchCmd(m *onnxmem.Model, c fitCriterion, st setting, img imageSize, p onnxmem.RunPlan, limit int64, asJSON, asCSV bool, stdout, stderr io.Writer) int {
-	tty := isTerminal(stderr)
-	tried := map[int64]*onnxmem.RunResult{}
-	completes := func(b int64) (bool, error) {
-		if r, ok := tried[b]; ok {
-			return !r.OOM, nil
-		}
-		sc := c.scenario(st.scenario(b, img))
+	if isTerminal(stderr) {
+		fmt.Fprintf(stderr, "onnxmem: maxbatch: simulating whole runs on %s, batch after batch\n", p.Data)
+	}
+	lo, best, err := m.MaxBatchRun(c.scenario(st.scenario(1, img)), p, limit)
+	if err != nil {
+		return fail(stderr, err)
+	}
+	tried := map[int64]*onnxmem.RunResult{lo: best}
+	if lo < limit { // the run at one more, for where it fails
+		sc := c.scenario(st.scenario(lo+1, img))
 		q := p
-		q.Batch, q.Height, q.Width = b, sc.Height, sc.Width
+		q.Batch, q.Height, q.Width = lo+1, sc.Height, sc.Width
 		events, err := m.PlanRun(q)
 		if err != nil {
-			return false, err
-		}
-		r, err := m.Run(sc, events)
-		if err != nil {
-			return false, err
-		}
-		tried[b] = r
-		if tty {
-			verdict := "completes"
-			if r.OOM {
-				verdict = fmt.Sprintf("out of memory in event %d of %d", r.OOMEvent, len(events))
-			}
-			fmt.Fprintf(stderr, "onnxmem: maxbatch: batch %d: %s\n", b, verdict)
-		}
-		return !r.OOM, nil
-	}
-	lo, hi := int64(0), int64(1) // lo completes (0: none yet), hi is to try
-	for {
-		ok, err := completes(hi)
-		if err != nil {
 			return fail(stderr, err)
 		}
-		if !ok {
-			break
-		}
-		lo = hi
-		if hi == limit {
-			break
-		}
-		hi = min(2*hi, limit)
-	}
-	for hi-lo > 1 && !(lo == limit) {
-		mid := lo + (hi-lo)/2
-		ok, err := completes(mid)
-		if err != nil {
+		if tried[lo+1], err = m.Run(sc, events); err != nil {
 			return fail(stderr, err)
-		}
-		if ok {
-			lo = mid
-		} else {
-			hi = mid
 		}
 	}
 	sc := c.scenario(st.scenario(max(lo, 1), img))
@@ -446,7 +411,7 @@ func runMaxBatchCmd(m *onnxmem.Model, c fitCriterion, st setting, img imageSize,
 		fmt.Fprintf(stdout, "device %s (%s): %s GiB total, %s GiB CUDA context, %s GiB usable\n", d.Name, d.Long, gib(d.Total), gib(d.Context), gib(d.Usable()))
 	}
 	if lo == 0 {
-		_, err := fmt.Fprintf(stdout, "max batch 0: the run at batch 1 runs out of memory in %s (event %d)\n", c.limitText(), tried[1].OOMEvent)
+		_, err = fmt.Fprintf(stdout, "max batch 0: the run at batch 1 runs out of memory in %s (event %d)\n", c.limitText(), tried[1].OOMEvent)
 		return exit(stderr, err)
 	}
 	r := tried[lo]
@@ -458,7 +423,7 @@ func runMaxBatchCmd(m *onnxmem.Model, c fitCriterion, st setting, img imageSize,
 	if lo == limit {
 		fmt.Fprintf(stdout, "; the search stopped at -limit %d", limit)
 	}
-	_, err := fmt.Fprintln(stdout)
+	_, err = fmt.Fprintln(stdout)
 	return exit(stderr, err)
 }
 
