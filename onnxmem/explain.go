@@ -71,9 +71,8 @@ func (m *Model) Timeline(sc Scenario) (*Result, []Sample, error) {
 	return result(r, sc), out, nil
 }
 
-// WriteSnapshot simulates a step and writes its allocator history, each
-// event with its ONNX node, as torch.cuda.memory._dump_snapshot() does,
-// for PyTorch's memory_viz (default allocator only).
+// WriteSnapshot writes a step's allocator history as _dump_snapshot()
+// does, each event with its node, for memory_viz (default allocator).
 func (m *Model) WriteSnapshot(w io.Writer, sc Scenario) (*Result, error) {
 	e, sc, o, err := m.decode(sc)
 	if err != nil {

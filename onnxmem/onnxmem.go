@@ -33,11 +33,9 @@ import (
 
 // Model is a loaded network, prepared by its model family.
 type Model struct {
-	Name   string // the file's name without ".onnx", or the built-in name
-	Family string // "yolov9", or "generic" for any other graph (Families)
-	// Builtin names the built-in model that stands for an inference
-	// export, which holds no training graph: the one with its convolutions.
-	Builtin string
+	Name    string // the file's name without ".onnx", or the built-in name
+	Family  string // "yolov9", or "generic" for any other graph (Families)
+	Builtin string // the built-in model that stands for an inference export
 	Note    string // why a graph like a family's is not one, when it is not
 
 	m       *sim.Model
@@ -106,9 +104,8 @@ func (m *Model) As(family string) (*Model, error) {
 	return a, err
 }
 
-// WithClasses returns the model with nc classes, as Model(cfg, nc=nc)
-// builds it: m when it has them, or the built-in model m is or stands for,
-// rebuilt and named "NAME nc=N".
+// WithClasses returns m with nc classes as Model(cfg, nc=nc) builds it
+// (a built-in model rebuilt, named "NAME nc=N"), or m when it has them.
 func (m *Model) WithClasses(nc int64) (*Model, error) {
 	has, err := m.Classes()
 	switch {
@@ -147,8 +144,7 @@ func (m *Model) Layers() int {
 	return m.m.Layers()
 }
 
-// FixedImage returns the image size the export fixes, if it does (a
-// torchvision export with only the batch dynamic: 224×224).
+// FixedImage returns the image size the export fixes (224×224), if any.
 func (m *Model) FixedImage() (h, w int64, ok bool) {
 	if m == nil || m.m == nil {
 		return 0, 0, false
@@ -156,8 +152,8 @@ func (m *Model) FixedImage() (h, w int64, ok bool) {
 	return m.m.FixedImage()
 }
 
-// Footprint is what model.to('cuda') makes: the parameters (those with a
-// .grad: Trainable), their bytes and the buffers', and memory_allocated().
+// Footprint is what model.to('cuda') makes: parameters, trainable ones,
+// bytes of both kinds, memory_allocated().
 type Footprint struct {
 	Params, Trainable, ParamBytes, BufferBytes, Allocated int64
 }

@@ -46,8 +46,7 @@ func formatRanges(rs []Range) string {
 	return strings.Join(parts, ",")
 }
 
-// Plan finds the checkpoint plan that recomputes fewest FLOPs for sc to
-// fit its Device or Capacity, in place of sc's Segments and Checkpoint.
+// Plan finds the checkpoint plan of fewest FLOPs recomputed that fits sc.
 func (m *Model) Plan(sc Scenario) (*Plan, error) {
 	sc.Segments, sc.Checkpoint = 0, nil
 	e, sc, o, err := m.decode(sc)

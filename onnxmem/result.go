@@ -81,8 +81,7 @@ func (m *Model) Simulate(sc Scenario) (*Result, error) {
 	return result(r, sc), err
 }
 
-// Sweep predicts sc at each batch size, on all CPUs, calling progress (if
-// not nil) after each.
+// Sweep predicts sc at each batch size, on all CPUs, calling progress.
 func (m *Model) Sweep(sc Scenario, batches []int64, progress func(done, total int)) ([]*Result, error) {
 	e, sc, o, err := m.decode(sc)
 	if err != nil {
@@ -99,9 +98,8 @@ func (m *Model) Sweep(sc Scenario, batches []int64, progress func(done, total in
 	return out, nil
 }
 
-// MaxBatch returns the largest batch size, at most limit (0: MaxBatchLimit),
-// whose step fits sc's Device or Capacity, and its Result; 0 and nil when
-// batch 1 does not fit.
+// MaxBatch returns the largest batch, at most limit (0: MaxBatchLimit),
+// whose step fits sc's Device or Capacity, and its Result (0, nil: none).
 func (m *Model) MaxBatch(sc Scenario, limit int64) (int64, *Result, error) {
 	e, sc, o, err := m.decode(sc)
 	if err != nil {
@@ -118,8 +116,7 @@ func (m *Model) MaxBatch(sc Scenario, limit int64) (int64, *Result, error) {
 	return n, result(r, sc), err
 }
 
-// Fit simulates sc without a limit, for its whole figures, and says
-// whether it fits under sc's Device or Capacity.
+// Fit simulates sc without a limit and says if it fits its Device.
 func (m *Model) Fit(sc Scenario) (*Result, bool, error) {
 	e, sc, o, err := m.decode(sc)
 	if err != nil {

@@ -6,11 +6,14 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/onnxmem/onnxmem/family/yolov9/dataset"
 	"github.com/onnxmem/onnxmem/internal/sim"
 )
 
-// The defaults of a Scenario's zero fields and of MaxBatch's limit, the
-// command line's too. NoBoxes, as Scenario.Boxes, is a batch without boxes.
+// The defaults of a Scenario's zero fields, MaxBatch's limit and a
+// RunPlan's, the command line's too. NoBoxes, as Scenario.Boxes, is a
+// batch without boxes. BuiltinData is COCO 2017's image counts, their
+// sizes and boxes drawn COCO-like (assumed, not COCO's labels).
 const (
 	DefaultBatch        = 16
 	DefaultImage        = 640
@@ -18,6 +21,8 @@ const (
 	DefaultAMPWarmSteps = 4
 	MaxBatchLimit       = 1024
 	NoBoxes             = -1
+	DefaultEpochs       = 2
+	BuiltinData         = dataset.COCOName
 )
 
 // Step is what one simulated step runs.

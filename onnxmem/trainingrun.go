@@ -1,8 +1,10 @@
 package onnxmem
 
 import (
+	"cmp"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 
 	"github.com/onnxmem/onnxmem/family/yolov9/dataset"
 	"github.com/onnxmem/onnxmem/internal/sim"
@@ -10,12 +12,14 @@ import (
 
 // RunEvent is a run's "setup", "train" (an iteration, Skipped when
 // GradScaler skipped its step), "val" (a batch at Batch×Height×Width) or
-// "ckpt" (the checkpoint save); BoxCounts are its images' boxes.
+// "ckpt"; BoxCounts are its images' boxes; Omitted, the like events a plan
+// left out after it (a long epoch keeps its first 128, densest 128, last).
 type RunEvent struct {
 	Kind                 string
 	BoxCounts            []int64
 	Batch, Height, Width int64
 	Skipped              bool
+	Omitted              int
 }
 
 // RunStep is the allocator's counters after an event, and their peaks.
@@ -37,9 +41,8 @@ type RunResult struct {
 	OOMEvent           int
 }
 
-// Run simulates a training run of the train step sc (its Step TrainStep,
-// or empty) in one process, one iteration per "train" event, as the
-// family's training script runs it.
+// Run simulates a training run of the train step sc (Step TrainStep or
+// empty) in one process, as the family's training script runs it.
 func (m *Model) Run(sc Scenario, events []RunEvent) (*RunResult, error) {
 	switch sc.Step {
 	case "":
@@ -68,8 +71,8 @@ func (m *Model) Run(sc Scenario, events []RunEvent) (*RunResult, error) {
 	return out, nil
 }
 
-// RunPlan is a run: epochs of Iterations and validation, boxes of mean
-// MeanBoxes from Seed; or of Data's images (a YOLO data yaml).
+// RunPlan is a run of Epochs: of Data's images (a YOLO data yaml), of
+// MeanBoxes and ValImages, or without those of BuiltinData; Seed draws.
 type RunPlan struct {
 	Epochs, Iterations   int
 	Batch, Height, Width int64
@@ -79,16 +82,55 @@ type RunPlan struct {
 	Data                 string
 }
 
-// PlanRun returns the events of a synthetic run.
+// PlanRun returns the events of a run: a setup, per epoch its iterations,
+// its validation batches and the checkpoint save.
 func (m *Model) PlanRun(p RunPlan) ([]RunEvent, error) {
+	d, err := p.data()
+	if err != nil {
+		return nil, err
+	}
+	return m.planRun(p, d)
+}
+
+// builtin reports whether p trains on BuiltinData.
+func (p RunPlan) builtin() bool {
+	return p.Data == "" && p.Iterations == 0 && p.MeanBoxes == 0 && p.ValImages == 0
+}
+
+// Dataset names p's dataset: Data, BuiltinData or "" (synthetic).
+func (p RunPlan) Dataset() string {
+	if p.builtin() {
+		return BuiltinData
+	}
+	return p.Data
+}
+
+// data returns the dataset p trains on, nil for a synthetic plan.
+func (p RunPlan) data() (*planData, error) {
+	switch {
+	case p.builtin():
+		cocoData.once.Do(func() { cocoData.set = dataset.COCOLike() })
+		return cocoData, nil
+	case p.Data == "":
+		return nil, nil
+	}
+	set, err := dataset.Load(p.Data)
+	if err != nil {
+		return nil, fmt.Errorf("onnxmem: plan run: %w", err)
+	}
+	return &planData{set: set}, nil
+}
+
+// planRun is PlanRun on the dataset d (nil: synthetic).
+func (m *Model) planRun(p RunPlan, d *planData) ([]RunEvent, error) {
 	e, err := m.engine()
 	if err != nil {
 		return nil, err
 	}
-	sp := sim.RunPlan{Epochs: p.Epochs, Iterations: p.Iterations, Batch: p.Batch, Height: p.Height, Width: p.Width,
+	sp := sim.RunPlan{Epochs: cmp.Or(p.Epochs, DefaultEpochs), Iterations: p.Iterations, Batch: p.Batch, Height: p.Height, Width: p.Width,
 		ValImages: p.ValImages, MeanBoxes: p.MeanBoxes, Seed: p.Seed}
-	if p.Data != "" {
-		if err := dataPlan(&sp, m.Family, p.Data); err != nil {
+	if d != nil {
+		if err := d.plan(&sp, m.Family, cmp.Or(p.Data, BuiltinData)); err != nil {
 			return nil, err
 		}
 	}
@@ -107,31 +149,70 @@ func (m *Model) PlanRun(p RunPlan) ([]RunEvent, error) {
 // max(int(model.stride.max()), 32): 32 for every YOLOv9 model.
 const valStride = 32
 
-// dataPlan fills p's iterations and validation batches from the YOLO data
-// yaml file, for a model of family fam.
-func dataPlan(p *sim.RunPlan, fam, file string) error {
+// planData is the dataset of a run plan, with each epoch's per-image box
+// counts drawn once for an image size and seed: the batch size only
+// groups them, so a search over batch sizes draws them once.
+type planData struct {
+	once   sync.Once // makes set, for the built-in dataset
+	set    *dataset.Set
+	mu     sync.Mutex
+	epochs map[[2]uint64]*epochDraws
+}
+
+// epochDraws is one image size's and seed's epochs, drawn in order from
+// one stream, as the engine's plan draws them.
+type epochDraws struct {
+	rng    *rand.Rand
+	counts [][]int64
+}
+
+// cocoData is the built-in dataset's, shared by every plan.
+var cocoData = &planData{}
+
+// epoch returns the per-image box counts of epoch e at image size side
+// and seed.
+func (d *planData) epoch(side int64, seed uint64, e int) []int64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	key := [2]uint64{uint64(side), seed}
+	if d.epochs == nil {
+		d.epochs = map[[2]uint64]*epochDraws{}
+	}
+	dr := d.epochs[key]
+	if dr == nil {
+		dr = &epochDraws{rng: sim.PlanRand(seed)}
+		d.epochs[key] = dr
+	}
+	for len(dr.counts) <= e {
+		dr.counts = append(dr.counts, d.set.EpochCounts(side, dataset.ScratchHigh, dr.rng))
+	}
+	return dr.counts[e]
+}
+
+// plan fills p's iterations and validation batches from the dataset, for
+// a model of family fam; name says which dataset in errors.
+func (d *planData) plan(p *sim.RunPlan, fam, name string) error {
 	switch {
 	case fam != "yolov9":
-		return fmt.Errorf("onnxmem: plan run: data %s: a %s model; the dataset's sampler is YOLOv9's dataloader (-family yolov9 if the model is trained with it)", file, fam)
+		return fmt.Errorf("onnxmem: plan run: data %s: a %s model; the dataset's sampler is YOLOv9's dataloader (-family yolov9 if the model is trained with it)", name, fam)
 	case p.ValImages != 0 || p.MeanBoxes != 0:
-		return fmt.Errorf("onnxmem: plan run: data %s: ValImages and MeanBoxes are the synthetic run's; the dataset gives both", file)
+		return fmt.Errorf("onnxmem: plan run: data %s: ValImages and MeanBoxes are the synthetic run's; the dataset gives both", name)
 	case p.Batch < 1:
 		return fmt.Errorf("onnxmem: plan run: batch %d: want at least 1", p.Batch)
 	}
-	set, err := dataset.Load(file)
-	if err != nil {
-		return fmt.Errorf("onnxmem: plan run: %w", err)
-	}
 	side := max(p.Height, p.Width)
-	batches, err := dataset.Batches(set.Val, 2*p.Batch, side, valStride)
+	batches, err := dataset.Batches(d.set.Val, 2*p.Batch, side, valStride)
 	if err != nil {
 		return fmt.Errorf("onnxmem: plan run: %w", err)
 	}
 	for _, b := range batches {
 		p.ValBatches = append(p.ValBatches, sim.RunEvent{Kind: sim.RunEventVal, Batch: int64(len(b.Boxes)), Height: b.H, Width: b.W, BoxCounts: b.Boxes})
 	}
-	batch := int(p.Batch)
-	p.TrainBoxes = func(rng *rand.Rand) [][]int64 { return set.Epoch(batch, side, dataset.ScratchHigh, rng) }
+	batch, seed, epoch := int(p.Batch), p.Seed, 0
+	p.TrainBoxes = func(*rand.Rand) [][]int64 {
+		epoch++
+		return dataset.Group(d.epoch(side, seed, epoch-1), batch)
+	}
 	return nil
 }
 
@@ -147,6 +228,10 @@ func (m *Model) MaxBatchRun(sc Scenario, p RunPlan, limit int64) (int64, *RunRes
 	if limit <= 0 {
 		limit = MaxBatchLimit
 	}
+	d, err := p.data()
+	if err != nil {
+		return 0, nil, err
+	}
 	// A run's memory grows with its batch: doubling from 1 finds one that
 	// does not complete, bisection the last that does.
 	tried := map[int64]*RunResult{}
@@ -156,7 +241,7 @@ func (m *Model) MaxBatchRun(sc Scenario, p RunPlan, limit int64) (int64, *RunRes
 		if q.Height == 0 && q.Width == 0 {
 			q.Height, q.Width = o.Height, o.Width
 		}
-		events, err := m.PlanRun(q)
+		events, err := m.planRun(q, d)
 		if err != nil {
 			return false, err
 		}

@@ -81,11 +81,13 @@ func cmdRun(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		return f.usageError(stderr, "-mean-boxes must be 0 or more")
 	}
 	st.Train, st.Optimizer, st.EMA = true, string(opt), *ema
+	st.AMP = st.AMP || !f.isSet("amp") // train_dual.py's default
 	sc := st.scenario(*batch, *img)
 	if d != nil {
 		sc.Device = d.Name
 	}
 	var events []onnxmem.RunEvent
+	var p onnxmem.RunPlan
 	if *eventsFile != "" {
 		for _, name := range []string{"epochs", "iters", "val-images", "mean-boxes", "seed"} {
 			if f.isSet(name) {
@@ -96,10 +98,11 @@ func cmdRun(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 			return fail(stderr, err)
 		}
 	} else {
-		p := onnxmem.RunPlan{Epochs: int(*epochs), Iterations: int(*iters), Batch: *batch, Height: sc.Height, Width: sc.Width,
+		p = onnxmem.RunPlan{Epochs: int(*epochs), Iterations: int(*iters), Batch: *batch, Height: sc.Height, Width: sc.Width,
 			ValImages: *valImages, MeanBoxes: *meanBoxes, Seed: *seed, Data: *data}
+		synthetic := f.isSet("mean-boxes") || f.isSet("val-images")
 		switch {
-		case *data != "":
+		case *data != "" || !synthetic:
 			p.ValImages, p.MeanBoxes = 0, 0
 			if !f.isSet("iters") {
 				p.Iterations = 0
@@ -124,9 +127,9 @@ func cmdRun(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	}
 	if *asJSON {
 		return exit(stderr, writeJSON(stdout, runJSON{Model: m.Name, Device: deviceName(d), Limit: limitOf(d), Fits: !r.OOM,
-			Source: runSource(events, *eventsFile, *data, *meanBoxes, *seed), Predicted: newRunPredicted(r)}))
+			Source: runSource(events, *eventsFile, p.Dataset(), *meanBoxes, *seed), Predicted: newRunPredicted(r)}))
 	}
-	return exit(stderr, printRun(stdout, m.Name, runSource(events, *eventsFile, *data, *meanBoxes, *seed), r, events, d))
+	return exit(stderr, printRun(stdout, m.Name, runSource(events, *eventsFile, p.Dataset(), *meanBoxes, *seed), r, events, d))
 }
 
 // runEpochs is the epochs of a run that run and maxbatch -data simulate by
@@ -189,19 +192,33 @@ func runSource(events []onnxmem.RunEvent, eventsFile, data string, meanBoxes flo
 	if eventsFile != "" {
 		return "the events of " + eventsFile
 	}
-	var iters, vals int
+	var iters, vals, itersAll, valsAll int
 	for _, e := range events {
 		switch e.Kind {
 		case "train":
 			iters++
+			itersAll += 1 + e.Omitted
 		case "val":
 			vals++
+			valsAll += 1 + e.Omitted
 		}
 	}
-	if data == "" {
-		return fmt.Sprintf("synthetic: box counts drawn with mean %g (seed %d), validation on common aspect ratios; %d iterations and %d validation batches in all", meanBoxes, seed, iters, vals)
+	count := fmt.Sprintf("%d iterations and %d validation batches in all", itersAll, valsAll)
+	if itersAll > iters || valsAll > vals {
+		count = fmt.Sprintf("%d iterations and %d validation batches in all, %d and %d of them simulated (each epoch's first 128 iterations, its 128 densest and its last; one validation batch of each shape: the rest repeat their memory)",
+			itersAll, valsAll, iters, vals)
 	}
-	return fmt.Sprintf("%s: each image's boxes drawn as the dataloader's mosaic, perspective and mixup give them (seed %d: a sample, not the run's own draw), validation in the dataloader's rectangles (exact); %d iterations and %d validation batches in all", data, seed, iters, vals)
+	switch data {
+	case "":
+		return fmt.Sprintf("synthetic: box counts drawn with mean %g (seed %d), validation on common aspect ratios; %s", meanBoxes, seed, count)
+	case onnxmem.BuiltinData:
+		return fmt.Sprintf("%s: COCO 2017's %d training and %d validation images of %d classes, their sizes and boxes assumed\n"+
+			"       (drawn as calibration/train_data.py draws its COCO-like datasets, not COCO's labels: -data coco.yaml reads them);\n"+
+			"       each training image's boxes drawn as the dataloader's mosaic, perspective and mixup give them (seed %d),\n"+
+			"       validation in the dataloader's rectangles; %s",
+			data, dataset.COCOTrainImages, dataset.COCOValImages, dataset.COCOClasses, seed, count)
+	}
+	return fmt.Sprintf("%s: each image's boxes drawn as the dataloader's mosaic, perspective and mixup give them (seed %d: a sample, not the run's own draw), validation in the dataloader's rectangles (exact); %s", data, seed, count)
 }
 
 func printRun(w io.Writer, model, source string, r *onnxmem.RunResult, events []onnxmem.RunEvent, d *onnxmem.Device) error {
@@ -256,7 +273,9 @@ func printRun(w io.Writer, model, source string, r *onnxmem.RunResult, events []
 // gpuMemSummary says how GPU_mem, as the training loop prints it after each
 // iteration, spreads over the run's iterations (median, 99th percentile,
 // largest), and which iteration peaked first, with its densest image;
-// empty for a run of fewer than two iterations.
+// empty for a run of fewer than two iterations. An iteration a plan left
+// out counts with the reserved of the one before it: reserved only grows
+// in a run that does not run out, so that is its least.
 func gpuMemSummary(r *onnxmem.RunResult, events []onnxmem.RunEvent) string {
 	var res []int64
 	worst := -1 // the step of the first iteration with the largest peak
@@ -264,7 +283,9 @@ func gpuMemSummary(r *onnxmem.RunResult, events []onnxmem.RunEvent) string {
 		if s.Kind != "train" {
 			continue
 		}
-		res = append(res, s.Reserved)
+		for range 1 + events[s.Event].Omitted {
+			res = append(res, s.Reserved)
+		}
 		if worst < 0 || s.PeakReserved > r.Steps[worst].PeakReserved {
 			worst = i
 		}

@@ -140,11 +140,18 @@ func Load(file string) (*Set, error) {
 // of the training split at batch size batch and image size imgsz, as
 // Epoch draws them.
 func (s *Set) Epoch(batch int, imgsz int64, hyp Hyp, rng *rand.Rand) [][]int64 {
+	return Group(s.EpochCounts(imgsz, hyp, rng), batch)
+}
+
+// EpochCounts returns the box counts of every image of an epoch of the
+// training split at image size imgsz, in the epoch's shuffled order, as
+// EpochCounts draws them.
+func (s *Set) EpochCounts(imgsz int64, hyp Hyp, rng *rand.Rand) []int64 {
 	labels, sizes := make([][]Box, len(s.Train)), make([][2]int64, len(s.Train))
 	for i, im := range s.Train {
 		labels[i], sizes[i] = im.Labels, [2]int64{im.W, im.H}
 	}
-	return Epoch(labels, sizes, batch, imgsz, hyp, rng)
+	return EpochCounts(labels, sizes, imgsz, hyp, rng)
 }
 
 // formats are the image files the dataloader takes (utils/dataloaders.py's

@@ -40,23 +40,34 @@ var ScratchHigh = Hyp{Translate: 0.1, Scale: 0.9, Mixup: 0.15}
 // random and numpy's streams are not reproduced, so the counts are a
 // sample of the same distribution, not the same sample.
 func Mosaic(labels [][]Box, sizes [][2]int64, index int, s int64, hyp Hyp, rng *rand.Rand) int {
-	n := mosaic(labels, sizes, index, s, hyp, rng)
+	return mosaicMixup(labels, sizes, index, s, hyp, rng, nil)
+}
+
+// xyxy is a box's corners in pixels.
+type xyxy struct{ x1, y1, x2, y2 float64 }
+
+// mosaicMixup is Mosaic, with buf as scratch space for the boxes.
+func mosaicMixup(labels [][]Box, sizes [][2]int64, index int, s int64, hyp Hyp, rng *rand.Rand, buf *[]xyxy) int {
+	if buf == nil {
+		buf = new([]xyxy)
+	}
+	n := mosaic(labels, sizes, index, s, hyp, rng, buf)
 	if rng.Float64() < hyp.Mixup {
-		n += mosaic(labels, sizes, rng.IntN(len(labels)), s, hyp, rng)
+		n += mosaic(labels, sizes, rng.IntN(len(labels)), s, hyp, rng, buf)
 	}
 	return n
 }
 
 // mosaic is load_mosaic's count of boxes.
-func mosaic(labels [][]Box, sizes [][2]int64, index int, s int64, hyp Hyp, rng *rand.Rand) int {
+func mosaic(labels [][]Box, sizes [][2]int64, index int, s int64, hyp Hyp, rng *rand.Rand, buf *[]xyxy) int {
 	two := float64(2 * s)
 	uniform := func(a, b float64) float64 { return a + (b-a)*rng.Float64() }
 	yc := int64(uniform(float64(s)/2, 3*float64(s)/2))
 	xc := int64(uniform(float64(s)/2, 3*float64(s)/2))
 	indices := []int{index, rng.IntN(len(labels)), rng.IntN(len(labels)), rng.IntN(len(labels))}
 	rng.Shuffle(len(indices), func(i, j int) { indices[i], indices[j] = indices[j], indices[i] })
-	type xyxy struct{ x1, y1, x2, y2 float64 }
-	var boxes []xyxy
+	boxes := (*buf)[:0]
+	defer func() { *buf = boxes[:0] }()
 	for q, idx := range indices {
 		w0, h0 := sizes[idx][0], sizes[idx][1]
 		r := float64(s) / float64(max(w0, h0))
@@ -127,14 +138,29 @@ func EpochMaxima(labels [][]Box, sizes [][2]int64, batch int, s int64, hyp Hyp, 
 // images (the dataloader's shuffle), batch at a time, the last batch short
 // when the images do not divide.
 func Epoch(labels [][]Box, sizes [][2]int64, batch int, s int64, hyp Hyp, rng *rand.Rand) [][]int64 {
+	return Group(EpochCounts(labels, sizes, s, hyp, rng), batch)
+}
+
+// EpochCounts returns Mosaic's counts of one epoch's images in the order
+// of a random permutation (the dataloader's shuffle), which the batch size
+// only groups (Group): Epoch is Group(EpochCounts(…), batch) of the same
+// draws.
+func EpochCounts(labels [][]Box, sizes [][2]int64, s int64, hyp Hyp, rng *rand.Rand) []int64 {
 	order := rng.Perm(len(labels))
+	out := make([]int64, len(order))
+	var buf []xyxy
+	for i, idx := range order {
+		out[i] = int64(mosaicMixup(labels, sizes, idx, s, hyp, rng, &buf))
+	}
+	return out
+}
+
+// Group returns counts batch at a time, the last group short when they do
+// not divide.
+func Group(counts []int64, batch int) [][]int64 {
 	var out [][]int64
-	for start := 0; start < len(order); start += batch {
-		var counts []int64
-		for _, idx := range order[start:min(start+batch, len(order))] {
-			counts = append(counts, int64(Mosaic(labels, sizes, idx, s, hyp, rng)))
-		}
-		out = append(out, counts)
+	for start := 0; start < len(counts); start += batch {
+		out = append(out, counts[start:min(start+batch, len(counts)):min(start+batch, len(counts))])
 	}
 	return out
 }
