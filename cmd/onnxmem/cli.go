@@ -358,6 +358,34 @@ func (f *flagSet) trainFlags() func(setting) (setting, error) {
 	}
 }
 
+// stepFlag adds -step, what a command simulates: the whole training run
+// (run, the default for a family whose training script onnxmem runs), one
+// iteration of it (train), the validation step (eval) or the bare model
+// step (model).
+func (f *flagSet) stepFlag() *string {
+	v := stepValue("")
+	f.Var(&v, "step", "what to simulate: `run` (the whole training run, the default for YOLOv9), train (one iteration),\neval (the validation step) or model (forward, sum(o.sum()), backward)")
+	return (*string)(&v)
+}
+
+// stepValue is -step's flag.Value.
+type stepValue string
+
+func (v *stepValue) String() string { return string(*v) }
+
+func (v *stepValue) Set(s string) error {
+	switch s {
+	case "run", "train", "eval", "model":
+		*v = stepValue(s)
+		return nil
+	}
+	return fmt.Errorf("want run, train, eval or model, not %q", s)
+}
+
+// hasRun reports whether onnxmem runs m's family's training script, whose
+// whole run is a command's default.
+func hasRun(m *onnxmem.Model) bool { return m.Family == "yolov9" }
+
 // evalFlags adds -eval and -eval-float, the validation step; the
 // returned function, called after parsing, adds it to a setting, failing
 // on the flags that do not apply to it.

@@ -124,7 +124,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"maxbatch", "-ema=false", "m.onnx"}, "-ema applies to train steps: add -train"},
 		{[]string{"maxbatch", "-train", "-optimizer", "RMSprop", "m.onnx"}, `invalid value "RMSprop" for flag -optimizer: want SGD, Adam, AdamW, Lion or none`},
 		{[]string{"maxbatch", "-train", "-boxes", "-1", "m.onnx"}, "-boxes must be 0 or more"},
-		{[]string{"report", "-warm-steps", "2", "m.onnx"}, "-warm-steps applies to train steps: add -train"},
+		{[]string{"report", "-step", "model", "-warm-steps", "2", "m.onnx"}, "-warm-steps applies to train steps: add -train"},
 		{[]string{"maxbatch", "-train", "-warm-steps", "0", "m.onnx"}, "-warm-steps must be 1 or more: the last iteration makes the optimizer's state"},
 		{[]string{"maxbatch", "-train", "-warm-steps", "2", "m.onnx"}, "-warm-steps 2 needs -amp"},
 		{[]string{"explain", "-train", "-warm-steps", "3", "yolov9-t"}, "-warm-steps 3 needs -amp"},
@@ -203,7 +203,7 @@ func TestMissingModelFile(t *testing.T) {
 // report is on the built-in yolov9-c and needs no shared data.
 func TestDefaultModel(t *testing.T) {
 	t.Chdir(t.TempDir())
-	code, stdout, stderr := runCmd(t, "", "report", "-batches", "1,2", "-batch", "2")
+	code, stdout, stderr := runCmd(t, "", "report", "-step", "model", "-batches", "1,2", "-batch", "2")
 	if code != 0 || stderr != "" {
 		t.Fatalf("exit code %d, stderr %q; want 0 and none", code, stderr)
 	}
@@ -223,8 +223,8 @@ func TestScriptDefault(t *testing.T) {
 		args []string
 		want int
 	}{
-		{[]string{"report", "-batches", "1", "-batch", "1", "yolov9-t"}, 2},
-		{[]string{"report", "-img", "224", "-batches", "1", "-batch", "1", rn18}, 0},
+		{[]string{"report", "-step", "model", "-batches", "1", "-batch", "1", "yolov9-t"}, 2},
+		{[]string{"report", "-step", "model", "-img", "224", "-batches", "1", "-batch", "1", rn18}, 0},
 		{[]string{"knobs", "-batch", "1", "yolov9-t"}, 1},
 		{[]string{"knobs", "-img", "224", "-batch", "1", rn18}, 0},
 	} {
@@ -241,10 +241,10 @@ func TestScriptDefault(t *testing.T) {
 func TestBuiltinNames(t *testing.T) {
 	t.Chdir(t.TempDir())
 	for _, args := range [][]string{
-		{"report", "-batches", "1", "-batch", "1", "gelan-t"},
+		{"report", "-step", "model", "-batches", "1", "-batch", "1", "gelan-t"},
 		{"sweep", "-batches", "1,2", "gelan-t"},
 		{"timeline", "-batch", "1", "gelan-t"},
-		{"maxbatch", "-budget", "2", "gelan-t"},
+		{"maxbatch", "-step", "model", "-budget", "2", "gelan-t"},
 		{"knobs", "-batch", "2", "gelan-t"},
 	} {
 		if code, _, stderr := runCmd(t, "", args...); code != 0 || stderr != "" {
@@ -362,11 +362,11 @@ func TestProgress(t *testing.T) {
 		t.Errorf("with -v: exit code %d, stderr %q; want 0 and %q", code, stderr, want)
 	}
 	// The report's steps finish in any order, but the count runs up.
-	code, _, stderr = runCmd(t, "", "report", "-batches", "1,2", m)
+	code, _, stderr = runCmd(t, "", "report", "-step", "model", "-batches", "1,2", m)
 	if code != 0 || stderr != "" {
 		t.Errorf("report without -v: exit code %d, stderr %q; want 0 and none", code, stderr)
 	}
-	code, _, stderr = runCmd(t, "", "report", "-v", "-batches", "1,2", m)
+	code, _, stderr = runCmd(t, "", "report", "-step", "model", "-v", "-batches", "1,2", m)
 	lines := strings.Split(strings.TrimSuffix(stderr, "\n"), "\n")
 	const total = 6 * (2 + 3) // six settings: two batch sizes and three devices each
 	if code != 0 || len(lines) != total {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"math"
@@ -39,6 +40,7 @@ func cmdMaxBatch(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 			"with result.), or with -for-batch one row for each segment count tried.",
 		"onnxmem maxbatch -device a100-40 -amp yolov9-c")
 	img, set, train, eval := f.imgFlag(), f.settingFlags(), f.trainFlags(), f.evalFlags()
+	stepName := f.stepFlag()
 	limits := f.limitFlags()
 	limit := f.positive("limit", onnxmem.MaxBatchLimit, "largest batch `size` to consider")
 	forBatch := f.Int64("for-batch", 0, "find the fewest checkpoint segments with which batch `N` fits, instead of the largest batch")
@@ -78,16 +80,27 @@ func cmdMaxBatch(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	case f.isSet("for-batch") && f.isSet("limit"):
 		return f.usageError(stderr, "-limit bounds the search for the largest batch: it does not apply with -for-batch")
 	}
-	if *data == "" {
+	m, err := f.load(path)
+	if err != nil {
+		return fail(stderr, err)
+	}
+	// The whole run unless a step is named (-step, -train, -eval,
+	// -for-batch, -half), for a family whose training script onnxmem runs.
+	if *stepName != "" && (f.isSet("train") || f.isSet("eval")) {
+		return f.usageError(stderr, "-step and -%s: give one", map[bool]string{true: "train", false: "eval"}[f.isSet("train")])
+	}
+	stepNamed := *stepName != "" || st.Train || st.Eval || f.isSet("for-batch") || st.Half
+	runMode := *data != "" || *stepName == "run" || !stepNamed && hasRun(m)
+	if !runMode {
 		for _, name := range []string{"epochs", "iters", "seed"} {
 			if f.isSet(name) {
-				return f.usageError(stderr, "-%s applies to a training run: add -data", name)
+				return f.usageError(stderr, "-%s applies to a training run: drop -step, or add -data", name)
 			}
 		}
 	} else {
 		for _, name := range []string{"for-batch", "eval", "boxes", "warm-steps", "half"} {
 			if f.isSet(name) {
-				return f.usageError(stderr, "-%s and -data exclude each other: -data finds the largest batch of a whole training run", name)
+				return f.usageError(stderr, "-%s does not apply to a whole training run (the default): add -step train, eval or model for one step", name)
 			}
 		}
 		if *iters < 0 {
@@ -97,17 +110,19 @@ func cmdMaxBatch(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		if !f.isSet("train") {
 			st.Optimizer, st.EMA = "SGD", true
 		}
-	}
-	m, err := f.load(path)
-	if err != nil {
-		return fail(stderr, err)
-	}
-	if *data != "" {
-		if m, err = f.dataClasses(m, *data); err != nil {
-			return fail(stderr, err)
+		if *data != "" {
+			if m, err = f.dataClasses(m, *data); err != nil {
+				return fail(stderr, err)
+			}
 		}
 		p := onnxmem.RunPlan{Epochs: int(*epochs), Iterations: *iters, Seed: *seed, Data: *data}
 		return runMaxBatchCmd(m, c, st, *img, p, *limit, *asJSON, *asCSV, stdout, stderr)
+	}
+	switch *stepName {
+	case "train":
+		st.Train, st.Boxes, st.Optimizer, st.EMA = true, onnxmem.DefaultBoxes, "SGD", true
+	case "eval":
+		st.Eval = true
 	}
 	if *forBatch > 0 {
 		return forBatchCmd(m, c, st, *forBatch, *img, *asJSON, *asCSV, stdout, stderr)
@@ -368,13 +383,14 @@ func (g gibValue) bytes() int64 { return int64(math.Round(float64(g) * (1 << 30)
 // where the run at one more runs out of memory.
 func runMaxBatchCmd(m *onnxmem.Model, c fitCriterion, st setting, img imageSize, p onnxmem.RunPlan, limit int64, asJSON, asCSV bool, stdout, stderr io.Writer) int {
 	if isTerminal(stderr) {
-		fmt.Fprintf(stderr, "onnxmem: maxbatch: simulating whole runs on %s, batch after batch\n", p.Data)
+		fmt.Fprintf(stderr, "onnxmem: maxbatch: simulating whole runs on %s, batch after batch\n", p.Dataset())
 	}
 	lo, best, err := m.MaxBatchRun(c.scenario(st.scenario(1, img)), p, limit)
 	if err != nil {
 		return fail(stderr, err)
 	}
 	tried := map[int64]*onnxmem.RunResult{lo: best}
+	var nextEvents []onnxmem.RunEvent
 	if lo < limit { // the run at one more, for where it fails
 		sc := c.scenario(st.scenario(lo+1, img))
 		q := p
@@ -386,10 +402,11 @@ func runMaxBatchCmd(m *onnxmem.Model, c fitCriterion, st setting, img imageSize,
 		if tried[lo+1], err = m.Run(sc, events); err != nil {
 			return fail(stderr, err)
 		}
+		nextEvents = events
 	}
 	sc := c.scenario(st.scenario(max(lo, 1), img))
 	if asJSON || asCSV {
-		js := runMaxBatchJSON{Model: m.Name, Data: p.Data, Epochs: p.Epochs, Iterations: p.Iterations, Seed: p.Seed, Limit: limit, MaxBatch: lo}
+		js := runMaxBatchJSON{Model: m.Name, Data: p.Dataset(), Epochs: cmp.Or(p.Epochs, onnxmem.DefaultEpochs), Iterations: p.Iterations, Seed: p.Seed, Limit: limit, MaxBatch: lo}
 		c.setJSON(&js.Budget, &js.Device)
 		if r := tried[lo]; r != nil {
 			js.PeakReserved, js.Peak = r.PeakReserved, r.Peak
@@ -402,7 +419,7 @@ func runMaxBatchCmd(m *onnxmem.Model, c fitCriterion, st setting, img imageSize,
 		}
 		return exit(stderr, writeJSON(stdout, js))
 	}
-	fmt.Fprintf(stdout, "model  %s\nrun    the whole training run on %s: %d epoch(s)", m.Name, p.Data, p.Epochs)
+	fmt.Fprintf(stdout, "model  %s\nrun    the whole training run of train_dual.py on %s: %d epoch(s)", m.Name, p.Dataset(), cmp.Or(p.Epochs, onnxmem.DefaultEpochs))
 	if p.Iterations > 0 {
 		fmt.Fprintf(stdout, " of %d iterations", p.Iterations)
 	}
@@ -411,14 +428,14 @@ func runMaxBatchCmd(m *onnxmem.Model, c fitCriterion, st setting, img imageSize,
 		fmt.Fprintf(stdout, "device %s (%s): %s GiB total, %s GiB CUDA context, %s GiB usable\n", d.Name, d.Long, gib(d.Total), gib(d.Context), gib(d.Usable()))
 	}
 	if lo == 0 {
-		_, err = fmt.Fprintf(stdout, "max batch 0: the run at batch 1 runs out of memory in %s (event %d)\n", c.limitText(), tried[1].OOMEvent)
+		_, err = fmt.Fprintf(stdout, "max batch 0: the run at batch 1 runs out of memory in %s, in %s\n", c.limitText(), eventWhere(nextEvents, tried[1].OOMEvent))
 		return exit(stderr, err)
 	}
 	r := tried[lo]
 	fmt.Fprintf(stdout, "max batch %d: the run completes, reserving at most %s GiB of %s (GPU_mem %s), peak %s GiB allocated",
 		lo, gib(r.PeakReserved), c.limitText(), onnxmem.RunStep{Reserved: r.PeakReserved}.GPUMem(), gib(r.Peak))
 	if next := tried[lo+1]; next != nil {
-		fmt.Fprintf(stdout, "; at %d it runs out of memory in event %d", lo+1, next.OOMEvent)
+		fmt.Fprintf(stdout, ";\nat %d it runs out of memory in %s", lo+1, eventWhere(nextEvents, next.OOMEvent))
 	}
 	if lo == limit {
 		fmt.Fprintf(stdout, "; the search stopped at -limit %d", limit)

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -153,6 +154,55 @@ func TestImageSize(t *testing.T) {
 		var s imageSize
 		if err := s.Set(tc.in); err != nil || s != tc.want || s.String() != tc.out {
 			t.Errorf("Set(%q): %v, %q, %v; want %v, %q", tc.in, s, s.String(), err, tc.want, tc.out)
+		}
+	}
+}
+
+// TestOneAnswer checks issue 33's one number: with no step flag, report,
+// maxbatch and run answer for the whole training run alike, on the
+// built-in COCO-like data: report's largest batch on a card is maxbatch's,
+// run completes at it and runs out of memory at one more.
+func TestOneAnswer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("searches whole runs")
+	}
+	const model, card = "yolov9-t", "rtx4090"
+	var rep struct {
+		Devices []struct {
+			Name     string `json:"name"`
+			MaxBatch int64  `json:"max_batch"`
+		} `json:"devices"`
+	}
+	code, stdout, stderr := runCmd(t, "", "report", "-json", model)
+	if code != 0 || json.Unmarshal([]byte(stdout), &rep) != nil {
+		t.Fatalf("report: exit code %d, stderr %q", code, stderr)
+	}
+	var fromReport int64
+	for _, d := range rep.Devices {
+		if d.Name == card {
+			fromReport = d.MaxBatch
+		}
+	}
+	var mb struct {
+		MaxBatch int64 `json:"max_batch"`
+	}
+	code, stdout, stderr = runCmd(t, "", "maxbatch", "-json", "-device", card, model)
+	if code != 0 || json.Unmarshal([]byte(stdout), &mb) != nil {
+		t.Fatalf("maxbatch: exit code %d, stderr %q", code, stderr)
+	}
+	if mb.MaxBatch < 1 || mb.MaxBatch != fromReport {
+		t.Fatalf("maxbatch says %d, report %d on %s: want one answer", mb.MaxBatch, fromReport, card)
+	}
+	for b, want := range map[int64]bool{mb.MaxBatch: true, mb.MaxBatch + 1: false} {
+		var r struct {
+			Fits bool `json:"fits"`
+		}
+		code, stdout, stderr = runCmd(t, "", "run", "-json", "-batch", strconv.FormatInt(b, 10), "-device", card, model)
+		if code != 0 || json.Unmarshal([]byte(stdout), &r) != nil {
+			t.Fatalf("run -batch %d: exit code %d, stderr %q", b, code, stderr)
+		}
+		if r.Fits != want {
+			t.Errorf("run -batch %d on %s: fits %v, want %v (maxbatch says %d)", b, card, r.Fits, want, mb.MaxBatch)
 		}
 	}
 }

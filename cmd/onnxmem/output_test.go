@@ -54,13 +54,13 @@ func TestGolden(t *testing.T) {
 	}{
 		{"sweep-s.txt", []string{"sweep", "-batches", "1,8", m}},
 		{"sweep-s.json", []string{"sweep", "-batches", "1,8", "-json", m}},
-		{"report-s.txt", []string{"report", "-batches", "1,8", "-batch", "8", m}},
+		{"report-s.txt", []string{"report", "-step", "model", "-batches", "1,8", "-batch", "8", m}},
 		{"report-train-s.txt", []string{"report", "-train", "-optimizer", "adamw", "-batches", "1,8", "-batch", "8", m}},
 		{"timeline-s.txt", []string{"timeline", "-batch", "8", m}},
-		{"maxbatch-s.txt", []string{"maxbatch", "-budget", "24", m}},
+		{"maxbatch-s.txt", []string{"maxbatch", "-step", "model", "-budget", "24", m}},
 		{"maxbatch-eval-t4-s.txt", []string{"maxbatch", "-eval", "-device", "t4", "-img", "384x640", m}},
 		{"explain-eval-s.txt", []string{"explain", "-eval", "-eval-float", "-batch", "16", m}},
-		{"maxbatch-rtx4090-amp-s.txt", []string{"maxbatch", "-device", "rtx4090", "-amp", m}},
+		{"maxbatch-rtx4090-amp-s.txt", []string{"maxbatch", "-step", "model", "-device", "rtx4090", "-amp", m}},
 		{"maxbatch-rtx4090-amp-for64-s.txt", []string{"maxbatch", "-device", "rtx4090", "-amp", "-for-batch", "64", m}},
 		{"maxbatch-budget-for100-s.txt", []string{"maxbatch", "-budget", "24", "-for-batch", "100", m}},
 		{"maxbatch-rtx4090-for128-s.txt", []string{"maxbatch", "-device", "rtx4090", "-for-batch", "128", m}},
@@ -73,10 +73,10 @@ func TestGolden(t *testing.T) {
 		{"knobs-s.csv", []string{"knobs", "-batch", "8", "-budget", "2.5", "-csv", m}},
 		{"explain-s.csv", []string{"explain", "-batch", "8", "-csv", m}},
 		{"run-s.csv", []string{"run", "-batch", "4", "-epochs", "1", "-iters", "2", "-val-images", "8", "-csv", m}},
-		{"maxbatch-rtx4090-amp-s.csv", []string{"maxbatch", "-device", "rtx4090", "-amp", "-csv", m}},
+		{"maxbatch-rtx4090-amp-s.csv", []string{"maxbatch", "-step", "model", "-device", "rtx4090", "-amp", "-csv", m}},
 		{"maxbatch-rtx4090-for128-s.csv", []string{"maxbatch", "-device", "rtx4090", "-for-batch", "128", "-csv", m}},
 		{"plan-s.csv", []string{"plan", "-batch", "8", "-amp", "-budget", "2", "-csv", m}},
-		{"report-s.csv", []string{"report", "-batches", "1,8", "-batch", "8", "-csv", m}},
+		{"report-s.csv", []string{"report", "-step", "model", "-batches", "1,8", "-batch", "8", "-csv", m}},
 		{"plan-s.txt", []string{"plan", "-batch", "8", "-amp", "-budget", "2", m}},
 		{"plan-s.json", []string{"plan", "-batch", "8", "-amp", "-budget", "2", "-json", m}},
 		{"sweep-ckpt-s.txt", []string{"sweep", "-batches", "1,8", "-checkpoint", "0-3,5-9", m}},
@@ -84,6 +84,8 @@ func TestGolden(t *testing.T) {
 		{"explain-train-s.txt", []string{"explain", "-train", "-amp", "-batch", "8", m}},
 		{"explain-s.json", []string{"explain", "-batch", "8", "-json", m}},
 		{"run-s.txt", []string{"run", "-batch", "8", "-amp", "-epochs", "1", "-iters", "3", "-val-images", "20", "-device", "rtx4090", m}},
+		{"maxbatch-run-rtx4090-s.txt", []string{"maxbatch", "-device", "rtx4090", m}},
+		{"maxbatch-run-rtx4090-s.json", []string{"maxbatch", "-device", "rtx4090", "-json", m}},
 		{"run-s.json", []string{"run", "-batch", "4", "-epochs", "1", "-iters", "2", "-val-images", "8", "-json", m}},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
@@ -114,7 +116,7 @@ func TestJSON(t *testing.T) {
 	}
 
 	var rep reportJSON
-	decode([]string{"report", "-json", "-batches", "1,2", "-batch", "4", m}, &rep)
+	decode([]string{"report", "-step", "model", "-json", "-batches", "1,2", "-batch", "4", m}, &rep)
 	var names []string
 	for _, st := range rep.Settings {
 		names = append(names, st.Name)
@@ -187,7 +189,7 @@ func TestJSON(t *testing.T) {
 	}
 
 	var mb maxBatchJSON
-	decode([]string{"maxbatch", "-json", "-budget", "4", m}, &mb)
+	decode([]string{"maxbatch", "-step", "model", "-json", "-budget", "4", m}, &mb)
 	if mb.MaxBatch < 1 || mb.Result == nil || mb.Result.Peak > mb.Budget || mb.Budget != 4<<30 {
 		t.Errorf("maxbatch -json: %+v", mb)
 	}
@@ -197,14 +199,14 @@ func TestJSON(t *testing.T) {
 		t.Errorf("maxbatch %d in %d bytes, but the sweep gives peaks %d and %d", mb.MaxBatch, mb.Budget, big.Results[0].Peak, big.Results[1].Peak)
 	}
 	var none maxBatchJSON
-	decode([]string{"maxbatch", "-json", "-budget", "0.001", m}, &none)
+	decode([]string{"maxbatch", "-step", "model", "-json", "-budget", "0.001", m}, &none)
 	if none.MaxBatch != 0 || none.Result != nil {
 		t.Errorf("maxbatch -json in 1 MiB: %+v, want batch 0", none)
 	}
 
 	// On a device the peak reserved must be within the usable memory.
 	var on maxBatchJSON
-	decode([]string{"maxbatch", "-json", "-device", "t4", "-amp", m}, &on)
+	decode([]string{"maxbatch", "-step", "model", "-json", "-device", "t4", "-amp", m}, &on)
 	t4, err := onnxmem.ParseDevice("t4")
 	if err != nil {
 		t.Fatal(err)
@@ -343,7 +345,7 @@ func TestTicks(t *testing.T) {
 // start from the peaks already simulated, against Model.MaxBatch up to 1024.
 func TestReportMaxBatch(t *testing.T) {
 	path := smallModel(t)
-	code, stdout, stderr := runCmd(t, "", "report", "-json", "-batches", "1,8,64", path)
+	code, stdout, stderr := runCmd(t, "", "report", "-step", "model", "-json", "-batches", "1,8,64", path)
 	if code != 0 || stderr != "" {
 		t.Fatalf("exit code %d, stderr %q", code, stderr)
 	}

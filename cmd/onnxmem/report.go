@@ -46,13 +46,49 @@ func cmdReport(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		"Report predicts the peak of the model step (with -train, the full train_dual.py\nstep) at common batch sizes in fp32 and AMP, each without checkpointing and\nwith 2 and 4 checkpoint segments; finds the largest batch of each that fits an\nRTX 4090 and an A100 of 40 and 80 GB (the profiles rtx4090, a100-40 and a100-80\nof onnxmem devices); and explains the AMP peak at one batch size: where it\nfalls, the largest tensors alive then and the totals by kind. MODEL.onnx is an\nONNX file or the name of a built-in model (onnxmem models lists them); without\nit, report uses the built-in "+defaultModel+", which needs no file.\n-csv writes one row for each setting and batch size: the setting, its largest\nbatch on each card (max_batch.CARD) and the prediction's -json fields.",
 		"onnxmem report -train -img 512 yolov9-s")
 	img, batches := f.imgFlag(), f.batchesFlag()
-	batch := f.positive("batch", 16, "batch `size` whose AMP peak is explained in detail")
+	batch := f.positive("batch", 16, "batch `size` of the run (with -step model or train: whose AMP peak is explained in detail)")
 	train, conf := f.trainFlags(), f.allocConfFlag()
+	stepName := f.stepFlag()
+	data := f.String("data", "", "train on the YOLO dataset of the data `FILE.yaml` (default: the built-in COCO-like one)")
+	epochs := f.positive("epochs", onnxmem.DefaultEpochs, "`E` epochs of the run")
+	seed := f.Uint64("seed", 1, "`seed` of the run's box counts")
 	asJSON, asCSV, verbose := f.jsonFlag(), f.csvFlag(), f.verboseFlag()
 	f.familyFlag()
 	path, code, ok := f.parseModel(args, true, stdout, stderr)
 	if !ok {
 		return code
+	}
+	switch {
+	case *stepName == "eval":
+		return f.usageError(stderr, "report has no validation step alone: onnxmem maxbatch -step eval or explain -eval")
+	case *stepName != "" && f.isSet("train"):
+		return f.usageError(stderr, "-step and -train: give one")
+	case *stepName == "train":
+		f.Set("train", "true")
+	}
+	if _, err := train(detailSetting); err != nil {
+		return f.usageError(stderr, "%v", err)
+	}
+	isDefault := path == ""
+	if isDefault {
+		path = defaultModel
+	}
+	m, err := f.load(path)
+	if err != nil {
+		return fail(stderr, err)
+	}
+	if *stepName == "run" || *stepName == "" && !f.on("train") && hasRun(m) {
+		for _, name := range []string{"batches", "boxes", "warm-steps"} {
+			if f.isSet(name) {
+				return f.usageError(stderr, "-%s applies to one step: add -step train or model (the default is the whole run)", name)
+			}
+		}
+		return runReportCmd(f, conf, m, path, isDefault, *batch, *img, *data, int(*epochs), *seed, *asJSON, *asCSV, *verbose, stdout, stderr)
+	}
+	for _, name := range []string{"data", "epochs", "seed"} {
+		if f.isSet(name) {
+			return f.usageError(stderr, "-%s applies to the whole run: drop -step and -train", name)
+		}
 	}
 	settings := settingsOf(precisions[:2], checkpointSegments) // fp32 and AMP
 	detail, err := train(detailSetting)
@@ -65,14 +101,6 @@ func cmdReport(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	for i := range settings {
 		settings[i], _ = train(settings[i]) // fails only as it did for detail
 		settings[i], _ = conf(settings[i])
-	}
-	isDefault := path == ""
-	if isDefault {
-		path = defaultModel
-	}
-	m, err := f.load(path)
-	if err != nil {
-		return fail(stderr, err)
 	}
 	rep := &report{Model: m.Name, Path: path, model: m, Family: m.Family, Default: isDefault,
 		Settings: settings, DetailSetting: detail, Devices: cards()}
@@ -291,12 +319,18 @@ func (rep *report) print(w io.Writer) error {
 		detail += " (" + note + ")"
 	}
 	fmt.Fprintf(w, "where the peak is at batch %d, %s:\n", d.Scenario.Batch, detail)
-	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	return printPeak(w, d, "after the step")
+}
+
+// printPeak writes where a step's peak falls, its largest tensors alive
+// then and the totals by kind; after says when GPU_mem is read.
+func printPeak(w io.Writer, d *onnxmem.Result, after string) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "  phase\t%s (event %d of %d)\n", orDash(d.PeakPhase), d.PeakEvent, d.Events)
 	fmt.Fprintf(tw, "  node\t%s\n", orDash(d.PeakNode))
 	fmt.Fprintf(tw, "  layer\t%s\n", layer(d.PeakLayer))
 	fmt.Fprintf(tw, "  peak\t%s GiB allocated, %s requested, %s reserved\n", gib(d.Peak), gib(d.PeakRequested), gib(d.PeakReserved))
-	fmt.Fprintf(tw, "  GPU_mem\t%s, memory_reserved()/1e9 after the step, as the training loop prints it\n", d.GPUMem())
+	fmt.Fprintf(tw, "  GPU_mem\t%s, memory_reserved()/1e9 %s, as the training loop prints it\n", d.GPUMem(), after)
 	if err := tw.Flush(); err != nil {
 		return err
 	}

@@ -203,20 +203,19 @@ func runSource(events []onnxmem.RunEvent, eventsFile, data string, meanBoxes flo
 			valsAll += 1 + e.Omitted
 		}
 	}
-	count := fmt.Sprintf("%d iterations and %d validation batches in all", itersAll, valsAll)
+	count := fmt.Sprintf("%d iterations and %d validation batches", itersAll, valsAll)
 	if itersAll > iters || valsAll > vals {
-		count = fmt.Sprintf("%d iterations and %d validation batches in all, %d and %d of them simulated (each epoch's first 128 iterations, its 128 densest and its last; one validation batch of each shape: the rest repeat their memory)",
-			itersAll, valsAll, iters, vals)
+		// thinEpoch and collapseVal: the rest repeat their memory.
+		count += fmt.Sprintf(", %d and %d simulated (the first, densest and last; a batch per shape)", iters, vals)
 	}
 	switch data {
 	case "":
 		return fmt.Sprintf("synthetic: box counts drawn with mean %g (seed %d), validation on common aspect ratios; %s", meanBoxes, seed, count)
 	case onnxmem.BuiltinData:
-		return fmt.Sprintf("%s: COCO 2017's %d training and %d validation images of %d classes, their sizes and boxes assumed\n"+
-			"       (drawn as calibration/train_data.py draws its COCO-like datasets, not COCO's labels: -data coco.yaml reads them);\n"+
-			"       each training image's boxes drawn as the dataloader's mosaic, perspective and mixup give them (seed %d),\n"+
-			"       validation in the dataloader's rectangles; %s",
-			data, dataset.COCOTrainImages, dataset.COCOValImages, dataset.COCOClasses, seed, count)
+		return fmt.Sprintf("%s: COCO 2017's %d training and %d validation images, their sizes and boxes assumed\n"+
+			"       (calibration/train_data.py's draw, not COCO's labels: -data coco.yaml reads those); mosaic, perspective\n"+
+			"       and mixup drawn from seed %d, validation rectangles exact;\n       %s",
+			data, dataset.COCOTrainImages, dataset.COCOValImages, seed, count)
 	}
 	return fmt.Sprintf("%s: each image's boxes drawn as the dataloader's mosaic, perspective and mixup give them (seed %d: a sample, not the run's own draw), validation in the dataloader's rectangles (exact); %s", data, seed, count)
 }
@@ -399,4 +398,33 @@ func (f *flagSet) dataClasses(m *onnxmem.Model, file string) (*onnxmem.Model, er
 		return nil, fmt.Errorf("onnxmem: -nc %d and -data's nc %d disagree: leave -nc out", *f.nc, d.NC)
 	}
 	return withClasses(m, d.NC)
+}
+
+// eventWhere says where event i of a run falls, for people: "iteration
+// 412 of epoch 1 (its densest image 187 boxes)", counting the iterations
+// a plan left out, or "a validation batch of 32x672x672 after epoch 2".
+func eventWhere(events []onnxmem.RunEvent, i int) string {
+	epoch, iter := 1, 0
+	for _, e := range events[:i] {
+		switch e.Kind {
+		case "train":
+			iter += 1 + e.Omitted
+		case "ckpt":
+			epoch, iter = epoch+1, 0
+		}
+	}
+	e := events[i]
+	switch e.Kind {
+	case "train":
+		most := int64(0)
+		for _, c := range e.BoxCounts {
+			most = max(most, c)
+		}
+		return fmt.Sprintf("iteration %d of epoch %d (event %d; its densest image %d boxes)", iter+1, epoch, i, most)
+	case "val":
+		return fmt.Sprintf("a validation batch of %dx%dx%d after epoch %d (event %d)", e.Batch, e.Height, e.Width, epoch, i)
+	case "ckpt":
+		return fmt.Sprintf("the checkpoint save after epoch %d (event %d)", epoch, i)
+	}
+	return fmt.Sprintf("the %s (event %d)", e.Kind, i)
 }

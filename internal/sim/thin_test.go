@@ -7,51 +7,53 @@ import (
 )
 
 // TestThinEpoch checks thinEpoch on seeded random epochs against what it
-// promises: short epochs whole; long ones their first keptIterations, the
-// keptIterations densest of the rest, the last, in order, every left-out
-// iteration counted once, and none left out denser than a kept dense one.
+// promises: short epochs whole; long ones their first firstIterations,
+// their last, each denser than all before it, and none left out denser
+// than the densestIterations-th densest, in order, every left-out
+// iteration counted once.
 func TestThinEpoch(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 7))
+	
 	for trial := range 50 {
 		n := rng.IntN(3000)
 		iters := make([][]int64, n)
 		for i := range iters {
-			iters[i] = []int64{rng.Int64N(50), rng.Int64N(300)}
+			iters[i] = []int64{-int64(i) - 1, rng.Int64N(300)} // the first, negative, names it
 		}
 		got := thinEpoch(iters)
-		if n <= 2*keptIterations+1 {
+		if n <= keptEpoch {
 			if len(got) != n {
 				t.Fatalf("trial %d: %d iterations kept %d, want all", trial, n, len(got))
 			}
 			continue
 		}
-		if len(got) != 2*keptIterations+1 {
-			t.Fatalf("trial %d: kept %d, want %d", trial, len(got), 2*keptIterations+1)
-		}
-		omitted, at := 0, 0
-		var kept []int
+		kept := map[int]bool{}
+		omitted, last := 0, -1
 		for _, e := range got {
-			for !slices.Equal(iters[at], e.BoxCounts) {
-				at++
+			i := int(-e.BoxCounts[0] - 1)
+			if i <= last {
+				t.Fatalf("trial %d: iteration %d kept after %d", trial, i, last)
 			}
-			kept = append(kept, at)
-			at++
+			kept[i], last = true, i
 			omitted += e.Omitted
 		}
 		if omitted+len(got) != n {
 			t.Errorf("trial %d: %d kept and %d omitted, want %d in all", trial, len(got), omitted, n)
 		}
-		if kept[keptIterations-1] != keptIterations-1 || kept[len(kept)-1] != n-1 {
-			t.Errorf("trial %d: the first %d and the last are not all kept", trial, keptIterations)
+		maxima := make([]int64, n)
+		for i := range iters {
+			maxima[i] = iters[i][1]
 		}
-		least := int64(1 << 62) // the least densest of the kept dense ones
-		for _, e := range got[keptIterations : len(got)-1] {
-			least = min(least, slices.Max(e.BoxCounts))
-		}
-		for i := keptIterations; i < n-1; i++ {
-			if !slices.Contains(kept, i) && slices.Max(iters[i]) > least {
-				t.Fatalf("trial %d: iteration %d (max %d) left out, denser than a kept one (%d)", trial, i, slices.Max(iters[i]), least)
+		slices.Sort(maxima)
+		cut := maxima[n-densestIterations]
+		most := int64(-1)
+		for i := range iters {
+			d := iters[i][1]
+			want := i < firstIterations || i == n-1 || d > most || d > cut
+			if want && !kept[i] {
+				t.Fatalf("trial %d: iteration %d (%d boxes, the most before it %d, the cut %d) left out", trial, i, d, most, cut)
 			}
+			most = max(most, d)
 		}
 	}
 }

@@ -1,0 +1,198 @@
+package main
+
+import (
+	"cmp"
+	"encoding/csv"
+	"fmt"
+	"io"
+	"strconv"
+
+	"github.com/onnxmem/onnxmem/onnxmem"
+)
+
+// runReport is report's default: the training run as train_dual.py runs
+// it, at one batch size, on a dataset (the data file's, or the built-in
+// COCO-like one); the largest batch whose run completes on each card,
+// the same search as maxbatch's and run's; and the step of the run's
+// densest iteration, explained.
+type runReport struct {
+	Model, Path string
+	model       *onnxmem.Model
+	Default     bool
+	Plan        onnxmem.RunPlan
+	Events      []onnxmem.RunEvent
+	Run         *onnxmem.RunResult
+	Devices     []onnxmem.Device
+	MaxBatch    []int64
+	// Worst is the event whose allocated peak is the run's; Detail is its
+	// step simulated alone, for where the peak falls and what makes it.
+	Worst  int
+	Detail *onnxmem.Result
+}
+
+// simulate runs the plan at p.Batch, searches each card's largest batch
+// and explains the densest iteration's step.
+func (rep *runReport) simulate(sc onnxmem.Scenario, stderr io.Writer, verbose bool) error {
+	m := rep.model
+	step := steps(stderr, verbose, "report", 1+len(rep.Devices))
+	var err error
+	if rep.Events, err = m.PlanRun(rep.Plan); err != nil {
+		return err
+	}
+	if rep.Run, err = m.Run(sc, rep.Events); err != nil {
+		return err
+	}
+	step(fmt.Sprintf("the run at batch %d", sc.Batch))
+	rep.MaxBatch = make([]int64, len(rep.Devices))
+	err = parallel(len(rep.Devices), func(i int) error {
+		s := sc
+		s.Device = rep.Devices[i].Name
+		n, _, err := m.MaxBatchRun(s, rep.Plan, 0)
+		rep.MaxBatch[i] = n
+		step("the largest batch on " + rep.Devices[i].Name)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	for i, s := range rep.Run.Steps {
+		if s.Peak > rep.Run.Steps[rep.Worst].Peak {
+			rep.Worst = i
+		}
+	}
+	e := rep.Events[rep.Run.Steps[rep.Worst].Event]
+	d := sc
+	switch e.Kind {
+	case "train":
+		d.BoxCounts, d.Boxes = e.BoxCounts, 0
+	case "val":
+		d = onnxmem.Scenario{Step: onnxmem.EvalStep, Batch: e.Batch, Height: e.Height, Width: e.Width, EvalFloat: !sc.AMP, AllocConf: sc.AllocConf}
+	default:
+		return nil // a run that peaks outside its steps explains nothing more
+	}
+	rep.Detail, err = m.Simulate(d)
+	return err
+}
+
+func (rep *runReport) print(w io.Writer) error {
+	r, sc := rep.Run, rep.Run.Scenario
+	fmt.Fprintf(w, "model  %s (%s)\n", rep.Model, source(rep.Path, rep.model))
+	if rep.Default {
+		fmt.Fprintln(w, "       the default model; pass MODEL.onnx or a built-in name for another")
+	}
+	fmt.Fprintf(w, "run    python train_dual.py --batch %d --img %d in one process: %s, %s, EMA, GradScaler, clipping, mosaic\n"+
+		"       and mixup; %d epochs, each validated at batch %d on rectangles and saved (-step for one step alone)\n",
+		sc.Batch, max(sc.Height, sc.Width), settingOf(sc).precision(), cmpOr(sc.Optimizer, "SGD"), cmp.Or(rep.Plan.Epochs, onnxmem.DefaultEpochs), 2*sc.Batch)
+	fmt.Fprintf(w, "data   %s\n\n", runSource(rep.Events, "", rep.Plan.Dataset(), 0, rep.Plan.Seed))
+
+	fmt.Fprintf(w, "at batch %d: peak %s GiB allocated in %s;\n", sc.Batch, gib(r.Peak), eventWhere(rep.Events, r.Steps[rep.Worst].Event))
+	fmt.Fprintf(w, "             %s GiB reserved at most (GPU_mem %s)\n", gib(r.PeakReserved), onnxmem.RunStep{Reserved: r.PeakReserved}.GPUMem())
+	if line := gpuMemSummary(r, rep.Events); line != "" {
+		fmt.Fprintln(w, line)
+	}
+	var valPeak int64
+	valAt := -1
+	for _, s := range r.Steps {
+		if rep.Events[s.Event].Kind == "val" && s.Peak > valPeak {
+			valPeak, valAt = s.Peak, s.Event
+		}
+	}
+	if valAt >= 0 {
+		fmt.Fprintf(w, "validation peaks at %s GiB allocated in %s\n", gib(valPeak), eventWhere(rep.Events, valAt))
+	}
+
+	fmt.Fprintln(w, "\nlargest batch whose whole run completes (onnxmem maxbatch and run give the same):")
+	tw := newTable(w)
+	fmt.Fprint(tw, "card\tusable GiB\tmax batch\t\n")
+	for i, d := range rep.Devices {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t\n", d.Name, gib(d.Usable()), batchLimit(rep.MaxBatch[i]))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "completes: no allocation fails under the card's usable memory (PyTorch frees its cache and retries\n"+
+		"first), batches up to %d; usable is the total less the CUDA context, %s (onnxmem devices)\n", maxBatchLimit, contextNote(rep.Devices))
+	if rep.Detail == nil {
+		return nil
+	}
+	fmt.Fprintf(w, "\nwhere the peak is: the step of %s, simulated alone:\n", eventWhere(rep.Events, r.Steps[rep.Worst].Event))
+	return printPeak(w, rep.Detail, "after that step alone")
+}
+
+// runReportCmd is report's default: the whole run.
+func runReportCmd(f *flagSet, conf func(setting) (setting, error), m *onnxmem.Model, path string, isDefault bool, batch int64, img imageSize, data string, epochs int, seed uint64,
+	asJSON, asCSV, verbose bool, stdout, stderr io.Writer) int {
+	st, err := conf(setting{AMP: true, Train: true, Optimizer: "SGD", EMA: true})
+	if err != nil {
+		return f.usageError(stderr, "%v", err)
+	}
+	if data != "" {
+		var err error
+		if m, err = f.dataClasses(m, data); err != nil {
+			return fail(stderr, err)
+		}
+	}
+	sc := st.scenario(batch, img)
+	rep := &runReport{Model: m.Name, Path: path, model: m, Default: isDefault, Devices: cards(),
+		Plan: onnxmem.RunPlan{Epochs: epochs, Batch: batch, Height: sc.Height, Width: sc.Width, Seed: seed, Data: data}}
+	if err := rep.simulate(sc, stderr, verbose); err != nil {
+		return fail(stderr, err)
+	}
+	switch {
+	case asJSON:
+		return exit(stderr, writeJSON(stdout, rep.json()))
+	case asCSV:
+		cw := csv.NewWriter(stdout)
+		cw.WriteAll(rep.csvRows())
+		return exit(stderr, cw.Error())
+	}
+	return exit(stderr, rep.print(stdout))
+}
+
+// runReportJSON is report -json's default.
+type runReportJSON struct {
+	Model   string `json:"model"`
+	Path    string `json:"path"`
+	Builtin bool   `json:"builtin"`
+	// Run is the run at the report's batch: where its box counts and
+	// validation batches come from, and its counters after every event.
+	Run runJSON `json:"run"`
+	// Devices are the cards, each with the largest batch whose run
+	// completes (max_batch).
+	Devices []runReportDevice `json:"devices"`
+	// Detail is the step of the run's densest iteration, simulated alone.
+	Detail *resultJSON `json:"detail,omitempty"`
+}
+
+type runReportDevice struct {
+	deviceJSON
+	MaxBatch int64 `json:"max_batch"`
+}
+
+func (rep *runReport) json() runReportJSON {
+	js := runReportJSON{Model: rep.Model, Path: rep.Path, Builtin: builtin(rep.Path),
+		Run: runJSON{Model: rep.Model, Fits: !rep.Run.OOM, Source: runSource(rep.Events, "", rep.Plan.Dataset(), 0, rep.Plan.Seed),
+			Predicted: newRunPredicted(rep.Run)}}
+	for i, d := range rep.Devices {
+		dj := newDeviceJSON(d)
+		dj.Sources = ""
+		js.Devices = append(js.Devices, runReportDevice{deviceJSON: dj, MaxBatch: rep.MaxBatch[i]})
+	}
+	if rep.Detail != nil {
+		rj := newResultJSON(rep.Detail, true)
+		js.Detail = &rj
+	}
+	return js
+}
+
+// csvRows is report -csv's default: one row for each card.
+func (rep *runReport) csvRows() [][]string {
+	rows := [][]string{{"card", "usable", "max_batch", "batch", "peak", "peak_reserved", "gpu_mem"}}
+	r := rep.Run
+	for i, d := range rep.Devices {
+		rows = append(rows, []string{d.Name, strconv.FormatInt(d.Usable(), 10), strconv.FormatInt(rep.MaxBatch[i], 10),
+			strconv.FormatInt(r.Scenario.Batch, 10), strconv.FormatInt(r.Peak, 10), strconv.FormatInt(r.PeakReserved, 10),
+			onnxmem.RunStep{Reserved: r.PeakReserved}.GPUMem()})
+	}
+	return rows
+}
