@@ -13,7 +13,7 @@ import (
 // iteration counted once.
 func TestThinEpoch(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 7))
-	
+
 	for trial := range 50 {
 		n := rng.IntN(3000)
 		iters := make([][]int64, n)
