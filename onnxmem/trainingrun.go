@@ -222,7 +222,8 @@ func (m *Model) MaxBatchRun(sc Scenario, p RunPlan, limit int64) (int64, *RunRes
 	if err != nil {
 		return 0, nil, err
 	}
-	if _, err := limitOf(o, "max batch of a run"); err != nil {
+	capacity, err := limitOf(o, "max batch of a run")
+	if err != nil {
 		return 0, nil, err
 	}
 	if limit <= 0 {
@@ -252,19 +253,49 @@ func (m *Model) MaxBatchRun(sc Scenario, p RunPlan, limit int64) (int64, *RunRes
 		tried[b] = r
 		return !r.OOM, nil
 	}
-	lo, hi := int64(0), int64(1) // lo completes (0: none yet), hi is to try
-	for {
-		ok, err := completes(hi)
+	// The first try is a small batch; the allocated peak grows about in
+	// proportion to the batch, so its peak gives a guess at the answer,
+	// from which steps that double bracket it. Bisection then finds the
+	// last batch that completes below the first that does not.
+	lo, hi := int64(0), limit+1 // lo completes (0: none yet), hi does not (limit+1: none yet)
+	probe := min(int64(8), limit)
+	ok, err := completes(probe)
+	if err != nil {
+		return 0, nil, err
+	}
+	guess := probe
+	if ok {
+		lo = probe
+		if r := tried[probe]; r.Peak > 0 {
+			guess = max(probe+1, min(limit, probe*capacity/r.Peak))
+		}
+	} else {
+		hi = probe
+		guess = max(1, probe/2)
+	}
+	for step := max(1, guess/16); hi-lo > 1 && guess > lo && guess < hi; step *= 2 {
+		ok, err := completes(guess)
 		if err != nil {
 			return 0, nil, err
 		}
-		if !ok {
-			break
+		if ok {
+			lo, guess = guess, min(limit, guess+step)
+			if lo == limit {
+				return lo, tried[lo], nil
+			}
+		} else {
+			hi, guess = guess, max(1, guess-step)
 		}
-		if lo = hi; hi == limit {
-			return lo, tried[lo], nil
+	}
+	if hi == limit+1 { // every try completed: the limit is next
+		ok, err := completes(limit)
+		if err != nil {
+			return 0, nil, err
 		}
-		hi = min(2*hi, limit)
+		if ok {
+			return limit, tried[limit], nil
+		}
+		hi = limit
 	}
 	for hi-lo > 1 {
 		mid := lo + (hi-lo)/2

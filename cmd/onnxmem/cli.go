@@ -382,6 +382,17 @@ func (v *stepValue) Set(s string) error {
 	return fmt.Errorf("want run, train, eval or model, not %q", s)
 }
 
+// script names the training script whose run a command simulates for m:
+// train.py for GELAN (a single head), else train_dual.py. The name tells
+// GELAN's built-in models and exports named after them; the simulated
+// loss follows the head itself either way.
+func script(m *onnxmem.Model) string {
+	if strings.HasPrefix(strings.ToLower(cmpOr(m.Builtin, m.Name)), "gelan") {
+		return "train.py"
+	}
+	return "train_dual.py"
+}
+
 // hasRun reports whether onnxmem runs m's family's training script, whose
 // whole run is a command's default.
 func hasRun(m *onnxmem.Model) bool { return m.Family == "yolov9" }

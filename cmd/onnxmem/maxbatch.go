@@ -419,7 +419,7 @@ func runMaxBatchCmd(m *onnxmem.Model, c fitCriterion, st setting, img imageSize,
 		}
 		return exit(stderr, writeJSON(stdout, js))
 	}
-	fmt.Fprintf(stdout, "model  %s\nrun    the whole training run of train_dual.py on %s: %d epoch(s)", m.Name, p.Dataset(), cmp.Or(p.Epochs, onnxmem.DefaultEpochs))
+	fmt.Fprintf(stdout, "model  %s\nrun    the whole training run of %s on %s: %d epoch(s)", m.Name, script(m), p.Dataset(), cmp.Or(p.Epochs, onnxmem.DefaultEpochs))
 	if p.Iterations > 0 {
 		fmt.Fprintf(stdout, " of %d iterations", p.Iterations)
 	}

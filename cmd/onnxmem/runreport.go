@@ -80,9 +80,9 @@ func (rep *runReport) print(w io.Writer) error {
 	if rep.Default {
 		fmt.Fprintln(w, "       the default model; pass MODEL.onnx or a built-in name for another")
 	}
-	fmt.Fprintf(w, "run    python train_dual.py --batch %d --img %d in one process: %s, %s, EMA, GradScaler, clipping, mosaic\n"+
+	fmt.Fprintf(w, "run    python %s --batch %d --img %d in one process: %s, %s, EMA, GradScaler, clipping, mosaic\n"+
 		"       and mixup; %d epochs, each validated at batch %d on rectangles and saved (-step for one step alone)\n",
-		sc.Batch, max(sc.Height, sc.Width), settingOf(sc).precision(), cmpOr(sc.Optimizer, "SGD"), cmp.Or(rep.Plan.Epochs, onnxmem.DefaultEpochs), 2*sc.Batch)
+		script(rep.model), sc.Batch, max(sc.Height, sc.Width), settingOf(sc).precision(), cmpOr(sc.Optimizer, "SGD"), cmp.Or(rep.Plan.Epochs, onnxmem.DefaultEpochs), 2*sc.Batch)
 	fmt.Fprintf(w, "data   %s\n\n", runSource(rep.Events, "", rep.Plan.Dataset(), 0, rep.Plan.Seed))
 
 	fmt.Fprintf(w, "at batch %d: peak %s GiB allocated in %s;\n", sc.Batch, gib(r.Peak), eventWhere(rep.Events, r.Steps[rep.Worst].Event))
