@@ -741,10 +741,10 @@ const (
 //
 // Worked example: COCO's 118,287 training images at batch 16 are 7,393
 // iterations an epoch; the plan keeps some 110 of them, and the run's
-// peaks, which follow its densest batches, are the whole epoch's:
-// yolov9-s and yolov9-c at batch 8 and 16 under AMP on the built-in
-// COCO-like data peak within 0.1% of the whole epoch's allocated and at
-// its reserved exactly (TestThinnedRun checks one).
+// peaks, which follow its densest batches, are the whole epoch's: two
+// detectors at batch 8 and 16 under AMP on the built-in COCO-like data
+// peak within 0.1% of the whole epoch's allocated and at its reserved
+// exactly (docs/limitations.md; onnxmem's TestThinnedRun checks one).
 func thinEpoch(iters [][]int64) []RunEvent {
 	if len(iters) <= keptEpoch {
 		events := make([]RunEvent, len(iters))
