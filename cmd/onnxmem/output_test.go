@@ -247,7 +247,8 @@ func TestJSON(t *testing.T) {
 }
 
 // TestSVG checks that the plots are well-formed XML with an svg root and
-// polylines, titled with the step they show.
+// polylines, titled with the step they show; report's has its batches on a
+// log-2 axis (ticks 1, 2, 4, 8) and a dashed line for each card's limit.
 func TestSVG(t *testing.T) {
 	m := smallModel(t)
 	dir := t.TempDir()
@@ -260,6 +261,7 @@ func TestSVG(t *testing.T) {
 		{"sweep1", []string{"sweep", "-batches", "3", "-amp", "-segments", "2", "-img", "384x640"}, "amp k2 model step (forward, loss, backward), image 384x640: peak"},
 		{"timeline", []string{"timeline", "-batch", "1", "-half", "-img", "320"}, "half model step (forward, loss, backward), image 320x320, batch 1: memory over the step"},
 		{"run", []string{"run", "-batch", "2", "-img", "320", "-epochs", "2", "-iters", "3", "-device", "24G"}, "memory over the training run, batch 2"},
+		{"report", []string{"report", "-step", "model", "-batches", "1,2,4,8", "-batch", "2", "-img", "320"}, "peak of the model step against the batch size"},
 	} {
 		path := filepath.Join(dir, tc.name+".svg")
 		code, _, stderr := runCmd(t, "", append(tc.args, "-svg", path, m)...)
@@ -272,6 +274,13 @@ func TestSVG(t *testing.T) {
 		}
 		if !strings.Contains(string(data), tc.title) {
 			t.Errorf("%s: the plot's title does not say %q", tc.name, tc.title)
+		}
+		if tc.name == "report" {
+			for _, want := range []string{">1</text>", ">2</text>", ">4</text>", ">8</text>", "batch size (log 2)", "rtx4090 usable", `stroke-dasharray="6 4"`} {
+				if !strings.Contains(string(data), want) {
+					t.Errorf("report: the plot lacks %q", want)
+				}
+			}
 		}
 		dec := xml.NewDecoder(bytes.NewReader(data))
 		var elems []string

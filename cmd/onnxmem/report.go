@@ -6,6 +6,7 @@ import (
 	"io"
 	"reflect"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/onnxmem/onnxmem/internal/sim"
@@ -53,6 +54,7 @@ func cmdReport(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	epochs := f.positive("epochs", onnxmem.DefaultEpochs, "`E` epochs of the run")
 	seed := f.Uint64("seed", 1, "`seed` of the run's box counts")
 	asJSON, asCSV, verbose := f.jsonFlag(), f.csvFlag(), f.verboseFlag()
+	svg := f.svgFlag("the plot: memory over the run, or with -step model or train the peak against the batch size of each setting, the cards' limits drawn")
 	f.familyFlag()
 	path, code, ok := f.parseModel(args, true, stdout, stderr)
 	if !ok {
@@ -83,7 +85,7 @@ func cmdReport(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 				return f.usageError(stderr, "-%s applies to one step: add -step train or model (the default is the whole run)", name)
 			}
 		}
-		return runReportCmd(f, conf, m, path, isDefault, *batch, *img, *data, int(*epochs), *seed, *asJSON, *asCSV, *verbose, stdout, stderr)
+		return runReportCmd(f, conf, m, path, isDefault, *batch, *img, *data, int(*epochs), *seed, *svg, *asJSON, *asCSV, *verbose, stdout, stderr)
 	}
 	for _, name := range []string{"data", "epochs", "seed"} {
 		if f.isSet(name) {
@@ -105,6 +107,9 @@ func cmdReport(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	rep := &report{Model: m.Name, Path: path, model: m, Family: m.Family, Default: isDefault,
 		Settings: settings, DetailSetting: detail, Devices: cards()}
 	if err := rep.simulate(m, *img, *batches, *batch, stderr, *verbose); err != nil {
+		return fail(stderr, err)
+	}
+	if err := writeSVG(*svg, rep.plot()); err != nil {
 		return fail(stderr, err)
 	}
 	switch {
@@ -320,6 +325,38 @@ func (rep *report) print(w io.Writer) error {
 	}
 	fmt.Fprintf(w, "where the peak is at batch %d, %s:\n", d.Scenario.Batch, detail)
 	return printPeak(w, d, "after the step")
+}
+
+// palette colors a plot's settings, in the order of the report's columns.
+var palette = []string{"#1f5fbf", "#6b9be0", "#a9c4ee", "#d2691e", "#e8a25c", "#f2cf9e"}
+
+// plot is the peak against the batch size, on a log-2 axis: a line for
+// each setting (fp32 and AMP, each with 0, 2 and 4 segments) and the
+// usable memory of each card, dashed.
+func (rep *report) plot() *plot {
+	p := &plot{Title: rep.Model + ": peak of the " + strings.SplitN(rep.DetailSetting.step(), " (", 2)[0] + " against the batch size",
+		XLabel: "batch size (log 2)", YLabel: "peak allocated (GiB)", LogX: true}
+	var xmin, xmax float64
+	for i, st := range rep.Settings {
+		s := series{Name: st.String(), Color: palette[i%len(palette)], Dots: true}
+		for _, r := range rep.Results[i] {
+			s.X, s.Y = append(s.X, float64(r.Scenario.Batch)), append(s.Y, gibf(r.Peak))
+		}
+		if len(s.X) > 0 {
+			xmin, xmax = s.X[0], s.X[len(s.X)-1]
+		}
+		p.Series = append(p.Series, s)
+	}
+	if xmax <= xmin {
+		xmax = 2 * xmin
+	}
+	p.XMin, p.XMax = xmin, xmax
+	for i, d := range rep.Devices {
+		p.Series = append(p.Series, series{Name: fmt.Sprintf("%s usable (%s GiB)", d.Name, gib(d.Usable())),
+			Color: []string{"#c00", "#808", "#080"}[i%3], Dash: true,
+			X: []float64{xmin, xmax}, Y: []float64{gibf(d.Usable()), gibf(d.Usable())}})
+	}
+	return p
 }
 
 // printPeak writes where a step's peak falls, its largest tensors alive

@@ -121,7 +121,7 @@ func (rep *runReport) print(w io.Writer) error {
 
 // runReportCmd is report's default: the whole run.
 func runReportCmd(f *flagSet, conf func(setting) (setting, error), m *onnxmem.Model, path string, isDefault bool, batch int64, img imageSize, data string, epochs int, seed uint64,
-	asJSON, asCSV, verbose bool, stdout, stderr io.Writer) int {
+	svg string, asJSON, asCSV, verbose bool, stdout, stderr io.Writer) int {
 	st, err := conf(setting{AMP: true, Train: true, Optimizer: "SGD", EMA: true})
 	if err != nil {
 		return f.usageError(stderr, "%v", err)
@@ -136,6 +136,9 @@ func runReportCmd(f *flagSet, conf func(setting) (setting, error), m *onnxmem.Mo
 	rep := &runReport{Model: m.Name, Path: path, model: m, Default: isDefault, Devices: cards(),
 		Plan: onnxmem.RunPlan{Epochs: epochs, Batch: batch, Height: sc.Height, Width: sc.Width, Seed: seed, Data: data}}
 	if err := rep.simulate(sc, stderr, verbose); err != nil {
+		return fail(stderr, err)
+	}
+	if err := writeSVG(svg, runPlot(m.Name, rep.Run, rep.Events, nil)); err != nil {
 		return fail(stderr, err)
 	}
 	switch {

@@ -21,12 +21,15 @@ type plot struct {
 	// XMin and XMax are the x axis range; YMax the top of the y axis, which
 	// starts at 0. Zero values mean: fit the data.
 	XMin, XMax, YMax float64
+	// LogX puts x on a log-2 axis (x above 0), ticked at powers of two.
+	LogX bool
 }
 
 type series struct {
 	Name, Color string
 	X, Y        []float64
 	Dots        bool // mark each point
+	Dash        bool // a dashed line: a limit, not data
 }
 
 // band shades x from X0 to X1.
@@ -83,12 +86,21 @@ func (p *plot) render(out io.Writer) error {
 	ymax = yticks[len(yticks)-1]
 	var xticks []float64
 	all, xstep := ticks(xmin, xmax)
+	px := func(x float64) float64 { return padLeft + (x-xmin)/(xmax-xmin)*plotW }
+	if p.LogX {
+		xmin = max(xmin, 1e-9)
+		all, xstep = nil, 1
+		for t := math.Exp2(math.Floor(math.Log2(xmin))); t <= xmax; t *= 2 {
+			all = append(all, t)
+		}
+		lo, hi := math.Log2(xmin), math.Log2(xmax)
+		px = func(x float64) float64 { return padLeft + (math.Log2(max(x, xmin))-lo)/(hi-lo)*plotW }
+	}
 	for _, x := range all {
 		if x >= xmin && x <= xmax {
 			xticks = append(xticks, x)
 		}
 	}
-	px := func(x float64) float64 { return padLeft + (x-xmin)/(xmax-xmin)*plotW }
 	py := func(y float64) float64 { return padTop + plotH - y/ymax*plotH }
 
 	fmt.Fprintf(w, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="%s" font-size="12">`+"\n",
@@ -139,7 +151,11 @@ func (p *plot) render(out io.Writer) error {
 			}
 			pts.WriteString(f1(px(xs[i])) + "," + f1(py(ys[i])))
 		}
-		fmt.Fprintf(w, `<polyline points="%s" fill="none" stroke="%s" stroke-width="2"/>`+"\n", pts.String(), s.Color)
+		dash := ""
+		if s.Dash {
+			dash = ` stroke-dasharray="6 4"`
+		}
+		fmt.Fprintf(w, `<polyline points="%s" fill="none" stroke="%s" stroke-width="2"%s/>`+"\n", pts.String(), s.Color, dash)
 		if s.Dots {
 			for i := range s.X {
 				fmt.Fprintf(w, `<circle cx="%s" cy="%s" r="3.5" fill="%s"/>`+"\n", f1(px(s.X[i])), f1(py(s.Y[i])), s.Color)
@@ -148,11 +164,19 @@ func (p *plot) render(out io.Writer) error {
 	}
 	// Legend, top left inside the plot area.
 	if len(p.Series) > 1 {
-		fmt.Fprintf(w, `<rect x="%d" y="%d" width="110" height="%d" fill="white" fill-opacity="0.85" stroke="%s"/>`+"\n",
-			padLeft+4, padTop+18, 18*len(p.Series)+8, gridColor)
+		longest := 0
+		for _, s := range p.Series {
+			longest = max(longest, utf8.RuneCountInString(s.Name))
+		}
+		fmt.Fprintf(w, `<rect x="%d" y="%d" width="%d" height="%d" fill="white" fill-opacity="0.85" stroke="%s"/>`+"\n",
+			padLeft+4, padTop+18, max(110, 44+7*longest), 18*len(p.Series)+8, gridColor)
 		for i, s := range p.Series {
 			y := padTop + 32 + 18*i
-			fmt.Fprintf(w, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="2"/>`+"\n", padLeft+10, y-4, padLeft+30, y-4, s.Color)
+			dash := ""
+			if s.Dash {
+				dash = ` stroke-dasharray="6 4"`
+			}
+			fmt.Fprintf(w, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="2"%s/>`+"\n", padLeft+10, y-4, padLeft+30, y-4, s.Color, dash)
 			fmt.Fprintf(w, `<text x="%d" y="%d" fill="%s">%s</text>`+"\n", padLeft+36, y, textColor, esc(s.Name))
 		}
 	}
