@@ -1,9 +1,20 @@
-// Command onnxmem predicts the GPU memory peak of a PyTorch training step
-// from the network's exported ONNX graph: the figure that
-// torch.cuda.max_memory_allocated reports, where in the step it falls and
-// which tensors make it.
+// Command onnxmem predicts the GPU memory of training a network from its
+// exported ONNX graph: the figures that torch.cuda.memory_stats() reports,
+// where the peak falls and which tensors make it.
 //
-// The step it simulates is one of three. The model step of package
+// For a YOLOv9 model, what it simulates by default is the training run as
+// train_dual.py (train.py for GELAN) runs it with its own defaults, in one
+// process: AMP, SGD, the EMA, GradScaler, gradient clipping,
+// hyp.scratch-high.yaml's mosaic and mixup, two epochs of the dataset of
+// -data (or the built-in COCO-like one, onnxmem.BuiltinData), each
+// validated at twice the batch on the dataloader's rectangles and saved.
+// report, maxbatch and run answer for that whole run and give one largest
+// batch; knobs, sweep, timeline, explain and plan simulate the step of its
+// densest iteration (the one whose densest image carries the most boxes).
+// -step names another: run, train (one iteration with -boxes boxes an
+// image), eval or model.
+//
+// The step it simulates is otherwise one of three. The model step of package
 // onnxmem: the parameters and the input batch are resident, the forward runs
 // in train mode, the loss is sum(o.sum()) over the outputs, and the backward
 // follows. The train step, with -train: one step of YOLOv9's train_dual.py
@@ -92,10 +103,17 @@
 //
 // # report
 //
-//	onnxmem report [-img N] [-batches LIST] [-batch N] [-train [-boxes N] [-optimizer NAME] [-ema=false] [-warm-steps N]] [-alloc-conf OPTS] [-json|-csv] [-v] [MODEL.onnx]
+//	onnxmem report [-batch N] [-img N] [-step run|train|model] [-data FILE.yaml] [-epochs E] [-seed S] [-batches LIST]
+//	    [-train [-boxes N] [-optimizer NAME] [-ema=false] [-warm-steps N]] [-alloc-conf OPTS] [-json|-csv] [-svg FILE] [-v] [MODEL.onnx]
 //
-// Predicts the model step, or with -train the full training step of
-// train_dual.py (flags as for maxbatch), at each batch size of -batches in six settings: fp32 and
+// By default, for a YOLOv9 model, the whole training run at -batch (16):
+// GPU_mem over its iterations (median, 99th percentile, largest), where
+// its allocated peak falls, validation's peak, the largest batch whose run
+// completes on the cards rtx4090, a100-40 and a100-80 (the same search as
+// maxbatch's), and the step of its densest iteration explained; -svg plots
+// memory over the run. With -step model (or train, or -train) it predicts
+// the model step, or the full training step of train_dual.py (flags as
+// for maxbatch), at each batch size of -batches in six settings: fp32 and
 // AMP, each without checkpointing and with 2 and 4 segments (columns "fp32",
 // "fp32 k2", "fp32 k4", "amp", "amp k2", "amp k4"), and prints:
 //
@@ -139,7 +157,7 @@
 //
 // # sweep
 //
-//	onnxmem sweep [-img N] [-batches LIST] [-amp|-half] [-segments K] [-eval [-eval-float]] [-alloc-conf OPTS] [-json|-csv] [-svg FILE] [-v] MODEL.onnx
+//	onnxmem sweep [-img N] [-batches LIST] [-step run|train|eval|model] [-data FILE.yaml] [-amp|-half] [-segments K] [-eval [-eval-float]] [-alloc-conf OPTS] [-json|-csv] [-svg FILE] [-v] MODEL.onnx
 //
 // Predicts the step at each batch size and prints a table: batch, peak, peak
 // requested (before the allocator's rounding), peak reserved, after forward,
@@ -153,7 +171,7 @@
 //
 // # timeline
 //
-//	onnxmem timeline [-batch N] [-img N] [-amp|-half] [-segments K] [-eval [-eval-float]] [-alloc-conf OPTS] [-json|-csv] [-svg FILE] [-snapshot FILE.pickle] MODEL.onnx
+//	onnxmem timeline [-batch N] [-img N] [-step run|train|eval|model] [-data FILE.yaml] [-amp|-half] [-segments K] [-eval [-eval-float]] [-alloc-conf OPTS] [-json|-csv] [-svg FILE] [-snapshot FILE.pickle] MODEL.onnx
 //
 // Replays the measured step and prints a summary: allocated memory before
 // the step (m0), after the forward, the forward's peak, the step's peak and
@@ -273,8 +291,8 @@
 //
 // # plan
 //
-//	onnxmem plan [-batch N] [-img N] [-budget GiB | -device NAME|SIZE] [-amp|-half] [-train [-boxes N] [-optimizer NAME] [-ema=false] [-warm-steps N]]
-//	             [-alloc-conf OPTS] [-json|-csv] MODEL.onnx
+//	onnxmem plan [-batch N] [-img N] [-budget GiB | -device NAME|SIZE] [-step run|train|model] [-data FILE.yaml] [-amp|-half] [-train [-boxes N] [-optimizer NAME] [-ema=false] [-warm-steps N]]
+//	    [-alloc-conf OPTS] [-json|-csv] MODEL.onnx
 //
 // The checkpoint plan with the fewest recomputed FLOPs that it finds for
 // the step to fit under the limit (onnxmem.Model.Plan: the usual
@@ -291,8 +309,8 @@
 //
 // # explain
 //
-//	onnxmem explain [-batch N] [-img N] [-amp|-half] [-segments K] [-eval [-eval-float]] [-train [-boxes N] [-optimizer NAME] [-ema=false] [-warm-steps N]]
-//	                [-alloc-conf OPTS] [-json|-csv] MODEL.onnx
+//	onnxmem explain [-batch N] [-img N] [-step run|train|eval|model] [-data FILE.yaml] [-amp|-half] [-segments K] [-eval [-eval-float]] [-train [-boxes N] [-optimizer NAME] [-ema=false] [-warm-steps N]]
+//	    [-alloc-conf OPTS] [-json|-csv] MODEL.onnx
 //
 // What makes the peak (onnxmem.Model.Explain): the bytes alive at it by
 // kind (onnxmem.KindBytes: parameters, the EMA or half copy, optimizer
@@ -306,11 +324,14 @@
 //
 // # maxbatch
 //
-//	onnxmem maxbatch [-img N] [-budget GiB | -device NAME] [-limit N | -for-batch N] [-amp|-half] [-segments K] [-eval [-eval-float]] [-alloc-conf OPTS]
-//	                 [-train [-boxes N] [-optimizer NAME] [-ema=false] [-warm-steps N]]
-//	                 [-data FILE.yaml [-epochs E] [-iters N] [-seed S]] [-json|-csv] MODEL.onnx
+//	onnxmem maxbatch [-img N] [-budget GiB | -device NAME] [-step run|train|eval|model] [-limit N | -for-batch N] [-amp|-half] [-segments K] [-eval [-eval-float]] [-alloc-conf OPTS]
+//	    [-train [-boxes N] [-optimizer NAME] [-ema=false] [-warm-steps N]]
+//	    [-data FILE.yaml [-epochs E] [-iters N] [-seed S]] [-json|-csv] MODEL.onnx
 //
-// Finds the largest batch size, at most -limit, whose step fits, by binary
+// By default, for a YOLOv9 model, finds the largest batch whose whole
+// training run completes (as with -data, on the built-in COCO-like data
+// without it). With -step model, train or eval, -train, -eval or -half it
+// finds the largest batch size, at most -limit, whose step fits, by binary
 // search; 0 when not even batch 1 fits. The step is the model step (fp32
 // unless -amp or -half, checkpointed with -segments), with -train a full
 // training step of train_dual.py, or with -eval the validation step that
@@ -398,7 +419,7 @@
 //
 // # knobs
 //
-//	onnxmem knobs [-batch N] [-img N] [-budget GiB | -device NAME] [-train [-boxes N] [-optimizer NAME] [-ema=false] [-warm-steps N]] [-alloc-conf OPTS] [-json|-csv] MODEL.onnx
+//	onnxmem knobs [-batch N] [-img N] [-budget GiB | -device NAME] [-step run|train|model] [-data FILE.yaml] [-train [-boxes N] [-optimizer NAME] [-ema=false] [-warm-steps N]] [-alloc-conf OPTS] [-json|-csv] MODEL.onnx
 //
 // What each knob buys at one batch size: the step in fp32, amp and half,
 // each with 0, 2 and 4 checkpoint segments, in that order (fp32 first, the

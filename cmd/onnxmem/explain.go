@@ -9,9 +9,9 @@ import (
 
 func cmdExplain(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	f := newFlagSet("explain",
-		"onnxmem explain [-batch N] [-img N] [-amp|-half] [-segments K] [-eval [-eval-float]] [-train [-boxes N] [-optimizer NAME] [-ema=false] [-warm-steps N]]\n"+
+		"onnxmem explain [-batch N] [-img N] [-step run|train|eval|model] [-data FILE.yaml] [-amp|-half] [-segments K] [-eval [-eval-float]] [-train [-boxes N] [-optimizer NAME] [-ema=false] [-warm-steps N]]\n"+
 			"                [-alloc-conf OPTS] [-json|-csv] MODEL.onnx",
-		"Explain says what makes a step's peak: the bytes alive at the peak by kind\n"+
+		"By default, for a YOLOv9 model, the step is train_dual.py's at its run's densest\niteration (AMP, SGD, EMA; the box counts of the iteration whose densest image\ncarries the most boxes, on -data's dataset or the built-in COCO-like one);\n-step model, train or eval names another.\nExplain says what makes a step's peak: the bytes alive at the peak by kind\n"+
 			"(parameters, the EMA or half copy, optimizer state, gradients, activations,\n"+
 			"activation gradients, autocast copies, kernel copies, loss tensors, workspaces,\n"+
 			"the input, the loop's tensors and the allocator's slack: what unsplit blocks hold\n"+
@@ -21,6 +21,7 @@ func cmdExplain(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		"onnxmem explain -batch 16 -amp -train yolov9-c")
 	batch := f.positive("batch", 16, "batch `size`")
 	img, set, eval := f.imgFlag(), f.stepFlags(), f.evalFlags()
+	step, data := f.runStepFlags()
 	asJSON, asCSV := f.jsonFlag(), f.csvFlag()
 	f.familyFlag()
 	m, code, ok := f.parseAndLoad(args, stdout, stderr)
@@ -31,10 +32,16 @@ func cmdExplain(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	if err == nil {
 		st, err = eval(st)
 	}
+	if err == nil {
+		st, m, err = f.runDefault(m, st, *step, *data)
+	}
 	if err != nil {
 		return f.usageError(stderr, "%v", err)
 	}
 	ex, err := m.Explain(st.scenario(*batch, *img))
+	if err == nil && st.Run != nil {
+		err = st.Run.Err()
+	}
 	if err != nil {
 		return fail(stderr, err)
 	}

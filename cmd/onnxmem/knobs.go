@@ -11,22 +11,36 @@ import (
 
 func cmdKnobs(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	f := newFlagSet("knobs",
-		"onnxmem knobs [-batch N] [-img N] [-budget GiB | -device NAME] [-train [-boxes N] [-optimizer NAME] [-ema=false] [-warm-steps N]] [-alloc-conf OPTS] [-json|-csv] MODEL.onnx",
-		"Knobs shows what each memory knob buys at one batch size: the model step (or\nwith -train the full train_dual.py step) in fp32, AMP and half precision (not\nfor -train), each without checkpointing and with 2 and 4\ncheckpoint segments. For each it gives the peak, the saving against fp32\nwithout checkpointing, whether the step fits -budget GiB or the card of -device (it runs to its\nend under that limit of the caching allocator), the extra FLOPs of\nrecomputing the checkpointed layers, and where the peak falls. FLOPs are\ncounted from the graph: a multiply-add is 2, the backward twice the forward.",
+		"onnxmem knobs [-batch N] [-img N] [-budget GiB | -device NAME] [-step run|train|model] [-data FILE.yaml] [-train [-boxes N] [-optimizer NAME] [-ema=false] [-warm-steps N]] [-alloc-conf OPTS] [-json|-csv] MODEL.onnx",
+		"By default, for a YOLOv9 model, the step is train_dual.py's at its run's densest\niteration (AMP, SGD, EMA; the box counts of the iteration whose densest image\ncarries the most boxes, on -data's dataset or the built-in COCO-like one);\n-step model, train or eval names another.\nKnobs shows what each memory knob buys at one batch size: the step in fp32, AMP and half precision (not\nfor -train), each without checkpointing and with 2 and 4\ncheckpoint segments. For each it gives the peak, the saving against fp32\nwithout checkpointing, whether the step fits -budget GiB or the card of -device (it runs to its\nend under that limit of the caching allocator), the extra FLOPs of\nrecomputing the checkpointed layers, and where the peak falls. FLOPs are\ncounted from the graph: a multiply-add is 2, the backward twice the forward.",
 		"onnxmem knobs -batch 32 -budget 40 yolov9-c")
 	batch := f.positive("batch", 64, "batch `size`")
 	img := f.imgFlag()
 	limits, conf := f.limitFlags(), f.allocConfFlag()
 	train := f.trainFlags()
+	step, data := f.runStepFlags()
 	asJSON, asCSV := f.jsonFlag(), f.csvFlag()
 	f.familyFlag()
 	m, code, ok := f.parseAndLoad(args, stdout, stderr)
 	if !ok {
 		return code
 	}
+	if *step == "eval" {
+		return f.usageError(stderr, "knobs compares training steps: -step eval does not apply (maxbatch -step eval, explain -eval)")
+	}
+	base, err := train(setting{})
+	if err == nil {
+		base, m, err = f.runDefault(m, base, *step, *data)
+	}
+	if err != nil {
+		return f.usageError(stderr, "%v", err)
+	}
 	var settings []setting
 	for _, st := range settingsOf(precisions, checkpointSegments) {
 		t, err := train(setting{AMP: st.AMP, Segments: st.Segments})
+		if err == nil && base.Train && !t.Train { // -step train or the run's densest iteration
+			t.Train, t.Boxes, t.Optimizer, t.EMA, t.Run = true, base.Boxes, base.Optimizer, base.EMA, base.Run
+		}
 		if err == nil {
 			t, err = conf(t)
 		}
@@ -105,7 +119,10 @@ func (t *knobTable) saving(k knob) (int64, float64) {
 func (t *knobTable) print(w io.Writer) error {
 	base := t.Knobs[0]
 	step := "model step (forward, loss, backward)"
-	if st := base.Setting; st.Train {
+	switch st := base.Setting; {
+	case st.Run != nil:
+		step = fmt.Sprintf("train_dual.py's step of its run's densest iteration (its densest image %d boxes, %s, EMA %v)", base.Result.Scenario.Boxes, st.Optimizer, st.EMA)
+	case st.Train:
 		step = fmt.Sprintf("train_dual.py step (%d boxes an image, %s, EMA %v)", st.Boxes, st.Optimizer, st.EMA)
 	}
 	fmt.Fprintf(w, "%s: %s at batch %d, image %dx%d\n", t.Model, step, t.Batch, t.Img.H, t.Img.W)

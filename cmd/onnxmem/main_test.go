@@ -83,32 +83,32 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"report", "a.onnx", "b.onnx"}, "want one model, got 2 arguments: a.onnx b.onnx"},
 		{[]string{"report", "-batch", "0"}, `invalid value "0" for flag -batch`},
 		{[]string{"sweep"}, "no model given"},
-		{[]string{"sweep", "-nope", "m.onnx"}, "flag provided but not defined: -nope"},
-		{[]string{"sweep", "-img", "0", "m.onnx"}, `invalid value "0" for flag -img`},
-		{[]string{"sweep", "-img", "x", "m.onnx"}, `invalid value "x" for flag -img`},
+		{[]string{"sweep", "-step", "model", "-nope", "m.onnx"}, "flag provided but not defined: -nope"},
+		{[]string{"sweep", "-step", "model", "-img", "0", "m.onnx"}, `invalid value "0" for flag -img`},
+		{[]string{"sweep", "-step", "model", "-img", "x", "m.onnx"}, `invalid value "x" for flag -img`},
 		{[]string{"maxbatch", "-eval", "-amp", "m.onnx"}, "-amp does not apply to -eval"},
 		{[]string{"maxbatch", "-eval", "-segments", "2", "m.onnx"}, "-segments does not apply to -eval"},
 		{[]string{"maxbatch", "-eval", "-train", "m.onnx"}, "-train does not apply to -eval"},
 		{[]string{"maxbatch", "-eval", "-for-batch", "8", "m.onnx"}, "-for-batch finds checkpoint segments, and validation checkpoints nothing: drop -eval"},
 		{[]string{"maxbatch", "-eval-float", "m.onnx"}, "-eval-float applies to the validation step: add -eval"},
-		{[]string{"sweep", "-img", "640x", "m.onnx"}, `invalid value "640x" for flag -img: want a side of at least 1 pixel such as 640, or HEIGHTxWIDTH such as 384x640`},
-		{[]string{"sweep", "-img", "384x0", "m.onnx"}, `invalid value "384x0" for flag -img`},
-		{[]string{"sweep", "-img", "384x640x2", "m.onnx"}, `invalid value "384x640x2" for flag -img`},
-		{[]string{"sweep", "-batches", "1,x", "m.onnx"}, `invalid value "1,x" for flag -batches: batch size "x"`},
-		{[]string{"sweep", "-batches", "", "m.onnx"}, `invalid value "" for flag -batches`},
-		{[]string{"sweep", "m.onnx", "-batches", "0"}, `invalid value "0" for flag -batches`},
-		{[]string{"sweep", "-svg"}, "flag needs an argument: -svg"},
+		{[]string{"sweep", "-step", "model", "-img", "640x", "m.onnx"}, `invalid value "640x" for flag -img: want a side of at least 1 pixel such as 640, or HEIGHTxWIDTH such as 384x640`},
+		{[]string{"sweep", "-step", "model", "-img", "384x0", "m.onnx"}, `invalid value "384x0" for flag -img`},
+		{[]string{"sweep", "-step", "model", "-img", "384x640x2", "m.onnx"}, `invalid value "384x640x2" for flag -img`},
+		{[]string{"sweep", "-step", "model", "-batches", "1,x", "m.onnx"}, `invalid value "1,x" for flag -batches: batch size "x"`},
+		{[]string{"sweep", "-step", "model", "-batches", "", "m.onnx"}, `invalid value "" for flag -batches`},
+		{[]string{"sweep", "-step", "model", "m.onnx", "-batches", "0"}, `invalid value "0" for flag -batches`},
+		{[]string{"sweep", "-step", "model", "-svg"}, "flag needs an argument: -svg"},
 		{[]string{"timeline"}, "no model given"},
-		{[]string{"timeline", "-batch", "-3", "m.onnx"}, `invalid value "-3" for flag -batch`},
+		{[]string{"timeline", "-step", "model", "-batch", "-3", "m.onnx"}, `invalid value "-3" for flag -batch`},
 		{[]string{"maxbatch", "m.onnx", "n.onnx"}, "want one model"},
 		{[]string{"maxbatch", "-budget", "0", "m.onnx"}, `invalid value "0" for flag -budget`},
 		{[]string{"maxbatch", "-budget", "NaN", "m.onnx"}, `invalid value "NaN" for flag -budget`},
 		{[]string{"maxbatch", "-limit", "0", "m.onnx"}, `invalid value "0" for flag -limit`},
 		{[]string{"predict", "x.jsonl"}, "predict reads stdin and takes no arguments"},
 		{[]string{"knobs"}, "no model given"},
-		{[]string{"knobs", "-batch", "0", "m.onnx"}, `invalid value "0" for flag -batch`},
-		{[]string{"knobs", "-budget", "-1", "m.onnx"}, `invalid value "-1" for flag -budget`},
-		{[]string{"knobs", "-segments", "2", "m.onnx"}, "flag provided but not defined: -segments"},
+		{[]string{"knobs", "-step", "model", "-batch", "0", "m.onnx"}, `invalid value "0" for flag -batch`},
+		{[]string{"knobs", "-step", "model", "-budget", "-1", "m.onnx"}, `invalid value "-1" for flag -budget`},
+		{[]string{"knobs", "-step", "model", "-segments", "2", "m.onnx"}, "flag provided but not defined: -segments"},
 		{[]string{"sweep", "-amp", "-half", "yolov9-t"}, "-amp and -half exclude each other"},
 		{[]string{"maxbatch", "-segments", "-1", "yolov9-t"}, "-segments must be 0 or more"},
 		{[]string{"timeline", "-amp", "-half", "yolov9-t"}, "-amp and -half exclude each other"},
@@ -131,8 +131,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"maxbatch", "-train", "-boxes", "x", "m.onnx"}, `invalid value "x" for flag -boxes`},
 		{[]string{"export-model", "-width", "0", "yolov9-t"}, "-width 0: want a multiplier above 0"},
 		{[]string{"export-model", "-depth", "NaN", "yolov9-t"}, "-depth NaN: want a multiplier above 0"},
-		{[]string{"sweep", "-segments", "31", "-checkpoint", "0-3", "yolov9-t"}, "-segments and -checkpoint exclude each other"},
-		{[]string{"sweep", "-checkpoint", "5-1", "yolov9-t"}, `range "5-1"`},
+		{[]string{"sweep", "-step", "model", "-segments", "31", "-checkpoint", "0-3", "yolov9-t"}, "-segments and -checkpoint exclude each other"},
+		{[]string{"sweep", "-step", "model", "-checkpoint", "5-1", "yolov9-t"}, `range "5-1"`},
 		{[]string{"maxbatch", "-train", "-half", "m.onnx"}, "-half does not apply to -train"},
 		{[]string{"maxbatch", "-train", "-amp", "-half", "m.onnx"}, "-amp and -half exclude each other"},
 		{[]string{"maxbatch", "-for-batch", "-3", "m.onnx"}, "-for-batch must be at least 1"},
@@ -225,8 +225,8 @@ func TestScriptDefault(t *testing.T) {
 	}{
 		{[]string{"report", "-step", "model", "-batches", "1", "-batch", "1", "yolov9-t"}, 2},
 		{[]string{"report", "-step", "model", "-img", "224", "-batches", "1", "-batch", "1", rn18}, 0},
-		{[]string{"knobs", "-batch", "1", "yolov9-t"}, 1},
-		{[]string{"knobs", "-img", "224", "-batch", "1", rn18}, 0},
+		{[]string{"knobs", "-step", "model", "-batch", "1", "yolov9-t"}, 1},
+		{[]string{"knobs", "-step", "model", "-img", "224", "-batch", "1", rn18}, 0},
 	} {
 		code, stdout, stderr := runCmd(t, "", c.args...)
 		if n := strings.Count(stdout, note); code != 0 || stderr != "" || n != c.want {
@@ -251,7 +251,7 @@ func TestBuiltinNames(t *testing.T) {
 			t.Errorf("%q: exit code %d, stderr %q; want 0 and none", args, code, stderr)
 		}
 	}
-	code, _, stderr := runCmd(t, "", "sweep", "yolov9-x")
+	code, _, stderr := runCmd(t, "", "sweep", "-step", "model", "yolov9-x")
 	want := "onnxmem: yolov9-x is neither a file nor a built-in model (" + strings.Join(models.Names(), ", ") + ")\n"
 	if code != 1 || stderr != want {
 		t.Errorf("unknown name: exit code %d, stderr %q; want 1 and %q", code, stderr, want)
@@ -260,7 +260,7 @@ func TestBuiltinNames(t *testing.T) {
 	if err := os.WriteFile("gelan-t", []byte("not onnx"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if code, _, stderr := runCmd(t, "", "sweep", "gelan-t"); code != 1 || !strings.HasPrefix(stderr, "onnxmem: gelan-t: ir:") {
+	if code, _, stderr := runCmd(t, "", "sweep", "-step", "model", "gelan-t"); code != 1 || !strings.HasPrefix(stderr, "onnxmem: gelan-t: ir:") {
 		t.Errorf("file gelan-t: exit code %d, stderr %q; want 1 and the file's decoding error", code, stderr)
 	}
 }
@@ -352,11 +352,11 @@ func TestExportModel(t *testing.T) {
 
 func TestProgress(t *testing.T) {
 	m := smallModel(t)
-	code, _, stderr := runCmd(t, "", "sweep", "-batches", "1,2", m)
+	code, _, stderr := runCmd(t, "", "sweep", "-step", "model", "-batches", "1,2", m)
 	if code != 0 || stderr != "" {
 		t.Errorf("without -v: exit code %d, stderr %q; want 0 and none (stderr is no terminal)", code, stderr)
 	}
-	code, _, stderr = runCmd(t, "", "sweep", "-v", "-batches", "1,2", m)
+	code, _, stderr = runCmd(t, "", "sweep", "-step", "model", "-v", "-batches", "1,2", m)
 	want := "onnxmem: sweep: batch 1 done (1/2)\nonnxmem: sweep: batch 2 done (2/2)\n"
 	if code != 0 || stderr != want {
 		t.Errorf("with -v: exit code %d, stderr %q; want 0 and %q", code, stderr, want)
@@ -389,16 +389,16 @@ func TestProgress(t *testing.T) {
 
 func TestFlagsAfterModel(t *testing.T) {
 	m := smallModel(t)
-	code, before, stderr := runCmd(t, "", "sweep", "-batches", "1", "-json", m)
+	code, before, stderr := runCmd(t, "", "sweep", "-step", "model", "-batches", "1", "-json", m)
 	if code != 0 || stderr != "" {
 		t.Fatalf("exit code %d, stderr %q", code, stderr)
 	}
-	code, after, stderr := runCmd(t, "", "sweep", m, "-batches", "1", "-json")
+	code, after, stderr := runCmd(t, "", "sweep", "-step", "model", m, "-batches", "1", "-json")
 	if code != 0 || stderr != "" || after != before {
 		t.Errorf("flags after the model: exit code %d, stderr %q, output differs: %v", code, stderr, after != before)
 	}
 	// After "--" everything is an argument.
-	code, _, stderr = runCmd(t, "", "sweep", "-batches", "1", "--", "-json")
+	code, _, stderr = runCmd(t, "", "sweep", "-step", "model", "-batches", "1", "--", "-json")
 	if want := "onnxmem: -json is neither a file nor a built-in model (" + strings.Join(models.Names(), ", ") + ")\n"; code != 1 || stderr != want {
 		t.Errorf("after --: exit code %d, stderr %q; want 1 and %q", code, stderr, want)
 	}
@@ -407,18 +407,18 @@ func TestFlagsAfterModel(t *testing.T) {
 // TestFamilyFlag checks -family: another family simulates the model, and an
 // unknown one is an error that names the families.
 func TestFamilyFlag(t *testing.T) {
-	code, yolo, stderr := runCmd(t, "", "sweep", "-json", "-batches", "8", "-img", "640", "-segments", "4", "yolov9-t")
+	code, yolo, stderr := runCmd(t, "", "sweep", "-step", "model", "-json", "-batches", "8", "-img", "640", "-segments", "4", "yolov9-t")
 	if code != 0 || stderr != "" {
 		t.Fatalf("sweep: exit code %d, stderr %q", code, stderr)
 	}
-	code, gen, stderr := runCmd(t, "", "sweep", "-json", "-batches", "8", "-img", "640", "-segments", "4", "-family", "generic", "yolov9-t")
+	code, gen, stderr := runCmd(t, "", "sweep", "-step", "model", "-json", "-batches", "8", "-img", "640", "-segments", "4", "-family", "generic", "yolov9-t")
 	if code != 0 || stderr != "" {
 		t.Fatalf("sweep -family generic: exit code %d, stderr %q", code, stderr)
 	}
 	if gen == yolo {
 		t.Error("-family generic gives the same sweep as the detected yolov9 family")
 	}
-	code, stdout, stderr := runCmd(t, "", "sweep", "-family", "yolov5", "yolov9-t")
+	code, stdout, stderr := runCmd(t, "", "sweep", "-step", "model", "-family", "yolov5", "yolov9-t")
 	want := "onnxmem: yolov9-t: family: unknown family \"yolov5\": want one of yolov9, generic\n"
 	if code != 1 || stdout != "" || stderr != want {
 		t.Errorf("-family yolov5: exit code %d, stdout %q, stderr %q; want 1, none, %q", code, stdout, stderr, want)
@@ -457,16 +457,16 @@ func TestImageDefault(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"sweep", "-batches", "1", vit}, "image 224x224"},
-		{[]string{"sweep", "-batches", "1", "yolov9-t"}, "image 640x640"},
-		{[]string{"sweep", "-batches", "1", "-img", "320", "yolov9-t"}, "image 320x320"},
+		{[]string{"sweep", "-step", "model", "-batches", "1", vit}, "image 224x224"},
+		{[]string{"sweep", "-step", "model", "-batches", "1", "yolov9-t"}, "image 640x640"},
+		{[]string{"sweep", "-step", "model", "-batches", "1", "-img", "320", "yolov9-t"}, "image 320x320"},
 	} {
 		code, out, stderr := runCmd(t, "", tc.args...)
 		if code != 0 || !strings.Contains(out, tc.want) {
 			t.Errorf("%v: exit code %d, stderr %q, output %q; want %q", tc.args, code, stderr, out, tc.want)
 		}
 	}
-	if code, _, stderr := runCmd(t, "", "sweep", "-batches", "1", "-img", "640", vit); code != 1 || !strings.Contains(stderr, "the export fixes its input at 224×224") {
+	if code, _, stderr := runCmd(t, "", "sweep", "-step", "model", "-batches", "1", "-img", "640", vit); code != 1 || !strings.Contains(stderr, "the export fixes its input at 224×224") {
 		t.Errorf("-img 640 on a 224 export: exit code %d, stderr %q", code, stderr)
 	}
 }

@@ -14,7 +14,7 @@ import (
 
 func cmdMaxBatch(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	f := newFlagSet("maxbatch",
-		"onnxmem maxbatch [-img N] [-budget GiB | -device NAME] [-limit N | -for-batch N] [-amp|-half] [-segments K] [-eval [-eval-float]] [-alloc-conf OPTS]\n"+
+		"onnxmem maxbatch [-img N] [-budget GiB | -device NAME] [-step run|train|eval|model] [-limit N | -for-batch N] [-amp|-half] [-segments K] [-eval [-eval-float]] [-alloc-conf OPTS]\n"+
 			"                        [-train [-boxes N] [-optimizer NAME] [-ema=false] [-warm-steps N]]\n"+
 			"                        [-data FILE.yaml [-epochs E] [-iters N] [-seed S]] [-json|-csv] MODEL.onnx",
 		"Maxbatch finds the largest batch size, up to -limit, whose step fits: the model\n"+

@@ -25,7 +25,7 @@ import (
 func TestDiff(t *testing.T) {
 	dir := t.TempDir()
 	snap := filepath.Join(dir, "s.pickle")
-	if code, _, stderr := runCmd(t, "", "timeline", "-batch", "2", "-img", "320", "-snapshot", snap, "yolov9-t"); code != 0 {
+	if code, _, stderr := runCmd(t, "", "timeline", "-step", "model", "-batch", "2", "-img", "320", "-snapshot", snap, "yolov9-t"); code != 0 {
 		t.Fatalf("timeline -snapshot: %d %s", code, stderr)
 	}
 	code, stdout, stderr := runCmd(t, "", "diff", "-batch", "2", "-img", "320", snap, "yolov9-t")
@@ -52,11 +52,11 @@ func TestGolden(t *testing.T) {
 		file string
 		args []string
 	}{
-		{"sweep-s.txt", []string{"sweep", "-batches", "1,8", m}},
-		{"sweep-s.json", []string{"sweep", "-batches", "1,8", "-json", m}},
+		{"sweep-s.txt", []string{"sweep", "-step", "model", "-batches", "1,8", m}},
+		{"sweep-s.json", []string{"sweep", "-step", "model", "-batches", "1,8", "-json", m}},
 		{"report-s.txt", []string{"report", "-step", "model", "-batches", "1,8", "-batch", "8", m}},
 		{"report-train-s.txt", []string{"report", "-train", "-optimizer", "adamw", "-batches", "1,8", "-batch", "8", m}},
-		{"timeline-s.txt", []string{"timeline", "-batch", "8", m}},
+		{"timeline-s.txt", []string{"timeline", "-step", "model", "-batch", "8", m}},
 		{"maxbatch-s.txt", []string{"maxbatch", "-step", "model", "-budget", "24", m}},
 		{"maxbatch-eval-t4-s.txt", []string{"maxbatch", "-eval", "-device", "t4", "-img", "384x640", m}},
 		{"explain-eval-s.txt", []string{"explain", "-eval", "-eval-float", "-batch", "16", m}},
@@ -64,26 +64,28 @@ func TestGolden(t *testing.T) {
 		{"maxbatch-rtx4090-amp-for64-s.txt", []string{"maxbatch", "-device", "rtx4090", "-amp", "-for-batch", "64", m}},
 		{"maxbatch-budget-for100-s.txt", []string{"maxbatch", "-budget", "24", "-for-batch", "100", m}},
 		{"maxbatch-rtx4090-for128-s.txt", []string{"maxbatch", "-device", "rtx4090", "-for-batch", "128", m}},
-		{"knobs-s.txt", []string{"knobs", "-batch", "8", "-budget", "2.5", m}},
+		{"knobs-s.txt", []string{"knobs", "-step", "model", "-batch", "8", "-budget", "2.5", m}},
 		{"knobs-train-s.txt", []string{"knobs", "-train", "-boxes", "64", "-batch", "8", "-budget", "4", m}},
 		{"claims.txt", []string{"claims", "-batch", "16", "-img", "320", "-boxes", "8"}},
 		{"claims.json", []string{"claims", "-batch", "16", "-img", "320", "-boxes", "8", "-json"}},
 		{"devices.csv", []string{"devices", "-csv"}},
-		{"sweep-s.csv", []string{"sweep", "-batches", "1,8", "-csv", m}},
-		{"knobs-s.csv", []string{"knobs", "-batch", "8", "-budget", "2.5", "-csv", m}},
-		{"explain-s.csv", []string{"explain", "-batch", "8", "-csv", m}},
+		{"sweep-s.csv", []string{"sweep", "-step", "model", "-batches", "1,8", "-csv", m}},
+		{"knobs-s.csv", []string{"knobs", "-step", "model", "-batch", "8", "-budget", "2.5", "-csv", m}},
+		{"explain-s.csv", []string{"explain", "-step", "model", "-batch", "8", "-csv", m}},
 		{"run-s.csv", []string{"run", "-batch", "4", "-epochs", "1", "-iters", "2", "-val-images", "8", "-csv", m}},
 		{"maxbatch-rtx4090-amp-s.csv", []string{"maxbatch", "-step", "model", "-device", "rtx4090", "-amp", "-csv", m}},
 		{"maxbatch-rtx4090-for128-s.csv", []string{"maxbatch", "-device", "rtx4090", "-for-batch", "128", "-csv", m}},
-		{"plan-s.csv", []string{"plan", "-batch", "8", "-amp", "-budget", "2", "-csv", m}},
+		{"plan-s.csv", []string{"plan", "-step", "model", "-batch", "8", "-amp", "-budget", "2", "-csv", m}},
 		{"report-s.csv", []string{"report", "-step", "model", "-batches", "1,8", "-batch", "8", "-csv", m}},
-		{"plan-s.txt", []string{"plan", "-batch", "8", "-amp", "-budget", "2", m}},
-		{"plan-s.json", []string{"plan", "-batch", "8", "-amp", "-budget", "2", "-json", m}},
-		{"sweep-ckpt-s.txt", []string{"sweep", "-batches", "1,8", "-checkpoint", "0-3,5-9", m}},
-		{"sweep-rect-s.txt", []string{"sweep", "-batches", "1,8", "-img", "384x640", "-amp", m}},
+		{"plan-s.txt", []string{"plan", "-step", "model", "-batch", "8", "-amp", "-budget", "2", m}},
+		{"plan-s.json", []string{"plan", "-step", "model", "-batch", "8", "-amp", "-budget", "2", "-json", m}},
+		{"sweep-ckpt-s.txt", []string{"sweep", "-step", "model", "-batches", "1,8", "-checkpoint", "0-3,5-9", m}},
+		{"sweep-rect-s.txt", []string{"sweep", "-step", "model", "-batches", "1,8", "-img", "384x640", "-amp", m}},
 		{"explain-train-s.txt", []string{"explain", "-train", "-amp", "-batch", "8", m}},
-		{"explain-s.json", []string{"explain", "-batch", "8", "-json", m}},
+		{"explain-s.json", []string{"explain", "-step", "model", "-batch", "8", "-json", m}},
 		{"run-s.txt", []string{"run", "-batch", "8", "-amp", "-epochs", "1", "-iters", "3", "-val-images", "20", "-device", "rtx4090", m}},
+		{"explain-run-s.txt", []string{"explain", "-batch", "8", m}},
+		{"knobs-run-s.txt", []string{"knobs", "-batch", "8", "-budget", "4", m}},
 		{"maxbatch-run-rtx4090-s.txt", []string{"maxbatch", "-device", "rtx4090", m}},
 		{"maxbatch-run-rtx4090-s.json", []string{"maxbatch", "-device", "rtx4090", "-json", m}},
 		{"run-s.json", []string{"run", "-batch", "4", "-epochs", "1", "-iters", "2", "-val-images", "8", "-json", m}},
@@ -144,7 +146,7 @@ func TestJSON(t *testing.T) {
 	}
 
 	var kn knobsJSON
-	decode([]string{"knobs", "-json", "-batch", "4", "-budget", "1.5", m}, &kn)
+	decode([]string{"knobs", "-step", "model", "-json", "-batch", "4", "-budget", "1.5", m}, &kn)
 	var rows []string
 	for _, r := range kn.Rows {
 		rows = append(rows, fmt.Sprintf("%s %d", r.Precision, r.Segments))
@@ -170,7 +172,7 @@ func TestJSON(t *testing.T) {
 	}
 
 	var tl timelineJSON
-	decode([]string{"timeline", "-json", "-batch", "2", m}, &tl)
+	decode([]string{"timeline", "-step", "model", "-json", "-batch", "2", m}, &tl)
 	if len(tl.Samples) != tl.Result.Events || tl.Result.Events == 0 {
 		t.Fatalf("timeline -json: %d samples for %d events", len(tl.Samples), tl.Result.Events)
 	}
@@ -194,7 +196,7 @@ func TestJSON(t *testing.T) {
 		t.Errorf("maxbatch -json: %+v", mb)
 	}
 	var big sweepJSON
-	decode([]string{"sweep", "-json", "-batches", strconv.FormatInt(mb.MaxBatch, 10) + "," + strconv.FormatInt(mb.MaxBatch+1, 10), m}, &big)
+	decode([]string{"sweep", "-step", "model", "-json", "-batches", strconv.FormatInt(mb.MaxBatch, 10) + "," + strconv.FormatInt(mb.MaxBatch+1, 10), m}, &big)
 	if big.Results[0].Peak > mb.Budget || big.Results[1].Peak <= mb.Budget {
 		t.Errorf("maxbatch %d in %d bytes, but the sweep gives peaks %d and %d", mb.MaxBatch, mb.Budget, big.Results[0].Peak, big.Results[1].Peak)
 	}
@@ -215,7 +217,7 @@ func TestJSON(t *testing.T) {
 		on.MaxBatch < 1 || on.Result == nil || on.Result.PeakReserved > on.Device.Usable || !on.Result.AMP {
 		t.Errorf("maxbatch -json -device t4: %+v", on)
 	}
-	decode([]string{"sweep", "-json", "-amp", "-batches", strconv.FormatInt(on.MaxBatch+1, 10), m}, &big)
+	decode([]string{"sweep", "-step", "model", "-json", "-amp", "-batches", strconv.FormatInt(on.MaxBatch+1, 10), m}, &big)
 	if big.Results[0].PeakReserved <= on.Device.Usable {
 		t.Errorf("maxbatch -device t4: max batch %d, but batch %d reserves %d of %d usable", on.MaxBatch, on.MaxBatch+1, big.Results[0].PeakReserved, on.Device.Usable)
 	}
@@ -257,8 +259,8 @@ func TestSVG(t *testing.T) {
 		args  []string
 		title string
 	}{
-		{"sweep", []string{"sweep", "-batches", "1,2,4"}, "fp32 model step (forward, loss, backward), image 640x640: peak against batch size"},
-		{"sweep1", []string{"sweep", "-batches", "3", "-amp", "-segments", "2", "-img", "384x640"}, "amp k2 model step (forward, loss, backward), image 384x640: peak"},
+		{"sweep", []string{"sweep", "-step", "model", "-batches", "1,2,4"}, "fp32 model step (forward, loss, backward), image 640x640: peak against batch size"},
+		{"sweep1", []string{"sweep", "-step", "model", "-batches", "3", "-amp", "-segments", "2", "-img", "384x640"}, "amp k2 model step (forward, loss, backward), image 384x640: peak"},
 		{"timeline", []string{"timeline", "-batch", "1", "-half", "-img", "320"}, "half model step (forward, loss, backward), image 320x320, batch 1: memory over the step"},
 		{"run", []string{"run", "-batch", "2", "-img", "320", "-epochs", "2", "-iters", "3", "-device", "24G"}, "memory over the training run, batch 2"},
 		{"report", []string{"report", "-step", "model", "-batches", "1,2,4,8", "-batch", "2", "-img", "320"}, "peak of the model step against the batch size"},
@@ -300,7 +302,7 @@ func TestSVG(t *testing.T) {
 			t.Errorf("%s: elements %v: want an svg root with polylines", tc.name, elems[:min(len(elems), 10)])
 		}
 	}
-	code, _, stderr := runCmd(t, "", "sweep", "-batches", "1", "-svg", filepath.Join(dir, "no", "such", "dir.svg"), m)
+	code, _, stderr := runCmd(t, "", "sweep", "-step", "model", "-batches", "1", "-svg", filepath.Join(dir, "no", "such", "dir.svg"), m)
 	if code != 1 || !strings.HasPrefix(stderr, "onnxmem: open ") {
 		t.Errorf("unwritable -svg: exit code %d, stderr %q; want 1 and the error", code, stderr)
 	}
@@ -443,7 +445,7 @@ func TestSearchLimit(t *testing.T) {
 // one row an event, under a header.
 func TestTimelineCSV(t *testing.T) {
 	m := smallModel(t)
-	code, out, stderr := runCmd(t, "", "timeline", "-batch", "2", "-csv", m)
+	code, out, stderr := runCmd(t, "", "timeline", "-step", "model", "-batch", "2", "-csv", m)
 	if code != 0 || stderr != "" {
 		t.Fatalf("timeline -csv: exit code %d, stderr %q", code, stderr)
 	}
@@ -451,7 +453,7 @@ func TestTimelineCSV(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	code, js, stderr := runCmd(t, "", "timeline", "-batch", "2", "-json", m)
+	code, js, stderr := runCmd(t, "", "timeline", "-step", "model", "-batch", "2", "-json", m)
 	if code != 0 || stderr != "" {
 		t.Fatalf("timeline -json: exit code %d, stderr %q", code, stderr)
 	}

@@ -11,9 +11,9 @@ import (
 
 func cmdPlan(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	f := newFlagSet("plan",
-		"onnxmem plan [-batch N] [-img N] [-budget GiB | -device NAME|SIZE] [-amp|-half] [-train [-boxes N] [-optimizer NAME] [-ema=false] [-warm-steps N]]\n"+
+		"onnxmem plan [-batch N] [-img N] [-budget GiB | -device NAME|SIZE] [-step run|train|model] [-data FILE.yaml] [-amp|-half] [-train [-boxes N] [-optimizer NAME] [-ema=false] [-warm-steps N]]\n"+
 			"             [-alloc-conf OPTS] [-json|-csv] MODEL.onnx",
-		"Plan finds the checkpoint plan that lets the step fit with the fewest\n"+
+		"By default, for a YOLOv9 model, the step is train_dual.py's at its run's densest\niteration (AMP, SGD, EMA; the box counts of the iteration whose densest image\ncarries the most boxes, on -data's dataset or the built-in COCO-like one);\n-step model, train or eval names another.\nPlan finds the checkpoint plan that lets the step fit with the fewest\n"+
 			"recomputed FLOPs: the ranges of top-level layers to run under\n"+
 			"torch.utils.checkpoint.checkpoint(use_reentrant=False). It fits in the same sense\n"+
 			"as everywhere else: the step runs to its end under the caching allocator's limit\n"+
@@ -26,6 +26,7 @@ func cmdPlan(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		"onnxmem plan -batch 16 -amp -train -budget 12 yolov9-c")
 	batch := f.positive("batch", 16, "batch `size`")
 	img, set := f.imgFlag(), f.stepFlags()
+	step, data := f.runStepFlags()
 	limits := f.limitFlags()
 	asJSON, asCSV := f.jsonFlag(), f.csvFlag()
 	f.familyFlag()
@@ -34,6 +35,9 @@ func cmdPlan(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		return code
 	}
 	st, err := set()
+	if err == nil {
+		st, m, err = f.runDefault(m, st, *step, *data)
+	}
 	if err != nil {
 		return f.usageError(stderr, "%v", err)
 	}
@@ -48,6 +52,11 @@ func cmdPlan(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		return f.usageError(stderr, "%v", err)
 	}
 	sc := c.scenario(st.scenario(*batch, *img))
+	if st.Run != nil {
+		if err := st.Run.Err(); err != nil {
+			return fail(stderr, err)
+		}
+	}
 	p, err := m.Plan(sc)
 	if err != nil {
 		var np *onnxmem.ErrNoPlan

@@ -577,7 +577,7 @@ func TestPredictInferenceExport(t *testing.T) {
 	if len(nc) != 2 || string(nc[0]["predicted"]) != string(nc[1]["predicted"]) || string(nc[0]["simulated_as"]) != `"gelan-t"` {
 		t.Errorf("nc 20 beside an inference export: %s; want the 20-class gelan-t's %s, simulated_as gelan-t", out, nc[1]["predicted"])
 	}
-	code, _, stderr = runCmd(t, "", "sweep", "-batches", "1", filepath.Join(shared, "yolov9", "gelan-t-infer.onnx"))
+	code, _, stderr = runCmd(t, "", "sweep", "-step", "model", "-batches", "1", filepath.Join(shared, "yolov9", "gelan-t-infer.onnx"))
 	if code != 0 || !strings.Contains(stderr, "gelan-t-infer.onnx is an inference export") || !strings.Contains(stderr, "simulating the built-in gelan-t with 80 classes") {
 		t.Errorf("sweep of an inference export: exit code %d, stderr %q; want the stand-in named", code, stderr)
 	}
@@ -591,7 +591,7 @@ func TestClassesFlag(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	code, out, stderr := runCmd(t, "", "sweep", "-json", "-batches", "2", "-img", "320", "-nc", "20", "yolov9-t")
+	code, out, stderr := runCmd(t, "", "sweep", "-step", "model", "-json", "-batches", "2", "-img", "320", "-nc", "20", "yolov9-t")
 	var js sweepJSON
 	if code != 0 || stderr != "" || json.Unmarshal([]byte(out), &js) != nil || len(js.Results) != 1 {
 		t.Fatalf("sweep -nc 20: exit code %d, stderr %q, output %q", code, stderr, out)
@@ -626,9 +626,9 @@ func TestClassesFlag(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"sweep", "-nc", "20", sharedFile(t, "yolov9/yolov9-t-train.onnx")}, "-nc 20: yolov9-t-train predicts 80 classes: give a built-in model's name"},
-		{[]string{"sweep", "-nc", "3", sharedFile(t, "torchvision/resnet18-train.onnx")}, "-nc 3: resnet18-train's family (generic) reads no classes"},
-		{[]string{"sweep", "-nc", "0", "yolov9-t"}, "-nc 0: a head predicts at least 1 class"},
+		{[]string{"sweep", "-step", "model", "-nc", "20", sharedFile(t, "yolov9/yolov9-t-train.onnx")}, "-nc 20: yolov9-t-train predicts 80 classes: give a built-in model's name"},
+		{[]string{"sweep", "-step", "model", "-nc", "3", sharedFile(t, "torchvision/resnet18-train.onnx")}, "-nc 3: resnet18-train's family (generic) reads no classes"},
+		{[]string{"sweep", "-step", "model", "-nc", "0", "yolov9-t"}, "-nc 0: a head predicts at least 1 class"},
 	} {
 		if code, _, stderr := runCmd(t, "", tc.args...); code != 1 || !strings.Contains(stderr, tc.want) {
 			t.Errorf("%v: exit code %d, stderr %q; want 1 and %q", tc.args, code, stderr, tc.want)

@@ -34,6 +34,11 @@ type setting struct {
 	// Eval is the validation step instead (-eval), on a half copy of the
 	// model, or a float32 one with EvalFloat.
 	Eval, EvalFloat bool
+	// Run, for a train step, gives each batch its training run's densest
+	// iteration's box counts (a step command's default); Densest says a
+	// scenario's counts are those.
+	Run     *runStep
+	Densest bool
 }
 
 // warmNeedsAMP fails on -warm-steps above 1 without -amp, for a command
@@ -50,7 +55,7 @@ func (s setting) warmNeedsAMP() error {
 func (s setting) equal(o setting) bool {
 	return s.AMP == o.AMP && s.Half == o.Half && s.Segments == o.Segments && slices.Equal(s.Checkpoint, o.Checkpoint) &&
 		s.Train == o.Train && s.Boxes == o.Boxes && s.Optimizer == o.Optimizer && s.EMA == o.EMA && s.WarmSteps == o.WarmSteps &&
-		s.AllocConf == o.AllocConf && s.Eval == o.Eval && s.EvalFloat == o.EvalFloat
+		s.AllocConf == o.AllocConf && s.Eval == o.Eval && s.EvalFloat == o.EvalFloat && s.Run == o.Run && s.Densest == o.Densest
 }
 
 // settingOf is the setting of a scenario.
@@ -59,6 +64,7 @@ func settingOf(sc onnxmem.Scenario) setting {
 		Eval: sc.Step == onnxmem.EvalStep, EvalFloat: sc.EvalFloat}
 	if sc.Step == onnxmem.TrainStep {
 		st.Train, st.Boxes, st.Optimizer, st.EMA, st.WarmSteps = true, max(sc.Boxes, 0), sc.Optimizer, !sc.NoEMA, sc.WarmSteps
+		st.Densest = sc.BoxCounts != nil
 	}
 	return st
 }
@@ -104,6 +110,9 @@ func (s setting) step() string {
 	if s.EMA {
 		ema = "EMA update"
 	}
+	if s.Densest || s.Run != nil {
+		return fmt.Sprintf("step of the training run's densest iteration (forward, YOLOv9 loss, its densest image %d boxes, backward, %s, %s)", s.Boxes, opt, ema)
+	}
 	return fmt.Sprintf("train step (forward, YOLOv9 loss with %d boxes an image, backward, %s, %s)", s.Boxes, opt, ema)
 }
 
@@ -119,6 +128,11 @@ func (s setting) scenario(batch int64, img imageSize) onnxmem.Scenario {
 		sc.Step, sc.Boxes, sc.Optimizer, sc.NoEMA = onnxmem.TrainStep, s.Boxes, s.Optimizer, !s.EMA
 		if s.Boxes == 0 {
 			sc.Boxes = onnxmem.NoBoxes
+		}
+		if s.Run != nil && batch > 0 {
+			if c := s.Run.densest(batch, img.H, img.W); c != nil {
+				sc.BoxCounts, sc.Boxes = c, 0
+			}
 		}
 		if s.AMP {
 			sc.WarmSteps = s.WarmSteps

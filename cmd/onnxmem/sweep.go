@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"sync/atomic"
 	"text/tabwriter"
 
 	"github.com/onnxmem/onnxmem/onnxmem"
@@ -10,10 +11,11 @@ import (
 
 func cmdSweep(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	f := newFlagSet("sweep",
-		"onnxmem sweep [-img N] [-batches LIST] [-amp|-half] [-segments K] [-eval [-eval-float]] [-alloc-conf OPTS] [-json|-csv] [-svg FILE] [-v] MODEL.onnx",
-		"Sweep predicts the model step (fp32 unless -amp or -half, checkpointed with\n-segments) at each batch size and prints a table of peaks (GiB), or JSON\n(bytes) with -json; -svg also writes a plot of the peak against the batch size.",
+		"onnxmem sweep [-img N] [-batches LIST] [-step run|train|eval|model] [-data FILE.yaml] [-amp|-half] [-segments K] [-eval [-eval-float]] [-alloc-conf OPTS] [-json|-csv] [-svg FILE] [-v] MODEL.onnx",
+		"By default, for a YOLOv9 model, the step is train_dual.py's at its run's densest\niteration (AMP, SGD, EMA; the box counts of the iteration whose densest image\ncarries the most boxes, on -data's dataset or the built-in COCO-like one);\n-step model, train or eval names another.\nSweep predicts the step (fp32 unless -amp or -half, checkpointed with\n-segments) at each batch size and prints a table of peaks (GiB), or JSON\n(bytes) with -json; -svg also writes a plot of the peak against the batch size.",
 		"onnxmem sweep -batches 1,8,32 -svg peak.svg yolov9-s")
 	img, batches, set, eval := f.imgFlag(), f.batchesFlag(), f.settingFlags(), f.evalFlags()
+	step, data := f.runStepFlags()
 	asJSON, svg, verbose := f.jsonFlag(), f.svgFlag("the plot of peak against batch size"), f.verboseFlag()
 	asCSV := f.csvFlag()
 	f.familyFlag()
@@ -25,10 +27,31 @@ func cmdSweep(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	if err == nil {
 		st, err = eval(st)
 	}
+	if err == nil {
+		st, m, err = f.runDefault(m, st, *step, *data)
+	}
 	if err != nil {
 		return f.usageError(stderr, "%v", err)
 	}
-	rs, err := m.Sweep(st.scenario(0, *img), *batches, progress(stderr, *verbose, "sweep", *batches))
+	var rs []*onnxmem.Result
+	if st.Run == nil {
+		rs, err = m.Sweep(st.scenario(0, *img), *batches, progress(stderr, *verbose, "sweep", *batches))
+	} else { // each batch its own densest iteration
+		rs = make([]*onnxmem.Result, len(*batches))
+		done := progress(stderr, *verbose, "sweep", *batches)
+		var n atomic.Int64
+		err = parallel(len(*batches), func(i int) error {
+			var err error
+			rs[i], err = m.Simulate(st.scenario((*batches)[i], *img))
+			if done != nil {
+				done(int(n.Add(1)), len(*batches))
+			}
+			return err
+		})
+		if err == nil {
+			err = st.Run.Err()
+		}
+	}
 	if err != nil {
 		return fail(stderr, err)
 	}

@@ -3,6 +3,7 @@ package sim
 import (
 	"fmt"
 	"math/bits"
+	"slices"
 
 	"github.com/onnxmem/onnxmem/ir"
 	"github.com/onnxmem/onnxmem/schedule"
@@ -59,6 +60,9 @@ func (m *Model) Cost(sc Options) (Cost, error) {
 	if sc.Batch > 1 {
 		one := sc
 		one.Batch = 1
+		if len(sc.BoxCounts) > 0 { // one image's count, the densest's
+			one.BoxCounts = []int64{slices.Max(sc.BoxCounts)}
+		}
 		c1, err := m.Cost(one)
 		if err != nil {
 			return Cost{}, err
