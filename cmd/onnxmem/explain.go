@@ -51,7 +51,7 @@ func cmdExplain(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	if *asJSON {
 		return exit(stderr, writeJSON(stdout, newExplainJSON(m.Name, ex)))
 	}
-	return exit(stderr, printExplain(stdout, m.Name, ex))
+	return exit(stderr, printExplain(stdout, m, ex))
 }
 
 // explainJSON is explain -json's output: by_kind maps each kind to its
@@ -86,10 +86,10 @@ func newExplainJSON(model string, ex *onnxmem.Explanation) explainJSON {
 	return js
 }
 
-func printExplain(w io.Writer, model string, ex *onnxmem.Explanation) error {
+func printExplain(w io.Writer, m *onnxmem.Model, ex *onnxmem.Explanation) error {
 	r := ex.Result
 	fmt.Fprintf(w, "%s, batch %d\npeak %s GiB allocated (%s GiB reserved), %s\n\n",
-		stepTitle(model, r.Scenario), r.Scenario.Batch, gib(ex.Result.Peak), gib(r.PeakReserved), where(r))
+		stepTitle(m, r.Scenario), r.Scenario.Batch, gib(ex.Result.Peak), gib(r.PeakReserved), where(r))
 	tw := newTable(w)
 	fmt.Fprintln(tw, "GiB\tshare\ttensors\t  alive at the peak")
 	for _, k := range ex.ByKind {

@@ -470,3 +470,22 @@ func TestImageDefault(t *testing.T) {
 		t.Errorf("-img 640 on a 224 export: exit code %d, stderr %q", code, stderr)
 	}
 }
+
+// TestGenericTrainLabel checks that a generic-family model's train step
+// says the loss it runs, the sum of its outputs, and not YOLOv9's.
+func TestGenericTrainLabel(t *testing.T) {
+	rn18 := sharedFile(t, "torchvision/resnet18-train.onnx")
+	for _, args := range [][]string{
+		{"explain", "-train", "-img", "224", "-batch", "2", rn18},
+		{"knobs", "-train", "-img", "224", "-batch", "2", rn18},
+		{"report", "-train", "-img", "224", "-batches", "2", "-batch", "2", rn18},
+	} {
+		code, stdout, stderr := runCmd(t, "", args...)
+		if code != 0 || stderr != "" {
+			t.Fatalf("%v: exit code %d, stderr %q", args, code, stderr)
+		}
+		if strings.Contains(stdout, "YOLOv9") || strings.Contains(stdout, "train_dual") || !strings.Contains(stdout, "sum(o.sum())") {
+			t.Errorf("%v: the step is labelled\n%s\nwant the generic loss, sum(o.sum()), and no YOLOv9", args, stdout[:min(len(stdout), 300)])
+		}
+	}
+}

@@ -145,7 +145,7 @@ func cmdMaxBatch(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		}
 		return exit(stderr, writeJSON(stdout, js))
 	}
-	c.printHeader(stdout, m.Name, st.scenario(1, *img))
+	c.printHeader(stdout, m, st.scenario(1, *img))
 	if r == nil {
 		// Say how far off batch 1 is.
 		if r, _, err = c.fit(m, st.scenario(1, *img)); err != nil {
@@ -198,7 +198,7 @@ func forBatchCmd(m *onnxmem.Model, c fitCriterion, st setting, batch int64, img 
 		}
 		return exit(stderr, writeJSON(stdout, js))
 	}
-	c.printHeader(stdout, m.Name, st.scenario(batch, img))
+	c.printHeader(stdout, m, st.scenario(batch, img))
 	if first < 0 {
 		least := 0 // the closest to fitting
 		for i, r := range rs {
@@ -308,8 +308,8 @@ func (c fitCriterion) needs(r *onnxmem.Result) string {
 }
 
 // printHeader writes the step's title and, on a device, its memory.
-func (c fitCriterion) printHeader(w io.Writer, name string, sc onnxmem.Scenario) {
-	fmt.Fprintln(w, stepTitle(name, sc))
+func (c fitCriterion) printHeader(w io.Writer, m *onnxmem.Model, sc onnxmem.Scenario) {
+	fmt.Fprintln(w, stepTitle(m, sc))
 	if d := c.device; d != nil {
 		fmt.Fprintf(w, "device %s (%s): %s GiB total, %s GiB CUDA context, %s GiB usable\n",
 			d.Name, d.Long, gib(d.Total), gib(d.Context), gib(d.Usable()))

@@ -96,7 +96,7 @@ func TestTrainFlags(t *testing.T) {
 	}
 	st := setting{AMP: true, Train: true, Boxes: 8, Optimizer: "Lion"}
 	want := "m: amp train step (forward, YOLOv9 loss with 8 boxes an image, backward, Lion step, no EMA), image 320x320"
-	if got := stepTitle("m", st.scenario(4, imageSize{320, 320})); got != want {
+	if got := stepTitle(&onnxmem.Model{Name: "m", Family: "yolov9"}, st.scenario(4, imageSize{320, 320})); got != want {
 		t.Errorf("stepTitle = %q, want %q", got, want)
 	}
 }

@@ -101,7 +101,7 @@ func cmdPlan(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		return exit(stderr, writeJSON(stdout, js))
 	}
 	r := p.Result
-	fmt.Fprintf(stdout, "%s, batch %d\nlimit   %s\n", stepTitle(m.Name, r.Scenario), *batch, c.limitText())
+	fmt.Fprintf(stdout, "%s, batch %d\nlimit   %s\n", stepTitle(m, r.Scenario), *batch, c.limitText())
 	if len(p.Ranges) == 0 {
 		fmt.Fprintf(stdout, "plan    none: the step fits without checkpointing (peak %s GiB allocated, %s GiB reserved)\n", gib(r.Peak), gib(r.PeakReserved))
 		return 0

@@ -273,7 +273,7 @@ func (rep *report) print(w io.Writer) error {
 		fmt.Fprintln(w, "       the default model; pass MODEL.onnx or a built-in name for another")
 	}
 	if rep.DetailSetting.Train {
-		fmt.Fprintf(w, "step   %s; image %dx%d\n", rep.DetailSetting.step(), d.Scenario.Height, d.Scenario.Width)
+		fmt.Fprintf(w, "step   %s; image %dx%d\n", rep.DetailSetting.step(rep.Family), d.Scenario.Height, d.Scenario.Width)
 	} else {
 		fmt.Fprintf(w, "step   model step: forward, loss sum(o.sum()), backward; image %dx%d\n", d.Scenario.Height, d.Scenario.Width)
 	}
@@ -335,7 +335,7 @@ var palette = []string{"#1f5fbf", "#6b9be0", "#a9c4ee", "#d2691e", "#e8a25c", "#
 // each setting (fp32 and AMP, each with 0, 2 and 4 segments) and the
 // usable memory of each card, dashed.
 func (rep *report) plot() *plot {
-	p := &plot{Title: rep.Model + ": peak of the " + strings.SplitN(rep.DetailSetting.step(), " (", 2)[0] + " against the batch size",
+	p := &plot{Title: rep.Model + ": peak of the " + strings.SplitN(rep.DetailSetting.step(rep.Family), " (", 2)[0] + " against the batch size",
 		XLabel: "batch size (log 2)", YLabel: "peak allocated (GiB)", LogX: true}
 	var xmin, xmax float64
 	for i, st := range rep.Settings {

@@ -94,9 +94,10 @@ func (s setting) String() string {
 	return s.precision()
 }
 
-// step describes the step the setting runs, without its precision: "model
-// step (forward, loss, backward)" or the parts of a training step.
-func (s setting) step() string {
+// step describes the step the setting runs, for a model of family, without
+// its precision: "model step (forward, loss, backward)" or the parts of a
+// training step: YOLOv9's loss, or the generic family's sum of the outputs.
+func (s setting) step(family string) string {
 	if s.Eval {
 		return "validation step (no_grad forward of a copy of the model)"
 	}
@@ -112,6 +113,9 @@ func (s setting) step() string {
 	}
 	if s.Densest || s.Run != nil {
 		return fmt.Sprintf("step of the training run's densest iteration (forward, YOLOv9 loss, its densest image %d boxes, backward, %s, %s)", s.Boxes, opt, ema)
+	}
+	if family != "yolov9" {
+		return fmt.Sprintf("train step (forward, loss sum(o.sum()), backward, %s, %s)", opt, ema)
 	}
 	return fmt.Sprintf("train step (forward, YOLOv9 loss with %d boxes an image, backward, %s, %s)", s.Boxes, opt, ema)
 }

@@ -55,7 +55,7 @@ func cmdSweep(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(stderr, err)
 	}
-	if err := writeSVG(*svg, sweepPlot(m.Name, rs)); err != nil {
+	if err := writeSVG(*svg, sweepPlot(m, rs)); err != nil {
 		return fail(stderr, err)
 	}
 	switch {
@@ -64,7 +64,7 @@ func cmdSweep(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	case *asJSON:
 		err = writeJSON(stdout, sweepJSON{Model: m.Name, Results: newResultsJSON(rs)})
 	default:
-		err = printSweep(stdout, m.Name, rs)
+		err = printSweep(stdout, m, rs)
 	}
 	return exit(stderr, err)
 }
@@ -75,9 +75,9 @@ type sweepJSON struct {
 }
 
 // stepTitle names the simulated step, above tables and plots.
-func stepTitle(name string, sc onnxmem.Scenario) string {
+func stepTitle(m *onnxmem.Model, sc onnxmem.Scenario) string {
 	st := settingOf(sc)
-	t := fmt.Sprintf("%s: %s %s, image %dx%d", name, st, st.step(), sc.Height, sc.Width)
+	t := fmt.Sprintf("%s: %s %s, image %dx%d", m.Name, st, st.step(m.Family), sc.Height, sc.Width)
 	if sc.AllocConf != "" {
 		t += "; allocator " + sc.AllocConf
 	}
@@ -90,9 +90,9 @@ func newTable(w io.Writer) *tabwriter.Writer {
 	return tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 }
 
-func printSweep(w io.Writer, name string, rs []*onnxmem.Result) error {
+func printSweep(w io.Writer, m *onnxmem.Model, rs []*onnxmem.Result) error {
 	if len(rs) > 0 {
-		fmt.Fprintln(w, stepTitle(name, rs[0].Scenario))
+		fmt.Fprintln(w, stepTitle(m, rs[0].Scenario))
 	}
 	tw := newTable(w)
 	fmt.Fprint(tw, "batch\tpeak GiB\tpeak req GiB\treserved GiB\tafter fwd GiB\tafter bwd GiB\tphase\tlayer\t  peak node\n")
@@ -105,15 +105,15 @@ func printSweep(w io.Writer, name string, rs []*onnxmem.Result) error {
 }
 
 // sweepPlot is the peak against the batch size.
-func sweepPlot(name string, rs []*onnxmem.Result) *plot {
+func sweepPlot(m *onnxmem.Model, rs []*onnxmem.Result) *plot {
 	s := series{Name: "peak allocated", Color: "#1f5fbf", Dots: true}
-	title := name + ": peak against batch size"
+	title := m.Name + ": peak against batch size"
 	for _, r := range rs {
 		s.X = append(s.X, float64(r.Scenario.Batch))
 		s.Y = append(s.Y, gibf(r.Peak))
 	}
 	if len(rs) > 0 {
-		title = stepTitle(name, rs[0].Scenario) + ": peak against batch size"
+		title = stepTitle(m, rs[0].Scenario) + ": peak against batch size"
 	}
 	xmax := 1.0 // the x axis starts at 0
 	for _, x := range s.X {

@@ -47,7 +47,7 @@ func cmdTimeline(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		}
 	}
 	spans := phaseSpans(samples)
-	if err := writeSVG(*svg, timelinePlot(m.Name, r, samples, spans)); err != nil {
+	if err := writeSVG(*svg, timelinePlot(m, r, samples, spans)); err != nil {
 		return fail(stderr, err)
 	}
 	if *asJSON || *asCSV {
@@ -62,7 +62,7 @@ func cmdTimeline(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 			err = writeJSON(stdout, js)
 		}
 	} else {
-		err = printTimeline(stdout, m.Name, r, spans)
+		err = printTimeline(stdout, m, r, spans)
 	}
 	return exit(stderr, err)
 }
@@ -105,8 +105,8 @@ type sampleJSON struct {
 	Live      int64  `json:"live"`
 }
 
-func printTimeline(w io.Writer, name string, r *onnxmem.Result, spans []span) error {
-	fmt.Fprintf(w, "%s, batch %d\n", stepTitle(name, r.Scenario), r.Scenario.Batch)
+func printTimeline(w io.Writer, m *onnxmem.Model, r *onnxmem.Result, spans []span) error {
+	fmt.Fprintf(w, "%s, batch %d\n", stepTitle(m, r.Scenario), r.Scenario.Batch)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	row := func(label string, b int64, note string) {
 		fmt.Fprintf(tw, "%s\t%8s GiB", label, gib(b))
@@ -143,7 +143,7 @@ var phaseFill = map[string]string{
 }
 
 // timelinePlot is allocated and reserved memory against the event index.
-func timelinePlot(name string, r *onnxmem.Result, samples []onnxmem.Sample, spans []span) *plot {
+func timelinePlot(m *onnxmem.Model, r *onnxmem.Result, samples []onnxmem.Sample, spans []span) *plot {
 	alloc := series{Name: "allocated", Color: "#1f5fbf"}
 	res := series{Name: "reserved", Color: "#e08a00"}
 	for _, s := range samples {
@@ -152,7 +152,7 @@ func timelinePlot(name string, r *onnxmem.Result, samples []onnxmem.Sample, span
 		res.X, res.Y = append(res.X, x), append(res.Y, gibf(s.Reserved))
 	}
 	p := &plot{
-		Title:  fmt.Sprintf("%s, batch %d: memory over the step", stepTitle(name, r.Scenario), r.Scenario.Batch),
+		Title:  fmt.Sprintf("%s, batch %d: memory over the step", stepTitle(m, r.Scenario), r.Scenario.Batch),
 		XLabel: "event index", YLabel: "GiB",
 		Series: []series{res, alloc}, XMin: 0, XMax: float64(max(len(samples), 1)),
 	}
