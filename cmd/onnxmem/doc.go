@@ -103,14 +103,14 @@
 //
 // # report
 //
-//	onnxmem report [-batch N] [-img N] [-step run|train|model] [-data FILE.yaml] [-epochs E] [-seed S] [-batches LIST]
+//	onnxmem report [-batch N] [-img N] [-step run|train|model] [-data FILE.yaml] [-epochs E] [-seed S] [-device NAME|SIZE] [-batches LIST]
 //	    [-train [-boxes N] [-optimizer NAME] [-ema=false] [-warm-steps N]] [-alloc-conf OPTS] [-json|-csv] [-svg FILE] [-v] [MODEL.onnx]
 //
 // By default, for a YOLOv9 model, the whole training run at -batch (16):
 // GPU_mem over its iterations (median, 99th percentile, largest), where
 // its allocated peak falls, validation's peak, the largest batch whose run
-// completes on the cards rtx4090, a100-40 and a100-80 (the same search as
-// maxbatch's), and the step of its densest iteration explained; -svg plots
+// completes on the cards rtx4090, a100-40 and a100-80, or -device's alone
+// (the same search as maxbatch's), and the step of its densest iteration explained; -svg plots
 // memory over the run. With -step model (or train, or -train) it predicts
 // the model step, or the full training step of train_dual.py (flags as
 // for maxbatch), at each batch size of -batches in six settings: fp32 and

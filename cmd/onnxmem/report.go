@@ -43,7 +43,7 @@ var detailSetting = setting{AMP: true}
 
 func cmdReport(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	f := newFlagSet("report",
-		"onnxmem report [-batch N] [-img N] [-step run|train|model] [-data FILE.yaml] [-epochs E] [-seed S] [-batches LIST]\n"+
+		"onnxmem report [-batch N] [-img N] [-step run|train|model] [-data FILE.yaml] [-epochs E] [-seed S] [-device NAME|SIZE] [-batches LIST]\n"+
 			"               [-train [-boxes N] [-optimizer NAME] [-ema=false] [-warm-steps N]] [-alloc-conf OPTS] [-json|-csv] [-svg FILE] [-v] [MODEL.onnx]",
 		"Report predicts the peak of the model step (with -train, the full train_dual.py\nstep) at common batch sizes in fp32 and AMP, each without checkpointing and\nwith 2 and 4 checkpoint segments; finds the largest batch of each that fits an\nRTX 4090 and an A100 of 40 and 80 GB (the profiles rtx4090, a100-40 and a100-80\nof onnxmem devices); and explains the AMP peak at one batch size: where it\nfalls, the largest tensors alive then and the totals by kind. MODEL.onnx is an\nONNX file or the name of a built-in model (onnxmem models lists them); without\nit, report uses the built-in "+defaultModel+", which needs no file.\n-csv writes one row for each setting and batch size: the setting, its largest\nbatch on each card (max_batch.CARD) and the prediction's -json fields.",
 		"onnxmem report -train -img 512 yolov9-s")
@@ -55,6 +55,7 @@ func cmdReport(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	epochs := f.positive("epochs", onnxmem.DefaultEpochs, "`E` epochs of the run")
 	seed := f.Uint64("seed", 1, "`seed` of the run's box counts")
 	asJSON, asCSV, verbose := f.jsonFlag(), f.csvFlag(), f.verboseFlag()
+	device := f.deviceFlag()
 	svg := f.svgFlag("the plot: memory over the run, or with -step model or train the peak against the batch size of each setting, the cards' limits drawn")
 	f.familyFlag()
 	path, code, ok := f.parseModel(args, true, stdout, stderr)
@@ -72,6 +73,12 @@ func cmdReport(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	if _, err := train(detailSetting); err != nil {
 		return f.usageError(stderr, "%v", err)
 	}
+	devices := cards()
+	if d, err := device(); err != nil {
+		return f.usageError(stderr, "%v", err)
+	} else if d != nil {
+		devices = []onnxmem.Device{*d}
+	}
 	isDefault := path == ""
 	if isDefault {
 		path = defaultModel
@@ -86,7 +93,7 @@ func cmdReport(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 				return f.usageError(stderr, "-%s applies to one step: add -step train or model (the default is the whole run)", name)
 			}
 		}
-		return runReportCmd(f, conf, m, path, isDefault, *batch, *img, *data, int(*epochs), *seed, *svg, *asJSON, *asCSV, *verbose, stdout, stderr)
+		return runReportCmd(f, conf, m, path, isDefault, devices, *batch, *img, *data, int(*epochs), *seed, *svg, *asJSON, *asCSV, *verbose, stdout, stderr)
 	}
 	for _, name := range []string{"data", "epochs", "seed"} {
 		if f.isSet(name) {
@@ -106,7 +113,7 @@ func cmdReport(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		settings[i], _ = conf(settings[i])
 	}
 	rep := &report{Model: m.Name, Path: path, model: m, Family: m.Family, Default: isDefault,
-		Settings: settings, DetailSetting: detail, Devices: cards()}
+		Settings: settings, DetailSetting: detail, Devices: devices}
 	if err := rep.simulate(m, *img, *batches, *batch, stderr, *verbose); err != nil {
 		return fail(stderr, err)
 	}

@@ -120,7 +120,7 @@ func (rep *runReport) print(w io.Writer) error {
 }
 
 // runReportCmd is report's default: the whole run.
-func runReportCmd(f *flagSet, conf func(setting) (setting, error), m *onnxmem.Model, path string, isDefault bool, batch int64, img imageSize, data string, epochs int, seed uint64,
+func runReportCmd(f *flagSet, conf func(setting) (setting, error), m *onnxmem.Model, path string, isDefault bool, devices []onnxmem.Device, batch int64, img imageSize, data string, epochs int, seed uint64,
 	svg string, asJSON, asCSV, verbose bool, stdout, stderr io.Writer) int {
 	st, err := conf(setting{AMP: true, Train: true, Optimizer: "SGD", EMA: true})
 	if err != nil {
@@ -133,7 +133,7 @@ func runReportCmd(f *flagSet, conf func(setting) (setting, error), m *onnxmem.Mo
 		}
 	}
 	sc := st.scenario(batch, img)
-	rep := &runReport{Model: m.Name, Path: path, model: m, Default: isDefault, Devices: cards(),
+	rep := &runReport{Model: m.Name, Path: path, model: m, Default: isDefault, Devices: devices,
 		Plan: onnxmem.RunPlan{Epochs: epochs, Batch: batch, Height: sc.Height, Width: sc.Width, Seed: seed, Data: data}}
 	if err := rep.simulate(sc, stderr, verbose); err != nil {
 		return fail(stderr, err)
