@@ -276,8 +276,26 @@ func printRun(w io.Writer, model, source string, r *onnxmem.RunResult, events []
 // out counts with the reserved of the one before it: reserved only grows
 // in a run that does not run out, so that is its least.
 func gpuMemSummary(r *onnxmem.RunResult, events []onnxmem.RunEvent) string {
+	n, med, p99, most, worst, ok := gpuMemStats(r, events)
+	if !ok {
+		return ""
+	}
+	w := r.Steps[worst]
+	densest := int64(0)
+	for _, c := range events[w.Event].BoxCounts {
+		densest = max(densest, c)
+	}
+	return fmt.Sprintf("GPU_mem after the %d iterations: median %s, 99th percentile %s, largest %s; the highest reserved peak first in event %d (%s GiB, its densest image %d boxes)",
+		n, med, p99, most, w.Event, gib(w.PeakReserved), densest)
+}
+
+// gpuMemStats is GPU_mem over a run's n iterations, as gpuMemSummary says
+// it: its median, 99th percentile and largest, and the step of the first
+// iteration of the highest reserved peak; ok is false for a run of fewer
+// than two iterations.
+func gpuMemStats(r *onnxmem.RunResult, events []onnxmem.RunEvent) (n int, med, p99, most string, worst int, ok bool) {
 	var res []int64
-	worst := -1 // the step of the first iteration with the largest peak
+	worst = -1 // the step of the first iteration with the largest peak
 	for i, s := range r.Steps {
 		if s.Kind != "train" {
 			continue
@@ -290,19 +308,13 @@ func gpuMemSummary(r *onnxmem.RunResult, events []onnxmem.RunEvent) string {
 		}
 	}
 	if len(res) < 2 {
-		return ""
+		return 0, "", "", "", 0, false
 	}
 	sorted := slices.Sorted(slices.Values(res))
 	at := func(q float64) string {
 		return onnxmem.RunStep{Reserved: sorted[int(q*float64(len(sorted)-1))]}.GPUMem()
 	}
-	w := r.Steps[worst]
-	most := int64(0)
-	for _, c := range events[w.Event].BoxCounts {
-		most = max(most, c)
-	}
-	return fmt.Sprintf("GPU_mem after the %d iterations: median %s, 99th percentile %s, largest %s; the highest reserved peak first in event %d (%s GiB, its densest image %d boxes)",
-		len(res), at(0.5), at(0.99), at(1), w.Event, gib(w.PeakReserved), most)
+	return len(res), at(0.5), at(0.99), at(1), worst, true
 }
 
 // runPlot is memory over a run: reserved (GPU_mem) and allocated after

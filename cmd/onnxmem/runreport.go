@@ -62,6 +62,7 @@ func (rep *runReport) simulate(sc onnxmem.Scenario, stderr io.Writer, verbose bo
 	}
 	e := rep.Events[rep.Run.Steps[rep.Worst].Event]
 	d := sc
+	d.Device = "" // what makes the peak, whole, not where a limit cuts it
 	switch e.Kind {
 	case "train":
 		d.BoxCounts, d.Boxes = e.BoxCounts, 0
@@ -72,6 +73,15 @@ func (rep *runReport) simulate(sc onnxmem.Scenario, stderr io.Writer, verbose bo
 	}
 	rep.Detail, err = m.Simulate(d)
 	return err
+}
+
+// limit is the card the run at the report's batch ran under: -device's,
+// or nil for none (the report's three cards).
+func (rep *runReport) limit() *onnxmem.Device {
+	if rep.Run.Scenario.Device == "" {
+		return nil
+	}
+	return &rep.Devices[0]
 }
 
 func (rep *runReport) print(w io.Writer) error {
@@ -85,11 +95,21 @@ func (rep *runReport) print(w io.Writer) error {
 		script(rep.model), sc.Batch, max(sc.Height, sc.Width), settingOf(sc).precision(), cmpOr(sc.Optimizer, "SGD"), cmp.Or(rep.Plan.Epochs, onnxmem.DefaultEpochs), 2*sc.Batch)
 	fmt.Fprintf(w, "data   %s\n\n", runSource(rep.Events, "", rep.Plan.Dataset(), 0, rep.Plan.Seed))
 
-	fmt.Fprintf(w, "at batch %d: peak %s GiB allocated in %s;\n", sc.Batch, gib(r.Peak), eventWhere(rep.Events, r.Steps[rep.Worst].Event))
-	fmt.Fprintf(w, "             %s GiB reserved at most (GPU_mem %s)\n", gib(r.PeakReserved), onnxmem.RunStep{Reserved: r.PeakReserved}.GPUMem())
-	if line := gpuMemSummary(r, rep.Events); line != "" {
-		fmt.Fprintln(w, line)
+	if d := rep.limit(); d == nil {
+		fmt.Fprintf(w, "the run at batch %d, without a limit (a card with room to spare):\n", sc.Batch)
+	} else {
+		verdict := "completes"
+		if r.OOM {
+			verdict = "runs out of memory in " + eventWhere(rep.Events, r.OOMEvent)
+		}
+		fmt.Fprintf(w, "the run at batch %d on %s (limit %s GiB): %s\n", sc.Batch, d.Name, gib(d.Usable()), verdict)
 	}
+	fmt.Fprintf(w, "  allocated   peak %s GiB, in %s\n", gib(r.Peak), eventWhere(rep.Events, r.Steps[rep.Worst].Event))
+	fmt.Fprintf(w, "  reserved    %s GiB at most", gib(r.PeakReserved))
+	if n, med, p99, most, _, ok := gpuMemStats(r, rep.Events); ok {
+		fmt.Fprintf(w, "; GPU_mem after the %d iterations: median %s, 99th percentile %s, largest %s", n, med, p99, most)
+	}
+	fmt.Fprintln(w)
 	var valPeak int64
 	valAt := -1
 	for _, s := range r.Steps {
@@ -98,8 +118,9 @@ func (rep *runReport) print(w io.Writer) error {
 		}
 	}
 	if valAt >= 0 {
-		fmt.Fprintf(w, "validation peaks at %s GiB allocated in %s\n", gib(valPeak), eventWhere(rep.Events, valAt))
+		fmt.Fprintf(w, "  validation  peak %s GiB allocated, in %s\n", gib(valPeak), eventWhere(rep.Events, valAt))
 	}
+
 
 	fmt.Fprintln(w, "\nlargest batch whose whole run completes (onnxmem maxbatch and run give the same):")
 	tw := newTable(w)
@@ -133,6 +154,9 @@ func runReportCmd(f *flagSet, conf func(setting) (setting, error), m *onnxmem.Mo
 		}
 	}
 	sc := st.scenario(batch, img)
+	if f.isSet("device") { // the run at the batch on that card, under its limit
+		sc.Device = devices[0].Name
+	}
 	rep := &runReport{Model: m.Name, Path: path, model: m, Default: isDefault, Devices: devices,
 		Plan: onnxmem.RunPlan{Epochs: epochs, Batch: batch, Height: sc.Height, Width: sc.Width, Seed: seed, Data: data}}
 	if err := rep.simulate(sc, stderr, verbose); err != nil {
