@@ -121,7 +121,6 @@ func (rep *runReport) print(w io.Writer) error {
 		fmt.Fprintf(w, "  validation  peak %s GiB allocated, in %s\n", gib(valPeak), eventWhere(rep.Events, valAt))
 	}
 
-
 	fmt.Fprintln(w, "\nlargest batch whose whole run completes (onnxmem maxbatch and run give the same):")
 	tw := newTable(w)
 	fmt.Fprint(tw, "card\tusable GiB\tmax batch\t\n")
