@@ -45,8 +45,7 @@ func (m *Model) Explain(sc Scenario) (*Explanation, error) {
 	return out, nil
 }
 
-// Sample is the allocator's counters after an event of the step, and the
-// bytes of the buffers alive then.
+// Sample is a step's allocator counters and live bytes after an event.
 type Sample struct {
 	Event                          int
 	Phase                          string

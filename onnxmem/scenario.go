@@ -22,6 +22,7 @@ const (
 	MaxBatchLimit       = 1024
 	NoBoxes             = -1
 	DefaultEpochs       = 2
+	DefaultSeed         = 1
 	BuiltinData         = dataset.COCOName
 )
 

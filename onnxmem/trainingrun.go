@@ -128,7 +128,7 @@ func (m *Model) planRun(p RunPlan, d *planData) ([]RunEvent, error) {
 		return nil, err
 	}
 	sp := sim.RunPlan{Epochs: cmp.Or(p.Epochs, DefaultEpochs), Iterations: p.Iterations, Batch: p.Batch, Height: p.Height, Width: p.Width,
-		ValImages: p.ValImages, MeanBoxes: p.MeanBoxes, Seed: p.Seed}
+		ValImages: p.ValImages, MeanBoxes: p.MeanBoxes, Seed: cmp.Or(p.Seed, DefaultSeed)}
 	if d != nil {
 		if err := d.plan(&sp, m.Family, cmp.Or(p.Data, BuiltinData)); err != nil {
 			return nil, err
