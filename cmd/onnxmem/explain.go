@@ -51,7 +51,11 @@ func cmdExplain(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	if *asJSON {
 		return exit(stderr, writeJSON(stdout, newExplainJSON(m.Name, ex)))
 	}
-	return exit(stderr, printExplain(stdout, m, ex))
+	err = printExplain(stdout, m, ex)
+	if err == nil {
+		st.printNote(stdout)
+	}
+	return exit(stderr, err)
 }
 
 // explainJSON is explain -json's output: by_kind maps each kind to its

@@ -66,7 +66,9 @@ func cmdKnobs(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	case *asJSON:
 		err = writeJSON(stdout, t.json())
 	default:
-		err = t.print(stdout)
+		if err = t.print(stdout); err == nil {
+			base.printNote(stdout)
+		}
 	}
 	return exit(stderr, err)
 }

@@ -104,6 +104,7 @@ func cmdPlan(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stdout, "%s, batch %d\nlimit   %s\n", stepTitle(m, r.Scenario), *batch, c.limitText())
 	if len(p.Ranges) == 0 {
 		fmt.Fprintf(stdout, "plan    none: the step fits without checkpointing (peak %s GiB allocated, %s GiB reserved)\n", gib(r.Peak), gib(r.PeakReserved))
+		st.printNote(stdout)
 		return 0
 	}
 	pct := func(n int64) float64 { return 100 * float64(n) / float64(p.ForwardFLOPs) }
@@ -120,6 +121,7 @@ func cmdPlan(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	if note := segmentsNote(m.Family); note != "" {
 		fmt.Fprintf(stdout, "note    %s\n", strings.ReplaceAll(note, "\n", "\n        "))
 	}
+	st.printNote(stdout)
 	return 0
 }
 

@@ -5,7 +5,9 @@ import (
 	"encoding/csv"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/onnxmem/onnxmem/onnxmem"
 )
@@ -110,6 +112,9 @@ func (rep *runReport) print(w io.Writer) error {
 		fmt.Fprintf(w, "; GPU_mem after the %d iterations: median %s, 99th percentile %s, largest %s", n, med, p99, most)
 	}
 	fmt.Fprintln(w)
+	if by := gpuMemByEpoch(r, rep.Events); len(by) > 1 {
+		fmt.Fprintf(w, "  by epoch    GPU_mem median %s (each epoch after the one before's validation)\n", strings.Join(by, ", "))
+	}
 	var valPeak int64
 	valAt := -1
 	for _, s := range r.Steps {
@@ -221,4 +226,31 @@ func (rep *runReport) csvRows() [][]string {
 			onnxmem.RunStep{Reserved: r.PeakReserved}.GPUMem()})
 	}
 	return rows
+}
+
+// gpuMemByEpoch is the median GPU_mem after each epoch's iterations, an
+// iteration a plan left out counted with the reserved before it, as in
+// gpuMemStats: validation's shapes can raise it for the epochs after.
+func gpuMemByEpoch(r *onnxmem.RunResult, events []onnxmem.RunEvent) []string {
+	var out []string
+	var res []int64
+	flush := func() {
+		if len(res) > 0 {
+			slices.Sort(res)
+			out = append(out, onnxmem.RunStep{Reserved: res[(len(res)-1)/2]}.GPUMem())
+			res = res[:0]
+		}
+	}
+	for _, s := range r.Steps {
+		switch events[s.Event].Kind {
+		case "train":
+			for range 1 + events[s.Event].Omitted {
+				res = append(res, s.Reserved)
+			}
+		case "ckpt":
+			flush()
+		}
+	}
+	flush()
+	return out
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"fmt"
+	"io"
 	"slices"
 	"sync"
 
@@ -117,4 +118,20 @@ func (f *flagSet) runStepFlags() (step, data *string) {
 	step = f.stepFlag()
 	data = f.String("data", "", "the YOLO data `FILE.yaml` whose training run's densest iteration is the default step (default: the built-in COCO-like data)")
 	return step, data
+}
+
+// printNote writes, after a step command's table, which run's densest
+// iteration the step is, when it is one; what the data assumes; and how
+// to name another step.
+func (st setting) printNote(w io.Writer) {
+	if st.Run == nil {
+		return
+	}
+	p := st.Run.plan
+	assumed := ""
+	if p.Dataset() == onnxmem.BuiltinData {
+		assumed = ", its image sizes and boxes assumed (-data FILE.yaml for yours)"
+	}
+	fmt.Fprintf(w, "\nthe step is train_dual.py's at the densest iteration of its run on %s%s, seed %d;\n-step model, train or eval for another\n",
+		p.Dataset(), assumed, cmp.Or(p.Seed, onnxmem.DefaultSeed))
 }

@@ -64,7 +64,9 @@ func cmdSweep(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	case *asJSON:
 		err = writeJSON(stdout, sweepJSON{Model: m.Name, Results: newResultsJSON(rs)})
 	default:
-		err = printSweep(stdout, m, rs)
+		if err = printSweep(stdout, m, rs); err == nil {
+			st.printNote(stdout)
+		}
 	}
 	return exit(stderr, err)
 }

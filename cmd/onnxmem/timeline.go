@@ -62,7 +62,9 @@ func cmdTimeline(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 			err = writeJSON(stdout, js)
 		}
 	} else {
-		err = printTimeline(stdout, m, r, spans)
+		if err = printTimeline(stdout, m, r, spans); err == nil {
+			st.printNote(stdout)
+		}
 	}
 	return exit(stderr, err)
 }
