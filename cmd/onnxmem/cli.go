@@ -393,6 +393,13 @@ func script(m *onnxmem.Model) string {
 	return "train_dual.py"
 }
 
+// wantsRun reports whether a command answers for the whole training run:
+// -step run, or no step named (named: -train, -eval, -half and the like)
+// for a model whose family's training script onnxmem runs.
+func wantsRun(m *onnxmem.Model, step string, named bool) bool {
+	return step == "run" || step == "" && !named && hasRun(m)
+}
+
 // hasRun reports whether onnxmem runs m's family's training script, whose
 // whole run is a command's default.
 func hasRun(m *onnxmem.Model) bool { return m.Family == "yolov9" }

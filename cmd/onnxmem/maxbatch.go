@@ -89,8 +89,7 @@ func cmdMaxBatch(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	if *stepName != "" && (f.isSet("train") || f.isSet("eval")) {
 		return f.usageError(stderr, "-step and -%s: give one", map[bool]string{true: "train", false: "eval"}[f.isSet("train")])
 	}
-	stepNamed := *stepName != "" || st.Train || st.Eval || f.isSet("for-batch") || st.Half
-	runMode := *data != "" || *stepName == "run" || !stepNamed && hasRun(m)
+	runMode := *data != "" || wantsRun(m, *stepName, st.Train || st.Eval || f.isSet("for-batch") || st.Half)
 	if !runMode {
 		for _, name := range []string{"epochs", "iters", "seed"} {
 			if f.isSet(name) {

@@ -87,7 +87,7 @@ func cmdReport(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(stderr, err)
 	}
-	if *stepName == "run" || *stepName == "" && !f.on("train") && hasRun(m) {
+	if wantsRun(m, *stepName, f.on("train")) {
 		for _, name := range []string{"batches", "boxes", "warm-steps"} {
 			if f.isSet(name) {
 				return f.usageError(stderr, "-%s applies to one step: add -step train or model (the default is the whole run)", name)

@@ -89,7 +89,7 @@ func (f *flagSet) runDefault(m *onnxmem.Model, st setting, step, data string) (s
 		st.Eval = true
 		return st, m, nil
 	case "":
-		if named || !hasRun(m) {
+		if !wantsRun(m, step, named) {
 			return st, m, nil
 		}
 	}
