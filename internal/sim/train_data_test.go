@@ -25,6 +25,7 @@ import (
 type dataRun struct {
 	Cfg, Trainer, Status, GPU string
 	Batch, Img                int64
+	Epochs                    int
 	AMP                       bool
 	Segments                  int    // docs/checkpointing.md's patch, when above 1
 	Capacity                  *int64 `json:"capacity_bytes"`
@@ -48,10 +49,14 @@ var allocatorMisses = map[string]string{
 	"run_gelan-c_cap10GiB_b13.json": "9.3 GiB allocated at most under a 10 GiB cap: the request that fails is the assigner's one_hot(topk_idxs), int64 [13, 157, 10, 8400] (1.28 GiB), with 7.9 GiB allocated and 9.0 GiB reserved after the cache's release; PyTorch's allocator fitted it",
 }
 
-// readDataRun reads one of calibration/train_data.py's runs.
+// readDataRun reads one of calibration/train_data.py's runs: a file of
+// results/train_data, or a path under results.
 func readDataRun(t *testing.T, file string) dataRun {
 	t.Helper()
-	b, err := measured.Read("train_data/" + file)
+	if !strings.Contains(file, "/") {
+		file = "train_data/" + file
+	}
+	b, err := measured.Read(file)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,13 +115,16 @@ func (r *dataRun) events() (events []sim.RunEvent, index []int) {
 // (yolov9-c at 16 and 17 under 20 GiB, at 9 and 10 under 12 GiB, gelan-c
 // at 13 and 14 under 10 GiB) are replayed the same way: a run that
 // completed must complete (but for allocatorMisses), and one that ran out
-// of memory must run its iterations before.
+// of memory must run its iterations before. Calibration §21 added
+// yolov9-s at 16 with docs/checkpointing.md's patch (two segments) and a
+// run of one 400-iteration epoch (train_data_long), which stops at its last
+// validation batch (val_dual.py's mAP failed on numpy 2 after it).
 func TestDataRuns(t *testing.T) {
 	var table strings.Builder
 	fmt.Fprintf(&table, "%-26s %8s %8s %6s  %8s %8s %6s  %s\n", "run", "peak", "measured", "err", "reserved", "measured", "err", "GPU_mem after iterations: worst error, median")
 	for _, file := range []string{"run_yolov9-s_b16.json", "run_gelan-c_b8.json", "run_yolov9-c_b16.json", "run_yolov9-s_cap8GiB_b16.json", "run_yolov9-s_cap8GiB_b17.json",
 		"run_yolov9-c_cap20GiB_b16.json", "run_yolov9-c_cap20GiB_b17.json", "run_gelan-c_cap10GiB_b13.json", "run_gelan-c_cap10GiB_b14.json",
-		"run_yolov9-c_cap12GiB_b9.json", "run_yolov9-c_cap12GiB_b10.json"} {
+		"run_yolov9-c_cap12GiB_b9.json", "run_yolov9-c_cap12GiB_b10.json", "run_yolov9-s_b16_k2.json", "train_data_long/run_yolov9-s_b16.json"} {
 		run := readDataRun(t, file)
 		m, err := sim.Builtin(run.Cfg)
 		if err != nil {
@@ -203,28 +211,49 @@ func TestDataRuns(t *testing.T) {
 // data yaml, draws every epoch's box counts as the dataloader's mosaic
 // does and shapes the validation batches from the image sizes. The
 // boxes' places and sizes are drawn from the generator's distribution,
-// its numpy stream not reproduced. A run's reserved peak follows its
-// densest batch, which two epochs of 16 iterations draw at random: the
-// measured peak must lie within the range of twelve drawn runs, and their
-// median within 12% of it. A long run's peak is the distribution's tail,
-// which more epochs reach.
+// its numpy stream not reproduced, so each of twelve seeds is another run
+// of the same script. The allocated peak follows the densest batch, the
+// distribution's tail: the drawn runs' median must be within 5% of the
+// measured one. The reserved peak follows also the order in which ever
+// denser batches come (each new densest makes blocks the cache lacks, and
+// the cache keeps the old ones): the measured one must lie within the
+// drawn runs' range, and for the runs of two epochs of 16 iterations their
+// median within 12% of it. The run of train_data_long (6,400 images, one
+// epoch of 400 iterations, simulated by its first, densest and last:
+// TestThinnedRun) shows the spread of a longer epoch: its twelve draws
+// reserve 10.2 to 19.5 GiB, median 15.4, where the one measured run
+// reserved 11.1 (its allocated peak 8.15 GiB, the draws' median 8.19);
+// fed that run's own box counts, the simulation reserves 0.2% less than
+// it did (TestDataRuns). One run's GPU_mem is one draw of a wide
+// distribution: docs/limitations.md.
 func TestDataRunsSampled(t *testing.T) {
-	yaml := writeTrainData(t)
-	for _, file := range []string{"run_yolov9-s_b16.json", "run_gelan-c_b8.json", "run_yolov9-c_b16.json"} {
+	yamls := map[string]string{}
+	for _, c := range []struct {
+		file      string
+		resMedian float64 // how far the reserved peaks' median may be, 0: unchecked
+	}{{"run_yolov9-s_b16.json", 0.12}, {"run_gelan-c_b8.json", 0.12}, {"run_yolov9-c_b16.json", 0.12}, {"train_data_long/run_yolov9-s_b16.json", 0}} {
+		file, dir := c.file, "train_data"
+		if d, _, ok := strings.Cut(file, "/"); ok {
+			dir = d
+		}
+		if yamls[dir] == "" {
+			yamls[dir] = writeTrainDataFrom(t, dir)
+		}
+		yaml := yamls[dir]
 		run := readDataRun(t, file)
-		var measuredPeak int64
+		var measuredRes, measuredPeak int64
 		_, index := run.events()
 		for _, i := range index[1:] {
-			measuredPeak = max(measuredPeak, run.Events[i].PeakRes)
+			measuredRes, measuredPeak = max(measuredRes, run.Events[i].PeakRes), max(measuredPeak, run.Events[i].Peak)
 		}
 		m, err := onnxmem.Builtin(run.Cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
 		sc := onnxmem.Scenario{Batch: run.Batch, Height: run.Img, Width: run.Img, Step: onnxmem.TrainStep, AMP: true}
-		var peaks []float64
+		var res, peaks []float64
 		for seed := uint64(1); seed <= 12; seed++ { // a RunPlan's seed 0 is DefaultSeed, 1
-			ev, err := m.PlanRun(onnxmem.RunPlan{Epochs: 2, Batch: run.Batch, Height: run.Img, Width: run.Img, Seed: seed, Data: yaml})
+			ev, err := m.PlanRun(onnxmem.RunPlan{Epochs: run.Epochs, Batch: run.Batch, Height: run.Img, Width: run.Img, Seed: seed, Data: yaml})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -232,14 +261,19 @@ func TestDataRunsSampled(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			peaks = append(peaks, float64(r.PeakReserved))
+			res, peaks = append(res, float64(r.PeakReserved)), append(peaks, float64(r.Peak))
 		}
+		slices.Sort(res)
 		slices.Sort(peaks)
-		med, want := peaks[len(peaks)/2], float64(measuredPeak)
-		t.Logf("%s: reserved peak of 12 drawn runs %.0f to %.0f MiB, median %.0f (%+.1f%%); measured %.0f", file,
-			peaks[0]/(1<<20), peaks[len(peaks)-1]/(1<<20), med/(1<<20), 100*(med-want)/want, want/(1<<20))
-		if want < peaks[0] || want > peaks[len(peaks)-1] || math.Abs(med-want) > 0.12*want {
-			t.Errorf("%s: the measured reserved peak %.0f MiB is not among the drawn runs' (%.0f to %.0f, median %.0f)", file, want/(1<<20), peaks[0]/(1<<20), peaks[len(peaks)-1]/(1<<20), med/(1<<20))
+		med, want := res[len(res)/2], float64(measuredRes)
+		pmed, pwant := peaks[len(peaks)/2], float64(measuredPeak)
+		t.Logf("%s: 12 drawn runs reserve %.0f to %.0f MiB, median %.0f (%+.1f%%), measured %.0f; allocate %.0f at the median (%+.1f%%), measured %.0f", file,
+			res[0]/(1<<20), res[len(res)-1]/(1<<20), med/(1<<20), 100*(med-want)/want, want/(1<<20), pmed/(1<<20), 100*(pmed-pwant)/pwant, pwant/(1<<20))
+		if want < res[0] || want > res[len(res)-1] || c.resMedian > 0 && math.Abs(med-want) > c.resMedian*want {
+			t.Errorf("%s: the measured reserved peak %.0f MiB is not among the drawn runs' (%.0f to %.0f, median %.0f)", file, want/(1<<20), res[0]/(1<<20), res[len(res)-1]/(1<<20), med/(1<<20))
+		}
+		if math.Abs(pmed-pwant) > 0.05*pwant {
+			t.Errorf("%s: the drawn runs' allocated peak, median %.0f MiB, is more than 5%% from the measured %.0f", file, pmed/(1<<20), pwant/(1<<20))
 		}
 	}
 }
@@ -309,9 +343,12 @@ func TestDataMaxBatchSampled(t *testing.T) {
 
 // writeTrainData writes calibration/train_data.py's dataset to a temporary
 // folder, as TestDataRunsSampled says, and returns its data yaml.
-func writeTrainData(t *testing.T) string {
+func writeTrainData(t *testing.T) string { return writeTrainDataFrom(t, "train_data") }
+
+// writeTrainDataFrom is writeTrainData of the dataset in results/dir.
+func writeTrainDataFrom(t *testing.T, dir string) string {
 	t.Helper()
-	b, err := measured.Read("train_data/dataset.json")
+	b, err := measured.Read(dir + "/dataset.json")
 	if err != nil {
 		t.Fatal(err)
 	}
