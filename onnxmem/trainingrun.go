@@ -155,13 +155,14 @@ const valStride = 32
 type planData struct {
 	once   sync.Once // makes set, for the built-in dataset
 	set    *dataset.Set
-	mu     sync.Mutex
+	mu     sync.Mutex // guards epochs, not the draws in it
 	epochs map[[2]uint64]*epochDraws
 }
 
 // epochDraws is one image size's and seed's epochs, drawn in order from
 // one stream, as the engine's plan draws them.
 type epochDraws struct {
+	mu     sync.Mutex
 	rng    *rand.Rand
 	counts [][]int64
 }
@@ -173,7 +174,6 @@ var cocoData = &planData{}
 // and seed.
 func (d *planData) epoch(side int64, seed uint64, e int) []int64 {
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	key := [2]uint64{uint64(side), seed}
 	if d.epochs == nil {
 		d.epochs = map[[2]uint64]*epochDraws{}
@@ -183,6 +183,9 @@ func (d *planData) epoch(side int64, seed uint64, e int) []int64 {
 		dr = &epochDraws{rng: sim.PlanRand(seed)}
 		d.epochs[key] = dr
 	}
+	d.mu.Unlock()
+	dr.mu.Lock()
+	defer dr.mu.Unlock()
 	for len(dr.counts) <= e {
 		dr.counts = append(dr.counts, d.set.EpochCounts(side, dataset.ScratchHigh, dr.rng))
 	}

@@ -7,7 +7,7 @@ import (
 
 // BenchmarkDefaultCommand runs `onnxmem` with no arguments: the embedded
 // yolov9-c's whole train_dual.py run at batch 16 on the built-in COCO-like
-// data, the largest batch whose run completes on three cards and the
+// data at eight seeds, the largest batch whose run completes on three cards and the
 // densest iteration's tensors. Goal: under 10 s (issue 33).
 func BenchmarkDefaultCommand(b *testing.B) {
 	for b.Loop() {

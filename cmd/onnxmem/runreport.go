@@ -30,7 +30,14 @@ type runReport struct {
 	// step simulated alone, for where the peak falls and what makes it.
 	Worst  int
 	Detail *onnxmem.Result
+	// Draws are the same run at seeds Plan.Seed, Plan.Seed+1, …: another
+	// order of the dataloader's batches, whose reserved peak can differ
+	// widely (docs/limitations.md).
+	Draws []*onnxmem.RunResult
 }
+
+// runDraws is how many seeds the report's run is drawn at.
+const runDraws = 8
 
 // simulate runs the plan at p.Batch, searches each card's largest batch
 // and explains the densest iteration's step.
@@ -45,6 +52,20 @@ func (rep *runReport) simulate(sc onnxmem.Scenario, stderr io.Writer, verbose bo
 		return err
 	}
 	step(fmt.Sprintf("the run at batch %d", sc.Batch))
+	rep.Draws = make([]*onnxmem.RunResult, runDraws)
+	rep.Draws[0] = rep.Run
+	err = parallel(runDraws-1, func(i int) error {
+		p := rep.Plan
+		p.Seed = cmp.Or(p.Seed, onnxmem.DefaultSeed) + uint64(i) + 1
+		events, err := m.PlanRun(p)
+		if err == nil {
+			rep.Draws[i+1], err = m.Run(sc, events)
+		}
+		return err
+	})
+	if err != nil {
+		return err
+	}
 	rep.MaxBatch = make([]int64, len(rep.Devices))
 	err = parallel(len(rep.Devices), func(i int) error {
 		s := sc
@@ -112,6 +133,19 @@ func (rep *runReport) print(w io.Writer) error {
 		fmt.Fprintf(w, "; GPU_mem after the %d iterations: median %s, 99th percentile %s, largest %s", n, med, p99, most)
 	}
 	fmt.Fprintln(w)
+	if len(rep.Draws) > 1 {
+		var res, alloc []int64
+		for _, d := range rep.Draws {
+			res, alloc = append(res, d.PeakReserved), append(alloc, d.Peak)
+		}
+		slices.Sort(res)
+		slices.Sort(alloc)
+		g := func(n int64) string { return onnxmem.RunStep{Reserved: n}.GPUMem() }
+		seed := cmp.Or(rep.Plan.Seed, onnxmem.DefaultSeed)
+		fmt.Fprintf(w, "  draws       seeds %d to %d (other orders of the batches): largest GPU_mem %s to %s, median %s;\n"+
+			"              allocated peak %s to %s GiB\n", seed, seed+uint64(len(rep.Draws))-1,
+			g(res[0]), g(res[len(res)-1]), g(res[(len(res)-1)/2]), gib(alloc[0]), gib(alloc[len(alloc)-1]))
+	}
 	if by := gpuMemByEpoch(r, rep.Events); len(by) > 1 {
 		fmt.Fprintf(w, "  by epoch    GPU_mem median %s (each epoch after the one before's validation)\n", strings.Join(by, ", "))
 	}
@@ -193,6 +227,15 @@ type runReportJSON struct {
 	Devices []runReportDevice `json:"devices"`
 	// Detail is the step of the run's densest iteration, simulated alone.
 	Detail *resultJSON `json:"detail,omitempty"`
+	// Draws are the run's peaks at other seeds of the box counts (the first
+	// is Run's): other orders of the dataloader's batches.
+	Draws []runDrawJSON `json:"draws"`
+}
+
+type runDrawJSON struct {
+	Seed         uint64 `json:"seed"`
+	Peak         int64  `json:"peak"`
+	PeakReserved int64  `json:"peak_reserved"`
 }
 
 type runReportDevice struct {
@@ -212,6 +255,9 @@ func (rep *runReport) json() runReportJSON {
 	if rep.Detail != nil {
 		rj := newResultJSON(rep.Detail, true)
 		js.Detail = &rj
+	}
+	for i, d := range rep.Draws {
+		js.Draws = append(js.Draws, runDrawJSON{Seed: cmp.Or(rep.Plan.Seed, onnxmem.DefaultSeed) + uint64(i), Peak: d.Peak, PeakReserved: d.PeakReserved})
 	}
 	return js
 }
