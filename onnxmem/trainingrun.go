@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"sync"
 
 	"github.com/onnxmem/onnxmem/family/yolov9/dataset"
@@ -114,12 +115,26 @@ func (p RunPlan) data() (*planData, error) {
 	case p.Data == "":
 		return nil, nil
 	}
-	set, err := dataset.Load(p.Data)
+	// A data file is read once a process while its yaml stays as it was:
+	// a search over batch sizes, or seeds, plans many runs of it.
+	st, err := os.Stat(p.Data)
 	if err != nil {
 		return nil, fmt.Errorf("onnxmem: plan run: %w", err)
 	}
-	return &planData{set: set}, nil
+	key := fmt.Sprintf("%s\x00%d\x00%d", p.Data, st.Size(), st.ModTime().UnixNano())
+	v, _ := dataFiles.LoadOrStore(key, &planData{})
+	d := v.(*planData)
+	d.once.Do(func() { d.set, d.err = dataset.Load(p.Data) })
+	if d.err != nil {
+		dataFiles.Delete(key) // a later call reads it again
+		return nil, fmt.Errorf("onnxmem: plan run: %w", d.err)
+	}
+	return d, nil
 }
+
+// dataFiles are the data files read, each a *planData, by path and the
+// yaml's size and time.
+var dataFiles sync.Map
 
 // planRun is PlanRun on the dataset d (nil: synthetic).
 func (m *Model) planRun(p RunPlan, d *planData) ([]RunEvent, error) {
@@ -153,8 +168,9 @@ const valStride = 32
 // counts drawn once for an image size and seed: the batch size only
 // groups them, so a search over batch sizes draws them once.
 type planData struct {
-	once   sync.Once // makes set, for the built-in dataset
+	once   sync.Once // makes set (and err)
 	set    *dataset.Set
+	err    error
 	mu     sync.Mutex // guards epochs, not the draws in it
 	epochs map[[2]uint64]*epochDraws
 }
