@@ -233,7 +233,13 @@ func printRun(w io.Writer, model, source string, r *onnxmem.RunResult, events []
 	if sc.AllocConf != "" {
 		fmt.Fprintf(w, ", PYTORCH_CUDA_ALLOC_CONF=%s", sc.AllocConf)
 	}
-	fmt.Fprintf(w, "\ndata   %s\n\n", source)
+	fmt.Fprintf(w, "\ndata   %s\n", source)
+	if d == nil {
+		fmt.Fprint(w, "limit  none: a card with room to spare (-device NAME|SIZE runs it under a card's usable memory)\n")
+	} else {
+		fmt.Fprintf(w, "limit  %s GiB, %s's usable memory\n", gib(d.Usable()), d.Name)
+	}
+	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "event\tkind\tdetail\tallocated GiB\treserved GiB\tpeak GiB\tGPU_mem\t")
 	for _, s := range r.Steps {
