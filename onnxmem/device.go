@@ -2,10 +2,10 @@ package onnxmem
 
 import "github.com/onnxmem/onnxmem/internal/cards"
 
-// Device is a card as PyTorch sees it: total_memory, the CUDA context, the
-// cuBLAS workspace, and where they come from (assumptions are marked).
+// Device is a card as PyTorch sees it: compute capability, total_memory,
+// the CUDA context, the cuBLAS workspace, and where they come from.
 type Device struct {
-	Name, Long                      string
+	Name, Long, Capability          string
 	Total, Context, CuBLASWorkspace int64
 	Sources                         string
 }

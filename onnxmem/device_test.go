@@ -187,3 +187,18 @@ func TestParseDeviceSpellings(t *testing.T) {
 		t.Errorf("ParseDevice(24GB) = %d, %v", d.Total, err)
 	}
 }
+
+// TestBF16Refused checks that bfloat16 autocast on a card older than
+// Ampere is refused with the reason, and taken on one of 8.0 or newer.
+func TestBF16Refused(t *testing.T) {
+	m, err := onnxmem.Builtin("yolov9-t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for dev, ok := range map[string]bool{"t4": false, "v100-16": false, "a100-40": true, "rtx4090": true, "24GB": true} {
+		_, err := m.Simulate(onnxmem.Scenario{Batch: 1, Height: 64, Width: 64, AMP: true, BF16: true, Device: dev})
+		if ok != (err == nil) || err != nil && !strings.Contains(err.Error(), "compute capability 8.0") {
+			t.Errorf("bf16 on %s: %v; want refused %v, saying why", dev, err, !ok)
+		}
+	}
+}

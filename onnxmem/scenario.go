@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/onnxmem/onnxmem/family/yolov9/dataset"
+	"github.com/onnxmem/onnxmem/internal/cards"
 	"github.com/onnxmem/onnxmem/internal/sim"
 )
 
@@ -159,6 +160,8 @@ func (m *Model) options(sc Scenario) (Scenario, sim.Options, error) {
 		return sc, o, err
 	case sc.Capacity != 0:
 		return sc, o, fmt.Errorf("onnxmem: device %s and capacity %d: a device's limit is its usable memory; give one of them", sc.Device, sc.Capacity)
+	case sc.BF16 && !cards.Device(d).BF16():
+		return sc, o, fmt.Errorf("onnxmem: bf16 on %s: bfloat16 autocast needs compute capability 8.0 (Ampere) or newer, and the %s is %s: use float16 AMP", d.Name, d.Long, d.Capability)
 	}
 	o.Capacity, o.CuBLASWorkspace = d.Usable(), d.CuBLASWorkspace
 	return sc, o, o.Supported()

@@ -44,9 +44,9 @@ func printDevices(w io.Writer, ds []onnxmem.Device) error {
 	}
 	tw := newTable(w)
 	// Names are padded so that the right-aligned table shows them aligned left.
-	fmt.Fprintf(tw, "%-*s\ttotal GiB\tcontext GiB\tusable GiB\tcuBLAS MiB\t  model\n", width, "device")
+	fmt.Fprintf(tw, "%-*s\tsm\ttotal GiB\tcontext GiB\tusable GiB\tcuBLAS MiB\t  model\n", width, "device")
 	for _, d := range ds {
-		fmt.Fprintf(tw, "%-*s\t%s\t%s\t%s\t%s\t  %s\n", width, d.Name, gib(d.Total), gib(d.Context), gib(d.Usable()),
+		fmt.Fprintf(tw, "%-*s\t%s\t%s\t%s\t%s\t%s\t  %s\n", width, d.Name, cmpOr(d.Capability, "?"), gib(d.Total), gib(d.Context), gib(d.Usable()),
 			strconv.FormatFloat(float64(d.CuBLASWorkspace)/(1<<20), 'f', -1, 64), d.Long)
 	}
 	if err := tw.Flush(); err != nil {
@@ -69,6 +69,7 @@ type devicesJSON struct {
 type deviceJSON struct {
 	Name            string `json:"name"`
 	Model           string `json:"model"`
+	Capability      string `json:"compute_capability,omitempty"`
 	Total           int64  `json:"total"`
 	Context         int64  `json:"context"`
 	Usable          int64  `json:"usable"`
@@ -77,6 +78,6 @@ type deviceJSON struct {
 }
 
 func newDeviceJSON(d onnxmem.Device) deviceJSON {
-	return deviceJSON{Name: d.Name, Model: d.Long, Total: d.Total, Context: d.Context, Usable: d.Usable(),
+	return deviceJSON{Name: d.Name, Model: d.Long, Capability: d.Capability, Total: d.Total, Context: d.Context, Usable: d.Usable(),
 		CuBLASWorkspace: d.CuBLASWorkspace, Sources: d.Sources}
 }

@@ -312,7 +312,25 @@ func (c fitCriterion) printHeader(w io.Writer, m *onnxmem.Model, sc onnxmem.Scen
 	if d := c.device; d != nil {
 		fmt.Fprintf(w, "device %s (%s): %s GiB total, %s GiB CUDA context, %s GiB usable\n",
 			d.Name, d.Long, gib(d.Total), gib(d.Context), gib(d.Usable()))
+		fmt.Fprint(w, cardNote([]onnxmem.Device{*d}))
 	}
+}
+
+// cardNote says, for the cards of other compute capabilities than the
+// H100's and H200's 9.0, that the cuDNN workspaces in the answer are those
+// measured on 9.0 (cuDNN's heuristics choose by GPU generation), the
+// context an assumption; "" when every card is 9.0.
+func cardNote(ds []onnxmem.Device) string {
+	var other []string
+	for _, d := range ds {
+		if d.Capability != "9.0" {
+			other = append(other, d.Name+" ("+cmpOr(d.Capability, "sm unknown")+")")
+		}
+	}
+	if len(other) == 0 {
+		return ""
+	}
+	return "note   cuDNN workspaces as measured on sm 9.0 (H100, H200): assumed on " + strings.Join(other, ", ") + ", as is the CUDA context\n"
 }
 
 // setJSON fills a JSON output's budget, or its device.
@@ -425,6 +443,7 @@ func runMaxBatchCmd(m *onnxmem.Model, c fitCriterion, st setting, img imageSize,
 	fmt.Fprintf(stdout, ", %s, image %dx%d, boxes drawn from seed %d\n", settingOf(sc), sc.Height, sc.Width, p.Seed)
 	if d := c.device; d != nil {
 		fmt.Fprintf(stdout, "device %s (%s): %s GiB total, %s GiB CUDA context, %s GiB usable\n", d.Name, d.Long, gib(d.Total), gib(d.Context), gib(d.Usable()))
+		fmt.Fprint(stdout, cardNote([]onnxmem.Device{*d}))
 	}
 	if lo == 0 {
 		_, err = fmt.Fprintf(stdout, "max batch 0: the run at batch 1 runs out of memory in %s, in %s\n", c.limitText(), eventWhere(nextEvents, tried[1].OOMEvent))

@@ -171,6 +171,7 @@ func (rep *runReport) print(w io.Writer) error {
 	}
 	fmt.Fprintf(w, "completes: no allocation fails under the card's usable memory (PyTorch frees its cache and retries\n"+
 		"first), batches up to %d; usable is the total less the CUDA context, %s (onnxmem devices)\n", maxBatchLimit, contextNote(rep.Devices))
+	fmt.Fprint(w, cardNote(rep.Devices))
 	if rep.Detail == nil {
 		return nil
 	}

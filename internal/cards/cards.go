@@ -13,13 +13,22 @@ import (
 )
 
 // Device is a card as PyTorch sees it: its short Name ("a100-40") and Long
-// one, its Total memory as get_device_properties reports it, the CUDA
+// one, its compute Capability ("8.9"; "" for a card known by its size
+// alone), its Total memory as get_device_properties reports it, the CUDA
 // Context that no PyTorch counter sees, PyTorch's default cuBLAS workspace
 // on it, and the Sources of these figures, which mark assumptions.
 type Device struct {
-	Name, Long                      string
+	Name, Long, Capability          string
 	Total, Context, CuBLASWorkspace int64
 	Sources                         string
+}
+
+// BF16 reports whether the card runs bfloat16 autocast: compute
+// capability 8.0 (Ampere) or newer, torch.cuda.is_bf16_supported(); true
+// for a card of unknown capability.
+func (d Device) BF16() bool {
+	c, err := strconv.ParseFloat(d.Capability, 64)
+	return err != nil || c >= 8
 }
 
 // Usable is the caching allocator's limit on the card: the total less the
@@ -45,25 +54,25 @@ const (
 // Totals are what PyTorch reports as the card's total memory, a little less
 // than the vendor's figure; each entry's Sources says where it comes from.
 var devices = []Device{
-	{Name: "h200", Long: "NVIDIA H200 141 GB", Total: 150109880320, Context: contextAssumed, CuBLASWorkspace: hopperCuBLAS,
+	{Name: "h200", Long: "NVIDIA H200 141 GB", Capability: "9.0", Total: 150109880320, Context: contextAssumed, CuBLASWorkspace: hopperCuBLAS,
 		Sources: "total: torch.cuda.get_device_properties on an H200 (shared/groundtruth/models.json); context: assumption"},
-	{Name: "h100-80", Long: "NVIDIA H100 80 GB", Total: 81008 * mib, Context: contextAssumed, CuBLASWorkspace: hopperCuBLAS,
+	{Name: "h100-80", Long: "NVIDIA H100 80 GB", Capability: "9.0", Total: 81008 * mib, Context: contextAssumed, CuBLASWorkspace: hopperCuBLAS,
 		Sources: "total: 79.11 GiB, the total capacity of public out-of-memory reports (assumption); context: assumption"},
-	{Name: "a100-80", Long: "NVIDIA A100 80 GB", Total: 81050 * mib, Context: contextAssumed, CuBLASWorkspace: olderCuBLAS,
+	{Name: "a100-80", Long: "NVIDIA A100 80 GB", Capability: "8.0", Total: 81050 * mib, Context: contextAssumed, CuBLASWorkspace: olderCuBLAS,
 		Sources: "total: 79.15 GiB, the total capacity of public out-of-memory reports (assumption); context: assumption"},
-	{Name: "a100-40", Long: "NVIDIA A100 40 GB", Total: 40536 * mib, Context: contextAssumed, CuBLASWorkspace: olderCuBLAS,
+	{Name: "a100-40", Long: "NVIDIA A100 40 GB", Capability: "8.0", Total: 40536 * mib, Context: contextAssumed, CuBLASWorkspace: olderCuBLAS,
 		Sources: "total: 40536 MiB (39.59 GiB), as nvidia-smi and public out-of-memory reports give it (assumption); context: assumption"},
-	{Name: "v100-32", Long: "NVIDIA V100 32 GB", Total: 32510 * mib, Context: contextAssumed, CuBLASWorkspace: olderCuBLAS,
+	{Name: "v100-32", Long: "NVIDIA V100 32 GB", Capability: "7.0", Total: 32510 * mib, Context: contextAssumed, CuBLASWorkspace: olderCuBLAS,
 		Sources: "total: 32510 MiB (31.75 GiB), as public out-of-memory reports give it (assumption); context: assumption"},
-	{Name: "v100-16", Long: "NVIDIA V100 16 GB", Total: 16160 * mib, Context: contextAssumed, CuBLASWorkspace: olderCuBLAS,
+	{Name: "v100-16", Long: "NVIDIA V100 16 GB", Capability: "7.0", Total: 16160 * mib, Context: contextAssumed, CuBLASWorkspace: olderCuBLAS,
 		Sources: "total: 16160 MiB (15.78 GiB), as public out-of-memory reports give it (assumption); context: assumption"},
-	{Name: "rtx4090", Long: "NVIDIA GeForce RTX 4090 24 GB", Total: 24217 * mib, Context: contextAssumed, CuBLASWorkspace: olderCuBLAS,
+	{Name: "rtx4090", Long: "NVIDIA GeForce RTX 4090 24 GB", Capability: "8.9", Total: 24217 * mib, Context: contextAssumed, CuBLASWorkspace: olderCuBLAS,
 		Sources: "total: 24217 MiB (23.65 GiB), as public out-of-memory reports give it (assumption); context: assumption"},
-	{Name: "rtx3090", Long: "NVIDIA GeForce RTX 3090 24 GB", Total: 24259 * mib, Context: contextAssumed, CuBLASWorkspace: olderCuBLAS,
+	{Name: "rtx3090", Long: "NVIDIA GeForce RTX 3090 24 GB", Capability: "8.6", Total: 24259 * mib, Context: contextAssumed, CuBLASWorkspace: olderCuBLAS,
 		Sources: "total: 24259 MiB (23.69 GiB), as public out-of-memory reports give it (assumption); context: assumption"},
-	{Name: "l4", Long: "NVIDIA L4 24 GB", Total: 23034 * mib, Context: contextAssumed, CuBLASWorkspace: olderCuBLAS,
+	{Name: "l4", Long: "NVIDIA L4 24 GB", Capability: "8.9", Total: 23034 * mib, Context: contextAssumed, CuBLASWorkspace: olderCuBLAS,
 		Sources: "total: 23034 MiB, as nvidia-smi gives it (assumption); context: assumption"},
-	{Name: "t4", Long: "NVIDIA T4 16 GB", Total: 15110 * mib, Context: contextAssumed, CuBLASWorkspace: olderCuBLAS,
+	{Name: "t4", Long: "NVIDIA T4 16 GB", Capability: "7.5", Total: 15110 * mib, Context: contextAssumed, CuBLASWorkspace: olderCuBLAS,
 		Sources: "total: 15110 MiB (14.76 GiB), as public out-of-memory reports give it (assumption); context: assumption"},
 }
 
