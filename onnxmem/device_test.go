@@ -202,3 +202,30 @@ func TestBF16Refused(t *testing.T) {
 		}
 	}
 }
+
+// TestScriptCuBLASWorkspace checks that a YOLOv9 train step keeps the
+// cuBLAS workspace that train_dual.py's init_seeds(deterministic=True)
+// sets, CUBLAS_WORKSPACE_CONFIG=:4096:8 (32 MiB), on a card whose own
+// default is 8.125 MiB as on a Hopper one: the two steps reserve alike.
+func TestScriptCuBLASWorkspace(t *testing.T) {
+	m, err := onnxmem.Builtin("yolov9-t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m0 []int64
+	for _, dev := range []string{"rtx4090", "h100-80"} {
+		d, err := onnxmem.ParseDevice(dev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := m.Simulate(onnxmem.Scenario{Step: onnxmem.TrainStep, Batch: 1, Height: 64, Width: 64, AMP: true, Device: dev})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s: the card's default cuBLAS workspace %d bytes; allocated before the step %d", dev, d.CuBLASWorkspace, r.M0)
+		m0 = append(m0, r.M0)
+	}
+	if m0[0] != m0[1] {
+		t.Errorf("allocated before the train step: %d on rtx4090, %d on h100-80; want the script's workspace on both", m0[0], m0[1])
+	}
+}

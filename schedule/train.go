@@ -102,6 +102,10 @@ type Train struct {
 	// made): the step starts with Program.PrevPred alive, frees them after
 	// the forward, and leaves its own outputs alive at its end.
 	PrevPredAlive bool
+	// CuBLASWorkspace, when above 0, is the cuBLAS workspace the training
+	// script sets for its whole process (CUBLAS_WORKSPACE_CONFIG), on every
+	// card, in place of the card's default (Config.CuBLASWorkspace).
+	CuBLASWorkspace int64
 }
 
 // ParamGroup is one of the optimizer's parameter groups.

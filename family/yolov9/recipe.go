@@ -26,7 +26,11 @@ import (
 // tracker, or the running loss mloss), and utils/torch_utils.py's
 // smart_optimizer makes three parameter groups (Groups). The loss is
 // utils/loss_tal_dual.py's ComputeLoss with boxes ground-truth boxes in
-// every image.
+// every image. train_dual.py and train.py call utils/general.py's
+// init_seeds(..., deterministic=True) first, which sets
+// CUBLAS_WORKSPACE_CONFIG to ":4096:8": eight 4096 KiB chunks, 32 MiB a
+// cuBLAS handle on every card, where PyTorch's own default before compute
+// capability 9.0 is 8.125 MiB (aten/src/ATen/cuda/CublasHandlePool.cpp).
 func (Family) Recipe(opt schedule.Optimizer, ema bool, boxes int64) *schedule.Train {
 	return &schedule.Train{
 		Loss:         trainLoss{loss.NewYOLOv9()},
@@ -38,6 +42,8 @@ func (Family) Recipe(opt schedule.Optimizer, ema bool, boxes int64) *schedule.Tr
 		GradScaler:   true,
 		ClipGradNorm: true,
 		Groups:       Groups,
+		// init_seeds(deterministic=True): CUBLAS_WORKSPACE_CONFIG=:4096:8.
+		CuBLASWorkspace: 8 * 4096 << 10,
 	}
 }
 

@@ -689,6 +689,9 @@ func (m *Model) build(p *prepared, sc Options, workspace func(schedule.ConvCall)
 		}
 		cfg.Train = family.Recipe(p.fam, schedule.Optimizer(sc.Optimizer), sc.EMA, sc.Boxes)
 		cfg.Train.PrevPredAlive = sc.PrevPredAlive
+		if w := cfg.Train.CuBLASWorkspace; w > 0 { // the script's, on any card
+			cfg.CuBLASWorkspace = w
+		}
 		if sc.BoxCounts != nil {
 			cfg.Train.BoxCounts = sc.BoxCounts
 			cfg.Train.Boxes = slices.Max(sc.BoxCounts)

@@ -175,8 +175,12 @@ func (m *Model) Run(sc Options, events []RunEvent) (*RunResult, error) {
 		return nil, fmt.Errorf("onnxmem: run: the %s family knows no training script to run: simulate its train steps instead", cmp.Or(sc.Family, m.Family))
 	}
 	r := &runner{m: m, sc: sc.Defaults(), loop: loop, a: allocator.NewWithConfig(conf), res: &RunResult{Scenario: sc, OOMEvent: -1}}
+	recipe := family.Recipe(pr.fam, schedule.Optimizer(sc.Optimizer), sc.EMA, sc.Boxes)
 	if loop.ValLoss != nil {
-		r.loss = family.Recipe(pr.fam, schedule.Optimizer(sc.Optimizer), sc.EMA, sc.Boxes).Loss
+		r.loss = recipe.Loss
+	}
+	if w := recipe.CuBLASWorkspace; w > 0 { // the script's, for its validation too
+		r.sc.CuBLASWorkspace = w
 	}
 	r.a.Capacity = sc.Capacity
 	for i, e := range events {
