@@ -27,7 +27,7 @@ func Example() {
 	}
 	fmt.Println("largest batch:", n)
 	// Output:
-	// peak 16.73GiB, GPU_mem 18.2G, fits: true
+	// peak 16.75GiB, GPU_mem 18.3G, fits: true
 	// largest batch: 22
 }
 
@@ -64,7 +64,7 @@ func ExampleModel_MaxBatch() {
 	}
 	fmt.Printf("batch %d fits %s, reserving %.2f of its %.2f GiB\n", n, d.Name, float64(r.PeakReserved)/(1<<30), float64(d.Usable())/(1<<30))
 	// Output:
-	// batch 22 fits rtx4090, reserving 23.06 of its 23.15 GiB
+	// batch 22 fits rtx4090, reserving 23.08 of its 23.15 GiB
 }
 
 // Plan the checkpointing that lets a yolov9-c train step at batch 16 fit
