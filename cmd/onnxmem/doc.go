@@ -157,7 +157,7 @@
 //
 // # sweep
 //
-//	onnxmem sweep [-img N] [-batches LIST] [-step run|train|eval|model] [-data FILE.yaml] [-amp|-half] [-segments K] [-eval [-eval-float]] [-alloc-conf OPTS] [-json|-csv] [-svg FILE] [-v] MODEL.onnx
+//	onnxmem sweep [-img N] [-batches LIST] [-step run|train|eval|model] [-data FILE.yaml] [-amp|-half] [-segments K] [-eval [-eval-float]] [-train [-boxes N] [-optimizer NAME] [-ema=false] [-warm-steps N]] [-alloc-conf OPTS] [-json|-csv] [-svg FILE] [-v] MODEL.onnx
 //
 // Predicts the step at each batch size and prints a table: batch, peak, peak
 // requested (before the allocator's rounding), peak reserved, after forward,
@@ -171,7 +171,7 @@
 //
 // # timeline
 //
-//	onnxmem timeline [-batch N] [-img N] [-step run|train|eval|model] [-data FILE.yaml] [-amp|-half] [-segments K] [-eval [-eval-float]] [-alloc-conf OPTS] [-json|-csv] [-svg FILE] [-snapshot FILE.pickle] MODEL.onnx
+//	onnxmem timeline [-batch N] [-img N] [-step run|train|eval|model] [-data FILE.yaml] [-amp|-half] [-segments K] [-eval [-eval-float]] [-train [-boxes N] [-optimizer NAME] [-ema=false] [-warm-steps N]] [-alloc-conf OPTS] [-json|-csv] [-svg FILE] [-snapshot FILE.pickle] MODEL.onnx
 //
 // Replays the measured step and prints a summary: allocated memory before
 // the step (m0), after the forward, the forward's peak, the step's peak and

@@ -489,3 +489,17 @@ func TestGenericTrainLabel(t *testing.T) {
 		}
 	}
 }
+
+// TestSweepTimelineTrain checks that sweep and timeline take -train, as
+// issue 33 found them refusing it, and label the train step.
+func TestSweepTimelineTrain(t *testing.T) {
+	for _, args := range [][]string{
+		{"sweep", "-train", "-amp", "-img", "320", "-batches", "1,2", "yolov9-t"},
+		{"timeline", "-train", "-boxes", "8", "-img", "320", "-batch", "2", "yolov9-t"},
+	} {
+		code, stdout, stderr := runCmd(t, "", args...)
+		if code != 0 || stderr != "" || !strings.Contains(stdout, "train step (forward, YOLOv9 loss") {
+			t.Errorf("%v: exit code %d, stderr %q, output begins %q; want the train step", args, code, stderr, stdout[:min(len(stdout), 120)])
+		}
+	}
+}

@@ -11,10 +11,10 @@ import (
 
 func cmdSweep(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	f := newFlagSet("sweep",
-		"onnxmem sweep [-img N] [-batches LIST] [-step run|train|eval|model] [-data FILE.yaml] [-amp|-half] [-segments K] [-eval [-eval-float]] [-alloc-conf OPTS] [-json|-csv] [-svg FILE] [-v] MODEL.onnx",
+		"onnxmem sweep [-img N] [-batches LIST] [-step run|train|eval|model] [-data FILE.yaml] [-amp|-half] [-segments K] [-eval [-eval-float]] [-train [-boxes N] [-optimizer NAME] [-ema=false] [-warm-steps N]] [-alloc-conf OPTS] [-json|-csv] [-svg FILE] [-v] MODEL.onnx",
 		"By default, for a YOLOv9 model, the step is train_dual.py's at its run's densest\niteration (AMP, SGD, EMA; the box counts of the iteration whose densest image\ncarries the most boxes, on -data's dataset or the built-in COCO-like one);\n-step model, train or eval names another.\nSweep predicts the step (fp32 unless -amp or -half, checkpointed with\n-segments) at each batch size and prints a table of peaks (GiB), or JSON\n(bytes) with -json; -svg also writes a plot of the peak against the batch size.",
 		"onnxmem sweep -batches 1,8,32 -svg peak.svg yolov9-s")
-	img, batches, set, eval := f.imgFlag(), f.batchesFlag(), f.settingFlags(), f.evalFlags()
+	img, batches, set, eval := f.imgFlag(), f.batchesFlag(), f.stepFlags(), f.evalFlags()
 	step, data := f.runStepFlags()
 	asJSON, svg, verbose := f.jsonFlag(), f.svgFlag("the plot of peak against batch size"), f.verboseFlag()
 	asCSV := f.csvFlag()

@@ -10,11 +10,11 @@ import (
 
 func cmdTimeline(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	f := newFlagSet("timeline",
-		"onnxmem timeline [-batch N] [-img N] [-step run|train|eval|model] [-data FILE.yaml] [-amp|-half] [-segments K] [-eval [-eval-float]] [-alloc-conf OPTS] [-json|-csv] [-svg FILE] [-snapshot FILE.pickle] MODEL.onnx",
+		"onnxmem timeline [-batch N] [-img N] [-step run|train|eval|model] [-data FILE.yaml] [-amp|-half] [-segments K] [-eval [-eval-float]] [-train [-boxes N] [-optimizer NAME] [-ema=false] [-warm-steps N]] [-alloc-conf OPTS] [-json|-csv] [-svg FILE] [-snapshot FILE.pickle] MODEL.onnx",
 		"By default, for a YOLOv9 model, the step is train_dual.py's at its run's densest\niteration (AMP, SGD, EMA; the box counts of the iteration whose densest image\ncarries the most boxes, on -data's dataset or the built-in COCO-like one);\n-step model, train or eval names another.\nTimeline replays the measured step (fp32 unless -amp or -half,\ncheckpointed with -segments) and summarizes memory over it:\nbefore the step (m0), after the forward, the peak and where it falls, after the\nbackward. -svg plots allocated and reserved memory against the event index with\nthe phases shaded and the peak marked; -json writes the summary and every sample;\n-csv writes the samples, one row an event;\n-snapshot writes the step as torch.cuda.memory._dump_snapshot() does, for PyTorch's\nmemory_viz (python -m torch.cuda._memory_viz trace_plot FILE.pickle -o out.html).",
 		"onnxmem timeline -batch 16 -svg step.svg yolov9-s")
 	batch := f.positive("batch", 8, "batch `size`")
-	img, set, eval := f.imgFlag(), f.settingFlags(), f.evalFlags()
+	img, set, eval := f.imgFlag(), f.stepFlags(), f.evalFlags()
 	step, data := f.runStepFlags()
 	asJSON, asCSV, svg := f.jsonFlag(), f.csvFlag(), f.svgFlag("the plot of memory over the step")
 	snapshot := f.String("snapshot", "", "write the step's allocator history as a PyTorch memory snapshot to `FILE.pickle`")
