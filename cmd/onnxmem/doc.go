@@ -111,7 +111,8 @@
 // its allocated peak falls, validation's peak, the largest batch whose run
 // completes on the cards rtx4090, a100-40 and a100-80, or -device's alone
 // (the same search as maxbatch's), and the step of its densest iteration explained; -svg plots
-// memory over the run. With -step model (or train, or -train) it predicts
+// that step's peak against the batch size (-batches) in fp32 and AMP with
+// 0, 2 and 4 segments, on a log-2 axis with the cards' limits. With -step model (or train, or -train) it predicts
 // the model step, or the full training step of train_dual.py (flags as
 // for maxbatch), at each batch size of -batches in six settings: fp32 and
 // AMP, each without checkpointing and with 2 and 4 segments (columns "fp32",

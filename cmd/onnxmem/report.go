@@ -56,7 +56,7 @@ func cmdReport(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	seed := f.Uint64("seed", 1, "`seed` of the run's box counts")
 	asJSON, asCSV, verbose := f.jsonFlag(), f.csvFlag(), f.verboseFlag()
 	device := f.deviceFlag()
-	svg := f.svgFlag("the plot: memory over the run, or with -step model or train the peak against the batch size of each setting, the cards' limits drawn")
+	svg := f.svgFlag("the plot of the peak against the batch size (-batches) of each setting, fp32 and AMP with 0, 2 and 4 segments, the cards' limits drawn:\nof the step (-step model or train), or by default of the run's densest iteration's step (onnxmem run -svg plots memory over a run)")
 	f.familyFlag()
 	path, code, ok := f.parseModel(args, true, stdout, stderr)
 	if !ok {
@@ -89,11 +89,11 @@ func cmdReport(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	}
 	if wantsRun(m, *stepName, f.on("train")) {
 		for _, name := range []string{"batches", "boxes", "warm-steps"} {
-			if f.isSet(name) {
-				return f.usageError(stderr, "-%s applies to one step: add -step train or model (the default is the whole run)", name)
+			if f.isSet(name) && (name != "batches" || *svg == "") {
+				return f.usageError(stderr, "-%s applies to one step (or -batches to -svg's plot): add -step train or model (the default is the whole run)", name)
 			}
 		}
-		return runReportCmd(f, conf, m, path, isDefault, devices, *batch, *img, *data, int(*epochs), *seed, *svg, *asJSON, *asCSV, *verbose, stdout, stderr)
+		return runReportCmd(f, conf, m, path, isDefault, devices, *batch, *img, *data, int(*epochs), *seed, *svg, *batches, *asJSON, *asCSV, *verbose, stdout, stderr)
 	}
 	for _, name := range []string{"data", "epochs", "seed"} {
 		if f.isSet(name) {
