@@ -440,7 +440,14 @@ func runMaxBatchCmd(m *onnxmem.Model, c fitCriterion, st setting, img imageSize,
 	if p.Iterations > 0 {
 		fmt.Fprintf(stdout, " of %d iterations", p.Iterations)
 	}
-	fmt.Fprintf(stdout, ", %s, image %dx%d, boxes drawn from seed %d\n", settingOf(sc), sc.Height, sc.Width, p.Seed)
+	ema := ", EMA"
+	if sc.NoEMA {
+		ema = ", no EMA"
+	}
+	fmt.Fprintf(stdout, ", %s, %s%s, mosaic and mixup, image %dx%d, boxes drawn from seed %d\n", settingOf(sc), cmpOr(sc.Optimizer, "SGD"), ema, sc.Height, sc.Width, p.Seed)
+	if p.Dataset() == onnxmem.BuiltinData {
+		fmt.Fprint(stdout, "data   COCO 2017's image counts, their sizes and boxes assumed (-data FILE.yaml for yours)\n")
+	}
 	if d := c.device; d != nil {
 		fmt.Fprintf(stdout, "device %s (%s): %s GiB total, %s GiB CUDA context, %s GiB usable\n", d.Name, d.Long, gib(d.Total), gib(d.Context), gib(d.Usable()))
 		fmt.Fprint(stdout, cardNote([]onnxmem.Device{*d}))
