@@ -82,6 +82,8 @@ func TestParseDevice(t *testing.T) {
 		{"24gb+ctx=600MiB", 24e9, 600 << 20},
 		{"80GB+ctx=0B", 80e9, 0},
 		{"16384MiB", 16 << 30, contextAssumedForTest},
+		{"rtx4090+ctx=400MiB", 24217 << 20, 400 << 20}, // a listed card, its context given
+		{"T4+ctx=300MiB", 15110 << 20, 300 << 20},
 	} {
 		d, err := onnxmem.ParseDevice(tc.in)
 		if err != nil {
@@ -95,7 +97,7 @@ func TestParseDevice(t *testing.T) {
 	if d, err := onnxmem.ParseDevice("RTX4090"); err != nil || d.Name != "rtx4090" {
 		t.Errorf("ParseDevice(RTX4090) = %v, %v", d.Name, err)
 	}
-	for _, bad := range []string{"", "24", "GB", "-1GB", "24XB", "24GB+600MiB", "24GB+ctx=", "1GB+ctx=2GB", "gtx480", "1e30GB"} {
+	for _, bad := range []string{"", "24", "GB", "-1GB", "24XB", "24GB+600MiB", "24GB+ctx=", "1GB+ctx=2GB", "gtx480", "1e30GB", "t4+ctx=15GiB", "a100+ctx=400MiB", "4090+400MiB"} {
 		if _, err := onnxmem.ParseDevice(bad); err == nil || !strings.HasPrefix(err.Error(), "onnxmem: ") {
 			t.Errorf("ParseDevice(%q): %v, want an onnxmem error", bad, err)
 		}

@@ -553,8 +553,16 @@ func (b *builder) workspace(c ConvCall) {
 	if b.cfg.Workspace == nil {
 		return
 	}
-	if ws := b.cfg.Workspace(c); ws > 0 {
+	ws := b.cfg.Workspace(c)
+	conv := !IsReduction(c.Which)
+	if conv {
+		b.p.Calls = append(b.p.Calls, c)
+	}
+	if ws > 0 {
 		buf := b.scratch(ws, Workspace)
+		if conv {
+			b.p.Buffers[buf].Call = int32(len(b.p.Calls))
+		}
 		b.emit(buf, true)
 	}
 }

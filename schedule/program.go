@@ -101,6 +101,11 @@ type Buffer struct {
 	Value ir.ValueID
 	// Node is the graph node whose op allocates the buffer, or -1.
 	Node int32
+	// Call, for the workspace of a cuDNN convolution call, is 1 + the
+	// call's index in Program.Calls; 0 for any other buffer. A replay
+	// under a limit lets such a workspace fail without running out of
+	// memory, as cuDNN then runs the call with another engine.
+	Call int32
 }
 
 // Event is one allocation or free of a buffer.
@@ -181,6 +186,10 @@ type Program struct {
 	// it is alive from the start.
 	Persistent   []int32
 	PersistentAt []int
+	// Calls are the program's cuDNN convolution calls (no reductions), in
+	// the order it makes them, each with the batch dim of its program; a
+	// workspace buffer's Call points into them.
+	Calls []ConvCall
 	// Harness, when not empty, is where the reference measurements of the
 	// model's family empty the caching allocator's cache around a model or
 	// eval step's warm-up: "before_step" or "before_warmup" (the values of

@@ -150,42 +150,43 @@ func newDevice(total, context int64) (Device, error) {
 
 // Parse returns the card s names: a listed one, its case, spaces,
 // dashes, "NVIDIA", "GeForce" and "GB" ignored ("A100-40GB", "4090"), or a
-// size as total_memory, decimal or binary ("24GB", "23.5GiB"), optionally
-// with its CUDA context ("24GB+ctx=600MiB").
+// size as total_memory, decimal or binary ("24GB", "23.5GiB"); either
+// optionally with its CUDA context ("4090+ctx=400MiB", "24GB+ctx=600MiB"),
+// the memory outside PyTorch's counters that nvidia-smi shows for a
+// process which has allocated nothing.
 func Parse(s string) (Device, error) {
 	if d, err := lookup(s); err == nil {
 		return d, nil
 	}
-	size, ctx, hasCtx := strings.Cut(s, "+")
-	total, err := ParseBytes(size)
+	name, ctx, hasCtx := strings.Cut(s, "+")
+	d, lerr := lookup(name)
+	if lerr != nil {
+		total, err := ParseBytes(name)
+		if err != nil {
+			return Device{}, lerr
+		}
+		if d, err = newDevice(total, 0); err != nil {
+			return Device{}, err
+		}
+		d.Name = name
+	}
+	if !hasCtx {
+		return d, nil
+	}
+	v, ok := strings.CutPrefix(ctx, "ctx=")
+	if !ok {
+		return Device{}, fmt.Errorf("onnxmem: device %q: after + want ctx=SIZE, the CUDA context, such as +ctx=600MiB", s)
+	}
+	context, err := ParseBytes(v)
 	if err != nil {
-		_, lerr := lookup(s)
-		return Device{}, lerr
+		return Device{}, fmt.Errorf("onnxmem: device %q: the CUDA context: %w", s, err)
 	}
-	var context int64
-	if hasCtx {
-		v, ok := strings.CutPrefix(ctx, "ctx=")
-		if !ok {
-			return Device{}, fmt.Errorf("onnxmem: device %q: after + want ctx=SIZE, the CUDA context, such as +ctx=600MiB", s)
-		}
-		if context, err = ParseBytes(v); err != nil {
-			return Device{}, fmt.Errorf("onnxmem: device %q: the CUDA context: %w", s, err)
-		}
-		if context == 0 {
-			context = -1 // an explicit zero context
-		}
+	if context >= d.Total {
+		return Device{}, fmt.Errorf("onnxmem: device %q: a CUDA context of %s leaves nothing of the card's %s: give the context, such as +ctx=400MiB", s, FormatBytes(context), FormatBytes(d.Total))
 	}
-	d, err := newDevice(total, max(context, 0))
-	if err != nil {
-		return Device{}, err
-	}
-	if context < 0 {
-		d.Context = 0
-	}
+	d.Context = context
 	d.Name = s
-	if hasCtx {
-		d.Sources = strings.Replace(d.Sources, "context: assumption", "context: given", 1)
-	}
+	d.Sources = strings.Replace(d.Sources, "context: assumption", "context: given", 1)
 	return d, nil
 }
 

@@ -425,6 +425,14 @@ func (t *template) at(n int64) *schedule.Program {
 	}
 	sk := t.skeleton(key, ws)
 	q := *sk.prog
+	q.Calls = make([]schedule.ConvCall, 0, len(t.prog.Calls))
+	for i, cc := range t.calls {
+		if !schedule.IsReduction(cc.call.Which) {
+			call := cc.call
+			call.N = ns[t.shape[i]]
+			q.Calls = append(q.Calls, call)
+		}
+	}
 	q.Buffers = make([]schedule.Buffer, len(sk.src))
 	for j, i := range sk.src {
 		b := t.prog.Buffers[i]

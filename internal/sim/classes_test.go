@@ -74,7 +74,7 @@ func TestClassPrograms(t *testing.T) {
 				if fromTemplate && b > 1 {
 					nDerived++
 				}
-				if !slices.Equal(got.Buffers, want.Buffers) || !slices.Equal(got.Events, want.Events) ||
+				if !slices.Equal(got.Buffers, want.Buffers) || !slices.Equal(got.Events, want.Events) || !slices.Equal(got.Calls, want.Calls) ||
 					!slices.Equal(got.PrevPred, want.PrevPred) || !slices.Equal(got.PrevPredFrom, want.PrevPredFrom) || !slices.Equal(got.Resident, want.Resident) ||
 					!slices.Equal(got.ResidentRoles, want.ResidentRoles) || !slices.Equal(got.StateOrder, want.StateOrder) || !slices.Equal(got.StateAt, want.StateAt) {
 					t.Fatalf("%s %+v: the derived program differs from the built one", name, sc)

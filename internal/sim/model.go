@@ -531,6 +531,11 @@ type Result struct {
 	// torch.OutOfMemoryError there. The step's figures then stop at that
 	// request.
 	OOM bool
+	// FellBack counts the cuDNN convolution shapes whose workspace the
+	// allocator could not serve under Capacity, so far in the process:
+	// cuDNN ran them with another engine (taken to need no workspace) and
+	// kept it for later calls of the shape, where PyTorch raises no error.
+	FellBack int
 	// Events is the number of allocation events in the step.
 	Events int
 }

@@ -254,10 +254,8 @@ func (s *scratch) measure(p *schedule.Program, sc Options, conf allocator.Config
 	for i := 0; i < len(p.Events); i++ {
 		e := p.Events[i]
 		if observe == nil && !rp.oom && isTransient(p, i) && i+1 != p.ForwardEnd && i+1 != p.StepEnd {
-			held, err := a.Transient(p.Buffers[e.Buf].Bytes)
-			if err != nil {
-				rp.oom = true
-			} else if cur := a.Allocated() + held; cur > best {
+			held := rp.transient(p, e.Buf)
+			if cur := a.Allocated() + held; !rp.oom && cur > best {
 				best, peakAt = cur, i
 			}
 			i++ // the free, after which allocated is as it was
@@ -285,6 +283,7 @@ func (s *scratch) measure(p *schedule.Program, sc Options, conf allocator.Config
 	st := a.Stats()
 	r.Peak, r.PeakRequested, r.PeakReserved, r.OOM = st.PeakAllocated, st.PeakRequested, st.PeakReserved, rp.oom
 	r.ReservedAfter = st.Reserved
+	r.FellBack = len(rp.fellBack)
 	if peakAt >= 0 {
 		e := p.Events[peakAt]
 		r.PeakEvent = peakAt
@@ -606,24 +605,101 @@ func residentStateOf(p *schedule.Program, conf allocator.Config, capacity int64,
 type replayer struct {
 	a   *allocator.Allocator
 	oom bool
+	// fellBack holds the cuDNN convolution calls (Phase zeroed: the shape
+	// cuDNN caches a plan for) whose workspace the allocator could not
+	// serve, even after releasing its cache. Conv_v8.cpp's run_single_conv
+	// catches that out-of-memory error and tries the next engine config
+	// (try_configs: the other heuristic configs, then the fallback list),
+	// and caches the first that runs for the shape, so every later call of
+	// the shape in the process runs it too. Which engine that is depends on
+	// the card and the memory left; the replay takes one that needs no
+	// workspace, as the fallback list always holds: the call's smallest
+	// need.
+	fellBack map[schedule.ConvCall]bool
 }
 
-// malloc allocates q's buffer buf and records it in ids.
+// noID is the ID of a workspace that its call did without.
+const noID allocator.ID = -1
+
+// call returns the cuDNN convolution call whose workspace q's buffer buf
+// is, with its Phase zeroed, or false for any other buffer.
+func call(q *schedule.Program, buf int32) (schedule.ConvCall, bool) {
+	i := q.Buffers[buf].Call
+	if i == 0 {
+		return schedule.ConvCall{}, false
+	}
+	c := q.Calls[i-1]
+	c.Phase = 0
+	return c, true
+}
+
+// skips reports whether q's buffer buf is the workspace of a call that
+// fell back before, which takes none now.
+func (rp *replayer) skips(q *schedule.Program, buf int32) bool {
+	if rp.fellBack == nil {
+		return false
+	}
+	c, ok := call(q, buf)
+	return ok && rp.fellBack[c]
+}
+
+// fallBack records that the workspace in q's buffer buf could not be had:
+// true when it is a convolution's, whose call then falls back (fellBack);
+// false when the replay has run out of memory.
+func (rp *replayer) fallBack(q *schedule.Program, buf int32) bool {
+	c, ok := call(q, buf)
+	if !ok {
+		return false
+	}
+	if rp.fellBack == nil {
+		rp.fellBack = make(map[schedule.ConvCall]bool)
+	}
+	rp.fellBack[c] = true
+	return true
+}
+
+// malloc allocates q's buffer buf and records it in ids (noID for a
+// workspace that its call does without).
 func (rp *replayer) malloc(q *schedule.Program, ids []allocator.ID, buf int32) {
 	if rp.oom {
 		return
 	}
+	if rp.skips(q, buf) {
+		ids[buf] = noID
+		return
+	}
 	id, err := rp.a.TryMalloc(q.Buffers[buf].Bytes)
 	if err != nil {
+		if rp.fallBack(q, buf) {
+			ids[buf] = noID
+			return
+		}
 		rp.oom = true
 		return
 	}
 	ids[buf] = id
 }
 
+// transient serves q's buffer buf, which the next event frees, as
+// Allocator.Transient, and returns the bytes it held (none for a
+// workspace that its call does without).
+func (rp *replayer) transient(q *schedule.Program, buf int32) int64 {
+	if rp.oom || rp.skips(q, buf) {
+		return 0
+	}
+	held, err := rp.a.Transient(q.Buffers[buf].Bytes)
+	if err != nil {
+		if !rp.fallBack(q, buf) {
+			rp.oom = true
+		}
+		return 0
+	}
+	return held
+}
+
 // free frees an allocation.
 func (rp *replayer) free(id allocator.ID) {
-	if !rp.oom {
+	if !rp.oom && id != noID {
 		rp.a.Free(id)
 	}
 }
@@ -671,9 +747,7 @@ func (rp *replayer) step(q *schedule.Program, ids []allocator.ID, once, state, s
 		e := q.Events[i]
 		switch {
 		case isTransient(q, i) && !due(i+1) && !(skipped && i+1 == q.OptStep):
-			if _, err := rp.a.Transient(q.Buffers[e.Buf].Bytes); err != nil {
-				rp.oom = true
-			}
+			rp.transient(q, e.Buf)
 			i++
 		case e.Free:
 			if made == nil || made[e.Buf] {
