@@ -13,6 +13,9 @@ type Device struct {
 // Usable is the allocator's limit on the card: the total less the context.
 func (d Device) Usable() int64 { return d.Total - d.Context }
 
+// Exact says the card's cuDNN workspaces were measured; elsewhere, bands.
+func (d Device) Exact() bool { return cards.Device(d).Measured() }
+
 // Devices returns the cards onnxmem knows.
 func Devices() []Device {
 	list := cards.List()

@@ -47,10 +47,9 @@ func (m *Model) Explain(sc Scenario) (*Explanation, error) {
 
 // Sample is a step's allocator counters and live bytes after an event.
 type Sample struct {
-	Event                          int
-	Phase                          string
-	Allocated, Requested, Reserved int64
-	Live                           int64
+	Event                                int
+	Phase                                string
+	Allocated, Requested, Reserved, Live int64
 }
 
 // Timeline simulates a step and returns its counters after every event.

@@ -72,8 +72,7 @@ func (m *Model) Plan(sc Scenario) (*Plan, error) {
 		RecomputeFLOPs: p.RecomputeFLOPs, ForwardFLOPs: p.ForwardFLOPs, Simulations: p.Simulations}, nil
 }
 
-// Cost is a step's FLOPs (a multiply-add is 2): the forward, the backward
-// (twice the forward of ops needing gradients), the recomputation.
+// Cost is a step's FLOPs (a multiply-add is 2) by phase.
 type Cost struct {
 	Forward, Backward, Recompute int64
 }

@@ -22,10 +22,10 @@ type Result struct {
 	// The largest buffers alive at the peak, and all of them by kind.
 	AtPeak     []Tensor
 	PeakByKind []KindBytes
-	// OOM: the step ran out of memory under its limit, even after the
-	// allocator released its cache; the figures stop there.
-	OOM    bool
-	Events int
+	// OOM: out of memory under the limit, after the cache's release; the
+	// figures stop there. FellBack: cuDNN shapes run without workspace.
+	OOM              bool
+	FellBack, Events int
 }
 
 // Tensor is a buffer alive at the peak: its request rounded to 512 bytes,
@@ -60,7 +60,7 @@ func result(r *sim.Result, sc Scenario) *Result {
 	out := &Result{Scenario: sc, Peak: r.Peak, PeakRequested: r.PeakRequested, PeakReserved: r.PeakReserved,
 		ReservedAfter: r.ReservedAfter, M0: r.M0, AfterForward: r.AfterForward, ForwardPeak: r.ForwardPeak,
 		AfterBackward: r.AfterBackward, PeakPhase: r.PeakPhase, PeakNode: r.PeakNode, PeakLayer: r.PeakLayer,
-		PeakEvent: r.PeakEvent, OOM: r.OOM, Events: r.Events}
+		PeakEvent: r.PeakEvent, OOM: r.OOM, FellBack: r.FellBack, Events: r.Events}
 	out.Scenario.Batch = r.Scenario.Batch
 	for _, t := range r.AtPeak {
 		out.AtPeak = append(out.AtPeak, Tensor(t))

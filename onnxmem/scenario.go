@@ -13,8 +13,8 @@ import (
 
 // The defaults of a Scenario's zero fields, MaxBatch's limit and a
 // RunPlan's, the command line's too. NoBoxes, as Scenario.Boxes, is a
-// batch without boxes. BuiltinData is COCO 2017's image counts, their
-// sizes and boxes drawn COCO-like (assumed, not COCO's labels).
+// batch without boxes. BuiltinData is COCO 2017's image counts, its
+// sizes and boxes assumed.
 const (
 	DefaultBatch        = 16
 	DefaultImage        = 640
@@ -66,9 +66,10 @@ type Scenario struct {
 	EvalFloat bool // an eval step of a float32 copy, as without AMP
 	// The card (ParseDevice), whose usable memory limits the step, or
 	// the allocator's limit as set_per_process_memory_fraction sets it.
-	Device    string
-	Capacity  int64
-	AllocConf string // PYTORCH_CUDA_ALLOC_CONF: "expandable_segments:True"
+	Device       string
+	Capacity     int64
+	AllocConf    string // PYTORCH_CUDA_ALLOC_CONF: "expandable_segments:True"
+	NoWorkspaces bool   // no cuDNN workspaces: a band's bottom (Device.Exact)
 }
 
 // Check says why sc cannot be simulated on any model, or nil.
@@ -105,7 +106,7 @@ func (m *Model) options(sc Scenario) (Scenario, sim.Options, error) {
 		sc.Width = w
 	}
 	o := sim.Options{Batch: sc.Batch, Height: sc.Height, Width: sc.Width, AMP: sc.AMP, Half: sc.Half,
-		Segments: sc.Segments, AllocConf: sc.AllocConf, Capacity: sc.Capacity}
+		Segments: sc.Segments, AllocConf: sc.AllocConf, Capacity: sc.Capacity, NoConvWorkspace: sc.NoWorkspaces}
 	for _, r := range sc.Checkpoint {
 		o.Checkpoint = append(o.Checkpoint, sim.Range(r))
 	}

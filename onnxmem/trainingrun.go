@@ -13,8 +13,7 @@ import (
 
 // RunEvent is a run's "setup", "train" (an iteration, Skipped when
 // GradScaler skipped its step), "val" (a batch at Batch×Height×Width) or
-// "ckpt"; BoxCounts are its images' boxes; Omitted, the like events a plan
-// left out after it (a long epoch keeps its first, record and densest ones).
+// "ckpt"; BoxCounts are its images' boxes; Omitted, like events left out.
 type RunEvent struct {
 	Kind                 string
 	BoxCounts            []int64

@@ -132,8 +132,30 @@ func cmdMaxBatch(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(stderr, err)
 	}
+	var b batchBand
+	if c.banded() {
+		sc := c.scenario(st.scenario(1, *img))
+		sc.NoWorkspaces = true
+		none, _, err := m.MaxBatch(sc, *limit)
+		if err != nil {
+			return fail(stderr, err)
+		}
+		if b = newBatchBand(n, none); b.sure < n {
+			n, r, err = m.MaxBatch(c.scenario(st.scenario(1, *img)), b.sure)
+			if err != nil {
+				return fail(stderr, err)
+			}
+		}
+		if n > 0 {
+			sc.Batch = n
+			if b.low, err = m.Simulate(sc); err != nil {
+				return fail(stderr, err)
+			}
+			b.high = r
+		}
+	}
 	if *asJSON || *asCSV {
-		js := maxBatchJSON{Model: m.Name, Limit: *limit, MaxBatch: n}
+		js := maxBatchJSON{Model: m.Name, Limit: *limit, MaxBatch: n, MaxBatchPossible: b.possiblePtr()}
 		c.setJSON(&js.Budget, &js.Device)
 		if r != nil {
 			rj := newResultJSON(r, false)
@@ -156,6 +178,7 @@ func cmdMaxBatch(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		if n == *limit {
 			fmt.Fprintf(stdout, "; the search stopped at -limit %d", *limit)
 		}
+		fmt.Fprint(stdout, b.text(c))
 		if st.Eval {
 			fmt.Fprintf(stdout, "\nthis is validation alone, next to the float32 model; train_dual.py validates at twice its training batch (%d here),\nin the training process beside the optimizer's state and the cache that training left: onnxmem run simulates that", n/2)
 		}
@@ -317,9 +340,9 @@ func (c fitCriterion) printHeader(w io.Writer, m *onnxmem.Model, sc onnxmem.Scen
 }
 
 // cardNote says, for the cards of other compute capabilities than the
-// H100's and H200's 9.0, that the cuDNN workspaces in the answer are those
-// measured on 9.0 (cuDNN's heuristics choose by GPU generation), the
-// context an assumption; "" when every card is 9.0.
+// H100's and H200's 9.0, that cuDNN's workspaces were measured on 9.0 only
+// (cuDNN's heuristics choose by GPU generation), so their answers are
+// bands, and that the context is an assumption; "" when every card is 9.0.
 func cardNote(ds []onnxmem.Device) string {
 	var other []string
 	for _, d := range ds {
@@ -330,7 +353,7 @@ func cardNote(ds []onnxmem.Device) string {
 	if len(other) == 0 {
 		return ""
 	}
-	return "note   cuDNN workspaces as measured on sm 9.0 (H100, H200): assumed on " + strings.Join(other, ", ") + ", as is the CUDA context\n"
+	return "note   cuDNN workspaces measured on sm 9.0 only: a band on " + strings.Join(other, ", ") + "; CUDA context assumed\n"
 }
 
 // setJSON fills a JSON output's budget, or its device.
@@ -353,9 +376,84 @@ type maxBatchJSON struct {
 	Device   *deviceJSON `json:"device,omitempty"`
 	Limit    int64       `json:"limit"`
 	MaxBatch int64       `json:"max_batch"`
+	// MaxBatchPossible is set on a card whose cuDNN workspaces were not
+	// measured (Device.Exact): the largest batch that may fit, MaxBatch
+	// being the one sure to (see batchBand).
+	MaxBatchPossible *int64 `json:"max_batch_possible,omitempty"`
 	// Result is the prediction at MaxBatch; absent when it is 0.
 	Result *resultJSON `json:"result,omitempty"`
 }
+
+// batchBand is the answer on a card whose cuDNN workspaces were not
+// measured, where any engine's workspace may be taken, from none (cuDNN's
+// fallback list always holds such an engine) to the H200's choice: the
+// batch sure to fit with either and the batch that may fit with one, and
+// at the sure one the step with none (low) and with the H200's (high),
+// either of which may allocate or reserve more under the limit. Zero for a
+// measured card.
+type batchBand struct {
+	sure, possible int64
+	low, high      *onnxmem.Result
+}
+
+// newBatchBand returns the band of the answers with the H200's workspaces
+// (h200, whose step is high) and with none.
+func newBatchBand(h200, none int64) batchBand {
+	return batchBand{sure: min(h200, none), possible: max(h200, none)}
+}
+
+// possiblePtr is possible for JSON: nil without a band.
+func (b batchBand) possiblePtr() *int64 {
+	if b.sure == 0 && b.possible == 0 {
+		return nil
+	}
+	return &b.possible
+}
+
+// text is the line that says the answer is a band, or "".
+func (b batchBand) text(c fitCriterion) string {
+	if b.sure == 0 && b.possible == 0 {
+		return ""
+	}
+	s := fmt.Sprintf("\nband   with cuDNN workspaces from none to the H200's: max batch %d sure, %d possible", b.sure, b.possible)
+	if b.low != nil && b.high != nil {
+		lo, hi := b.low, b.high
+		if lo.Peak > hi.Peak {
+			lo, hi = hi, lo
+		}
+		gl, gh := b.low, b.high
+		if gl.ReservedAfter > gh.ReservedAfter {
+			gl, gh = gh, gl
+		}
+		s += fmt.Sprintf(";\n       at %d, peak %s to %s GiB allocated, GPU_mem %s to %s", b.sure, gib(lo.Peak), gib(hi.Peak), gl.GPUMem(), gh.GPUMem())
+	}
+	return s
+}
+
+// maxBatchRunBand is Model.MaxBatchRun, and on a card whose cuDNN
+// workspaces were not measured (banded) the band: the batch and run it
+// returns are then the sure ones.
+func maxBatchRunBand(m *onnxmem.Model, sc onnxmem.Scenario, banded bool, p onnxmem.RunPlan, limit int64) (int64, *onnxmem.RunResult, batchBand, error) {
+	n, r, err := m.MaxBatchRun(sc, p, limit)
+	if err != nil || !banded {
+		return n, r, batchBand{}, err
+	}
+	none := sc
+	none.NoWorkspaces = true
+	k, _, err := m.MaxBatchRun(none, p, limit)
+	if err != nil {
+		return 0, nil, batchBand{}, err
+	}
+	b := newBatchBand(n, k)
+	if b.sure < n {
+		n, r, err = m.MaxBatchRun(sc, p, b.sure)
+	}
+	return n, r, b, err
+}
+
+// banded reports whether the answer under c is a batchBand: on a card whose
+// cuDNN workspaces were not measured.
+func (c fitCriterion) banded() bool { return c.device != nil && !c.device.Exact() }
 
 // forBatchJSON is maxbatch -for-batch's answer.
 type forBatchJSON struct {
@@ -402,7 +500,7 @@ func runMaxBatchCmd(m *onnxmem.Model, c fitCriterion, st setting, img imageSize,
 	if isTerminal(stderr) {
 		fmt.Fprintf(stderr, "onnxmem: maxbatch: simulating whole runs on %s, batch after batch\n", p.Dataset())
 	}
-	lo, best, err := m.MaxBatchRun(c.scenario(st.scenario(1, img)), p, limit)
+	lo, best, b, err := maxBatchRunBand(m, c.scenario(st.scenario(1, img)), c.banded(), p, limit)
 	if err != nil {
 		return fail(stderr, err)
 	}
@@ -423,7 +521,7 @@ func runMaxBatchCmd(m *onnxmem.Model, c fitCriterion, st setting, img imageSize,
 	}
 	sc := c.scenario(st.scenario(max(lo, 1), img))
 	if asJSON || asCSV {
-		js := runMaxBatchJSON{Model: m.Name, Data: p.Dataset(), Epochs: cmp.Or(p.Epochs, onnxmem.DefaultEpochs), Iterations: p.Iterations, Seed: p.Seed, Limit: limit, MaxBatch: lo}
+		js := runMaxBatchJSON{Model: m.Name, Data: p.Dataset(), Epochs: cmp.Or(p.Epochs, onnxmem.DefaultEpochs), Iterations: p.Iterations, Seed: p.Seed, Limit: limit, MaxBatch: lo, MaxBatchPossible: b.possiblePtr()}
 		c.setJSON(&js.Budget, &js.Device)
 		if r := tried[lo]; r != nil {
 			js.PeakReserved, js.Peak = r.PeakReserved, r.Peak
@@ -465,6 +563,7 @@ func runMaxBatchCmd(m *onnxmem.Model, c fitCriterion, st setting, img imageSize,
 	if lo == limit {
 		fmt.Fprintf(stdout, "; the search stopped at -limit %d", limit)
 	}
+	fmt.Fprint(stdout, b.text(c))
 	_, err = fmt.Fprintln(stdout)
 	return exit(stderr, err)
 }
@@ -481,6 +580,9 @@ type runMaxBatchJSON struct {
 	Device     *deviceJSON `json:"device,omitempty"`
 	Limit      int64       `json:"limit"`
 	MaxBatch   int64       `json:"max_batch"`
+	// MaxBatchPossible: as maxBatchJSON's, on a card whose cuDNN
+	// workspaces were not measured.
+	MaxBatchPossible *int64 `json:"max_batch_possible,omitempty"`
 	// Peak and PeakReserved are the run's at MaxBatch, in bytes.
 	Peak         int64 `json:"peak,omitempty"`
 	PeakReserved int64 `json:"peak_reserved,omitempty"`

@@ -119,6 +119,14 @@ func cmdRun(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(stderr, err)
 	}
+	var none *onnxmem.RunResult // on a card whose workspaces were not measured
+	if d != nil && !d.Exact() {
+		s := sc
+		s.NoWorkspaces = true
+		if none, err = m.Run(s, events); err != nil {
+			return fail(stderr, err)
+		}
+	}
 	if err := writeSVG(*svg, runPlot(m.Name, r, events, d)); err != nil {
 		return fail(stderr, err)
 	}
@@ -126,10 +134,14 @@ func cmdRun(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		return exit(stderr, writeCSV(stdout, runRows(r, events)))
 	}
 	if *asJSON {
-		return exit(stderr, writeJSON(stdout, runJSON{Model: m.Name, Device: deviceName(d), Limit: limitOf(d), Fits: !r.OOM,
-			Source: runSource(events, *eventsFile, p.Dataset(), *meanBoxes, *seed), Predicted: newRunPredicted(r)}))
+		js := runJSON{Model: m.Name, Device: deviceName(d), Limit: limitOf(d), Fits: !r.OOM,
+			Source: runSource(events, *eventsFile, p.Dataset(), *meanBoxes, *seed), Predicted: newRunPredicted(r)}
+		if none != nil {
+			js.Band = bandVerdict(r, none)
+		}
+		return exit(stderr, writeJSON(stdout, js))
 	}
-	return exit(stderr, printRun(stdout, m.Name, runSource(events, *eventsFile, p.Dataset(), *meanBoxes, *seed), r, events, d))
+	return exit(stderr, printRun(stdout, m.Name, runSource(events, *eventsFile, p.Dataset(), *meanBoxes, *seed), r, none, events, d))
 }
 
 // runEpochs is the epochs of a run that run and maxbatch -data simulate by
@@ -180,6 +192,11 @@ type runJSON struct {
 	// memory), 0 without -device; Fits says the run ran under it.
 	Limit int64 `json:"limit_bytes,omitempty"`
 	Fits  bool  `json:"fits"`
+	// Band, on a card whose cuDNN workspaces were not measured, is "fits"
+	// (with any engine's workspace from none to the H200's), "may not
+	// fit" (with one of the two only) or "does not fit"; Fits is then the
+	// answer with the H200's workspaces.
+	Band string `json:"band,omitempty"`
 	// Source says where the box counts and validation batches came from,
 	// and what of them is exact and what drawn, as the table's data line.
 	Source    string       `json:"source"`
@@ -220,7 +237,7 @@ func runSource(events []onnxmem.RunEvent, eventsFile, data string, meanBoxes flo
 	return fmt.Sprintf("%s: each image's boxes drawn as the dataloader's mosaic, perspective and mixup give them (seed %d: a sample, not the run's own draw), validation in the dataloader's rectangles (exact); %s", data, seed, count)
 }
 
-func printRun(w io.Writer, model, source string, r *onnxmem.RunResult, events []onnxmem.RunEvent, d *onnxmem.Device) error {
+func printRun(w io.Writer, model, source string, r, none *onnxmem.RunResult, events []onnxmem.RunEvent, d *onnxmem.Device) error {
 	sc := r.Scenario
 	prec := "fp32"
 	if sc.AMP {
@@ -266,13 +283,39 @@ func printRun(w io.Writer, model, source string, r *onnxmem.RunResult, events []
 		fmt.Fprintln(w, line)
 	}
 	if d != nil {
+		ends := func(r *onnxmem.RunResult) string {
+			if r.OOM {
+				return fmt.Sprintf("runs out of memory in event %d (%s)", r.OOMEvent, events[r.OOMEvent].Kind)
+			}
+			return "completes"
+		}
 		verdict := "fits"
-		if r.OOM {
-			verdict = fmt.Sprintf("does not fit: out of memory in event %d (%s)", r.OOMEvent, events[r.OOMEvent].Kind)
+		switch {
+		case none != nil:
+			verdict = bandVerdict(r, none)
+		case r.OOM:
+			verdict = "does not fit: it " + ends(r)
 		}
 		fmt.Fprintf(w, "on %s (limit %s GiB: %s GiB less a %d MiB CUDA context): %s\n", d.Name, gib(d.Usable()), gib(d.Total), d.Context>>20, verdict)
+		if none != nil {
+			fmt.Fprintf(w, "band   cuDNN workspaces not measured on %s: with the H200's the run %s, with none it %s\n", d.Name, ends(r), ends(none))
+		}
 	}
 	return nil
+}
+
+// bandVerdict is whether a run fits a card whose cuDNN workspaces were not
+// measured, from the run with the H200's workspaces and the run with none:
+// "fits" when both complete, "does not fit" when neither does, else "may
+// not fit".
+func bandVerdict(h200, none *onnxmem.RunResult) string {
+	switch {
+	case !h200.OOM && !none.OOM:
+		return "fits"
+	case h200.OOM && none.OOM:
+		return "does not fit"
+	}
+	return "may not fit"
 }
 
 // gpuMemSummary says how GPU_mem, as the training loop prints it after each

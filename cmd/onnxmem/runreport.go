@@ -25,7 +25,10 @@ type runReport struct {
 	Events      []onnxmem.RunEvent
 	Run         *onnxmem.RunResult
 	Devices     []onnxmem.Device
-	MaxBatch    []int64
+	// MaxBatch is each card's largest batch; Possible, on a card whose
+	// cuDNN workspaces were not measured, the largest that may fit
+	// (MaxBatch is then the sure one), else 0.
+	MaxBatch, Possible []int64
 	// Worst is the event whose allocated peak is the run's; Detail is its
 	// step simulated alone, for where the peak falls and what makes it.
 	Worst  int
@@ -67,11 +70,13 @@ func (rep *runReport) simulate(sc onnxmem.Scenario, stderr io.Writer, verbose bo
 		return err
 	}
 	rep.MaxBatch = make([]int64, len(rep.Devices))
+	rep.Possible = make([]int64, len(rep.Devices))
 	err = parallel(len(rep.Devices), func(i int) error {
 		s := sc
 		s.Device = rep.Devices[i].Name
-		n, _, err := m.MaxBatchRun(s, rep.Plan, 0)
-		rep.MaxBatch[i] = n
+		d := rep.Devices[i]
+		n, _, b, err := maxBatchRunBand(m, s, !d.Exact(), rep.Plan, 0)
+		rep.MaxBatch[i], rep.Possible[i] = n, b.possible
 		step("the largest batch on " + rep.Devices[i].Name)
 		return err
 	})
@@ -162,9 +167,14 @@ func (rep *runReport) print(w io.Writer) error {
 
 	fmt.Fprintln(w, "\nlargest batch whose whole run completes (onnxmem maxbatch and run give the same):")
 	tw := newTable(w)
-	fmt.Fprint(tw, "card\tusable GiB\tmax batch\t\n")
+	fmt.Fprint(tw, "card\tusable GiB\tmax batch\tpossible\t\n")
+	banded := false
 	for i, d := range rep.Devices {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t\n", d.Name, gib(d.Usable()), batchLimit(rep.MaxBatch[i]))
+		possible := "exact"
+		if rep.Possible[i] > 0 {
+			possible, banded = batchLimit(rep.Possible[i]), true
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t\n", d.Name, gib(d.Usable()), batchLimit(rep.MaxBatch[i]), possible)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -172,6 +182,10 @@ func (rep *runReport) print(w io.Writer) error {
 	fmt.Fprintf(w, "completes: no allocation fails under the card's usable memory (PyTorch frees its cache and retries\n"+
 		"first), batches up to %d; usable is the total less the CUDA context, %s (onnxmem devices)\n", maxBatchLimit, contextNote(rep.Devices))
 	fmt.Fprint(w, cardNote(rep.Devices))
+	if banded {
+		fmt.Fprint(w, "band   elsewhere than on H100 and H200, max batch is the batch sure to complete with any cuDNN\n"+
+			"       workspace from none to the H200's, possible the largest that may\n")
+	}
 	if rep.Detail == nil {
 		return nil
 	}
@@ -277,6 +291,9 @@ type runDrawJSON struct {
 type runReportDevice struct {
 	deviceJSON
 	MaxBatch int64 `json:"max_batch"`
+	// MaxBatchPossible: as maxbatch's, on a card whose cuDNN workspaces
+	// were not measured.
+	MaxBatchPossible int64 `json:"max_batch_possible,omitempty"`
 }
 
 func (rep *runReport) json() runReportJSON {
@@ -286,7 +303,7 @@ func (rep *runReport) json() runReportJSON {
 	for i, d := range rep.Devices {
 		dj := newDeviceJSON(d)
 		dj.Sources = ""
-		js.Devices = append(js.Devices, runReportDevice{deviceJSON: dj, MaxBatch: rep.MaxBatch[i]})
+		js.Devices = append(js.Devices, runReportDevice{deviceJSON: dj, MaxBatch: rep.MaxBatch[i], MaxBatchPossible: rep.Possible[i]})
 	}
 	if rep.Detail != nil {
 		rj := newResultJSON(rep.Detail, true)
@@ -300,10 +317,14 @@ func (rep *runReport) json() runReportJSON {
 
 // csvRows is report -csv's default: one row for each card.
 func (rep *runReport) csvRows() [][]string {
-	rows := [][]string{{"card", "usable", "max_batch", "batch", "peak", "peak_reserved", "gpu_mem"}}
+	rows := [][]string{{"card", "usable", "max_batch", "max_batch_possible", "batch", "peak", "peak_reserved", "gpu_mem"}}
 	r := rep.Run
 	for i, d := range rep.Devices {
-		rows = append(rows, []string{d.Name, strconv.FormatInt(d.Usable(), 10), strconv.FormatInt(rep.MaxBatch[i], 10),
+		possible := ""
+		if rep.Possible[i] > 0 {
+			possible = strconv.FormatInt(rep.Possible[i], 10)
+		}
+		rows = append(rows, []string{d.Name, strconv.FormatInt(d.Usable(), 10), strconv.FormatInt(rep.MaxBatch[i], 10), possible,
 			strconv.FormatInt(r.Scenario.Batch, 10), strconv.FormatInt(r.Peak, 10), strconv.FormatInt(r.PeakReserved, 10),
 			onnxmem.RunStep{Reserved: r.PeakReserved}.GPUMem()})
 	}

@@ -31,6 +31,14 @@ func (d Device) BF16() bool {
 	return err != nil || c >= 8
 }
 
+// Measured reports whether cuDNN's convolution workspaces were measured
+// on the card: the H200's table (package cudnn), which the H100's
+// measurements match call for call. On any other card, and on one given
+// by its size, cuDNN's heuristics may choose other engines.
+func (d Device) Measured() bool {
+	return strings.HasPrefix(d.Long, "NVIDIA H200") || strings.HasPrefix(d.Long, "NVIDIA H100")
+}
+
 // Usable is the caching allocator's limit on the card: the total less the
 // CUDA context.
 func (d Device) Usable() int64 { return d.Total - d.Context }

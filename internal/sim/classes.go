@@ -171,7 +171,7 @@ func (m *Model) programOf(sc Options) (*schedule.Program, error) {
 		return last, nil
 	}
 	if t != nil && sc.Batch > 1 {
-		if prog := t.at(sc.Batch); prog != nil {
+		if prog := t.at(sc.Batch, wsFor(sc)); prog != nil {
 			p.classes.remember(key, sc.Batch, prog)
 			return prog, nil
 		}
@@ -202,12 +202,13 @@ func buildTrimmed(m *Model, p *prepared, sc Options) (*schedule.Program, error) 
 // convolution call, empty or not (see above), and returns the calls with
 // their real workspaces and each one's workspace buffer.
 func (m *Model) buildSuperset(p *prepared, sc Options) (*schedule.Program, []convCall, []int32, error) {
-	prog, calls, err := m.build(p, sc, func(c schedule.ConvCall) int64 { return max(workspaces.Workspace(c), 1) })
+	ws := wsFor(sc)
+	prog, calls, err := m.build(p, sc, func(c schedule.ConvCall) int64 { return max(ws.Workspace(c), 1) })
 	if err != nil {
 		return nil, nil, nil, err
 	}
 	for i := range calls {
-		calls[i].ws = workspaces.Workspace(calls[i].call)
+		calls[i].ws = ws.Workspace(calls[i].call)
 	}
 	wsBuf, ok := workspaceBuffers(prog, calls)
 	if !ok {
@@ -392,12 +393,13 @@ func sameStructure(a, b classPoint) bool {
 	return true
 }
 
-// at returns the class's program at batch n, or nil when a size overflows.
+// at returns the class's program at batch n with the workspaces of wp, or
+// nil when a size overflows.
 // The events of a program depend on the batch only through which calls
 // have an empty workspace, so the trimmed programs' events, kept by that
 // pattern (skeleton), are shared by the programs derived with it; each
 // derived program has buffers of its own.
-func (t *template) at(n int64) *schedule.Program {
+func (t *template) at(n int64, wp wsPolicy) *schedule.Program {
 	// The table's row of each shape, looked up once for the calls that
 	// share it (a conv's forward, its two backward calls, its recompute).
 	rows := make([]cudnn.Row, len(t.shapes))
@@ -418,7 +420,7 @@ func (t *template) at(n int64) *schedule.Program {
 		g := t.shape[i]
 		call := cc.call
 		call.N = ns[g]
-		ws[i] = workspaces.WorkspaceOf(call, rows[g], found[g])
+		ws[i] = wp.WorkspaceOf(call, rows[g], found[g])
 		if ws[i] == 0 {
 			key[i/64] |= 1 << (i % 64)
 		}

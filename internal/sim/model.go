@@ -251,6 +251,31 @@ func (m *Model) prepare(name string) (*prepared, error) {
 // other cards' heuristics may not choose alike.
 var workspaces = cudnn.For("h200")
 
+// wsPolicy is the workspaces a scenario's convolution calls take: the
+// measured table's, or none at all (Options.NoConvWorkspace: the bottom of
+// the band of a card whose workspaces were not measured). A reduction's
+// staging is the same either way.
+type wsPolicy struct{ none bool }
+
+// wsFor returns sc's workspace policy.
+func wsFor(sc Options) wsPolicy { return wsPolicy{none: sc.NoConvWorkspace} }
+
+// Workspace is cudnn.Card.Workspace under the policy.
+func (w wsPolicy) Workspace(c schedule.ConvCall) int64 {
+	if w.none && !schedule.IsReduction(c.Which) {
+		return 0
+	}
+	return workspaces.Workspace(c)
+}
+
+// WorkspaceOf is cudnn.Card.WorkspaceOf under the policy.
+func (w wsPolicy) WorkspaceOf(c schedule.ConvCall, row cudnn.Row, found bool) int64 {
+	if w.none && !schedule.IsReduction(c.Which) {
+		return 0
+	}
+	return workspaces.WorkspaceOf(c, row, found)
+}
+
 // Range is a half-open range [From, To) of top-level layers.
 type Range struct{ From, To int }
 
@@ -378,6 +403,11 @@ type Options struct {
 	// hold no live block and retries, as PyTorch does, and only then does
 	// the step run out of memory (Result.OOM). 0 means no limit.
 	Capacity int64
+	// NoConvWorkspace runs every cuDNN convolution without a workspace:
+	// the smallest any engine needs (cuDNN's fallback list always holds
+	// one that needs none), the bottom of the band of a card whose
+	// workspaces were not measured.
+	NoConvWorkspace bool `json:",omitempty"`
 	// Family, when not empty, names the model family to simulate the graph
 	// as (see Families), in place of the one detected.
 	Family string `json:",omitempty"`
@@ -615,7 +645,7 @@ func (m *Model) Program(sc Options) (*schedule.Program, error) {
 	if err != nil {
 		return nil, err
 	}
-	prog, _, err := m.build(p, sc, workspaces.Workspace)
+	prog, _, err := m.build(p, sc, wsFor(sc).Workspace)
 	if err != nil {
 		return nil, err
 	}
