@@ -1,0 +1,146 @@
+"""Eval steps of the official YOLOv9 code, allocation by allocation (issue 35).
+
+eval_step.py measures the ground truth's eval_step on yolov9_segments.py's re-implemented
+modules; the ground truth itself ran the official models/yolo.py and models/common.py
+(github.com/WongKinYiu/yolov9 at 5b1ea9a, at --yolo), whose validation of yolov9-e reads
+about 9.5% above onnxmem from batch 32 on. This script runs the same sequence on the
+official modules, each scenario in a fresh process:
+  1. torch.manual_seed(0); Model(models/detect/<cfg>.yaml, ch=3, nc=80) on the GPU, train mode;
+  2. half = copy.deepcopy(model).eval().half();
+  3. a matmul, which creates the cuBLAS workspace;
+  4. torch.cuda.empty_cache(); a warm-up: x = randn(B, 3, H, W) float16, half(x) under
+     torch.no_grad(), outputs and x dropped;
+  5. the measured step: a new x, reset_peak_memory_stats, the forward under no_grad, with
+     the allocator's history recorded (Python frames): every alloc and free, its size and the
+     innermost frames in the official code ("file:line function") and in torch.
+Writes DIR/eval_official.json (one record a scenario: m0, after_fwd, the peaks, and the
+allocations live at the peak with their frames) and DIR/eval_official_traces.jsonl.gz.
+
+Scenarios: cfg:batch:height:width, comma-separated. Rerun on a GPU machine, from the
+repository root, with the official code at third_party/yolov9:
+    python3 calibration/eval_official.py --out DIR
+"""
+import argparse
+import copy
+import gzip
+import json
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+DEFAULT = ("yolov9-e:8:640:640,yolov9-e:16:640:640,yolov9-e:32:640:640,yolov9-e:48:640:640,"
+           "yolov9-e:64:640:640,yolov9-t:32:640:640,yolov9-t:64:640:640,yolov9-c:32:640:640")
+
+
+def frames_of(e, yolo):
+    fr = e.get("frames") or []
+    own = ""
+    for f in fr:
+        fn = f.get("filename", "")
+        if fn.startswith(yolo):
+            own = "%s:%d %s" % (os.path.relpath(fn, yolo), f.get("line", 0), f.get("name", ""))
+            break
+    inner = "%s:%d %s" % (os.path.basename(fr[0].get("filename", "")), fr[0].get("line", 0), fr[0].get("name", "")) if fr else ""
+    return own, inner
+
+
+def child(spec, yolo, out_path):
+    sys.path.insert(0, HERE)
+    import train_run
+    train_run.install_stubs()
+    sys.path.insert(0, yolo)
+    import torch
+    from models.yolo import Model
+
+    cfg, b, h, w = spec.split(":")
+    b, h, w = int(b), int(h), int(w)
+    torch.backends.cudnn.benchmark = False
+    dev = torch.device("cuda:0")
+    torch.manual_seed(0)
+    model = Model(os.path.join(yolo, "models/detect", cfg + ".yaml"), ch=3, nc=80).to(dev).train()
+    half = copy.deepcopy(model).eval().half()
+    a = torch.ones(8, 8, device=dev)
+    (a @ a).sum().item()
+    del a
+    torch.cuda.empty_cache()
+    x = torch.randn(b, 3, h, w, device=dev, dtype=torch.float16)
+    with torch.no_grad():
+        o = half(x)
+    torch.cuda.synchronize()
+    del o, x
+    x = torch.randn(b, 3, h, w, device=dev, dtype=torch.float16)
+    torch.cuda.synchronize()
+    torch.cuda.memory._record_memory_history(enabled="all", context="all", stacks="python", max_entries=2000000)
+    torch.cuda.reset_peak_memory_stats()
+    m0 = torch.cuda.memory_allocated()
+    with torch.no_grad():
+        o = half(x)
+    torch.cuda.synchronize()
+    after = torch.cuda.memory_allocated()
+    st = torch.cuda.memory_stats()
+    snap = torch.cuda.memory._snapshot()
+    torch.cuda.memory._record_memory_history(enabled=None)
+    ev = []
+    for e in snap["device_traces"][0]:
+        if e["action"] not in ("alloc", "free_completed"):
+            continue
+        own, inner = frames_of(e, yolo)
+        ev.append(["a" if e["action"] == "alloc" else "f", e["addr"], e["size"], own, inner])
+    # The live set at the allocated peak.
+    live, cur, best, at = {}, m0, m0, None
+    for i, (act, addr, size, own, inner) in enumerate(ev):
+        if act == "a":
+            live[addr] = (size, own, inner, i)
+            cur += size
+        else:
+            live.pop(addr, None)
+            cur -= size
+        if cur > best:
+            best, at = cur, dict(live)
+    top = sorted((v for v in (at or {}).values()), key=lambda v: -v[0])[:40]
+    out = {"cfg": cfg, "batch": b, "img_h": h, "img_w": w, "torch": torch.__version__,
+           "cudnn": torch.backends.cudnn.version(), "gpu": torch.cuda.get_device_name(0),
+           "m0": m0, "after_fwd": after, "peak": st["allocated_bytes.all.peak"],
+           "peak_req": st["requested_bytes.all.peak"], "peak_reserved": st["reserved_bytes.all.peak"],
+           "trace_peak": best, "live_at_peak": top, "events": len(ev)}
+    with open(out_path, "w") as f:
+        json.dump({"result": out, "events": ev}, f)
+    print("%s b%d %dx%d: m0 %.1f peak %.1f reserved %.1f MiB" % (cfg, b, h, w, m0 / 2**20, out["peak"] / 2**20,
+                                                                  out["peak_reserved"] / 2**20), flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--yolo", default=os.path.join(REPO, "third_party", "yolov9"))
+    ap.add_argument("--scenarios", default=DEFAULT)
+    ap.add_argument("--child")
+    ap.add_argument("--child-out")
+    a = ap.parse_args()
+    yolo = os.path.abspath(a.yolo)
+    if a.child:
+        child(a.child, yolo, a.child_out)
+        return
+    results = []
+    with gzip.open(os.path.join(a.out, "eval_official_traces.jsonl.gz"), "wt") as tr:
+        for spec in a.scenarios.split(","):
+            tmp = os.path.join(a.out, "eval_official_tmp.json")
+            p = subprocess.run([sys.executable, __file__, "--yolo", yolo, "--out", a.out, "--child", spec, "--child-out", tmp],
+                               capture_output=True, text=True, timeout=600)
+            sys.stderr.write(p.stdout + p.stderr[-3000:])
+            if p.returncode != 0 or not os.path.exists(tmp):
+                results.append({"spec": spec, "rc": p.returncode, "stderr": p.stderr[-3000:]})
+                continue
+            with open(tmp) as f:
+                d = json.load(f)
+            os.remove(tmp)
+            results.append(d["result"])
+            tr.write(json.dumps({"spec": spec, "events": d["events"]}) + "\n")
+    with open(os.path.join(a.out, "eval_official.json"), "w") as f:
+        json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
