@@ -19,6 +19,11 @@ allocations live at the peak with their frames) and DIR/eval_official_traces.jso
 Scenarios: cfg:batch:height:width, comma-separated. Rerun on a GPU machine, from the
 repository root, with the official code at third_party/yolov9:
     python3 calibration/eval_official.py --out DIR
+
+--maxbatch cfg:img:cap:lo:hi runs max_batch.py's eval_step search on the official modules
+instead: each trial a fresh process capped at cap bytes (set_per_process_memory_fraction right
+after CUDA init, before any allocation) running the sequence above; bisection between lo and
+hi, the answer confirmed (B runs again, B+1 fails again). Writes DIR/eval_official_maxbatch.json.
 """
 import argparse
 import copy
@@ -46,7 +51,7 @@ def frames_of(e, yolo):
     return own, inner
 
 
-def child(spec, yolo, out_path):
+def child(spec, yolo, out_path, cap=0):
     sys.path.insert(0, HERE)
     import train_run
     train_run.install_stubs()
@@ -58,6 +63,22 @@ def child(spec, yolo, out_path):
     b, h, w = int(b), int(h), int(w)
     torch.backends.cudnn.benchmark = False
     dev = torch.device("cuda:0")
+    if cap:
+        # The ground truth's max-batch harness: the cap right after CUDA
+        # init, before any allocation; the whole sequence must run under it.
+        torch.cuda.init()
+        total = torch.cuda.get_device_properties(0).total_memory
+        torch.cuda.set_per_process_memory_fraction(cap / total, 0)
+        try:
+            capped_sequence(torch, Model, yolo, cfg, b, h, w, dev)
+            res = {"spec": spec, "cap": cap, "ok": True, "peak": torch.cuda.max_memory_allocated(),
+                   "num_ooms": torch.cuda.memory_stats()["num_ooms"]}
+        except torch.OutOfMemoryError as e:
+            res = {"spec": spec, "cap": cap, "ok": False, "error": str(e).splitlines()[0][:200],
+                   "num_ooms": torch.cuda.memory_stats()["num_ooms"]}
+        with open(out_path, "w") as f:
+            json.dump(res, f)
+        return
     torch.manual_seed(0)
     model = Model(os.path.join(yolo, "models/detect", cfg + ".yaml"), ch=3, nc=80).to(dev).train()
     half = copy.deepcopy(model).eval().half()
@@ -111,6 +132,55 @@ def child(spec, yolo, out_path):
                                                                   out["peak_reserved"] / 2**20), flush=True)
 
 
+def capped_sequence(torch, Model, yolo, cfg, b, h, w, dev):
+    """The eval step's sequence, as child runs it, without the trace."""
+    torch.manual_seed(0)
+    model = Model(os.path.join(yolo, "models/detect", cfg + ".yaml"), ch=3, nc=80).to(dev).train()
+    half = copy.deepcopy(model).eval().half()
+    a = torch.ones(8, 8, device=dev)
+    (a @ a).sum().item()
+    del a
+    torch.cuda.empty_cache()
+    for _ in range(2):  # the warm-up, then the measured forward
+        x = torch.randn(b, 3, h, w, device=dev, dtype=torch.float16)
+        with torch.no_grad():
+            o = half(x)
+        torch.cuda.synchronize()
+        del o, x
+
+
+def max_batch(spec, yolo, out):
+    """The largest batch whose eval sequence runs under cap bytes, by
+    bisection between lo (runs) and hi (does not), each trial a fresh
+    process; spec is cfg:img:cap:lo:hi."""
+    cfg, img, cap, lo, hi = spec.split(":")
+    cap, lo, hi = int(cap), int(lo), int(hi)
+    trials = []
+
+    def ok(b):
+        tmp = os.path.join(out, "eval_official_tmp.json")
+        subprocess.run([sys.executable, __file__, "--yolo", yolo, "--out", out, "--child", "%s:%d:%s:%s" % (cfg, b, img, img),
+                        "--child-out", tmp, "--cap", str(cap)], capture_output=True, text=True, timeout=600)
+        with open(tmp) as f:
+            r = json.load(f)
+        os.remove(tmp)
+        trials.append(r)
+        sys.stderr.write("%s b%d cap %d: %s\n" % (cfg, b, cap, "ok" if r["ok"] else "oom"))
+        return r["ok"]
+
+    if not ok(lo) or ok(hi):
+        return {"spec": spec, "trials": trials, "error": "the bounds do not bracket the max batch"}
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if ok(mid):
+            lo = mid
+        else:
+            hi = mid
+    ok(lo)  # confirmed: lo runs again, lo+1 fails again
+    ok(lo + 1)
+    return {"spec": spec, "cfg": cfg, "img": int(img), "capacity_bytes": cap, "max_batch": lo, "trials": trials}
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
@@ -118,10 +188,17 @@ def main():
     ap.add_argument("--scenarios", default=DEFAULT)
     ap.add_argument("--child")
     ap.add_argument("--child-out")
+    ap.add_argument("--cap", type=int, default=0, help="the child's allocator cap in bytes")
+    ap.add_argument("--maxbatch", help="cfg:img:cap:lo:hi,... max batch searches instead of the scenarios")
     a = ap.parse_args()
     yolo = os.path.abspath(a.yolo)
     if a.child:
-        child(a.child, yolo, a.child_out)
+        child(a.child, yolo, a.child_out, a.cap)
+        return
+    if a.maxbatch:
+        res = [max_batch(s, yolo, a.out) for s in a.maxbatch.split(",")]
+        with open(os.path.join(a.out, "eval_official_maxbatch.json"), "w") as f:
+            json.dump(res, f, indent=1)
         return
     results = []
     with gzip.open(os.path.join(a.out, "eval_official_traces.jsonl.gz"), "wt") as tr:

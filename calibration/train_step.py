@@ -153,7 +153,10 @@ def child(spec, out, a):
            "trainer": "train" if cfg.startswith("gelan") else "train_dual",
            "measured": {"m_init": m_init, "peak": st["allocated_bytes.all.peak"], "peak_req": st["requested_bytes.all.peak"],
                         "peak_reserved": st["reserved_bytes.all.peak"], "step1_peak": step1_peak, "warm_steps": warm,
-                        "after_step2": torch.cuda.memory_allocated(), "reserved_after": torch.cuda.memory_reserved()}}
+                        "after_step2": torch.cuda.memory_allocated(), "reserved_after": torch.cuda.memory_reserved(),
+                        # what the process holds on the card beyond the caching allocator: the CUDA
+                        # context with the kernels loaded so far (cudaMemGetInfo less reserved)
+                        "outside_allocator": (lambda fi: fi[1] - fi[0])(torch.cuda.mem_get_info()) - torch.cuda.memory_reserved()}}
     if img_h != img_w:
         rec["img_h"], rec["img_w"] = img_h, img_w
     if nc != 80:

@@ -107,9 +107,13 @@ func TestParseDevice(t *testing.T) {
 	}
 }
 
-// contextAssumedForTest is the CUDA context NewDevice assumes: the one the
-// listed devices carry.
-var contextAssumedForTest = onnxmem.Devices()[0].Context
+// contextAssumedForTest is the CUDA context ParseDevice assumes for a card
+// given by its size: the one the listed cards without a measured or bounded
+// context carry (the rtx4090's).
+var contextAssumedForTest = func() int64 {
+	d, _ := onnxmem.ParseDevice("rtx4090")
+	return d.Context
+}()
 
 // TestAllocConf simulates a step with the caching allocator's options: the
 // bytes requested do not depend on them, expandable segments reserve no

@@ -56,16 +56,28 @@ const (
 	// large kernel libraries. An assumption, not a measurement: nvidia-smi
 	// on the card tells the real figure.
 	contextAssumed = 512 * mib
+	// hopperContext is what a training process holds on an H100 beyond the
+	// caching allocator (cudaMemGetInfo's used less memory_reserved()): the
+	// CUDA context with the kernels that a detector's train step loads,
+	// lazily, with CUDA 13.0, driver 580 and PyTorch 2.11, the same after
+	// an AMP step of a small detector and a float32 one of a large one
+	// (calibration/results/train_step_ctx.jsonl, "outside_allocator"): 527
+	// MiB right after CUDA init (calibration §22), more as kernels load.
+	hopperContext = 743243776
+	// turingContext bounds the context on a T4: public training runs of a
+	// detector on T4s reserved up to 14.44 GiB of its 14.76 (issue 34), so
+	// the context with its kernels took at most about 320 MiB there.
+	turingContext = 320 * mib
 )
 
 // devices lists the cards onnxmem knows, in the order tables print them.
 // Totals are what PyTorch reports as the card's total memory, a little less
 // than the vendor's figure; each entry's Sources says where it comes from.
 var devices = []Device{
-	{Name: "h200", Long: "NVIDIA H200 141 GB", Capability: "9.0", Total: 150109880320, Context: contextAssumed, CuBLASWorkspace: hopperCuBLAS,
-		Sources: "total: torch.cuda.get_device_properties on an H200 (shared/groundtruth/models.json); context: assumption"},
-	{Name: "h100-80", Long: "NVIDIA H100 80 GB", Capability: "9.0", Total: 81008 * mib, Context: contextAssumed, CuBLASWorkspace: hopperCuBLAS,
-		Sources: "total: 79.11 GiB, the total capacity of public out-of-memory reports (assumption); context: assumption"},
+	{Name: "h200", Long: "NVIDIA H200 141 GB", Capability: "9.0", Total: 150109880320, Context: hopperContext, CuBLASWorkspace: hopperCuBLAS,
+		Sources: "total: torch.cuda.get_device_properties on an H200 (shared/groundtruth/models.json); context: the H100's, measured in a training process (calibration §22), assumed the same"},
+	{Name: "h100-80", Long: "NVIDIA H100 80 GB", Capability: "9.0", Total: 85017493504, Context: hopperContext, CuBLASWorkspace: hopperCuBLAS,
+		Sources: "total: torch.cuda.get_device_properties on an H100 80GB HBM3 (calibration/results/cudnn_fallback.json); context: measured there in a training process (calibration §22)"},
 	{Name: "a100-80", Long: "NVIDIA A100 80 GB", Capability: "8.0", Total: 81050 * mib, Context: contextAssumed, CuBLASWorkspace: olderCuBLAS,
 		Sources: "total: 79.15 GiB, the total capacity of public out-of-memory reports (assumption); context: assumption"},
 	{Name: "a100-40", Long: "NVIDIA A100 40 GB", Capability: "8.0", Total: 40536 * mib, Context: contextAssumed, CuBLASWorkspace: olderCuBLAS,
@@ -80,8 +92,8 @@ var devices = []Device{
 		Sources: "total: 24259 MiB (23.69 GiB), as public out-of-memory reports give it (assumption); context: assumption"},
 	{Name: "l4", Long: "NVIDIA L4 24 GB", Capability: "8.9", Total: 23034 * mib, Context: contextAssumed, CuBLASWorkspace: olderCuBLAS,
 		Sources: "total: 23034 MiB, as nvidia-smi gives it (assumption); context: assumption"},
-	{Name: "t4", Long: "NVIDIA T4 16 GB", Capability: "7.5", Total: 15110 * mib, Context: contextAssumed, CuBLASWorkspace: olderCuBLAS,
-		Sources: "total: 15110 MiB (14.76 GiB), as public out-of-memory reports give it (assumption); context: assumption"},
+	{Name: "t4", Long: "NVIDIA T4 16 GB", Capability: "7.5", Total: 15110 * mib, Context: turingContext, CuBLASWorkspace: olderCuBLAS,
+		Sources: "total: 15110 MiB (14.76 GiB), as public out-of-memory reports give it (assumption); context: at most 320 MiB, as public training runs on T4s reserved up to 14.44 GiB (assumption)"},
 }
 
 // List returns the cards onnxmem knows, in the order tables print them.
