@@ -17,7 +17,10 @@ sum of their sums, as the ground truth's YOLOv9 model steps sum the head's outpu
 With --empty-cache, torch.cuda.empty_cache() runs before each scenario (as the ground truth's
 YOLOv9 calibration does), so that each peak_reserved is the scenario's own and not what earlier
 batches left cached.
-Usage: python3 calibration/torchvision_more.py --out DIR [--models a,b] [--jsonl NAME] [--empty-cache]
+With --no-flash, flash attention is turned off (torch.backends.cuda.enable_flash_sdp(False)), so
+fused attention on half inputs runs the memory-efficient kernel, as on a card below sm 8.0; each
+line then says "no_flash": true.
+Usage: python3 calibration/torchvision_more.py --out DIR [--models a,b] [--jsonl NAME] [--empty-cache] [--no-flash]
 Writes DIR/NAME (torchvision_more.jsonl by default; the ground truth's line format) and
 DIR/tv/MODEL-train.onnx.
 """
@@ -134,6 +137,11 @@ CHILD = r'''
 import json, sys, torch, torchvision
 name = sys.argv[1]
 empty = sys.argv[2] == "1"
+noflash = len(sys.argv) > 3 and sys.argv[3] == "1"
+if noflash:
+    # a card without flash attention (below sm 8.0): scaled_dot_product_attention
+    # on half inputs takes the memory-efficient kernel
+    torch.backends.cuda.enable_flash_sdp(False)
 torch.backends.cudnn.benchmark = False
 dev = torch.device("cuda")
 torch.cuda.init()
@@ -174,6 +182,8 @@ for amp in (False, True):
                         "amp": amp, "segments": 0, "measured": {"m0": m0, "after_fwd": fwd,
                         "peak": st["allocated_bytes.all.peak"], "peak_req": st["requested_bytes.all.peak"],
                         "peak_reserved": st["reserved_bytes.all.peak"]}})
+            if noflash:
+                out[-1]["no_flash"] = True
             del x
         except torch.OutOfMemoryError:
             out.append({"kind": "model_step", "cfg": name, "batch": B, "amp": amp, "measured": {"oom": True}})
@@ -189,6 +199,7 @@ def main():
     ap.add_argument("--batches", default=",".join(map(str, BATCHES)))
     ap.add_argument("--jsonl", default="torchvision_more.jsonl")
     ap.add_argument("--empty-cache", action="store_true")
+    ap.add_argument("--no-flash", action="store_true", help="torch.backends.cuda.enable_flash_sdp(False), as on a card below sm 8.0")
     a = ap.parse_args()
     os.makedirs(os.path.join(a.out, "tv"), exist_ok=True)
     batches = [int(b) for b in a.batches.split(",")]
@@ -199,7 +210,7 @@ def main():
             print(name, "exported", full, "->", stripped, "bytes", flush=True)
         except Exception as e:  # noqa
             print(name, "export failed:", repr(e)[:300], flush=True)
-        p = subprocess.run([sys.executable, "-c", CHILD % repr(batches), name, "1" if a.empty_cache else "0"], capture_output=True, text=True)
+        p = subprocess.run([sys.executable, "-c", CHILD % repr(batches), name, "1" if a.empty_cache else "0", "1" if a.no_flash else "0"], capture_output=True, text=True)
         try:
             got = json.loads(p.stdout.strip().splitlines()[-1])
         except Exception:  # noqa

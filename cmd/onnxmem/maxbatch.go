@@ -344,16 +344,26 @@ func (c fitCriterion) printHeader(w io.Writer, m *onnxmem.Model, sc onnxmem.Scen
 // (cuDNN's heuristics choose by GPU generation), so their answers are
 // bands, and that the context is an assumption; "" when every card is 9.0.
 func cardNote(ds []onnxmem.Device) string {
-	var other []string
+	var other, volta []string
 	for _, d := range ds {
 		if d.Capability != "9.0" {
 			other = append(other, d.Name+" ("+cmpOr(d.Capability, "sm unknown")+")")
+		}
+		if c, err := strconv.ParseFloat(d.Capability, 64); err == nil && c < 7.5 {
+			volta = append(volta, d.Name)
 		}
 	}
 	if len(other) == 0 {
 		return ""
 	}
-	return "note   cuDNN workspaces measured on sm 9.0 only: a band on " + strings.Join(other, ", ") + "; CUDA context assumed\n"
+	note := "note   cuDNN workspaces measured on sm 9.0 only: a band on " + strings.Join(other, ", ") + "; CUDA context assumed\n"
+	if len(volta) > 0 {
+		// PyTorch 2.11's CUDA 12.8 and 13.0 wheels are built for sm 7.5 and
+		// newer; an older card needs the CUDA 12.6 build, whose cuDNN is
+		// older than the 9.19 measured.
+		note += "note   " + strings.Join(volta, ", ") + ": torch 2.11 runs there only as its cu126 build, with an older cuDNN than the one measured\n"
+	}
+	return note
 }
 
 // setJSON fills a JSON output's budget, or its device.

@@ -480,3 +480,18 @@ func TestTorchvisionReservedInOrder(t *testing.T) {
 		}
 	}
 }
+
+// TestAttentionWithoutFlash holds the ViTs' predictions, which take the
+// flash kernel for attention under autocast, to steps measured on an H100
+// with flash attention turned off (calibration/torchvision_more.py
+// --no-flash: torch.backends.cuda.enable_flash_sdp(False), as on a card
+// below sm 8.0) and, as the control, on. Their peaks came out the same to
+// the byte, so onnxmem's prediction stands for cards without flash
+// attention too.
+func TestAttentionWithoutFlash(t *testing.T) {
+	for _, file := range []string{"torchvision_flash_h100.jsonl", "torchvision_noflash.jsonl"} {
+		if n := checkTorchvisionSteps(t, measured.Path(file), measured.Path); n != 12 {
+			t.Errorf("%s: %d model steps simulated, want 12", file, n)
+		}
+	}
+}
