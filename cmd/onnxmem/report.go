@@ -407,7 +407,20 @@ func printPeak(w io.Writer, d *onnxmem.Result, after string) error {
 		fmt.Fprintf(tw, "%s\t\t  allocator slack: blocks larger than their rounded requests\n", gib(slack))
 	}
 	fmt.Fprintf(tw, "%s\t%d\t  total: the peak allocated\n", gib(d.Peak), live)
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	// What another card may change: cuDNN picks its engines, and so its
+	// workspaces, by GPU; cuBLAS sizes its workspace by compute capability.
+	// The tensors are the same on any card for this PyTorch.
+	var ws int64
+	for _, k := range d.PeakByKind {
+		if k.Kind == "workspaces" {
+			ws += k.Bytes
+		}
+	}
+	_, err := fmt.Fprintf(w, "on any card with this PyTorch the same but for the workspaces (%s GiB here), which cuDNN and cuBLAS size by card\n", gib(ws))
+	return err
 }
 
 func yesNo(b bool) string {
