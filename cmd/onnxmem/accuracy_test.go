@@ -61,13 +61,13 @@ func TestAccuracyDoc(t *testing.T) {
 		"harness emptied the cache (each line is sent with its harness's `empty_cache` where it is not\n" +
 		"the default, which is the ground truth's harness of the model's family: `before_warmup` for\n" +
 		"our own YOLOv9 scripts, `never` for `torchvision_more.py`) and on what the process ran before:\n" +
-		"each measured a model's scenarios one after another in one process, which predict simulates\n" +
+		"each measured a model's scenarios one after another in one process, which `predict -sequence` simulates\n" +
 		"by default: a model's consecutive model_step lines run in one process, in order\n" +
 		"(the process replay of `internal/sim`). `peak_reserved, alone` is each model step by itself (`predict -alone`), what a\n" +
 		"line sent on its own gets. The files measured in fresh processes are predicted `-alone`.\n")
-	p := &predictor{root: ".", models: map[string]loaded{}}
+	p := &predictor{root: ".", models: map[string]loaded{}, sequence: true}
 	for _, src := range sources {
-		p.root, p.alone, p.proc = src.root, !src.inOrder, nil
+		p.root, p.sequence, p.proc = src.root, src.inOrder, nil
 		rows, unsupported := accuracyRows(t, p, src)
 		fmt.Fprintf(&doc, "\n## %s\n\n%d scenarios (`%s`).\n\n", src.name, len(rows), filepath.Base(src.file))
 		writeAccuracyTable(&doc, rows)
@@ -135,7 +135,7 @@ var accuracyFields = []string{"peak", "peak_req", "peak_reserved", "peak_reserve
 
 func accuracyRows(t *testing.T, p *predictor, src accuracySource) (rows []accuracyRow, unsupported []string) {
 	t.Helper()
-	alone := &predictor{root: p.root, models: p.models, alone: true}
+	alone := &predictor{root: p.root, models: p.models}
 	for _, obj := range jsonLines(t, src.file) {
 		var kind string
 		json.Unmarshal(obj["kind"], &kind)
@@ -280,7 +280,7 @@ func writeMaxBatchSection(t *testing.T, doc *bytes.Buffer, p *predictor) {
 		"`yolov9_segments.py`'s harness, validation steps by `eval_step.py`'s, train steps of the official\n" +
 		"code (SGD, EMA, 16 boxes an image).\n\n" +
 		"| card | step | model | precision | segments | limit (bytes) | measured | predicted |\n| --- | --- | --- | --- | --- | --- | --- | --- |\n")
-	p.root, p.alone, p.proc = measured.Dir, true, nil
+	p.root, p.sequence, p.proc = measured.Dir, false, nil
 	for _, file := range []string{"max_batch.json", "max_batch_steps.json"} {
 		gpu, runs, err := measured.MaxBatchRuns(file)
 		if err != nil {
@@ -331,7 +331,7 @@ func writeTrainMaxBatchSection(t *testing.T, doc *bytes.Buffer, p *predictor) {
 		"them (onnxmem's GradScaler skips under AMP), and with the skips the device recorded.\n" +
 		"`TestTrainMaxBatchMeasured` checks the second.\n\n" +
 		"| card | model | precision | limit (bytes) | batch | measured | onnxmem | onnxmem, measured skips |\n| --- | --- | --- | --- | --- | --- | --- | --- |\n")
-	p.root, p.alone, p.proc = filepath.Dir(onnxbuild.Shared(t, "groundtruth")), true, nil
+	p.root, p.sequence, p.proc = filepath.Dir(onnxbuild.Shared(t, "groundtruth")), false, nil
 	for _, obj := range jsonLines(t, measured.Path("train_max_batch.jsonl")) {
 		var m struct {
 			Fraction    float64 `json:"fraction"`

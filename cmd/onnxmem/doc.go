@@ -190,7 +190,7 @@
 //
 // # predict
 //
-//	onnxmem predict [-root DIR] [-alone] < SCENARIOS.jsonl
+//	onnxmem predict [-root DIR] [-sequence] < SCENARIOS.jsonl
 //
 // The interface for accuracy checks. Reads JSON Lines on stdin, one scenario
 // an object, with the fields of the ground truth's calibration.jsonl: model
@@ -213,7 +213,9 @@
 // EMA.
 // Nothing is skipped and nothing is guessed. kind, model, batch and img are
 // required; a missing amp means false and a missing segments 0. Each model
-// file is loaded once.
+// file is loaded once. Each line is answered as a fresh process would run
+// it, whatever came before; -sequence, a measuring harness's mode, runs a
+// model's consecutive model_step lines one after another in one process.
 //
 // A train_run line simulates a whole training run (onnxmem.Model.Run):
 // the training scenario (batch, img or img_h and img_w, amp, segments,

@@ -20,11 +20,12 @@ import (
 
 func cmdPredict(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	f := newFlagSet("predict",
-		"onnxmem predict [-root DIR] [-alone] < SCENARIOS.jsonl",
-		"Predict reads scenarios as JSON Lines on stdin and writes one line for each\n(blank lines are skipped): the same object with \"predicted\" added, or with\n\"error\" when the scenario cannot be simulated. Model paths are relative to\n-root and stay inside it (no absolute path, no \"..\", no symbolic link out of\nit); a model that names no file there but a built-in model (onnxmem models)\nis that model, and \"model\": null means the built-in model of \"cfg\"; with\n\"nc\", a file whose head predicts other classes stands for the built-in\nmodel of \"cfg\" built with nc classes (Model(cfg, nc=nc)). An inference\nexport (export.py's) is simulated as the built-in model with its convolutions,\nwhich \"simulated_as\" names.\n\nKinds: model_step, train_step and eval_step (the ground truth's fields: batch,\nimg or img_h and img_w, amp, half, segments, nc, boxes_per_img (a number or each\nimage's count), optimizer, ema, trainer, prev_pred_alive,\nwarm_steps (the loop's iterations before the measured one, the last making\nthe optimizer's state: by default 4 under float16 amp, GradScaler skipping\nthe first three, and 1 otherwise), ...; and empty_cache, where the measuring\nharness empties the cache: before_step or before_warmup, by default the one\nof the ground truth of the model's family for model and eval steps and\nbefore_warmup for train steps, as a training loop runs; or never);\nmax_batch with \"step\" and \"capacity_bytes\", the caching allocator's\nlimit (int(f × total_memory) for set_per_process_memory_fraction(f); or\n\"fraction\" alone, f of the H200's total_memory; beside capacity_bytes,\nfraction is checked and says which f set it), which\nanswers {\"max_batch\", and the step's figures at it}; train_run with \"events\"\n(setup, train, val and ckpt; warm_steps as above when no train event is\nmarked \"skipped\"), which answers the run's peaks and the memory after\neach event; and model, what the model holds once loaded: {\"params\",\n\"param_bytes\", \"buffer_bytes\", \"alloc_after_load\", \"n_layers\"}. A field that\na kind does not take, or a value that onnxmem does not simulate, is an error\nthat names it: never ignored.\n\nA model's model_step lines that follow each other run one after another in one\nprocess, as a harness that sweeps a model's scenarios measures them: the\ncaching allocator keeps what the earlier steps left (internal/sim.Process), which\nmoves reserved bytes. A line of another kind or model ends that process; a line\nin error leaves it as it was. -alone simulates every line by itself.",
+		"onnxmem predict [-root DIR] [-sequence] < SCENARIOS.jsonl",
+		"Predict reads scenarios as JSON Lines on stdin and writes one line for each\n(blank lines are skipped): the same object with \"predicted\" added, or with\n\"error\" when the scenario cannot be simulated. Model paths are relative to\n-root and stay inside it (no absolute path, no \"..\", no symbolic link out of\nit); a model that names no file there but a built-in model (onnxmem models)\nis that model, and \"model\": null means the built-in model of \"cfg\"; with\n\"nc\", a file whose head predicts other classes stands for the built-in\nmodel of \"cfg\" built with nc classes (Model(cfg, nc=nc)). An inference\nexport (export.py's) is simulated as the built-in model with its convolutions,\nwhich \"simulated_as\" names.\n\nKinds: model_step, train_step and eval_step (the ground truth's fields: batch,\nimg or img_h and img_w, amp, half, segments, nc, boxes_per_img (a number or each\nimage's count), optimizer, ema, trainer, prev_pred_alive,\nwarm_steps (the loop's iterations before the measured one, the last making\nthe optimizer's state: by default 4 under float16 amp, GradScaler skipping\nthe first three, and 1 otherwise), ...; and empty_cache, where the measuring\nharness empties the cache: before_step or before_warmup, by default the one\nof the ground truth of the model's family for model and eval steps and\nbefore_warmup for train steps, as a training loop runs; or never);\nmax_batch with \"step\" and \"capacity_bytes\", the caching allocator's\nlimit (int(f × total_memory) for set_per_process_memory_fraction(f); or\n\"fraction\" alone, f of the H200's total_memory; beside capacity_bytes,\nfraction is checked and says which f set it), which\nanswers {\"max_batch\", and the step's figures at it}; train_run with \"events\"\n(setup, train, val and ckpt; warm_steps as above when no train event is\nmarked \"skipped\"), which answers the run's peaks and the memory after\neach event; and model, what the model holds once loaded: {\"params\",\n\"param_bytes\", \"buffer_bytes\", \"alloc_after_load\", \"n_layers\"}. A field that\na kind does not take, or a value that onnxmem does not simulate, is an error\nthat names it: never ignored.\n\nEach line is answered as it would run by itself, the first scenario of a fresh\nprocess: no line changes another's answer. -sequence is a measuring harness's\nmode: a model's model_step lines that follow each other run one after another\nin one process, as a harness that sweeps a model's scenarios measures them (the\ncaching allocator keeps what the earlier steps left, internal/sim.Process, which\nmoves reserved bytes); a line of another kind or model ends that process, and a\nline in error leaves it as it was. -alone, the default, is still accepted.",
 		"onnxmem predict -root ../shared < ../shared/groundtruth/calibration.jsonl")
 	root := f.String("root", ".", "`dir`ectory the scenarios' model paths are relative to")
-	alone := f.Bool("alone", false, "simulate every line by itself, as the first scenario of a process, instead of running a model's consecutive model_step lines one after another in one process")
+	f.Bool("alone", true, "simulate every line by itself, as the first scenario of a fresh process: the default")
+	sequence := f.Bool("sequence", false, "a measuring harness's mode: run a model's consecutive model_step lines one after another in one process")
 	pos, code, ok := f.parse(args, stdout, stderr)
 	if !ok {
 		return code
@@ -32,7 +33,10 @@ func cmdPredict(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(pos) > 0 {
 		return f.usageError(stderr, "predict reads stdin and takes no arguments, got: %s", pos[0])
 	}
-	p := &predictor{root: *root, models: map[string]loaded{}, alone: *alone}
+	if *sequence && f.isSet("alone") {
+		return f.usageError(stderr, "-alone and -sequence: give one (-alone, every line by itself, is the default)")
+	}
+	p := &predictor{root: *root, models: map[string]loaded{}, sequence: *sequence}
 	in := bufio.NewReader(stdin)
 	out := bufio.NewWriter(stdout)
 	enc := json.NewEncoder(out)
@@ -96,14 +100,14 @@ type predictor struct {
 	dirOf  string   // the root that dir is
 	dirErr error
 	models map[string]loaded // by path
-	// alone simulates every line by itself. Otherwise the model_step lines
-	// of one model that follow each other run in one process, in order, as
-	// a harness that sweeps a model's scenarios in one process measures
-	// them (internal/sim.Process): proc is that process, of model procOf, and
-	// any other line ends it.
-	alone  bool
-	proc   *sim.Process
-	procOf *sim.Model
+	// sequence runs the model_step lines of one model that follow each
+	// other in one process, in order, as a harness that sweeps a model's
+	// scenarios in one process measures them (internal/sim.Process): proc
+	// is that process, of model procOf, and any other line ends it.
+	// Otherwise every line is simulated by itself.
+	sequence bool
+	proc     *sim.Process
+	procOf   *sim.Model
 }
 
 // loaded is a model or the error loading it gave.
@@ -301,7 +305,7 @@ func (p *predictor) simulate(obj map[string]json.RawMessage) (prediction, error)
 	if family := cmp.Or(sc.Family, m.Family); scErr == errNoBoxes && family != "generic" {
 		return prediction{}, fmt.Errorf("%w: the %s family's loss assigns each image's boxes", errNoBoxes, family)
 	}
-	if kind == "model_step" && !p.alone {
+	if kind == "model_step" && p.sequence {
 		return p.inProcess(m, sc)
 	}
 	if kind != "max_batch" {

@@ -136,10 +136,12 @@ func TestPredict(t *testing.T) {
 	}
 }
 
-// TestPredictInProcess checks predict's default: a model's model_step lines
-// that follow each other run one after another in one process (the
-// figures of sim.Process), and any other line, or another model's,
-// starts the next model step in a process of its own.
+// TestPredictInProcess checks predict -sequence, a measuring harness's
+// mode: a model's model_step lines that follow each other run one after
+// another in one process (the figures of sim.Process), and any other line,
+// or another model's, starts the next model step in a process of its own.
+// By default (and with -alone) every line gets the answer it gets alone,
+// whatever came before it: even after a line of an absurd size.
 func TestPredictInProcess(t *testing.T) {
 	m, err := sim.Builtin("yolov9-s")
 	if err != nil {
@@ -173,7 +175,7 @@ func TestPredictInProcess(t *testing.T) {
 		`{"model": null, "cfg": "yolov9-s", "kind": "model", "measured": {}}`, line(1, 4), // another line between
 		line(64, 2), `{"model": null, "cfg": "yolov9-t", "kind": "model_step", "batch": 1, "img": 320}`, line(1, 4), // another model between
 	}, "\n")
-	code, stdout, stderr := runCmd(t, in, "predict")
+	code, stdout, stderr := runCmd(t, in, "predict", "-sequence")
 	if code != 0 || stderr != "" {
 		t.Fatalf("exit code %d, stderr %q", code, stderr)
 	}
@@ -200,18 +202,24 @@ func TestPredictInProcess(t *testing.T) {
 		`{"model": null, "cfg": "yolov9-s", "kind": "model_step", "batch": 1, "img": 640, "amp": true, "amp_dtype": "int8"}`,
 		`{"model": null, "cfg": "yolov9-s", "kind": "model_step", "batch": 1, "img": 640, "segments": 999}`,
 	} {
-		_, stdout, _ = runCmd(t, line(64, 2)+"\n"+bad+"\n"+line(1, 4), "predict")
+		_, stdout, _ = runCmd(t, line(64, 2)+"\n"+bad+"\n"+line(1, 4), "predict", "-sequence")
 		lines := strings.Split(strings.TrimSuffix(stdout, "\n"), "\n")
 		var last struct{ Predicted *predicted }
 		if err := json.Unmarshal([]byte(lines[len(lines)-1]), &last); err != nil || last.Predicted == nil || last.Predicted.PeakReserved != want[1] || !strings.Contains(lines[1], `"error"`) {
 			t.Errorf("after %s: batch 1 answers %s, want %d as without it", bad, lines[len(lines)-1], want[1])
 		}
 	}
-	code, stdout, _ = runCmd(t, line(64, 2)+"\n"+line(1, 4), "predict", "-alone")
-	var last struct{ Predicted *predicted }
-	lines := strings.Split(strings.TrimSuffix(stdout, "\n"), "\n")
-	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &last); code != 0 || err != nil || last.Predicted == nil || last.Predicted.PeakReserved != alone.PeakReserved {
-		t.Errorf("-alone: batch 1 after batch 64 answers %s, want its reserved peak alone, %d", lines[len(lines)-1], alone.PeakReserved)
+	huge := `{"model": null, "cfg": "yolov9-s", "kind": "model_step", "batch": 1, "img": 1000000}`
+	for _, args := range [][]string{{"predict"}, {"predict", "-alone"}} {
+		code, stdout, _ = runCmd(t, line(64, 2)+"\n"+huge+"\n"+line(1, 4), args...)
+		var last struct{ Predicted *predicted }
+		lines := strings.Split(strings.TrimSuffix(stdout, "\n"), "\n")
+		if err := json.Unmarshal([]byte(lines[len(lines)-1]), &last); code != 0 || err != nil || last.Predicted == nil || last.Predicted.PeakReserved != alone.PeakReserved {
+			t.Errorf("%v: batch 1 after batch 64 and an image of 10⁶ answers %s, want its reserved peak alone, %d", args, lines[len(lines)-1], alone.PeakReserved)
+		}
+	}
+	if code, _, stderr := runCmd(t, line(1, 4), "predict", "-alone", "-sequence"); code != 2 || !strings.Contains(stderr, "give one") {
+		t.Errorf("-alone -sequence: exit code %d, %q; want a usage error", code, stderr)
 	}
 }
 
