@@ -3,8 +3,8 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"github.com/onnxmem/onnxmem/internal/regular"
 	"io"
-	"os"
 
 	"github.com/onnxmem/onnxmem/internal/pickle"
 )
@@ -33,9 +33,9 @@ func cmdDiff(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	if err != nil {
 		return f.usageError(stderr, "%v", err)
 	}
-	file, err := os.Open(pos[0])
+	file, err := regular.Open(pos[0])
 	if err != nil {
-		return fail(stderr, err)
+		return fail(stderr, fmt.Errorf("onnxmem: snapshot: %w", err))
 	}
 	real, err := readSnapshotTrace(file, pos[0])
 	file.Close()

@@ -3,8 +3,8 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/onnxmem/onnxmem/internal/regular"
 	"io"
-	"os"
 	"slices"
 	"text/tabwriter"
 
@@ -152,7 +152,7 @@ const runEpochs = 2
 // readRunEvents reads a run's events from a JSON file in predict's
 // train_run format.
 func readRunEvents(path string, batch int64) ([]onnxmem.RunEvent, error) {
-	f, err := os.Open(path)
+	f, err := regular.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("onnxmem: events: %w", err)
 	}

@@ -23,6 +23,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"github.com/onnxmem/onnxmem/internal/regular"
 	"io"
 	"io/fs"
 	"math"
@@ -101,7 +102,7 @@ func (p *prepared) Holds(f *schedule.Flow) *schedule.Holds {
 // Load reads an ONNX file. Weights are never read: a weightless export loads
 // the same as one with its weights.
 func Load(path string) (*Model, error) {
-	f, err := os.Open(path)
+	f, err := regular.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("onnxmem: %w", err)
 	}
@@ -114,7 +115,7 @@ func Load(path string) (*Model, error) {
 // that points outside it (os.Root's rules). Services that load the models
 // their users name give them a root this way.
 func LoadIn(root *os.Root, name string) (*Model, error) {
-	f, err := root.Open(name)
+	f, err := regular.OpenIn(root, name)
 	if err != nil {
 		// Name the file by its path, the root's name included.
 		if pe, ok := err.(*fs.PathError); ok {

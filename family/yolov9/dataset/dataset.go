@@ -26,6 +26,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"github.com/onnxmem/onnxmem/internal/regular"
 	"image"
 	_ "image/jpeg" // the decoders whose headers give an image's size
 	_ "image/png"
@@ -214,7 +215,7 @@ func listImages(split string) ([]string, error) {
 		})
 	} else {
 		var f *os.File
-		if f, err = os.Open(split); err != nil {
+		if f, err = regular.Open(split); err != nil {
 			return nil, fmt.Errorf("dataset: %w", err)
 		}
 		defer f.Close()
@@ -246,7 +247,7 @@ func listImages(split string) ([]string, error) {
 // readImage reads an image's size from its header and its label file's
 // box count.
 func readImage(p string) (Image, error) {
-	f, err := os.Open(p)
+	f, err := regular.Open(p)
 	if err != nil {
 		return Image{}, fmt.Errorf("dataset: %w", err)
 	}
@@ -366,7 +367,7 @@ func labelPath(p string) string {
 
 // labelBoxes returns the boxes of a label file; a missing file has none.
 func labelBoxes(p string) ([]Box, error) {
-	data, err := os.ReadFile(p)
+	data, err := regular.ReadFile(p)
 	if os.IsNotExist(err) {
 		return nil, nil
 	}

@@ -2,7 +2,7 @@ package dataset
 
 import (
 	"fmt"
-	"os"
+	"github.com/onnxmem/onnxmem/internal/regular"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -34,7 +34,7 @@ var knownKeys = map[string]bool{"path": true, "train": true, "val": true, "test"
 // the splits from the path. nc is the names' count when the file gives
 // only names, and the two must agree when it gives both.
 func ReadData(file string) (*Data, error) {
-	b, err := os.ReadFile(file)
+	b, err := regular.ReadFile(file)
 	if err != nil {
 		return nil, fmt.Errorf("dataset: %w", err)
 	}
