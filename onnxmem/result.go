@@ -1,6 +1,7 @@
 package onnxmem
 
 import (
+	"fmt"
 	"strconv"
 
 	"github.com/onnxmem/onnxmem/internal/sim"
@@ -109,11 +110,27 @@ func (m *Model) MaxBatch(sc Scenario, limit int64) (int64, *Result, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	if limit <= 0 {
-		limit = MaxBatchLimit
+	if limit, err = searchLimit(limit); err != nil {
+		return 0, nil, err
 	}
 	n, r, err := e.MaxBatch(o, capacity, limit)
 	return n, result(r, sc), err
+}
+
+// maxSearch is the largest batch a max-batch search considers: a million
+// images, where a step's sizes approach what int64 bytes hold.
+const maxSearch = 1 << 20
+
+// searchLimit returns a max-batch search's limit: MaxBatchLimit for 0 or
+// less, an error beyond maxSearch.
+func searchLimit(limit int64) (int64, error) {
+	switch {
+	case limit <= 0:
+		return MaxBatchLimit, nil
+	case limit > maxSearch:
+		return 0, fmt.Errorf("onnxmem: max batch up to %d: a search considers batches up to %d; give a smaller limit", limit, maxSearch)
+	}
+	return limit, nil
 }
 
 // Fit simulates sc without a limit and says if it fits its Device.

@@ -159,9 +159,8 @@ func (m *Model) planRun(p RunPlan, d *planData) ([]RunEvent, error) {
 	return out, nil
 }
 
-// valStride is the stride of YOLOv9's validation batches,
-// max(int(model.stride.max()), 32): 32 for every YOLOv9 model.
-const valStride = 32
+// valStride is the stride of YOLOv9's validation batches.
+const valStride = dataset.Stride
 
 // planData is the dataset of a run plan, with each epoch's per-image box
 // counts drawn once for an image size and seed: the batch size only
@@ -244,8 +243,8 @@ func (m *Model) MaxBatchRun(sc Scenario, p RunPlan, limit int64) (int64, *RunRes
 	if err != nil {
 		return 0, nil, err
 	}
-	if limit <= 0 {
-		limit = MaxBatchLimit
+	if limit, err = searchLimit(limit); err != nil {
+		return 0, nil, err
 	}
 	d, err := p.data()
 	if err != nil {

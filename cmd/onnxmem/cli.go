@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/onnxmem/onnxmem/family/yolov9/dataset"
 	"io"
 	"os"
 	"slices"
@@ -154,11 +155,23 @@ func (f *flagSet) load(path string) (*onnxmem.Model, error) {
 			*f.img = imageSize{h, w}
 		}
 	}
+	if err == nil && f.img != nil && f.isSet("img") && m.Family == "yolov9" {
+		// train_dual.py's check_img_size: the size rounded up to a
+		// multiple of the stride, with a warning.
+		r := imageSize{roundUp(f.img.H, dataset.Stride), roundUp(f.img.W, dataset.Stride)}
+		if r != *f.img && f.stderr != nil {
+			fmt.Fprintf(f.stderr, "onnxmem: -img %s: train_dual.py's check_img_size trains at %s, a multiple of the stride %d: simulated at %s\n", f.img, &r, dataset.Stride, &r)
+		}
+		*f.img = r
+	}
 	if err != nil || f.family == nil || *f.family == "" {
 		return m, err
 	}
 	return m.As(*f.family)
 }
+
+// roundUp is n rounded up to a multiple of k (make_divisible).
+func roundUp(n, k int64) int64 { return (n + k - 1) / k * k }
 
 // withClasses returns m with nc classes (Model.WithClasses), its errors
 // said of -nc.

@@ -425,8 +425,9 @@ func TestFamilyFlag(t *testing.T) {
 	}
 }
 
-// TestRunBounded checks that run refuses, at once and with a reason, work
-// that would take hours or memory without end.
+// TestRunBounded checks that run and maxbatch refuse, at once and with a
+// reason, work that would take hours or memory without end, or a limit no
+// search can reach.
 func TestRunBounded(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
@@ -438,6 +439,8 @@ func TestRunBounded(t *testing.T) {
 		{[]string{"run", "-batch", "100000", "yolov9-t"}, "batch 100000: want 1 to 65536"},
 		{[]string{"run", "-mean-boxes", "1e300", "yolov9-t"}, "boxes an image on average: want 0 to 65536"},
 		{[]string{"run", "-events", "/dev/zero", "yolov9-t"}, "/dev/zero is not a regular file (a device)"},
+		{[]string{"maxbatch", "-step", "model", "-limit", "9223372036854775807", "-budget", "8", "yolov9-t"}, "a search considers batches up to 1048576"},
+		{[]string{"maxbatch", "-limit", "9223372036854775807", "-device", "t4", "yolov9-t"}, "a search considers batches up to 1048576"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			code, stdout, stderr := runCmd(t, "", tc.args...)
@@ -500,6 +503,24 @@ func TestSweepTimelineTrain(t *testing.T) {
 		code, stdout, stderr := runCmd(t, "", args...)
 		if code != 0 || stderr != "" || !strings.Contains(stdout, "train step (forward, YOLOv9 loss") {
 			t.Errorf("%v: exit code %d, stderr %q, output begins %q; want the train step", args, code, stderr, stdout[:min(len(stdout), 120)])
+		}
+	}
+}
+
+// TestImageRoundedToStride checks -img on a YOLOv9 model: train_dual.py's
+// check_img_size trains at the size rounded up to a multiple of the stride
+// 32, and warns; onnxmem simulates that size and says so on stderr, for a
+// side that is a multiple already (384) nothing changes.
+func TestImageRoundedToStride(t *testing.T) {
+	for _, tc := range []struct{ img, want, note string }{
+		{"641", "image 672x672", "-img 641: train_dual.py's check_img_size trains at 672"},
+		{"600", "image 608x608", "-img 600: train_dual.py's check_img_size trains at 608"},
+		{"384x641", "image 384x672", "trains at 384x672"},
+		{"384x640", "image 384x640", ""},
+	} {
+		code, stdout, stderr := runCmd(t, "", "maxbatch", "-img", tc.img, "-step", "model", "-budget", "2", "-limit", "4", "yolov9-t")
+		if code != 0 || !strings.Contains(stdout, tc.want) || (tc.note == "") != (stderr == "") || !strings.Contains(stderr, tc.note) {
+			t.Errorf("-img %s: exit code %d, stdout %q, stderr %q; want %q and a note %q", tc.img, code, stdout, stderr, tc.want, tc.note)
 		}
 	}
 }

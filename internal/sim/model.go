@@ -867,6 +867,9 @@ func (m *Model) MaxBatch(sc Options, capacity, limit int64) (int64, *Result, err
 		return 0, nil, fmt.Errorf("onnxmem: max batch under a limit of %d bytes: the limit must be positive", capacity)
 	}
 	sc.Capacity = capacity
+	if limit <= 0 || limit >= math.MaxInt64/2 {
+		return 0, nil, fmt.Errorf("onnxmem: max batch up to %d: want a limit from 1 to %d", limit, int64(math.MaxInt64/2-1))
+	}
 	// lo fits (0 trivially) and hi does not (limit+1 by assumption).
 	lo, hi := int64(0), limit+1
 	var best *Result

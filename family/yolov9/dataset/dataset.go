@@ -40,6 +40,12 @@ import (
 	"strings"
 )
 
+// Stride is train_dual.py's gs, max(int(model.stride.max()), 32): 32 for
+// every YOLOv9 model. check_img_size rounds the image size up to a
+// multiple of it (make_divisible), and the validation's rectangular
+// batches are shaped in multiples of it.
+const Stride = 32
+
 // Image is one image of a split: its file, its width and height in pixels,
 // the number of boxes its label file holds and the boxes themselves.
 type Image struct {
