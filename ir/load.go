@@ -175,6 +175,9 @@ func (l *loader) values(pg *onnx.GraphProto) error {
 		if err != nil {
 			return fmt.Errorf("ir: initializer %q: %w", t.GetName(), err)
 		}
+		if _, ok := elemsOK(dims, dt); !ok {
+			return fmt.Errorf("ir: initializer %q: dims %v of %v: its size in bytes overflows int64, so no file or card holds it: the export is broken", t.GetName(), dims, dt)
+		}
 		v.DType, v.Dims, v.Data, v.Floats = dt, fixedDims(dims), ints, floats
 	}
 	return nil

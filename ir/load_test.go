@@ -198,6 +198,13 @@ func TestLoadErrors(t *testing.T) {
 			[]string{`initializer "w": element count`, "overflows int64"},
 		},
 		{
+			"initializer whose bytes overflow",
+			func(t *testing.T) []byte {
+				return newModel(17).input("x", Float32, 1).init("w", Float32, []int64{1 << 62}).node("Add", "a", "x,w", "y").bytes(t)
+			},
+			[]string{`initializer "w": dims [4611686018427387904] of float32: its size in bytes overflows int64`},
+		},
+		{
 			"raw data of the wrong length",
 			func(t *testing.T) []byte {
 				m := newModel(17).input("x", Float32, 1).init("w", Float32, []int64{3}, 1, 2, 3).node("Add", "a", "x,w", "y")

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/onnxmem/onnxmem/family/yolov9/models"
 	"github.com/onnxmem/onnxmem/onnxmem"
@@ -84,7 +85,7 @@ func (f *flagSet) on(name string) bool {
 
 // usageError reports a usage error and returns exit code 2.
 func (f *flagSet) usageError(stderr io.Writer, format string, args ...any) int {
-	fmt.Fprintf(stderr, "onnxmem: %s\nusage: %s\nRun '%s -h' for details.\n", fmt.Sprintf(format, args...), f.syntax, f.Name())
+	fmt.Fprintf(stderr, "onnxmem: %s\nusage: %s\nRun '%s -h' for details.\n", shortenQuoted(fmt.Sprintf(format, args...)), f.syntax, f.Name())
 	return 2
 }
 
@@ -205,13 +206,60 @@ func fail(stderr io.Writer, err error) int {
 	return 1
 }
 
-// errText is an error's message with the "onnxmem: " prefix, once.
+// errText is an error's message with the "onnxmem: " prefix, once, and
+// its long quoted names shortened (shortenQuoted).
 func errText(err error) string {
-	s := err.Error()
+	s := shortenQuoted(err.Error())
 	if strings.HasPrefix(s, "onnxmem: ") {
 		return s
 	}
 	return "onnxmem: " + s
+}
+
+// quotedKeep is how many bytes of a long quoted name a message keeps at
+// each end.
+const quotedKeep = 40
+
+// shortenQuoted shortens each double-quoted string of a message (a node's,
+// a file's, a flag value's name, as %q writes it) longer than
+// 3·quotedKeep bytes to its start and its end around "…", with its length:
+// an input may name things with a megabyte, and a message stays one
+// readable line.
+func shortenQuoted(s string) string {
+	var b strings.Builder
+	for {
+		i := strings.IndexByte(s, '"')
+		if i < 0 {
+			b.WriteString(s)
+			return b.String()
+		}
+		j := i + 1
+		for j < len(s) && s[j] != '"' {
+			if s[j] == '\\' {
+				j++
+			}
+			j++
+		}
+		if j >= len(s) { // no closing quote
+			b.WriteString(s)
+			return b.String()
+		}
+		b.WriteString(s[:i])
+		q := s[i+1 : j]
+		if len(q) > 3*quotedKeep {
+			head, tail := q[:quotedKeep], q[len(q)-quotedKeep:]
+			for !utf8.ValidString(head) && len(head) > 0 {
+				head = head[:len(head)-1]
+			}
+			for !utf8.ValidString(tail) && len(tail) > 0 {
+				tail = tail[1:]
+			}
+			fmt.Fprintf(&b, "\"%s…%s\" (%d bytes)", head, tail, len(q))
+		} else {
+			b.WriteString(s[i : j+1])
+		}
+		s = s[j+1:]
+	}
 }
 
 // Common flags.

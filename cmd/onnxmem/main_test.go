@@ -441,6 +441,7 @@ func TestRunBounded(t *testing.T) {
 		{[]string{"run", "-events", "/dev/zero", "yolov9-t"}, "/dev/zero is not a regular file (a device)"},
 		{[]string{"maxbatch", "-step", "model", "-limit", "9223372036854775807", "-budget", "8", "yolov9-t"}, "a search considers batches up to 1048576"},
 		{[]string{"maxbatch", "-limit", "9223372036854775807", "-device", "t4", "yolov9-t"}, "a search considers batches up to 1048576"},
+		{[]string{"export-model", "-classes", "1000000000", "-weights", "-o", "-", "yolov9-t"}, "models: yolov9-t: weights with data take more than the 2 GiB one protobuf ONNX file holds"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			code, stdout, stderr := runCmd(t, "", tc.args...)

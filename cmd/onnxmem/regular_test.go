@@ -44,3 +44,26 @@ func TestNamedPipeRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestShortenQuoted checks that a message keeps a long quoted name's start
+// and end, with its length, and leaves short ones, unquoted text and an
+// unclosed quote as they are.
+func TestShortenQuoted(t *testing.T) {
+	long := strings.Repeat("a", 50) + strings.Repeat("b", 1<<20) + strings.Repeat("c", 50)
+	for _, tc := range []struct{ in, want string }{
+		{`node "conv1" fails`, `node "conv1" fails`},
+		{`no quotes at all`, `no quotes at all`},
+		{`an "unclosed quote`, `an "unclosed quote`},
+		{`a "` + long + `" b`, `a "` + strings.Repeat("a", 40) + `…` + strings.Repeat("c", 40) + `" (1048676 bytes) b`},
+		{`"x\"y" and "` + long + `"`, `"x\"y" and "` + strings.Repeat("a", 40) + `…` + strings.Repeat("c", 40) + `" (1048676 bytes)`},
+		{`"` + strings.Repeat("é", 100) + `"`, `"` + strings.Repeat("é", 20) + `…` + strings.Repeat("é", 20) + `" (200 bytes)`},
+	} {
+		if got := shortenQuoted(tc.in); got != tc.want {
+			t.Errorf("shortenQuoted(%.60q…) = %.200q, want %.200q", tc.in, got, tc.want)
+		}
+	}
+	code, _, stderr := runCmd(t, "", "maxbatch", "-device", long, "yolov9-t")
+	if code != 2 || len(stderr) > 1000 || !strings.Contains(stderr, "(1048676 bytes)") {
+		t.Errorf("maxbatch -device with a megabyte name: exit code %d, %d bytes on stderr; want a short usage error", code, len(stderr))
+	}
+}

@@ -65,6 +65,11 @@ type Builder struct {
 	// its dims and dtype, like the weightless exports in the shared data.
 	ZeroWeights bool
 
+	// weightBytes counts the zeros given so far; err is the first error
+	// building met, which Bytes returns.
+	weightBytes int64
+	err         error
+
 	g       onnx.GraphProto
 	used    map[string]int // node names taken, for the "_1" suffixes
 	globals int            // constants made outside every scope, see GlobalInts
@@ -103,8 +108,15 @@ func (b *Builder) Model() *onnx.ModelProto {
 // Bytes serializes the model deterministically: the same graph gives the same
 // bytes.
 func (b *Builder) Bytes() ([]byte, error) {
+	if b.err != nil {
+		return nil, b.err
+	}
 	return proto.MarshalOptions{Deterministic: true}.Marshal(b.Model())
 }
+
+// maxProtoBytes is the most one protobuf message holds (2 GiB less a
+// byte): an ONNX file with more data keeps it outside, in external files.
+const maxProtoBytes = 1<<31 - 1
 
 // valueInfo declares a float32 tensor; each dim is an int64 size or a
 // symbolic name. With no dims the shape is left undeclared.
@@ -136,11 +148,19 @@ func (s Scope) Param(field string, dims ...int64) string {
 
 func (b *Builder) weight(name string, dims ...int64) string {
 	t := &onnx.TensorProto{Name: name, DataType: float32Type, Dims: dims}
-	if b.ZeroWeights {
-		n := int64(1)
-		for _, d := range dims {
-			n *= d
+	n := int64(1)
+	for _, d := range dims {
+		if d < 0 || (d > 0 && n > maxProtoBytes/d) {
+			n = maxProtoBytes + 1
+			break
 		}
+		n *= d
+	}
+	if b.ZeroWeights && b.err == nil && (n > maxProtoBytes/4 || b.weightBytes+4*n > maxProtoBytes) {
+		b.err = fmt.Errorf("weights with data take more than the 2 GiB one protobuf ONNX file holds (at %s, dims %v): give them no data (export-model without -weights), as a weightless export has them", name, dims)
+	}
+	if b.ZeroWeights && b.err == nil {
+		b.weightBytes += 4 * n
 		t.RawData = make([]byte, 4*n)
 	} else {
 		t.DataLocation = onnx.TensorProto_EXTERNAL

@@ -126,10 +126,14 @@ func Build(name string, opt Options) ([]byte, error) {
 		return nil, fmt.Errorf("models: %s: %w", name, err)
 	}
 	b, err := build(name, table, nc, opt.Weights)
+	var data []byte
+	if err == nil {
+		data, err = b.Bytes()
+	}
 	if err != nil {
 		return nil, fmt.Errorf("models: %s: %w", name, err)
 	}
-	return b.Bytes()
+	return data, nil
 }
 
 // model is one member of the family.
