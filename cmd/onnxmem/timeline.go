@@ -45,6 +45,9 @@ func cmdTimeline(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		if err := writeSnapshot(*snapshot, m, sc); err != nil {
 			return fail(stderr, err)
 		}
+		fmt.Fprintf(stderr, "onnxmem: %s holds every allocation of the step at its requested size, as PyTorch's trace records it:\n"+
+			"its top, with what was allocated before, is the requested peak, %s GiB; max_memory_allocated, %s GiB, adds the\n"+
+			"allocator's rounding and the blocks it left unsplit\n", *snapshot, gib(r.PeakRequested), gib(r.Peak))
 	}
 	spans := phaseSpans(samples)
 	if err := writeSVG(*svg, timelinePlot(m, r, samples, spans)); err != nil {
