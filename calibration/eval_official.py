@@ -79,13 +79,7 @@ def child(spec, yolo, out_path, cap=0):
         with open(out_path, "w") as f:
             json.dump(res, f)
         return
-    torch.manual_seed(0)
-    model = Model(os.path.join(yolo, "models/detect", cfg + ".yaml"), ch=3, nc=80).to(dev).train()
-    half = copy.deepcopy(model).eval().half()
-    a = torch.ones(8, 8, device=dev)
-    (a @ a).sum().item()
-    del a
-    torch.cuda.empty_cache()
+    model, half = resident(torch, Model, yolo, cfg, dev)
     x = torch.randn(b, 3, h, w, device=dev, dtype=torch.float16)
     with torch.no_grad():
         o = half(x)
@@ -132,8 +126,9 @@ def child(spec, yolo, out_path, cap=0):
                                                                   out["peak_reserved"] / 2**20), flush=True)
 
 
-def capped_sequence(torch, Model, yolo, cfg, b, h, w, dev):
-    """The eval step's sequence, as child runs it, without the trace."""
+def resident(torch, Model, yolo, cfg, dev):
+    """Steps 1 to 3 and the empty_cache of 4: the model, its half copy and
+    the cuBLAS workspace, resident."""
     torch.manual_seed(0)
     model = Model(os.path.join(yolo, "models/detect", cfg + ".yaml"), ch=3, nc=80).to(dev).train()
     half = copy.deepcopy(model).eval().half()
@@ -141,6 +136,12 @@ def capped_sequence(torch, Model, yolo, cfg, b, h, w, dev):
     (a @ a).sum().item()
     del a
     torch.cuda.empty_cache()
+    return model, half
+
+
+def capped_sequence(torch, Model, yolo, cfg, b, h, w, dev):
+    """The eval step's sequence, as child runs it, without the trace."""
+    model, half = resident(torch, Model, yolo, cfg, dev)
     for _ in range(2):  # the warm-up, then the measured forward
         x = torch.randn(b, 3, h, w, device=dev, dtype=torch.float16)
         with torch.no_grad():

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"slices"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 // FuzzPredictLine answers one predict line: whatever the line, the answer
@@ -87,6 +89,66 @@ func FuzzImageSize(f *testing.F) {
 		var back imageSize
 		if err := back.Set(img.String()); err != nil || back != img {
 			t.Fatalf("%q: %v written %q read back as %v, %v", s, img, img.String(), back, err)
+		}
+	})
+}
+
+// FuzzRunEvents decodes a run -events file: whatever its bytes, an error
+// that starts "onnxmem: " or events of known kinds with sizes that are
+// not negative, and no panic.
+func FuzzRunEvents(f *testing.F) {
+	for _, s := range []string{
+		`[{"setup":{}},{"train":{"boxes_per_img":[3,0,12]}},{"val":{"batch":4,"img_h":384,"img_w":640}},{"ckpt":{}}]`,
+		`[{"train":{"boxes_per_img":7,"skipped":true}}]`, `[]`, `{}`, `[{"val":{}}]`, `[{"train":{"boxes_per_img":[-1]}}]`, `nope`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		events, err := parseRunEvents(b, "fuzz.json", 4)
+		if err != nil {
+			if !strings.HasPrefix(err.Error(), "onnxmem: ") {
+				t.Fatalf("%q: error %q lacks the prefix", b, err)
+			}
+			return
+		}
+		for _, e := range events {
+			if !slices.Contains([]string{"setup", "train", "val", "ckpt"}, e.Kind) || e.Batch < 0 || e.Height < 0 || e.Width < 0 || slices.ContainsFunc(e.BoxCounts, func(n int64) bool { return n < 0 }) {
+				t.Fatalf("%q: event %+v", b, e)
+			}
+		}
+	})
+}
+
+// FuzzSnapshotTrace reads a diff snapshot: whatever the pickle, an error
+// that starts "onnxmem: " or the trace's events, and no panic.
+func FuzzSnapshotTrace(f *testing.F) {
+	f.Add([]byte("\x80\x02}q\x00."))
+	f.Add([]byte("\x80\x04\x95\x10\x00\x00\x00\x00\x00\x00\x00}\x94\x8c\x0edevice_traces\x94]\x94]\x94as."))
+	f.Add([]byte("not a pickle"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if _, err := readSnapshotTrace(bytes.NewReader(b), "fuzz.pickle"); err != nil && !strings.HasPrefix(err.Error(), "onnxmem: ") {
+			t.Fatalf("%q: error %q lacks the prefix", b, err)
+		}
+	})
+}
+
+// FuzzShortenQuoted shortens the quoted names of any message: the result
+// is valid UTF-8 where the message is, never longer than the message plus
+// a note per quote, and a message without a long quoted name is unchanged.
+func FuzzShortenQuoted(f *testing.F) {
+	for _, s := range []string{`node "a" fails`, `"` + strings.Repeat("x", 300) + `"`, `"\"`, `a "b\" c" d`, `"é` + strings.Repeat("é", 90) + `"`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		got := shortenQuoted(s)
+		if utf8.ValidString(s) && !utf8.ValidString(got) {
+			t.Fatalf("%q: %q is not UTF-8", s, got)
+		}
+		if len(got) > len(s)+32*(strings.Count(s, `"`)/2+1) {
+			t.Fatalf("%q: %q grew", s, got)
+		}
+		if !strings.Contains(s, `"`) && got != s {
+			t.Fatalf("%q: changed to %q without a quote", s, got)
 		}
 	})
 }

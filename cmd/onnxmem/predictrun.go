@@ -115,6 +115,9 @@ func runEvent(ev map[string]json.RawMessage, i int, batch int64) (onnxmem.RunEve
 			} else if err := json.Unmarshal(raw, &e.BoxCounts); err != nil {
 				return e, fmt.Errorf("onnxmem: train_run: event %d (%s): field \"boxes_per_img\": %s is neither an integer nor a list of integers", i, kind, raw)
 			}
+			if j := slices.IndexFunc(e.BoxCounts, func(n int64) bool { return n < 0 }); j >= 0 {
+				return e, fmt.Errorf("onnxmem: train_run: event %d (%s): field \"boxes_per_img\": image %d has %d boxes: give 0 or more", i, kind, j, e.BoxCounts[j])
+			}
 		}
 	}
 	return e, nil

@@ -164,12 +164,18 @@ func readRunEvents(path string, batch int64) ([]onnxmem.RunEvent, error) {
 	if len(b) > maxLine {
 		return nil, fmt.Errorf("onnxmem: events %s: longer than %d bytes: a run is at most %d events of some kilobytes each", path, maxLine, sim.MaxRunEvents)
 	}
+	return parseRunEvents(b, path, batch)
+}
+
+// parseRunEvents decodes the events of a run -events file named path.
+func parseRunEvents(b []byte, path string, batch int64) ([]onnxmem.RunEvent, error) {
 	var raw []map[string]json.RawMessage
 	if err := json.Unmarshal(b, &raw); err != nil {
 		return nil, fmt.Errorf("onnxmem: events %s: want a JSON list of events such as [{\"setup\":{}}, {\"train\":{\"boxes_per_img\":[3,0,12]}}]: %v", path, err)
 	}
 	events := make([]onnxmem.RunEvent, len(raw))
 	for i, ev := range raw {
+		var err error
 		if events[i], err = runEvent(ev, i, batch); err != nil {
 			return nil, fmt.Errorf("%w (in %s)", err, path)
 		}

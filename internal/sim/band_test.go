@@ -91,15 +91,7 @@ func TestBandHoldsMeasured(t *testing.T) {
 			what := fmt.Sprintf("%s %s segments %d batch %d at %d", s.Cfg, prec(s.AMP), s.Segments, s.Batch, s.Img)
 			add(bandCheck(t, models.get(t, s.Cfg), sc, "H100", "model_step", what, s.Result["peak"], 0.001, 0))
 		}
-		gpu, evals := scenarioFile[evalRun](t, "h100_big_eval.json")
-		if !strings.Contains(gpu, "H100") {
-			t.Fatalf("h100_big_eval.json: measured on %q, want an H100", gpu)
-		}
-		for _, s := range evals {
-			if s.Error != "" {
-				t.Errorf("h100_big_eval.json: a scenario failed: %s", s.Error)
-				continue
-			}
+		for _, s := range h100Evals(t) {
 			sc := sim.Options{Batch: s.Batch, Height: s.ImgH, Width: s.ImgW, Eval: true, EmptyCache: ownHarness}
 			what := fmt.Sprintf("%s batch %d at %dx%d", s.Cfg, s.Batch, s.ImgH, s.ImgW)
 			add(bandCheck(t, models.get(t, s.Cfg), sc, "H100", "eval_step", what, s.Result["peak"], 0.001, 0))
