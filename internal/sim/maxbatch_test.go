@@ -59,12 +59,17 @@ func (s maxBatchRun) scenario(t *testing.T) sim.Options {
 // fits under the limit exactly when the real one does. That is ten model
 // steps on the H200, and four validation steps and two train steps of the
 // official code on an H100 80GB HBM3 (max_batch_steps.json; the limits are
-// fractions of its total memory). The log also shows what comparing an
+// fractions of its total memory), and two train steps of yolov9-c whose
+// batch one above the answer makes cuDNN fall back before it runs out
+// (max_batch_fallback.json: 41 and 84 allocation retries there, where the
+// replay falls back for one and two convolution shapes and then runs out
+// too). The log also shows what comparing an
 // unlimited run's reserved peak with the limit gives: fewer, in most of
 // them, since the real allocator frees its cache and retries before it
 // gives up.
 func TestMaxBatchMeasured(t *testing.T) {
 	runs := append(maxBatchRuns(t), maxBatchRuns(t, "max_batch_steps.json")...)
+	runs = append(runs, maxBatchRuns(t, "max_batch_fallback.json")...)
 	var table strings.Builder
 	fmt.Fprintf(&table, "%-10s %-9s %4s %2s %9s  %9s %9s %9s  %12s %12s\n", "step", "cfg", "prec", "k", "limit GiB", "measured", "predicted", "uncapped", "reserved GiB", "predicted")
 	models := builtins{}
