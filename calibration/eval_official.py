@@ -80,11 +80,20 @@ def child(spec, yolo, out_path, cap=0):
             json.dump(res, f)
         return
     model, half = resident(torch, Model, yolo, cfg, dev)
+
+    def segments():
+        return sorted([[sg["total_size"], sg["allocated_size"], sg["segment_type"]] for sg in torch.cuda.memory_snapshot()],
+                      key=lambda v: -v[0])
+
+    stages = {"resident": [torch.cuda.memory_allocated(), torch.cuda.memory_reserved()]}
     x = torch.randn(b, 3, h, w, device=dev, dtype=torch.float16)
     with torch.no_grad():
         o = half(x)
     torch.cuda.synchronize()
+    stages["warmup_peak"] = [torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved()]
     del o, x
+    stages["after_warmup"] = [torch.cuda.memory_allocated(), torch.cuda.memory_reserved()]
+    seg_warm = segments()
     x = torch.randn(b, 3, h, w, device=dev, dtype=torch.float16)
     torch.cuda.synchronize()
     torch.cuda.memory._record_memory_history(enabled="all", context="all", stacks="python", max_entries=2000000)
@@ -119,7 +128,8 @@ def child(spec, yolo, out_path, cap=0):
            "cudnn": torch.backends.cudnn.version(), "gpu": torch.cuda.get_device_name(0),
            "m0": m0, "after_fwd": after, "peak": st["allocated_bytes.all.peak"],
            "peak_req": st["requested_bytes.all.peak"], "peak_reserved": st["reserved_bytes.all.peak"],
-           "trace_peak": best, "live_at_peak": top, "events": len(ev)}
+           "trace_peak": best, "live_at_peak": top, "events": len(ev),
+           "stages": stages, "segments_after_warmup": seg_warm, "segments_after": segments()}
     with open(out_path, "w") as f:
         json.dump({"result": out, "events": ev}, f)
     print("%s b%d %dx%d: m0 %.1f peak %.1f reserved %.1f MiB" % (cfg, b, h, w, m0 / 2**20, out["peak"] / 2**20,
