@@ -325,7 +325,17 @@ func (rep *report) print(w io.Writer) error {
 	fmt.Fprintf(w, "fits: the step runs to its end with the caching allocator limited to the card's\n"+
 		"usable memory, as PyTorch runs it (it releases its cache and retries before it\n"+
 		"runs out of memory), batch sizes up to %d. Usable is the total less the CUDA\n"+
-		"context, %s: see onnxmem devices.\n\n", maxBatchLimit, contextNote(rep.Devices))
+		"context, %s: see onnxmem devices.\n", maxBatchLimit, contextNote(rep.Devices))
+	var other []string
+	for _, d := range rep.Devices {
+		if !d.Exact() {
+			other = append(other, d.Name)
+		}
+	}
+	if len(other) > 0 {
+		fmt.Fprintf(w, "band: %s take the H200's cuDNN workspaces here; maxbatch -device gives each one's band\n", strings.Join(other, ", "))
+	}
+	fmt.Fprintln(w)
 
 	detail := rep.DetailSetting.String()
 	if note := scriptDefault(rep.Family, ""); note != "" {
