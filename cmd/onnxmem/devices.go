@@ -11,7 +11,7 @@ import (
 func cmdDevices(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	f := newFlagSet("devices",
 		"onnxmem devices [-json|-csv]",
-		"Devices lists the device profiles that maxbatch -device and report use: each\ncard's total memory as PyTorch reports it, the CUDA context assumed on it, the\nmemory left usable for PyTorch's caching allocator (total less context) and\nPyTorch's default cuBLAS workspace on it, then where each figure comes from.\nA step fits a card when it runs to its end with the caching allocator limited\nto the usable memory, as PyTorch runs it (it releases its cache and retries\nbefore it runs out of memory). -device also takes a size: 24GB, 23.5GiB,\noptionally +ctx=600MiB.",
+		"Devices lists the device profiles that maxbatch -device and report use: each\ncard's total memory as PyTorch reports it, the CUDA context assumed on it, the\nmemory left usable for PyTorch's caching allocator (total less context),\nPyTorch's default cuBLAS workspace on it, whether cuDNN's workspaces were\nmeasured there (elsewhere every answer is a band) and whether bfloat16 runs,\nthen where each figure comes from.\nA step fits a card when it runs to its end with the caching allocator limited\nto the usable memory, as PyTorch runs it (it releases its cache and retries\nbefore it runs out of memory). -device also takes a size: 24GB, 23.5GiB,\noptionally +ctx=600MiB.",
 		"onnxmem devices -json")
 	asJSON, asCSV := f.jsonFlag(), f.csvFlag()
 	if code, ok := f.parseNoArgs(args, stdout, stderr); !ok {
@@ -44,17 +44,21 @@ func printDevices(w io.Writer, ds []onnxmem.Device) error {
 	}
 	tw := newTable(w)
 	// Names are padded so that the right-aligned table shows them aligned left.
-	fmt.Fprintf(tw, "%-*s\tsm\ttotal GiB\tcontext GiB\tusable GiB\tcuBLAS MiB\t  model\n", width, "device")
+	fmt.Fprintf(tw, "%-*s\tsm\ttotal GiB\tcontext GiB\tusable GiB\tcuBLAS MiB\tcuDNN\tbf16\t  model\n", width, "device")
 	for _, d := range ds {
-		fmt.Fprintf(tw, "%-*s\t%s\t%s\t%s\t%s\t%s\t  %s\n", width, d.Name, cmpOr(d.Capability, "?"), gib(d.Total), gib(d.Context), gib(d.Usable()),
-			strconv.FormatFloat(float64(d.CuBLASWorkspace)/(1<<20), 'f', -1, 64), d.Long)
+		js := newDeviceJSON(d)
+		fmt.Fprintf(tw, "%-*s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t  %s\n", width, d.Name, cmpOr(d.Capability, "?"), gib(d.Total), gib(d.Context), gib(d.Usable()),
+			strconv.FormatFloat(float64(d.CuBLASWorkspace)/(1<<20), 'f', -1, 64), js.Workspaces, map[bool]string{true: "yes", false: "no"}[js.BF16], d.Long)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	fmt.Fprint(w, "\nusable: total less the CUDA context, the limit of PyTorch's caching allocator; a\n"+
 		"step fits when it runs to its end under it. cuBLAS: PyTorch's default\n"+
-		"workspace, resident in train and eval steps.\n\nsources:\n")
+		"workspace, resident in train and eval steps. cuDNN: its workspaces measured on\n"+
+		"the card, or a band (from none to the H200's) in every answer. bf16: bfloat16\n"+
+		"autocast runs there (sm 8.0 and newer). torch 2.11's cu128 and cu130 builds need\n"+
+		"sm 7.5; an older card runs its cu126 build.\n\nsources:\n")
 	for _, d := range ds {
 		fmt.Fprintf(w, "  %-*s  %s\n", width, d.Name, d.Sources)
 	}
@@ -74,10 +78,29 @@ type deviceJSON struct {
 	Context         int64  `json:"context"`
 	Usable          int64  `json:"usable"`
 	CuBLASWorkspace int64  `json:"cublas_workspace"`
-	Sources         string `json:"sources,omitempty"`
+	// Workspaces is "measured" where cuDNN's workspaces were measured
+	// (Device.Exact), else "band"; BF16 says bfloat16 autocast runs there
+	// (sm 8.0 and newer); TorchBuilds are the CUDA builds of torch 2.11
+	// made for the card ("" when its compute capability is unknown).
+	Workspaces  string `json:"cudnn_workspaces"`
+	BF16        bool   `json:"bf16"`
+	TorchBuilds string `json:"torch_builds,omitempty"`
+	Sources     string `json:"sources,omitempty"`
 }
 
 func newDeviceJSON(d onnxmem.Device) deviceJSON {
-	return deviceJSON{Name: d.Name, Model: d.Long, Capability: d.Capability, Total: d.Total, Context: d.Context, Usable: d.Usable(),
-		CuBLASWorkspace: d.CuBLASWorkspace, Sources: d.Sources}
+	js := deviceJSON{Name: d.Name, Model: d.Long, Capability: d.Capability, Total: d.Total, Context: d.Context, Usable: d.Usable(),
+		CuBLASWorkspace: d.CuBLASWorkspace, Workspaces: "band", BF16: true, Sources: d.Sources}
+	if d.Exact() {
+		js.Workspaces = "measured"
+	}
+	if c, err := strconv.ParseFloat(d.Capability, 64); err == nil {
+		// torch 2.11's CUDA 12.8 and 13.0 wheels are built for sm 7.5 and
+		// newer; its CUDA 12.6 build still covers sm 5.0 to 9.0.
+		js.BF16, js.TorchBuilds = c >= 8, "cu126"
+		if c >= 7.5 {
+			js.TorchBuilds = "cu126, cu128, cu130"
+		}
+	}
+	return js
 }
