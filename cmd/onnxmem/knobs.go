@@ -77,9 +77,12 @@ func cmdKnobs(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 type knob struct {
 	Setting setting
 	Result  *onnxmem.Result
-	// Fits says whether the step runs to its end under the limit.
-	Fits bool
-	Cost onnxmem.Cost
+	// Fits says whether the step runs to its end under the limit; Verdict
+	// is "yes", "no" or, on a card whose cuDNN workspaces were not
+	// measured, "maybe" (fitCriterion.verdict).
+	Fits    bool
+	Verdict string
+	Cost    onnxmem.Cost
 }
 
 // knobs simulates and counts each setting at a batch size, in the order
@@ -88,12 +91,12 @@ func knobs(m *onnxmem.Model, settings []setting, batch int64, img imageSize, lim
 	out := make([]knob, len(settings))
 	err := parallel(len(settings), func(i int) error {
 		sc := settings[i].scenario(batch, img)
-		r, fits, err := lim.fit(m, sc)
+		r, fits, verdict, err := lim.verdict(m, sc)
 		if err != nil {
 			return err
 		}
 		c, err := m.Cost(sc)
-		out[i] = knob{Setting: settings[i], Result: r, Fits: fits, Cost: c}
+		out[i] = knob{Setting: settings[i], Result: r, Fits: fits, Verdict: verdict, Cost: c}
 		return err
 	})
 	return out, err
@@ -144,7 +147,7 @@ func (t *knobTable) print(w io.Writer) error {
 			recompute = "+" + percent(k.Cost.Overhead())
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t  %s\n", k.Setting.precision(), k.Setting.Segments,
-			gib(k.Result.Peak), gib(k.Result.PeakReserved), save, saveGiB, yesNo(k.Fits), recompute, where(k.Result))
+			gib(k.Result.Peak), gib(k.Result.PeakReserved), save, saveGiB, k.Verdict, recompute, where(k.Result))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -163,6 +166,10 @@ segments   N: the layers cut into N segments as checkpoint_sequential cuts them,
 `, t.Limit.limitText(), scriptDefault(t.Family, ", "))
 	if note := segmentsNote(t.Family); err == nil && note != "" {
 		_, err = fmt.Fprintf(w, "           (%s)\n", strings.ReplaceAll(note, "\n", "\n            "))
+	}
+	if err == nil && t.Limit.banded() {
+		_, err = fmt.Fprintf(w, "band       %s's cuDNN workspaces were not measured: yes and no hold with any from none to the\n"+
+			"           H200's, maybe with one of the two only; the figures are with the H200's\n", t.Limit.device.Name)
 	}
 	return err
 }
@@ -205,9 +212,13 @@ type knobJSON struct {
 	Saving         int64   `json:"saving"`
 	SavingFraction float64 `json:"saving_fraction"`
 	Fits           bool    `json:"fits"`
-	ForwardFLOPs   int64   `json:"forward_flops"`
-	BackwardFLOPs  int64   `json:"backward_flops"`
-	RecomputeFLOPs int64   `json:"recompute_flops"`
+	// Band, on a card whose cuDNN workspaces were not measured, is "yes",
+	// "no" or "maybe" (fits with one of the H200's workspaces and none);
+	// Fits is then the answer with the H200's.
+	Band           string `json:"band,omitempty"`
+	ForwardFLOPs   int64  `json:"forward_flops"`
+	BackwardFLOPs  int64  `json:"backward_flops"`
+	RecomputeFLOPs int64  `json:"recompute_flops"`
 	// RecomputeOverhead is RecomputeFLOPs / (ForwardFLOPs + BackwardFLOPs).
 	RecomputeOverhead float64 `json:"recompute_overhead"`
 	PeakPhase         string  `json:"peak_phase"`
@@ -223,7 +234,7 @@ func (t *knobTable) json() knobsJSON {
 		r, c := k.Result, k.Cost
 		js.Rows = append(js.Rows, knobJSON{
 			Precision: k.Setting.precision(), Segments: k.Setting.Segments, Peak: r.Peak,
-			PeakReserved: r.PeakReserved, Saving: d, SavingFraction: frac, Fits: k.Fits,
+			PeakReserved: r.PeakReserved, Saving: d, SavingFraction: frac, Fits: k.Fits, Band: bandVerdictOf(t.Limit, k.Verdict),
 			ForwardFLOPs: c.Forward, BackwardFLOPs: c.Backward, RecomputeFLOPs: c.Recompute,
 			RecomputeOverhead: c.Overhead(),
 			PeakPhase:         r.PeakPhase, PeakLayer: r.PeakLayer, PeakNode: r.PeakNode,

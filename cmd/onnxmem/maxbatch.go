@@ -461,6 +461,35 @@ func maxBatchRunBand(m *onnxmem.Model, sc onnxmem.Scenario, banded bool, p onnxm
 	return n, r, b, err
 }
 
+// verdict is fit, and its answer in words: "yes" or "no"; on a card whose
+// cuDNN workspaces were not measured, "yes" when the step fits with the
+// H200's workspaces and with none, "no" when with neither, else "maybe".
+// fits is the answer with the H200's.
+func (c fitCriterion) verdict(m *onnxmem.Model, sc onnxmem.Scenario) (*onnxmem.Result, bool, string, error) {
+	r, fits, err := c.fit(m, sc)
+	if err != nil || !c.banded() {
+		return r, fits, yesNo(fits), err
+	}
+	none := sc
+	none.NoWorkspaces = true
+	_, also, err := c.fit(m, none)
+	switch {
+	case fits && also:
+		return r, fits, "yes", err
+	case !fits && !also:
+		return r, fits, "no", err
+	}
+	return r, fits, "maybe", err
+}
+
+// bandVerdictOf is a verdict for JSON: "" where the answer is no band.
+func bandVerdictOf(c fitCriterion, verdict string) string {
+	if !c.banded() {
+		return ""
+	}
+	return verdict
+}
+
 // banded reports whether the answer under c is a batchBand: on a card whose
 // cuDNN workspaces were not measured.
 func (c fitCriterion) banded() bool { return c.device != nil && !c.device.Exact() }
