@@ -193,11 +193,12 @@ func forBatchCmd(m *onnxmem.Model, c fitCriterion, st setting, batch int64, img 
 	ks := segmentCandidates(m.Layers())
 	rs := make([]*onnxmem.Result, len(ks))
 	fits := make([]bool, len(ks))
+	verdicts := make([]string, len(ks))
 	err := parallel(len(ks), func(i int) error {
 		s := st
 		s.Segments = ks[i]
 		var err error
-		rs[i], fits[i], err = c.fit(m, s.scenario(batch, img))
+		rs[i], fits[i], verdicts[i], err = c.verdict(m, s.scenario(batch, img))
 		return err
 	})
 	if err != nil {
@@ -247,7 +248,14 @@ func forBatchCmd(m *onnxmem.Model, c fitCriterion, st setting, batch int64, img 
 	if ks[first] > 1 {
 		how = fmt.Sprintf("with %d checkpoint segments, the fewest", ks[first])
 	}
-	_, err = fmt.Fprintf(stdout, "batch %d fits %s: %s (%s)\n", batch, how, c.uses(r), where(r))
+	fmt.Fprintf(stdout, "batch %d fits %s: %s (%s)\n", batch, how, c.uses(r), where(r))
+	if c.banded() {
+		sure := "sure: it fits with any cuDNN workspace from none to the H200's"
+		if verdicts[first] != "yes" {
+			sure = "not sure: with cuDNN workspaces from none to the H200's, it fits with one of the two only"
+		}
+		fmt.Fprintf(stdout, "band   %s's cuDNN workspaces were not measured; that answer is %s\n", c.device.Name, sure)
+	}
 	return exit(stderr, err)
 }
 
