@@ -113,6 +113,18 @@ func cmdPlan(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	if r.PeakReserved > c.limit() {
 		fmt.Fprintf(stdout, "        (it would reserve more than the limit without one; under it the allocator releases its cache and retries, as PyTorch does)\n")
 	}
+	if c.banded() {
+		// The plan, searched with the H200's workspaces, with none.
+		_, _, verdict, err := c.verdict(m, r.Scenario)
+		if err != nil {
+			return fail(stderr, err)
+		}
+		sure := "it fits with none too: sure"
+		if verdict != "yes" {
+			sure = "with none it does not: not sure"
+		}
+		fmt.Fprintf(stdout, "band    %s's cuDNN workspaces were not measured; the plan fits with the H200's, %s\n", c.device.Name, sure)
+	}
 	fmt.Fprintf(stdout, "cost    recomputes %.1f%% of the forward's FLOPs (%.1f GFLOP)\n", pct(p.RecomputeFLOPs), float64(p.RecomputeFLOPs)/1e9)
 	if bestK > 0 {
 		fmt.Fprintf(stdout, "against checkpoint_sequential: the cheapest that fits, %d segments, recomputes %.1f%%\n", bestK, pct(bestKFLOPs))
