@@ -126,33 +126,17 @@ func cmdMaxBatch(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	if *forBatch > 0 {
 		return forBatchCmd(m, c, st, *forBatch, *img, *asJSON, *asCSV, stdout, stderr)
 	}
-	var n int64
-	var r *onnxmem.Result
-	n, r, err = m.MaxBatch(c.scenario(st.scenario(1, *img)), *limit)
+	n, r, b, err := searchBand(c.scenario(st.scenario(1, *img)), c.banded(), *limit, m.MaxBatch)
 	if err != nil {
 		return fail(stderr, err)
 	}
-	var b batchBand
-	if c.banded() {
+	if c.banded() && n > 0 {
 		sc := c.scenario(st.scenario(1, *img))
-		sc.NoWorkspaces = true
-		none, _, err := m.MaxBatch(sc, *limit)
-		if err != nil {
+		sc.Batch, sc.NoWorkspaces = n, true
+		if b.low, err = m.Simulate(sc); err != nil {
 			return fail(stderr, err)
 		}
-		if b = newBatchBand(n, none); b.sure < n {
-			n, r, err = m.MaxBatch(c.scenario(st.scenario(1, *img)), b.sure)
-			if err != nil {
-				return fail(stderr, err)
-			}
-		}
-		if n > 0 {
-			sc.Batch = n
-			if b.low, err = m.Simulate(sc); err != nil {
-				return fail(stderr, err)
-			}
-			b.high = r
-		}
+		b.high = r
 	}
 	if *asJSON || *asCSV {
 		js := maxBatchJSON{Model: m.Name, Limit: *limit, MaxBatch: n, MaxBatchPossible: b.possiblePtr()}
@@ -448,25 +432,33 @@ func (b batchBand) text(c fitCriterion) string {
 	return s
 }
 
-// maxBatchRunBand is Model.MaxBatchRun, and on a card whose cuDNN
-// workspaces were not measured (banded) the band: the batch and run it
-// returns are then the sure ones.
-func maxBatchRunBand(m *onnxmem.Model, sc onnxmem.Scenario, banded bool, p onnxmem.RunPlan, limit int64) (int64, *onnxmem.RunResult, batchBand, error) {
-	n, r, err := m.MaxBatchRun(sc, p, limit)
+// searchBand runs a max-batch search (Model.MaxBatch, or MaxBatchRun for
+// one plan) and, on a card whose cuDNN workspaces were not measured
+// (banded), the same search without workspaces: the band. The batch and
+// result it returns are then the sure ones.
+func searchBand[R any](sc onnxmem.Scenario, banded bool, limit int64, search func(onnxmem.Scenario, int64) (int64, R, error)) (int64, R, batchBand, error) {
+	n, r, err := search(sc, limit)
 	if err != nil || !banded {
 		return n, r, batchBand{}, err
 	}
 	none := sc
 	none.NoWorkspaces = true
-	k, _, err := m.MaxBatchRun(none, p, limit)
+	k, _, err := search(none, limit)
 	if err != nil {
-		return 0, nil, batchBand{}, err
+		return 0, r, batchBand{}, err
 	}
 	b := newBatchBand(n, k)
 	if b.sure < n {
-		n, r, err = m.MaxBatchRun(sc, p, b.sure)
+		n, r, err = search(sc, b.sure)
 	}
 	return n, r, b, err
+}
+
+// runSearch is Model.MaxBatchRun for the run plan p, as searchBand takes it.
+func runSearch(m *onnxmem.Model, p onnxmem.RunPlan) func(onnxmem.Scenario, int64) (int64, *onnxmem.RunResult, error) {
+	return func(sc onnxmem.Scenario, limit int64) (int64, *onnxmem.RunResult, error) {
+		return m.MaxBatchRun(sc, p, limit)
+	}
 }
 
 // verdict is fit, and its answer in words: "yes" or "no"; on a card whose
@@ -547,7 +539,7 @@ func runMaxBatchCmd(m *onnxmem.Model, c fitCriterion, st setting, img imageSize,
 	if isTerminal(stderr) {
 		fmt.Fprintf(stderr, "onnxmem: maxbatch: simulating whole runs on %s, batch after batch\n", p.Dataset())
 	}
-	lo, best, b, err := maxBatchRunBand(m, c.scenario(st.scenario(1, img)), c.banded(), p, limit)
+	lo, best, b, err := searchBand(c.scenario(st.scenario(1, img)), c.banded(), limit, runSearch(m, p))
 	if err != nil {
 		return fail(stderr, err)
 	}

@@ -75,7 +75,7 @@ func (rep *runReport) simulate(sc onnxmem.Scenario, stderr io.Writer, verbose bo
 		s := sc
 		s.Device = rep.Devices[i].Name
 		d := rep.Devices[i]
-		n, _, b, err := maxBatchRunBand(m, s, !d.Exact(), rep.Plan, 0)
+		n, _, b, err := searchBand(s, !d.Exact(), 0, runSearch(m, rep.Plan))
 		rep.MaxBatch[i], rep.Possible[i] = n, b.possible
 		step("the largest batch on " + rep.Devices[i].Name)
 		return err
