@@ -43,6 +43,18 @@ Modules the repository imports but this run never uses (cv2, pandas, seaborn, ma
 IPython, requests, psutil, pkg_resources, tqdm) are stubbed when they are missing; yaml falls
 back to third_party/pylib when missing. env lists what was stubbed.
 
+DDP (issue 36): a config cfg:batch:prec:ddp (or :ddp-syncbn, with --sync-bn) is started as
+    python -m torch.distributed.run --nproc_per_node 1 train_run.py --child ...
+so that RANK is 0 and train_dual.py's DDP path runs with world size 1, as the official code
+runs it: dist.init_process_group("nccl") after set_device, torch_distributed_zero_first's
+barriers where train() has them (check_dataset, the train dataloader), SyncBatchNorm conversion
+after the EMA, model.half().float(), smart_DDP (DDP(model, device_ids=[0], output_device=0,
+static_graph=True)), loss *= WORLD_SIZE under autocast, and the early-stopping
+broadcast_object_list at each epoch end. Its record (in train_run_ddp.jsonl) says gpus and
+sync_bn. Every record also holds driver_used_after per event and "driver": what
+torch.cuda.mem_get_info says is used on the card (context, NCCL, the allocator's segments)
+after CUDA init and after init_process_group.
+
 Rerun on a GPU machine, from the repository root (about 2-3 minutes):
     python3 calibration/train_run.py --out calibration/results
 which appends one JSON line per config to --out/train_run.jsonl.
@@ -65,8 +77,12 @@ STUBBED = []
 
 
 def parse(spec):
-    cfg, batch, prec = spec.split(":")
-    return cfg, int(batch), prec == "amp"
+    """cfg:batch:amp|fp32[:ddp|:ddp-syncbn]; the mode says whether the run is one rank of DDP (with SyncBatchNorm)."""
+    cfg, batch, prec, *mode = spec.split(":")
+    mode = mode[0] if mode else ""
+    if mode not in ("", "ddp", "ddp-syncbn"):
+        raise SystemExit(f"train_run.py: {spec}: mode {mode!r}: want ddp or ddp-syncbn")
+    return cfg, int(batch), prec == "amp", mode
 
 
 # ----------------------------------------------------------------------------- stubs
@@ -190,7 +206,13 @@ def child(spec, out_path, a):
     from datetime import datetime
     from pathlib import Path
 
-    cfg, B, amp = parse(spec)
+    cfg, B, amp, mode = parse(spec)
+    # torch.distributed.run's environment, as train_dual.py reads it at import
+    LOCAL_RANK = int(os.getenv("LOCAL_RANK", -1))
+    RANK = int(os.getenv("RANK", -1))
+    WORLD_SIZE = int(os.getenv("WORLD_SIZE", 1))
+    if bool(mode) != (RANK != -1):
+        raise SystemExit(f"train_run.py: {spec}: a ddp run must be started by torch.distributed.run, and only it")
     trainer = "train" if cfg.startswith("gelan") else "train_dual"
     yolo = os.path.abspath(a.yolo)
     install_stubs()
@@ -221,7 +243,8 @@ def child(spec, out_path, a):
     from utils.callbacks import Callbacks
     from utils.general import init_seeds, labels_to_class_weights
     from utils.metrics import fitness
-    from utils.torch_utils import EarlyStopping, ModelEMA, de_parallel, smart_optimizer
+    from utils.torch_utils import EarlyStopping, ModelEMA, de_parallel, smart_DDP, smart_optimizer, torch_distributed_zero_first
+    import torch.distributed as dist
     if trainer == "train_dual":
         import val_dual as validate
         from utils.loss_tal_dual import ComputeLoss
@@ -247,12 +270,25 @@ def child(spec, out_path, a):
     device = torch.device("cuda:0")
     torch.cuda.init()
     torch.cuda.set_device(device)
+    driver = {}  # bytes the driver says are used on the card (context, NCCL, the allocator's segments)
+
+    def driver_used():
+        free, total = torch.cuda.mem_get_info()
+        return total - free
+
+    driver["after_cuda_init"] = driver_used()
+    if RANK != -1:  # train_dual.py main(): set_device(LOCAL_RANK), then the process group
+        device = torch.device("cuda", LOCAL_RANK)
+        torch.cuda.set_device(LOCAL_RANK)
+        dist.init_process_group(backend="nccl" if dist.is_nccl_available() else "gloo")
+        driver["after_init_process_group"] = driver_used()
     if a.fraction:  # train_max_batch.py: the allocator capped before any allocation
         torch.cuda.set_per_process_memory_fraction(a.fraction, device)
     torch.cuda.reset_peak_memory_stats()
     assert torch.cuda.memory_allocated() == 0
     if a.trace:  # the allocator's history, dumped as a memory snapshot when the run ends
-        torch.cuda.memory._record_memory_history(enabled="all", context=None, max_entries=2000000)
+        torch.cuda.memory._record_memory_history(enabled="all", context="all" if a.stacks else None,
+                                                 stacks="python", max_entries=2000000)
 
     rng = np.random.default_rng(20240521)  # the fake data's own generator (the global RNGs stay as seeded)
     gen = torch.Generator().manual_seed(1234)
@@ -260,7 +296,8 @@ def child(spec, out_path, a):
     ds_labels = [make_targets(torch, rng, [k]).numpy()[:, 1:] for k in ds_counts]  # dataset.labels: (k, 5) class xywh
 
     ev, meas = [], {k: [] for k in ("allocated_after", "reserved_after", "event_peak", "event_peak_reserved",
-                                    "event_peak_req", "optimizer_stepped", "scale", "val_dets", "event_s")}
+                                    "event_peak_req", "optimizer_stepped", "scale", "val_dets", "event_s",
+                                    "driver_used_after")}
     state = {"t0": 0.0, "peak": 0, "peak_reserved": 0, "peak_req": 0}
 
     def start(kind, info):
@@ -281,6 +318,7 @@ def child(spec, out_path, a):
         meas["scale"].append(scale)
         meas["val_dets"].append(dets)
         meas["event_s"].append(round(time.time() - state["t0"], 3))
+        meas["driver_used_after"].append(driver_used())
         state["peak"] = max(state["peak"], st["allocated_bytes.all.peak"])
         state["peak_reserved"] = max(state["peak_reserved"], st["reserved_bytes.all.peak"])
         state["peak_req"] = max(state["peak_req"], st["requested_bytes.all.peak"])
@@ -292,6 +330,8 @@ def child(spec, out_path, a):
 
     # ------------------------------------------------------------------ setup
     start("setup", {})
+    with torch_distributed_zero_first(LOCAL_RANK):  # train(): check_dataset under it (a barrier on rank 0 after)
+        pass
     model = Model(cfg_path, ch=3, nc=nc, anchors=hyp.get("anchors")).to(device)  # create
     gs = max(int(model.stride.max()), 32)
     imgsz = 640
@@ -301,9 +341,15 @@ def child(spec, out_path, a):
     optimizer = smart_optimizer(model, "SGD", hyp["lr0"], hyp["momentum"], hyp["weight_decay"])
     lf = lambda x: (1 - x / epochs) * (1.0 - hyp["lrf"]) + hyp["lrf"]  # noqa: E731 linear
     scheduler = lr_scheduler.LambdaLR(optimizer, lr_lambda=lf)
-    ema = ModelEMA(model)
+    ema = ModelEMA(model) if RANK in {-1, 0} else None
     best_fitness, start_epoch = 0.0, 0
+    if mode == "ddp-syncbn":  # --sync-bn, after the EMA
+        model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model).to(device)
+    with torch_distributed_zero_first(LOCAL_RANK):  # create_dataloader's dataset under it (rank=LOCAL_RANK)
+        pass
     model.half().float()  # pre-reduce anchor precision
+    if RANK != -1:
+        model = smart_DDP(model)
     hyp["label_smoothing"] = 0.0
     model.nc = nc
     model.hyp = hyp
@@ -355,6 +401,8 @@ def child(spec, out_path, a):
                 with torch.cuda.amp.autocast(amp):
                     pred = model(imgs)
                     loss, loss_items = compute_loss(pred, targets.to(device))
+                    if RANK != -1:
+                        loss *= WORLD_SIZE  # gradient averaged between devices in DDP mode
                 scaler.scale(loss).backward()
                 s0 = scaler.get_scale()
                 n_state0 = len(optimizer.state)
@@ -412,7 +460,7 @@ def child(spec, out_path, a):
             ema.update_attr(model, include=["yaml", "nc", "hyp", "names", "stride", "class_weights"])
             final_epoch = (epoch + 1 == epochs) or stopper.possible_stop
             results, maps, _ = validate.run(data_dict,
-                                            batch_size=B * 2,
+                                            batch_size=B // WORLD_SIZE * 2,
                                             imgsz=imgsz,
                                             half=amp,
                                             model=ema.ema,
@@ -448,6 +496,9 @@ def child(spec, out_path, a):
                 torch.save(ckpt, best)
                 n_saves += 1
             del ckpt
+            if RANK != -1:  # train_dual's early-stopping broadcast, every epoch end
+                broadcast_list = [False if RANK == 0 else None]
+                dist.broadcast_object_list(broadcast_list, 0)
             end()
 
     except torch.OutOfMemoryError as e:  # under --fraction: the event it ran out in
@@ -459,12 +510,12 @@ def child(spec, out_path, a):
         torch.cuda.memory._record_memory_history(enabled=None)
     st = torch.cuda.memory_stats()
     rec = {"kind": "train_run", "cfg": cfg, "batch": B, "img": 640, "amp": amp, "optimizer": "SGD", "ema": True,
-           "segments": 0, "trainer": trainer, "model": f"yolov9/{cfg}-train.onnx", "events": ev,
+           "segments": 0, "trainer": trainer, **({"gpus": WORLD_SIZE, "sync_bn": mode == "ddp-syncbn"} if mode else {}), "model": f"yolov9/{cfg}-train.onnx", "events": ev,
            "measured": {"peak": state["peak"], "peak_reserved": state["peak_reserved"], "peak_req": state["peak_req"],
                         **meas, "ckpt_saves": n_saves, "num_alloc_retries": st.get("num_alloc_retries", 0),
                         "num_ooms": st.get("num_ooms", 0), "val_results": [float(x) for x in results],
                         "fraction": a.fraction, "total_memory": torch.cuda.get_device_properties(0).total_memory,
-                        "oom": oom},
+                        "oom": oom, "driver": driver},
            "env": {"torch": torch.__version__, "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(),
                    "gpu": torch.cuda.get_device_name(0), "python": sys.version.split()[0],
                    "deterministic": torch.are_deterministic_algorithms_enabled(),
@@ -473,6 +524,8 @@ def child(spec, out_path, a):
                    "iters": [a.iters1, a.iters2]}}
     with open(out_path, "w") as f:
         f.write(json.dumps(rec) + "\n")
+    if RANK != -1:
+        dist.destroy_process_group()
 
 
 # ----------------------------------------------------------------------------- parent
@@ -490,18 +543,30 @@ def main():
     p.add_argument("--fraction", type=float, default=0, help="child: set_per_process_memory_fraction right after CUDA init")
     p.add_argument("--train-only", action="store_true", help="child: epoch 0's train iterations only (no val, ckpt, epoch 1)")
     p.add_argument("--trace", default=None, help="child: dump a memory snapshot of the whole run to this file")
+    p.add_argument("--stacks", action="store_true", help="child: with --trace, record each allocation's Python frames")
+    p.add_argument("--local-rank", "--local_rank", type=int, default=-1, help="torch.distributed.launch's; run reads LOCAL_RANK")
     a = p.parse_args()
     if a.child:
         child(a.child, a.child_out, a)
         return
     os.makedirs(a.out, exist_ok=True)
-    out = os.path.join(a.out, "train_run.jsonl")
-    for spec in a.configs.split(","):
+    for k, spec in enumerate(a.configs.split(",")):
+        mode = parse(spec)[3]
+        # One rank of DDP (world size 1) as train_dual.py runs under
+        #   python -m torch.distributed.run --nproc_per_node 1 train_dual.py ...
+        out = os.path.join(a.out, "train_run_ddp.jsonl" if mode else "train_run.jsonl")
         tmp = os.path.join(a.out, f".train_run_{spec.replace(':', '_')}.json")
         t0 = time.time()
         print(f"== {spec}", flush=True)
-        cmd = [sys.executable, os.path.abspath(__file__), "--child", spec, "--child-out", tmp, "--yolo", a.yolo,
-               "--iters1", str(a.iters1), "--iters2", str(a.iters2), "--val-batches", str(a.val_batches)]
+        launch = [sys.executable]
+        if mode:
+            launch += ["-m", "torch.distributed.run", "--nproc_per_node", "1", "--master_port", str(29500 + k)]
+        cmd = launch + [os.path.abspath(__file__), "--child", spec, "--child-out", tmp, "--yolo", a.yolo,
+                        "--iters1", str(a.iters1), "--iters2", str(a.iters2), "--val-batches", str(a.val_batches)]
+        if a.trace:
+            cmd += ["--trace", a.trace + "." + spec.replace(":", "_") + ".pickle"] + (["--stacks"] if a.stacks else [])
+        if a.train_only:
+            cmd += ["--train-only"]
         os.makedirs(os.path.join(a.out, "train_run_logs"), exist_ok=True)
         log = os.path.join(a.out, "train_run_logs", spec.replace(":", "_") + ".log")
         with open(log, "w") as lf:

@@ -176,6 +176,8 @@ type builder struct {
 	str   [][]int64
 	dt    []ir.DType // by value: the type eager PyTorch gives it
 	saved [][]int32  // by node: the storages autograd saved for its backward
+	// bnStat[v]: v is a batch norm's running mean or variance, a buffer.
+	bnStat map[ir.ValueID]bool
 
 	state    [][]int32 // by value: the optimizer state buffers of a trainable parameter
 	blasMade [4]bool   // the cuBLAS workspaces made: by blasHandle
@@ -423,10 +425,12 @@ func (b *builder) bytes(v ir.ValueID) int64 {
 func (b *builder) resident() error {
 	b.node = -1
 	bnVar := make(map[ir.ValueID]bool)
+	b.bnStat = make(map[ir.ValueID]bool)
 	for i := range b.g.Nodes {
 		n := &b.g.Nodes[i]
 		if b.kind[i] == ir.EagerBatchNorm && len(n.Inputs) == 5 {
 			bnVar[n.Inputs[4]] = true
+			b.bnStat[n.Inputs[3]], b.bnStat[n.Inputs[4]] = true, true
 		}
 	}
 	// The model, and for the eval step its half copy after it.
@@ -493,6 +497,7 @@ func (b *builder) halvedLoad() {
 func (b *builder) addResident(r Role, buf int32) {
 	b.p.Resident = append(b.p.Resident, buf)
 	b.p.ResidentRoles = append(b.p.ResidentRoles, r)
+	b.p.ResidentBuffer = append(b.p.ResidentBuffer, false)
 }
 
 // modelCopy appends the model's parameters and buffers as resident
@@ -506,8 +511,10 @@ func (b *builder) modelCopy(r Role, size func(ir.ValueID) int64, bnVar map[ir.Va
 		}
 		v := ir.ValueID(i)
 		b.addResident(r, b.newBuf(size(v), Param, v))
+		b.p.ResidentBuffer[len(b.p.ResidentBuffer)-1] = b.buffer[i] || b.bnStat[v]
 		if bnVar[v] {
 			b.addResident(r, b.newBuf(8, Param, ir.NoValue))
+			b.p.ResidentBuffer[len(b.p.ResidentBuffer)-1] = true
 		}
 	}
 }

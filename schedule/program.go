@@ -132,6 +132,11 @@ type Program struct {
 	Resident []int32
 	// ResidentRoles says, for each buffer of Resident, what it is.
 	ResidentRoles []Role
+	// ResidentBuffer says, for each buffer of Resident, whether it is one
+	// of the model's buffers rather than a parameter: a batch norm's
+	// running statistics and num_batches_tracked, a register_buffer's
+	// table (what module.buffers() lists).
+	ResidentBuffer []bool
 	// ResidentLoad, when not nil, holds for each buffer of Resident the
 	// bytes it had when it was loaded, before model.half() converted it: a
 	// model step in half precision loads the model in float32 and then

@@ -422,6 +422,15 @@ type Options struct {
 	// The bytes requested are the same; where the cached blocks lie, and
 	// so the reserved peak and the blocks' rounding, are not.
 	EmptyCache EmptyCache `json:",omitempty"`
+	// GPUs, when 1 or more, makes a training run (Model.Run) one rank of
+	// DistributedDataParallel over that many GPUs, as
+	// torch.distributed.run --nproc_per_node GPUs starts the script: Batch
+	// is the rank's share; Rank 0 keeps the EMA, validates and saves, the
+	// other ranks do none of it (ddp.go). Steps take no GPUs.
+	GPUs, Rank int64 `json:",omitempty"`
+	// SyncBN converts the model's batch norms to SyncBatchNorm
+	// (train_dual.py --sync-bn), which over one GPU runs plain batch norm.
+	SyncBN bool `json:",omitempty"`
 }
 
 // EmptyCache is where a harness empties the caching allocator's cache
@@ -598,6 +607,8 @@ func (sc Options) Supported() error {
 		return fmt.Errorf("onnxmem: autocast type %q: want float16 or bfloat16", sc.AMPDType)
 	case sc.AMPDType != "" && !sc.AMP:
 		return fmt.Errorf("onnxmem: autocast type %s without amp: the type is autocast's", sc.AMPDType)
+	case sc.GPUs != 0 || sc.Rank != 0 || sc.SyncBN:
+		return fmt.Errorf("onnxmem: gpus %d: DistributedDataParallel is simulated for whole training runs (Run), whose ranks differ, not for a lone step", sc.GPUs)
 	case sc.PrevPredAlive && !sc.Train:
 		return fmt.Errorf("onnxmem: prev_pred_alive: the previous iteration's outputs belong to a training loop, and this is not a train step")
 	case sc.WarmSteps != 0 && !sc.Train:

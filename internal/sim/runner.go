@@ -145,6 +145,21 @@ func (m *Model) Run(sc Options, events []RunEvent) (*RunResult, error) {
 		}
 		marked = marked || e.Skipped
 	}
+	world, rank, syncBN := sc.GPUs, sc.Rank, sc.SyncBN
+	sc.GPUs, sc.Rank, sc.SyncBN = 0, 0, false
+	switch {
+	case world < 0:
+		return nil, fmt.Errorf("onnxmem: run: gpus %d: want the GPUs of DistributedDataParallel, or 0 for one process without it", world)
+	case rank < 0 || rank > 0 && rank >= world:
+		return nil, fmt.Errorf("onnxmem: run: rank %d of %d GPUs: want 0 to %d", rank, world, max(world-1, 0))
+	case syncBN && world == 0:
+		return nil, fmt.Errorf("onnxmem: run: sync_bn without gpus: SyncBatchNorm is DDP's (train_dual.py --sync-bn takes effect only under torch.distributed.run)")
+	case syncBN && world > 1:
+		return nil, fmt.Errorf("onnxmem: run: sync_bn over %d GPUs: SyncBatchNorm's saved tensors and all-gathers across ranks are not simulated yet (over one GPU it is plain batch norm); leave sync_bn out", world)
+	}
+	if rank > 0 {
+		sc.EMA = false // ModelEMA(model) if RANK in {-1, 0} else None
+	}
 	if err := sc.Supported(); err != nil {
 		return nil, err
 	}
@@ -174,7 +189,9 @@ func (m *Model) Run(sc Options, events []RunEvent) (*RunResult, error) {
 	if loop == nil {
 		return nil, fmt.Errorf("onnxmem: run: the %s family knows no training script to run: simulate its train steps instead", cmp.Or(sc.Family, m.Family))
 	}
-	r := &runner{m: m, sc: sc.Defaults(), loop: loop, a: allocator.NewWithConfig(conf), res: &RunResult{Scenario: sc, OOMEvent: -1}}
+	r := &runner{m: m, sc: sc.Defaults(), loop: loop, a: allocator.NewWithConfig(conf), res: &RunResult{Scenario: sc, OOMEvent: -1},
+		world: world, rank: rank, fam: pr.fam}
+	r.res.Scenario.GPUs, r.res.Scenario.Rank, r.res.Scenario.SyncBN = world, rank, syncBN
 	recipe := family.Recipe(pr.fam, schedule.Optimizer(sc.Optimizer), sc.EMA, sc.Boxes)
 	if loop.ValLoss != nil {
 		r.loss = recipe.Loss
@@ -192,9 +209,13 @@ func (m *Model) Run(sc Options, events []RunEvent) (*RunResult, error) {
 		case RunEventTrain:
 			err = r.train(e)
 		case RunEventVal:
-			err = r.val(e, i+1 == len(events) || events[i+1].Kind != RunEventVal, i == 0 || events[i-1].Kind != RunEventVal)
+			if r.rank == 0 { // validation runs on rank 0 only
+				err = r.val(e, i+1 == len(events) || events[i+1].Kind != RunEventVal, i == 0 || events[i-1].Kind != RunEventVal)
+			}
 		case RunEventCkpt:
-			r.ckpt()
+			if r.rank == 0 {
+				r.ckpt()
+			}
 		}
 		if err != nil {
 			return nil, err
@@ -261,6 +282,11 @@ type runner struct {
 	a    *allocator.Allocator
 	res  *RunResult
 	oom  bool
+	// world and rank are DDP's (Options.GPUs, Rank); ddp, with world 1
+	// or more, what DDP keeps.
+	world, rank int64
+	ddp         *ddp
+	fam         family.Family
 
 	ref *schedule.Program // a train step's program: the resident layout
 	// The persistent tensors, by their place among the program's resident
@@ -346,15 +372,27 @@ func (r *runner) setup() error {
 		return err
 	}
 	r.ref = p
+	if r.world > 0 {
+		if r.ddp, err = newDDP(p, family.OffGraph(r.fam, p.Outputs)); err != nil {
+			return err
+		}
+		r.barrier() // check_dataset under torch_distributed_zero_first
+	}
 	for _, b := range residents(p, schedule.RoleModel) {
 		r.model = append(r.model, r.malloc(p.Buffers[b].Bytes))
 	}
 	for _, b := range residents(p, schedule.RoleCopy) {
 		r.copy = append(r.copy, r.malloc(p.Buffers[b].Bytes))
 	}
-	if r.loop.HalfFloatAtSetup {
+	if r.ddp != nil {
+		r.barrier() // the train loader's dataset
+	}
+	if r.loop.HalfFloatAtSetup && r.rank == 0 { // rank 0's (RANK in {-1, 0})
 		r.convert(p, schedule.RoleModel, r.model, 2)
 		r.convert(p, schedule.RoleModel, r.model, 4)
+	}
+	if r.ddp != nil {
+		r.wrap()
 	}
 	for _, n := range r.loop.SetupTensors {
 		r.small = append(r.small, r.malloc(n))
@@ -425,10 +463,25 @@ func (r *runner) train(e RunEvent) error {
 		}
 	}
 	firstLoss := true
+	fwd := -1 // the forward's first op, where DDP's _pre_forward runs before
+	if r.ddp != nil {
+		for i, ev := range p.Events {
+			if ev.Phase == schedule.Forward && ev.Node >= 0 {
+				fwd = i
+				break
+			}
+		}
+	}
 	once, state := 0, 0
 	states := slices.Clone(p.StateOrder)
 	stateIDs := map[int32]allocator.ID{}
 	for i, ev := range p.Events {
+		if i == fwd {
+			r.preForward()
+		}
+		if r.ddp != nil && i == p.ForwardEnd && r.ddp.forwards == 1 {
+			r.sinkOutputs(p, ids)
+		}
 		if e.Skipped && i >= p.OptStep && i < p.OptStepEnd {
 			continue
 		}

@@ -19,6 +19,8 @@ type measuredRun struct {
 	Optimizer string                       `json:"optimizer"`
 	EMA       bool                         `json:"ema"`
 	Trainer   string                       `json:"trainer"`
+	GPUs      int64                        `json:"gpus"`
+	SyncBN    bool                         `json:"sync_bn"`
 	Events    []map[string]json.RawMessage `json:"events"`
 	Measured  struct {
 		Peak           int64   `json:"peak"`
@@ -54,7 +56,7 @@ func (run *measuredRun) replay(t *testing.T) (*sim.Model, sim.Options, []sim.Run
 		trainer = ""
 	}
 	s := sim.Options{Batch: run.Batch, Height: run.Img, Width: run.Img, AMP: run.AMP, Train: true,
-		Optimizer: sim.Optimizer(run.Optimizer), EMA: run.EMA, Trainer: trainer}
+		Optimizer: sim.Optimizer(run.Optimizer), EMA: run.EMA, Trainer: trainer, GPUs: run.GPUs, SyncBN: run.SyncBN}
 	events := runEvents(t, run.Events)
 	for i, st := range run.Measured.Stepped {
 		if st != nil && !*st {
@@ -99,7 +101,7 @@ func TestRunMeasured(t *testing.T) {
 	fmt.Fprintf(&table, "%-5s %-9s %3s %4s  %9s %9s %6s  %9s %9s %6s  %-22s %s\n", "card", "cfg", "B", "prec", "peak MiB", "measured", "err",
 		"reserved", "measured", "err", "worst reserved_after", "unmarked: peak_reserved, worst after")
 	n := 0
-	for _, file := range []struct{ name, card string }{{"train_run.jsonl", "H200"}, {"train_run_h100.jsonl", "H100"}} {
+	for _, file := range []struct{ name, card string }{{"train_run.jsonl", "H200"}, {"train_run_h100.jsonl", "H100"}, {"train_run_h100_more.jsonl", "H100"}} {
 		runs := jsonLines[measuredRun](t, file.name)
 		n += len(runs)
 		for _, run := range runs {
@@ -180,8 +182,8 @@ func TestRunMeasured(t *testing.T) {
 				float64(r.PeakReserved)/(1<<20), float64(run.Measured.PeakReserved)/(1<<20), rel(r.PeakReserved, run.Measured.PeakReserved), worst, at, eu, worstU, atU)
 		}
 	}
-	if n != 9 {
-		t.Fatalf("%d measured runs, want 9", n)
+	if n != 11 {
+		t.Fatalf("%d measured runs, want 11", n)
 	}
 	t.Log("\n" + table.String())
 }
