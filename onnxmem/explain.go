@@ -8,8 +8,7 @@ import (
 	"github.com/onnxmem/onnxmem/internal/sim"
 )
 
-// Explanation is what makes a step's peak: the bytes alive by kind and by
-// top-level layer (-1: none), each summing to it (Result.AtPeak: the largest).
+// Explanation is a peak's bytes alive by kind and by top-level layer (-1: none).
 type Explanation struct {
 	Result  *Result
 	ByKind  []KindBytes

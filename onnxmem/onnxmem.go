@@ -147,8 +147,7 @@ func (m *Model) FixedImage() (h, w int64, ok bool) {
 	return m.m.FixedImage()
 }
 
-// Footprint is what model.to('cuda') makes: parameters, trainable ones,
-// bytes of both kinds, memory_allocated().
+// Footprint is what model.to('cuda') makes, and memory_allocated() then.
 type Footprint struct {
 	Params, Trainable, ParamBytes, BufferBytes, Allocated int64
 }

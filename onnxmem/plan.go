@@ -9,8 +9,7 @@ import (
 	"github.com/onnxmem/onnxmem/internal/sim"
 )
 
-// Plan is the layers to run under checkpoint(use_reentrant=False), the step
-// with them (without a limit), whether it fits, and the FLOPs recomputed.
+// Plan is the layers to checkpoint, the step with them, its fit and FLOPs.
 type Plan struct {
 	Ranges                       []Range
 	Result                       *Result

@@ -14,8 +14,7 @@ type Result struct {
 	// max_memory_allocated(), the same before rounding, max_memory_reserved()
 	// and memory_reserved() when the step ends (GPUMem).
 	Peak, PeakRequested, PeakReserved, ReservedAfter int64
-	// Allocated before the step, after the forward, at the forward's peak and
-	// after the backward.
+	// Allocated before the step, after the forward, at its peak, after backward.
 	M0, AfterForward, ForwardPeak, AfterBackward int64
 	// The peak's phase, op, top-level layer (-1: none) and event of Events.
 	PeakPhase, PeakNode  string
@@ -29,8 +28,7 @@ type Result struct {
 	FellBack, Events int
 }
 
-// Tensor is a buffer alive at the peak: its request rounded to 512 bytes,
-// the request, and the op that made it.
+// Tensor is a buffer alive at the peak, rounded and requested, and its op.
 type Tensor struct {
 	Name, Kind       string
 	Bytes, Requested int64

@@ -12,9 +12,8 @@ import (
 )
 
 // The defaults of a Scenario's zero fields, MaxBatch's limit and a
-// RunPlan's, the command line's too. NoBoxes, as Scenario.Boxes, is a
-// batch without boxes. BuiltinData is COCO 2017's image counts, its
-// sizes and boxes assumed.
+// RunPlan's, the command line's too. NoBoxes: no boxes. BuiltinData:
+// COCO 2017's image counts, its sizes and boxes assumed.
 const (
 	DefaultBatch        = 16
 	DefaultImage        = 640
@@ -48,21 +47,21 @@ type Scenario struct {
 	Step                 Step // ModelStep by default
 	// Autocast to float16 (bfloat16 with BF16), or model.half().
 	AMP, BF16, Half bool
-	// checkpoint_sequential's segments, or the top-level layers to run
-	// under checkpoint(use_reentrant=False).
+	// checkpoint_sequential's segments, or layers under checkpoint().
 	Segments   int
 	Checkpoint []Range
 	// A train step's most boxes in an image, what its loss pads to
 	// (DefaultBoxes; NoBoxes: none), or each image's count.
 	Boxes     int64
 	BoxCounts []int64
-	// A train step's optimizer: "SGD" (by default), "Adam", "AdamW" (with
-	// amsgrad), "Lion" or "none"; NoEMA drops train_dual.py's EMA.
+	// A train step's optimizer (ParseOptimizer; SGD), NoEMA drops the EMA.
 	Optimizer string
 	NoEMA     bool
-	// Iterations before a train step: DefaultAMPWarmSteps under float16
-	// AMP, whose GradScaler skips steps; else 1, the only value it takes.
+	// Iterations before a train step (DefaultAMPWarmSteps under fp16 AMP).
 	WarmSteps int
+	// A run's DDP over GPUs ranks, each at Batch/GPUs, and its --sync-bn.
+	GPUs      int
+	SyncBN    bool
 	EvalFloat bool // an eval step of a float32 copy, as without AMP
 	// The card (ParseDevice), whose usable memory limits the step, or
 	// the allocator's limit as set_per_process_memory_fraction sets it.
@@ -149,6 +148,15 @@ func (m *Model) options(sc Scenario) (Scenario, sim.Options, error) {
 		sc.Optimizer = opt
 		o.Train, o.Boxes, o.BoxCounts, o.Optimizer, o.EMA, o.WarmSteps = true, boxes, sc.BoxCounts, sim.Optimizer(opt), !sc.NoEMA, sc.WarmSteps
 		sc.WarmSteps = o.WarmStepsUsed()
+		o.GPUs, o.SyncBN = int64(sc.GPUs), sc.SyncBN
+		if sc.GPUs > 0 {
+			// train_dual.py: batch_size // WORLD_SIZE per rank, after
+			// asserting that it divides.
+			if sc.Batch%int64(sc.GPUs) != 0 {
+				return sc, o, fmt.Errorf("onnxmem: batch %d over %d GPUs: the batch must be a multiple of the GPUs (train_dual.py asserts it)", sc.Batch, sc.GPUs)
+			}
+			o.Batch = sc.Batch / int64(sc.GPUs)
+		}
 	case EvalStep:
 		o.Eval, o.EvalFloat = true, sc.EvalFloat
 	}
@@ -165,6 +173,9 @@ func (m *Model) options(sc Scenario) (Scenario, sim.Options, error) {
 		return sc, o, fmt.Errorf("onnxmem: bf16 on %s: bfloat16 autocast needs compute capability 8.0 (Ampere) or newer, and the %s is %s: use float16 AMP", d.Name, d.Long, d.Capability)
 	}
 	o.Capacity, o.CuBLASWorkspace = d.Usable(), d.CuBLASWorkspace
+	if sc.GPUs > 0 {
+		o.Capacity -= cards.NCCL // each rank's NCCL, beside its context
+	}
 	return sc, o, o.Supported()
 }
 
@@ -182,6 +193,7 @@ func (sc Scenario) fieldsApply() error {
 		{sc.Boxes != 0, train, "Boxes", "train"}, {sc.BoxCounts != nil, train, "BoxCounts", "train"},
 		{sc.Optimizer != "", train, "Optimizer", "train"}, {sc.NoEMA, train, "NoEMA", "train"},
 		{sc.WarmSteps != 0, train, "WarmSteps", "train"}, {sc.EvalFloat, eval, "EvalFloat", "eval"},
+		{sc.GPUs != 0, train, "GPUs", "train"}, {sc.SyncBN, train, "SyncBN", "train"},
 	} {
 		if f.set && !f.applies {
 			return fmt.Errorf("onnxmem: %s applies to %s steps, and this step is %s", f.name, f.step, sc.Step)

@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/onnxmem/onnxmem/family/yolov9/dataset"
+	"github.com/onnxmem/onnxmem/internal/cards"
 	"github.com/onnxmem/onnxmem/internal/sim"
 )
 
@@ -32,17 +33,19 @@ type RunStep struct {
 // GPUMem is Reserved as the training loop prints it.
 func (s RunStep) GPUMem() string { return gpuMem(s.Reserved) }
 
-// RunResult is a run's counters after each event (up to OOMEvent), peaks.
+// RunResult is a run's counters after each event (up to OOMEvent), peaks;
+// with GPUs rank 0's, the other ranks' and NCCL's bytes on each card.
 type RunResult struct {
 	Scenario           Scenario
 	Steps              []RunStep
 	Peak, PeakReserved int64
 	OOM                bool
 	OOMEvent           int
+	Others             *RunResult
+	NCCL               int64
 }
 
-// Run simulates a training run of the train step sc (Step TrainStep or
-// empty) in one process, as the family's training script runs it.
+// Run simulates a run of the train step sc as the family's script runs it.
 func (m *Model) Run(sc Scenario, events []RunEvent) (*RunResult, error) {
 	switch sc.Step {
 	case "":
@@ -59,6 +62,23 @@ func (m *Model) Run(sc Scenario, events []RunEvent) (*RunResult, error) {
 	for i, ev := range events {
 		evs[i] = sim.RunEvent(ev)
 	}
+	out, err := runRank(e, o, evs, sc)
+	if err != nil || sc.GPUs < 1 {
+		return out, err
+	}
+	out.NCCL = cards.NCCL
+	if sc.GPUs > 1 {
+		o.Rank = 1 // every rank but 0 runs the same
+		if out.Others, err = runRank(e, o, evs, sc); err != nil {
+			return nil, err
+		}
+		out.Others.NCCL = cards.NCCL
+	}
+	return out, nil
+}
+
+// runRank simulates the run of one rank (o.Rank).
+func runRank(e *sim.Model, o sim.Options, evs []sim.RunEvent, sc Scenario) (*RunResult, error) {
 	r, err := e.Run(o, evs)
 	if err != nil {
 		return nil, err
@@ -71,8 +91,12 @@ func (m *Model) Run(sc Scenario, events []RunEvent) (*RunResult, error) {
 	return out, nil
 }
 
+// fits reports whether every rank's run ran to its end under its limit.
+func (r *RunResult) fits() bool { return !r.OOM && (r.Others == nil || !r.Others.OOM) }
+
 // RunPlan is a run of Epochs: of Data's images (a YOLO data yaml), of
 // MeanBoxes and ValImages, or without those of BuiltinData; Seed draws.
+// With GPUs, rank 0's: every GPUs-th image of an epoch, Batch of them.
 type RunPlan struct {
 	Epochs, Iterations   int
 	Batch, Height, Width int64
@@ -80,6 +104,7 @@ type RunPlan struct {
 	MeanBoxes            float64
 	Seed                 uint64
 	Data                 string
+	GPUs                 int
 }
 
 // PlanRun returns the events of a run: a setup, per epoch its iterations,
@@ -144,7 +169,7 @@ func (m *Model) planRun(p RunPlan, d *planData) ([]RunEvent, error) {
 	sp := sim.RunPlan{Epochs: cmp.Or(p.Epochs, DefaultEpochs), Iterations: p.Iterations, Batch: p.Batch, Height: p.Height, Width: p.Width,
 		ValImages: p.ValImages, MeanBoxes: p.MeanBoxes, Seed: cmp.Or(p.Seed, DefaultSeed)}
 	if d != nil {
-		if err := d.plan(&sp, m.Family, cmp.Or(p.Data, BuiltinData)); err != nil {
+		if err := d.plan(&sp, m.Family, cmp.Or(p.Data, BuiltinData), p.GPUs); err != nil {
 			return nil, err
 		}
 	}
@@ -208,7 +233,7 @@ func (d *planData) epoch(side int64, seed uint64, e int) []int64 {
 
 // plan fills p's iterations and validation batches from the dataset, for
 // a model of family fam; name says which dataset in errors.
-func (d *planData) plan(p *sim.RunPlan, fam, name string) error {
+func (d *planData) plan(p *sim.RunPlan, fam, name string, gpus int) error {
 	switch {
 	case fam != "yolov9":
 		return fmt.Errorf("onnxmem: plan run: data %s: a %s model; the dataset's sampler is YOLOv9's dataloader (-family yolov9 if the model is trained with it)", name, fam)
@@ -228,14 +253,30 @@ func (d *planData) plan(p *sim.RunPlan, fam, name string) error {
 	batch, seed, epoch := int(p.Batch), p.Seed, 0
 	p.TrainBoxes = func(*rand.Rand) [][]int64 {
 		epoch++
-		return dataset.Group(d.epoch(side, seed, epoch-1), batch)
+		counts := d.epoch(side, seed, epoch-1)
+		if gpus > 1 {
+			// DistributedSampler: rank 0 takes indices[0::GPUs] of the
+			// shuffled epoch.
+			var mine []int64
+			for i := 0; i < len(counts); i += gpus {
+				mine = append(mine, counts[i])
+			}
+			counts = mine
+		}
+		return dataset.Group(counts, batch)
 	}
 	return nil
 }
 
 // MaxBatchRun is MaxBatch for the whole run p, planned at each batch.
 func (m *Model) MaxBatchRun(sc Scenario, p RunPlan, limit int64) (int64, *RunResult, error) {
-	_, _, o, err := m.decode(sc)
+	if sc.Step == "" {
+		sc.Step = TrainStep // a run trains, as Run takes it
+	}
+	g := int64(max(sc.GPUs, 1))
+	s := sc
+	s.Batch = g // any multiple of the GPUs decodes
+	_, _, o, err := m.decode(s)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -246,6 +287,17 @@ func (m *Model) MaxBatchRun(sc Scenario, p RunPlan, limit int64) (int64, *RunRes
 	if limit, err = searchLimit(limit); err != nil {
 		return 0, nil, err
 	}
+	if limit < g {
+		return 0, nil, fmt.Errorf("onnxmem: max batch of a run: limit %d below the %d GPUs: each rank trains one image at least", limit, g)
+	}
+	// Over GPUs the search is over each rank's batch, and every rank must
+	// complete: the answer is that batch times the GPUs.
+	n, r, err := m.maxBatchRun(sc, p, limit/g, g, capacity, o)
+	return n * g, r, err
+}
+
+// maxBatchRun is MaxBatchRun over each rank's batch, at most limit.
+func (m *Model) maxBatchRun(sc Scenario, p RunPlan, limit, g, capacity int64, o sim.Options) (int64, *RunResult, error) {
 	d, err := p.data()
 	if err != nil {
 		return 0, nil, err
@@ -255,7 +307,7 @@ func (m *Model) MaxBatchRun(sc Scenario, p RunPlan, limit int64) (int64, *RunRes
 	tried := map[int64]*RunResult{}
 	completes := func(b int64) (bool, error) {
 		s, q := sc, p
-		s.Batch, q.Batch = b, b
+		s.Batch, q.Batch, q.GPUs = b*g, b, sc.GPUs
 		if q.Height == 0 && q.Width == 0 {
 			q.Height, q.Width = o.Height, o.Width
 		}
@@ -268,7 +320,7 @@ func (m *Model) MaxBatchRun(sc Scenario, p RunPlan, limit int64) (int64, *RunRes
 			return false, err
 		}
 		tried[b] = r
-		return !r.OOM, nil
+		return r.fits(), nil
 	}
 	// The first try is a small batch; the allocated peak grows about in
 	// proportion to the batch, so its peak gives a guess at the answer,

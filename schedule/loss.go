@@ -116,6 +116,13 @@ type Loop struct {
 	// HalfFloatAtSetup converts the model to half precision and back once
 	// in the setup, each tensor in turn (module.half().float()).
 	HalfFloatAtSetup bool
+	// Under DistributedDataParallel (torch.distributed.run): SetupBarriers
+	// are the torch.distributed barriers the setup passes, the first
+	// before the model is made, the others after its copy (the EMA);
+	// RankZeroOnly says that only rank 0 keeps the copy, converts the
+	// model at setup (HalfFloatAtSetup), validates and saves.
+	SetupBarriers int
+	RankZeroOnly  bool
 	// ValTensors are the small tensors a validation keeps while it runs.
 	ValTensors []int64
 	// ValShape returns the height and width of a validation batch whose

@@ -419,6 +419,24 @@ func (f *flagSet) trainFlags() func(setting) (setting, error) {
 	}
 }
 
+// ddpFlags adds -gpus and -sync-bn, a training run's DistributedDataParallel
+// (python -m torch.distributed.run --nproc_per_node N train_dual.py
+// --batch B [--sync-bn]); the setting it returns runs them.
+func (f *flagSet) ddpFlags() func(setting) (setting, error) {
+	gpus := f.Int("gpus", 0, "train on `N` GPUs with DistributedDataParallel, as python -m torch.distributed.run --nproc_per_node N\ntrain_dual.py runs it: each rank at the batch / N, rank 0 with the EMA, the validation and the checkpoint\n(default 0: one process without DDP; 1: DDP on one GPU)")
+	syncBN := f.Bool("sync-bn", false, "with -gpus, train_dual.py's --sync-bn (SyncBatchNorm; simulated over one GPU only)")
+	return func(st setting) (setting, error) {
+		switch {
+		case *gpus < 0:
+			return st, errors.New("-gpus must be 0 (one process without DDP) or more")
+		case *syncBN && *gpus == 0:
+			return st, errors.New("-sync-bn needs -gpus: SyncBatchNorm is DDP's")
+		}
+		st.GPUs, st.SyncBN = *gpus, *syncBN
+		return st, nil
+	}
+}
+
 // stepFlag adds -step, what a command simulates: the whole training run
 // (run, the default for a family whose training script onnxmem runs), one
 // iteration of it (train), the validation step (eval) or the bare model

@@ -244,7 +244,7 @@
 //
 //	onnxmem run [-batch N] [-img N] [-amp] [-segments K] [-optimizer NAME] [-ema=false] [-alloc-conf OPTS]
 //	            [-epochs E] [-iters N] [-val-images N] [-mean-boxes M] [-data FILE.yaml] [-seed S] [-events FILE.json]
-//	            [-device NAME|SIZE] [-json|-csv] [-svg FILE] [MODEL.onnx]
+//	            [-gpus N [-sync-bn]] [-device NAME|SIZE] [-json|-csv] [-svg FILE] [MODEL.onnx]
 //
 // A whole training run in one process (onnxmem.Model.Run): the setup, then
 // per epoch -iters iterations whose images hold box counts drawn from a
@@ -270,6 +270,22 @@
 // -svg plots memory against the event index: reserved (GPU_mem) and
 // allocated after each event, each event's allocated peak, the card's
 // limit with -device, validations shaded and checkpoint saves marked.
+//
+// -gpus N runs the training as python -m torch.distributed.run
+// --nproc_per_node N train_dual.py --batch B does (internal/sim/ddp.go):
+// N ranks of DistributedDataParallel, each training B/N images an
+// iteration (B must be a multiple of N) from its share of every epoch
+// (DistributedSampler), with DDP's gradient bucket (a copy of every
+// gradient, rebuilt after the first iteration), the broadcasts'
+// temporaries and the first iteration's output clones; rank 0 alone keeps
+// the EMA, validates at 2B/N and saves. The events printed are rank 0's; a
+// table gives each rank's peaks and largest GPU_mem, and each card's limit
+// is its usable memory less NCCL's share (564 MiB a process, measured with
+// one GPU; its buffers for the peers of several GPUs are not counted).
+// -gpus 1 is DDP on one GPU, as torch.distributed.run with one process
+// runs it; -sync-bn, train_dual.py's --sync-bn, is plain batch norm there
+// and refused over several GPUs (not simulated). -json adds gpus,
+// nccl_bytes and ranks.
 //
 // # claims
 //
@@ -329,11 +345,13 @@
 //
 //	onnxmem maxbatch [-img N] [-budget GiB | -device NAME] [-step run|train|eval|model] [-limit N | -for-batch N] [-amp|-half] [-segments K] [-eval [-eval-float]] [-alloc-conf OPTS]
 //	    [-train [-boxes N] [-optimizer NAME] [-ema=false] [-warm-steps N]]
-//	    [-data FILE.yaml [-epochs E] [-iters N] [-seed S]] [-json|-csv] MODEL.onnx
+//	    [-data FILE.yaml [-epochs E] [-iters N] [-seed S]] [-gpus N [-sync-bn]] [-json|-csv] MODEL.onnx
 //
 // By default, for a YOLOv9 model, finds the largest batch whose whole
 // training run completes (as with -data, on the built-in COCO-like data
-// without it). With -step model, train or eval, -train, -eval or -half it
+// without it); with -gpus N, the largest total batch, a multiple of N,
+// with which every rank of the DistributedDataParallel run completes (see
+// run). With -step model, train or eval, -train, -eval or -half it
 // finds the largest batch size, at most -limit, whose step fits, by binary
 // search; 0 when not even batch 1 fits. The step is the model step (fp32
 // unless -amp or -half, checkpointed with -segments), with -train a full

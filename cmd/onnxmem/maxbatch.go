@@ -16,7 +16,7 @@ func cmdMaxBatch(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	f := newFlagSet("maxbatch",
 		"onnxmem maxbatch [-img N] [-budget GiB | -device NAME] [-step run|train|eval|model] [-limit N | -for-batch N] [-amp|-half] [-segments K] [-eval [-eval-float]] [-alloc-conf OPTS]\n"+
 			"                        [-train [-boxes N] [-optimizer NAME] [-ema=false] [-warm-steps N]]\n"+
-			"                        [-data FILE.yaml [-epochs E] [-iters N] [-seed S]] [-json|-csv] MODEL.onnx",
+			"                        [-data FILE.yaml [-epochs E] [-iters N] [-seed S]] [-gpus N [-sync-bn]] [-json|-csv] MODEL.onnx",
 		"Maxbatch finds the largest batch size, up to -limit, whose step fits: the model\n"+
 			"step (fp32 unless -amp or -half, checkpointed with -segments), with -train a\n"+
 			"full training step of train_dual.py, or with -eval its validation step (which\n"+
@@ -35,11 +35,13 @@ func cmdMaxBatch(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 			"training images, each epoch's validation at twice the batch and the checkpoint\n"+
 			"save, in one process, under AMP unless -amp=false, each batch's boxes drawn\n"+
 			"from -seed. A run's peak follows its densest batch: another draw may move the\n"+
-			"answer by one.\n\n"+
+			"answer by one. With -gpus N the run is DistributedDataParallel's over N cards\n"+
+			"(see onnxmem run -h): the answer is the total batch, a multiple of N, with which\n"+
+			"every rank's run completes.\n\n"+
 			"-csv writes the answer as one CSV row (the -json fields, a result's prefixed\n"+
 			"with result.), or with -for-batch one row for each segment count tried.",
 		"onnxmem maxbatch -device a100-40 -amp yolov9-c")
-	img, set, train, eval := f.imgFlag(), f.settingFlags(), f.trainFlags(), f.evalFlags()
+	img, set, train, eval, ddp := f.imgFlag(), f.settingFlags(), f.trainFlags(), f.evalFlags(), f.ddpFlags()
 	stepName := f.stepFlag()
 	limits := f.limitFlags()
 	limit := f.positive("limit", onnxmem.MaxBatchLimit, "largest batch `size` to consider")
@@ -60,6 +62,9 @@ func cmdMaxBatch(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	}
 	if err == nil {
 		st, err = eval(st)
+	}
+	if err == nil {
+		st, err = ddp(st)
 	}
 	if err == nil {
 		err = st.warmNeedsAMP()
@@ -91,7 +96,7 @@ func cmdMaxBatch(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	}
 	runMode := *data != "" || wantsRun(m, *stepName, st.Train || st.Eval || f.isSet("for-batch") || st.Half)
 	if !runMode {
-		for _, name := range []string{"epochs", "iters", "seed"} {
+		for _, name := range []string{"epochs", "iters", "seed", "gpus", "sync-bn"} {
 			if f.isSet(name) {
 				return f.usageError(stderr, "-%s applies to a training run: drop -step, or add -data", name)
 			}
@@ -114,7 +119,7 @@ func cmdMaxBatch(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 				return fail(stderr, err)
 			}
 		}
-		p := onnxmem.RunPlan{Epochs: int(*epochs), Iterations: *iters, Seed: *seed, Data: *data}
+		p := onnxmem.RunPlan{Epochs: int(*epochs), Iterations: *iters, Seed: *seed, Data: *data, GPUs: st.GPUs}
 		return runMaxBatchCmd(m, c, st, *img, p, *limit, *asJSON, *asCSV, stdout, stderr)
 	}
 	switch *stepName {
@@ -539,35 +544,39 @@ func runMaxBatchCmd(m *onnxmem.Model, c fitCriterion, st setting, img imageSize,
 	if isTerminal(stderr) {
 		fmt.Fprintf(stderr, "onnxmem: maxbatch: simulating whole runs on %s, batch after batch\n", p.Dataset())
 	}
-	lo, best, b, err := searchBand(c.scenario(st.scenario(1, img)), c.banded(), limit, runSearch(m, p))
+	g := int64(max(st.GPUs, 1)) // the batch is a multiple of the GPUs
+	lo, best, b, err := searchBand(c.scenario(st.scenario(g, img)), c.banded(), limit, runSearch(m, p))
 	if err != nil {
 		return fail(stderr, err)
 	}
 	tried := map[int64]*onnxmem.RunResult{lo: best}
 	var nextEvents []onnxmem.RunEvent
-	if lo < limit { // the run at one more, for where it fails
-		sc := c.scenario(st.scenario(lo+1, img))
+	next := lo + g
+	if next <= limit { // the run at the next batch, for where it fails
+		sc := c.scenario(st.scenario(next, img))
 		q := p
-		q.Batch, q.Height, q.Width = lo+1, sc.Height, sc.Width
+		q.Batch, q.Height, q.Width = next/g, sc.Height, sc.Width
 		events, err := m.PlanRun(q)
 		if err != nil {
 			return fail(stderr, err)
 		}
-		if tried[lo+1], err = m.Run(sc, events); err != nil {
+		if tried[next], err = m.Run(sc, events); err != nil {
 			return fail(stderr, err)
 		}
 		nextEvents = events
 	}
-	sc := c.scenario(st.scenario(max(lo, 1), img))
+	sc := c.scenario(st.scenario(max(lo, g), img))
 	if asJSON || asCSV {
 		js := runMaxBatchJSON{Model: m.Name, Data: p.Dataset(), Epochs: cmp.Or(p.Epochs, onnxmem.DefaultEpochs), Iterations: p.Iterations, Seed: p.Seed, Limit: limit, MaxBatch: lo, MaxBatchPossible: b.possiblePtr()}
 		c.setJSON(&js.Budget, &js.Device)
 		if r := tried[lo]; r != nil {
 			js.PeakReserved, js.Peak = r.PeakReserved, r.Peak
 		}
-		if next := tried[lo+1]; next != nil {
-			js.NextOOMEvent = &next.OOMEvent
+		if r := tried[next]; r != nil {
+			ev := oomEvent(r)
+			js.NextOOMEvent = &ev
 		}
+		js.GPUs = st.GPUs
 		if asCSV {
 			return exit(stderr, writeCSV(stdout, []runMaxBatchJSON{js}))
 		}
@@ -581,7 +590,21 @@ func runMaxBatchCmd(m *onnxmem.Model, c fitCriterion, st setting, img imageSize,
 	if sc.NoEMA {
 		ema = ", no EMA"
 	}
-	fmt.Fprintf(stdout, ", %s, %s%s, mosaic and mixup, image %dx%d, boxes drawn from seed %d\n", settingOf(sc), cmpOr(sc.Optimizer, "SGD"), ema, sc.Height, sc.Width, p.Seed)
+	fmt.Fprintf(stdout, ", %s, %s%s, mosaic and mixup, image %dx%d, boxes drawn from seed %d", settingOf(sc), cmpOr(sc.Optimizer, "SGD"), ema, sc.Height, sc.Width, p.Seed)
+	limitText := c.limitText()
+	if st.GPUs > 0 {
+		var nccl int64
+		for _, r := range tried {
+			if r != nil {
+				nccl = r.NCCL
+			}
+		}
+		fmt.Fprintf(stdout, ",\n       DDP over %d GPU(s): each rank trains batch / %d, rank 0 also validates and saves; NCCL's %d MiB on each card besides the context", st.GPUs, st.GPUs, nccl>>20)
+		if d := c.device; d != nil {
+			limitText = fmt.Sprintf("%s GiB a rank (%s less NCCL's)", gib(d.Usable()-nccl), c.limitText())
+		}
+	}
+	fmt.Fprintln(stdout)
 	if p.Dataset() == onnxmem.BuiltinData {
 		fmt.Fprint(stdout, "data   COCO 2017's image counts, their sizes and boxes assumed (-data FILE.yaml for yours)\n")
 	}
@@ -590,14 +613,17 @@ func runMaxBatchCmd(m *onnxmem.Model, c fitCriterion, st setting, img imageSize,
 		fmt.Fprint(stdout, cardNote([]onnxmem.Device{*d}))
 	}
 	if lo == 0 {
-		_, err = fmt.Fprintf(stdout, "max batch 0: the run at batch 1 runs out of memory in %s, in %s\n", c.limitText(), eventWhere(nextEvents, tried[1].OOMEvent))
+		_, err = fmt.Fprintf(stdout, "max batch 0: the run at batch %d runs out of memory in %s, in %s\n", g, limitText, eventWhere(nextEvents, oomEvent(tried[g])))
 		return exit(stderr, err)
 	}
 	r := tried[lo]
 	fmt.Fprintf(stdout, "max batch %d: the run completes, reserving at most %s GiB of %s (GPU_mem %s), peak %s GiB allocated",
-		lo, gib(r.PeakReserved), c.limitText(), onnxmem.RunStep{Reserved: r.PeakReserved}.GPUMem(), gib(r.Peak))
-	if next := tried[lo+1]; next != nil {
-		fmt.Fprintf(stdout, ";\nat %d it runs out of memory in %s", lo+1, eventWhere(nextEvents, next.OOMEvent))
+		lo, gib(r.PeakReserved), limitText, onnxmem.RunStep{Reserved: r.PeakReserved}.GPUMem(), gib(r.Peak))
+	if r := tried[next]; r != nil {
+		fmt.Fprintf(stdout, ";\nat %d it runs out of memory in %s", next, eventWhere(nextEvents, oomEvent(r)))
+		if !r.OOM {
+			fmt.Fprint(stdout, " on the ranks other than 0")
+		}
 	}
 	if lo == limit {
 		fmt.Fprintf(stdout, "; the search stopped at -limit %d", limit)
@@ -622,7 +648,10 @@ type runMaxBatchJSON struct {
 	// MaxBatchPossible: as maxBatchJSON's, on a card whose cuDNN
 	// workspaces were not measured.
 	MaxBatchPossible *int64 `json:"max_batch_possible,omitempty"`
-	// Peak and PeakReserved are the run's at MaxBatch, in bytes.
+	// GPUs is -gpus: MaxBatch is then the total over them, every rank's
+	// run completing.
+	GPUs int `json:"gpus,omitempty"`
+	// Peak and PeakReserved are the run's at MaxBatch, in bytes (rank 0's).
 	Peak         int64 `json:"peak,omitempty"`
 	PeakReserved int64 `json:"peak_reserved,omitempty"`
 	// NextOOMEvent is the event in which the run at MaxBatch+1 runs out

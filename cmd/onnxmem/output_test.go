@@ -84,6 +84,8 @@ func TestGolden(t *testing.T) {
 		{"explain-train-s.txt", []string{"explain", "-train", "-amp", "-batch", "8", m}},
 		{"explain-s.json", []string{"explain", "-step", "model", "-batch", "8", "-json", m}},
 		{"run-s.txt", []string{"run", "-batch", "8", "-amp", "-epochs", "1", "-iters", "3", "-val-images", "20", "-device", "rtx4090", m}},
+		{"run-ddp.txt", []string{"run", "-gpus", "2", "-batch", "16", "-epochs", "1", "-iters", "3", "-val-images", "20", "-device", "h100-80", m}},
+		{"run-ddp.json", []string{"run", "-gpus", "2", "-batch", "16", "-epochs", "1", "-iters", "2", "-val-images", "8", "-device", "h100-80", "-json", m}},
 		{"explain-run-s.txt", []string{"explain", "-batch", "8", m}},
 		{"knobs-run-s.txt", []string{"knobs", "-batch", "8", "-budget", "4", m}},
 		{"maxbatch-run-rtx4090-s.txt", []string{"maxbatch", "-device", "rtx4090", m}},

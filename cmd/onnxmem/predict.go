@@ -172,13 +172,19 @@ type prediction struct {
 	r         *sim.Result
 	maxBatch  *int64
 	run       *sim.RunResult
+	others    *sim.RunResult // a DDP run's ranks but 0
 	footprint *sim.Footprint
 	layers    int // of a model line
 }
 
 func (p prediction) json() any {
 	if p.run != nil {
-		return newRunPredicted(publicRun(p.run))
+		js := newRunPredicted(publicRun(p.run))
+		if p.others != nil {
+			o := newRunPredicted(publicRun(p.others))
+			js.Others = &o
+		}
+		return js
 	}
 	if f := p.footprint; f != nil {
 		return footprintJSON{Params: f.Params, ParamBytes: f.ParamBytes, BufferBytes: f.BufferBytes, Allocated: f.Allocated, Layers: p.layers}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -13,7 +14,7 @@ import (
 // runFields are a train_run line's fields beyond commonFields: the
 // training scenario, without a step's box counts (each train event has
 // its own), and the events.
-var runFields = []string{"batch", "img", "img_h", "img_w", "amp", "amp_dtype", "segments", "nc", "optimizer", "ema", "trainer", "warm_steps", "events"}
+var runFields = []string{"batch", "img", "img_h", "img_w", "amp", "amp_dtype", "segments", "nc", "optimizer", "ema", "trainer", "warm_steps", "gpus", "sync_bn", "events"}
 
 // runEventFields are the fields each kind of run event takes.
 var runEventFields = map[string][]string{
@@ -30,7 +31,7 @@ func (p *predictor) trainRun(obj map[string]json.RawMessage) (prediction, error)
 	// The step's reader wants a box count; the run's events carry them.
 	step := make(map[string]json.RawMessage, len(obj))
 	for k, v := range obj {
-		if k != "events" {
+		if k != "events" && k != "gpus" && k != "sync_bn" {
 			step[k] = v
 		}
 	}
@@ -38,6 +39,19 @@ func (p *predictor) trainRun(obj map[string]json.RawMessage) (prediction, error)
 	sc, err := stepScenario(step, "train_step", false)
 	if err != nil {
 		return prediction{}, err
+	}
+	// DDP: "gpus" ranks (torch.distributed.run --nproc_per_node), "batch"
+	// the total that train_dual.py's --batch gives, each rank its share.
+	if err := errors.Join(field(obj, "gpus", &sc.GPUs, false), field(obj, "sync_bn", &sc.SyncBN, false)); err != nil {
+		return prediction{}, err
+	}
+	switch {
+	case sc.GPUs < 0:
+		return prediction{}, fmt.Errorf("onnxmem: train_run: gpus %d: want the GPUs of DDP (1 or more), or 0 for one process without it", sc.GPUs)
+	case sc.GPUs > 0 && sc.Batch%sc.GPUs != 0:
+		return prediction{}, fmt.Errorf("onnxmem: train_run: batch %d over %d GPUs: the batch must be a multiple of the GPUs (train_dual.py asserts it)", sc.Batch, sc.GPUs)
+	case sc.GPUs > 0:
+		sc.Batch /= sc.GPUs
 	}
 	var raw []map[string]json.RawMessage
 	if err := field(obj, "events", &raw, true); err != nil {
@@ -56,7 +70,12 @@ func (p *predictor) trainRun(obj map[string]json.RawMessage) (prediction, error)
 		return prediction{}, err
 	}
 	r, err := m.Run(sc, events)
-	return prediction{run: r}, err
+	if err != nil || sc.GPUs < 2 {
+		return prediction{run: r}, err
+	}
+	sc.Rank = 1 // the ranks but 0 run alike
+	o, err := m.Run(sc, events)
+	return prediction{run: r, others: o}, err
 }
 
 // runEvent reads event i of a train_run line: an object with one key, the
@@ -142,6 +161,10 @@ type runPredicted struct {
 	GPUMem         []string `json:"gpu_mem"`
 	OOM            bool     `json:"oom,omitempty"`
 	OOMEvent       *int     `json:"oom_event,omitempty"`
+	// Others, in a DDP run over several GPUs, is the other ranks' run
+	// (they run alike: no EMA, validation or checkpoint); the rest is
+	// rank 0's.
+	Others *runPredicted `json:"other_ranks,omitempty"`
 }
 
 func newRunPredicted(r *onnxmem.RunResult) runPredicted {

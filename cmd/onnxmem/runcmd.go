@@ -3,10 +3,12 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/onnxmem/onnxmem/internal/regular"
 	"io"
 	"slices"
+	"strconv"
 	"text/tabwriter"
+
+	"github.com/onnxmem/onnxmem/internal/regular"
 
 	"github.com/onnxmem/onnxmem/family/yolov9/dataset"
 	"github.com/onnxmem/onnxmem/internal/sim"
@@ -17,7 +19,7 @@ func cmdRun(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	f := newFlagSet("run",
 		"onnxmem run [-batch N] [-img N] [-amp] [-segments K] [-optimizer NAME] [-ema=false] [-alloc-conf OPTS]\n"+
 			"            [-epochs E] [-iters N] [-val-images N] [-mean-boxes M] [-data FILE.yaml] [-seed S] [-events FILE.json]\n"+
-			"            [-device NAME|SIZE] [-json|-csv] [-svg FILE] [MODEL.onnx]",
+			"            [-gpus N [-sync-bn]] [-device NAME|SIZE] [-json|-csv] [-svg FILE] [MODEL.onnx]",
 		"Run simulates a whole training run of train_dual.py in one process: the setup\n"+
 			"(model, optimizer, EMA), -epochs epochs of -iters iterations with per-image box\n"+
 			"counts drawn from a long-tailed distribution of mean -mean-boxes, each epoch's\n"+
@@ -34,10 +36,15 @@ func cmdRun(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 			"skipped, if known). It prints allocated and reserved memory after each\n"+
 			"event (GPU_mem is what the training loop prints) and the run's peaks; with\n"+
 			"-device, whether the run fits under that card's limit. -svg plots memory over\n"+
-			"the run (GPU_mem, allocated, the card's limit; validations shaded).",
+			"the run (GPU_mem, allocated, the card's limit; validations shaded).\n\n"+
+			"-gpus N runs it as torch.distributed.run --nproc_per_node N does: N ranks of\n"+
+			"DistributedDataParallel, each training batch / N images an iteration, with\n"+
+			"DDP's gradient buckets; rank 0 alone keeps the EMA, validates at twice its\n"+
+			"batch and saves. The events are rank 0's; a table gives every rank's peaks,\n"+
+			"and each card's limit is its usable memory less NCCL's share.",
 		"onnxmem run -batch 16 -amp -epochs 2 -iters 20 -device rtx4090 yolov9-s")
 	batch := f.positive("batch", 16, "training batch `size`")
-	img, set := f.imgFlag(), f.settingFlags()
+	img, set, ddp := f.imgFlag(), f.settingFlags(), f.ddpFlags()
 	opt := optimizerValue("SGD")
 	f.Var(&opt, "optimizer", "`NAME` of the optimizer: SGD, Adam, AdamW (with amsgrad), Lion or none")
 	ema := f.Bool("ema", true, "keep an EMA copy of the model, validated at each epoch end (-ema=false: none)")
@@ -57,8 +64,15 @@ func cmdRun(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		return code
 	}
 	st, err := set()
+	if err == nil {
+		st, err = ddp(st)
+	}
 	if err != nil {
 		return f.usageError(stderr, "%v", err)
+	}
+	ranks := int64(max(st.GPUs, 1))
+	if *batch%ranks != 0 {
+		return f.usageError(stderr, "-batch %d over -gpus %d: the batch must be a multiple of the GPUs (train_dual.py asserts it)", *batch, st.GPUs)
 	}
 	if *data != "" {
 		for _, name := range []string{"val-images", "mean-boxes", "events"} {
@@ -94,12 +108,12 @@ func cmdRun(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 				return f.usageError(stderr, "-%s and -events exclude each other: the file gives the events", name)
 			}
 		}
-		if events, err = readRunEvents(*eventsFile, sc.Batch); err != nil {
+		if events, err = readRunEvents(*eventsFile, sc.Batch/ranks); err != nil {
 			return fail(stderr, err)
 		}
 	} else {
-		p = onnxmem.RunPlan{Epochs: int(*epochs), Iterations: int(*iters), Batch: *batch, Height: sc.Height, Width: sc.Width,
-			ValImages: *valImages, MeanBoxes: *meanBoxes, Seed: *seed, Data: *data}
+		p = onnxmem.RunPlan{Epochs: int(*epochs), Iterations: int(*iters), Batch: *batch / ranks, Height: sc.Height, Width: sc.Width,
+			ValImages: *valImages, MeanBoxes: *meanBoxes, Seed: *seed, Data: *data, GPUs: st.GPUs}
 		synthetic := f.isSet("mean-boxes") || f.isSet("val-images")
 		switch {
 		case *data != "" || !synthetic:
@@ -108,7 +122,7 @@ func cmdRun(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 				p.Iterations = 0
 			}
 		case !f.isSet("val-images"):
-			p.ValImages = 8 * *batch
+			p.ValImages = 8 * p.Batch
 		}
 		events, err = m.PlanRun(p)
 		if err != nil {
@@ -134,8 +148,11 @@ func cmdRun(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		return exit(stderr, writeCSV(stdout, runRows(r, events)))
 	}
 	if *asJSON {
-		js := runJSON{Model: m.Name, Device: deviceName(d), Limit: limitOf(d), Fits: !r.OOM,
+		js := runJSON{Model: m.Name, Device: deviceName(d), Limit: rankLimit(d, r), Fits: !runOOM(r),
 			Source: runSource(events, *eventsFile, p.Dataset(), *meanBoxes, *seed), Predicted: newRunPredicted(r)}
+		if st.GPUs > 0 {
+			js.GPUs, js.NCCL, js.Ranks = st.GPUs, r.NCCL, rankRows(r)
+		}
 		if none != nil {
 			js.Band = bandVerdict(r, none)
 		}
@@ -207,6 +224,12 @@ type runJSON struct {
 	// and what of them is exact and what drawn, as the table's data line.
 	Source    string       `json:"source"`
 	Predicted runPredicted `json:"predicted"`
+	// With -gpus: the GPUs, NCCL's bytes on each card (outside the
+	// allocator, beside the context; Limit is already less them) and each
+	// rank's figures; Predicted is rank 0's.
+	GPUs  int       `json:"gpus,omitempty"`
+	NCCL  int64     `json:"nccl_bytes,omitempty"`
+	Ranks []rankRow `json:"ranks,omitempty"`
 }
 
 // runSource says where a run's box counts and validation batches come
@@ -250,6 +273,13 @@ func printRun(w io.Writer, model, source string, r, none *onnxmem.RunResult, eve
 		prec = "amp"
 	}
 	fmt.Fprintf(w, "model  %s\nrun    training run, batch %d, image %dx%d, %s, %s", model, sc.Batch, sc.Height, sc.Width, prec, sc.Optimizer)
+	if sc.GPUs > 0 {
+		fmt.Fprintf(w, ", DDP over %d GPU(s) (%d images a rank", sc.GPUs, sc.Batch/int64(sc.GPUs))
+		if sc.SyncBN {
+			fmt.Fprint(w, ", SyncBatchNorm")
+		}
+		fmt.Fprint(w, "; the events are rank 0's)")
+	}
 	if !sc.NoEMA {
 		fmt.Fprint(w, ", EMA")
 	}
@@ -259,6 +289,8 @@ func printRun(w io.Writer, model, source string, r, none *onnxmem.RunResult, eve
 	fmt.Fprintf(w, "\ndata   %s\n", source)
 	if d == nil {
 		fmt.Fprint(w, "limit  none: a card with room to spare (-device NAME|SIZE runs it under a card's usable memory)\n")
+	} else if r.NCCL > 0 {
+		fmt.Fprintf(w, "limit  %s GiB a rank, %s's usable memory less NCCL's %d MiB (measured with one GPU; more over several)\n", gib(rankLimit(d, r)), d.Name, r.NCCL>>20)
 	} else {
 		fmt.Fprintf(w, "limit  %s GiB, %s's usable memory\n", gib(d.Usable()), d.Name)
 	}
@@ -288,6 +320,21 @@ func printRun(w io.Writer, model, source string, r, none *onnxmem.RunResult, eve
 	if line := gpuMemSummary(r, events); line != "" {
 		fmt.Fprintln(w, line)
 	}
+	if sc.GPUs > 0 {
+		fmt.Fprintln(w)
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "ranks	peak GiB	reserved GiB	max GPU_mem	NCCL GiB	ends	")
+		for _, row := range rankRows(r) {
+			ends := "completes"
+			if row.OOM {
+				ends = "out of memory"
+			}
+			fmt.Fprintf(tw, "%s	%s	%s	%s	%s	%s	\n", row.Ranks, gib(row.Peak), gib(row.PeakReserved), row.GPUMem, gib(row.NCCL), ends)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
 	if d != nil {
 		ends := func(r *onnxmem.RunResult) string {
 			if r.OOM {
@@ -301,8 +348,14 @@ func printRun(w io.Writer, model, source string, r, none *onnxmem.RunResult, eve
 			verdict = bandVerdict(r, none)
 		case r.OOM:
 			verdict = "does not fit: it " + ends(r)
+		case runOOM(r):
+			verdict = "does not fit: the other ranks run out of memory in event " + strconv.Itoa(r.Others.OOMEvent)
 		}
-		fmt.Fprintf(w, "on %s (limit %s GiB: %s GiB less a %d MiB CUDA context): %s\n", d.Name, gib(d.Usable()), gib(d.Total), d.Context>>20, verdict)
+		nccl := ""
+		if r.NCCL > 0 {
+			nccl = fmt.Sprintf(" and NCCL's %d MiB", r.NCCL>>20)
+		}
+		fmt.Fprintf(w, "on %s (limit %s GiB: %s GiB less a %d MiB CUDA context%s): %s\n", d.Name, gib(rankLimit(d, r)), gib(d.Total), d.Context>>20, nccl, verdict)
 		if none != nil {
 			fmt.Fprintf(w, "band   cuDNN workspaces not measured on %s: with the H200's the run %s, with none it %s\n", d.Name, ends(r), ends(none))
 		}
@@ -316,9 +369,9 @@ func printRun(w io.Writer, model, source string, r, none *onnxmem.RunResult, eve
 // not fit".
 func bandVerdict(h200, none *onnxmem.RunResult) string {
 	switch {
-	case !h200.OOM && !none.OOM:
+	case !runOOM(h200) && !runOOM(none):
 		return "fits"
-	case h200.OOM && none.OOM:
+	case runOOM(h200) && runOOM(none):
 		return "does not fit"
 	}
 	return "may not fit"
@@ -405,7 +458,7 @@ func runPlot(name string, r *onnxmem.RunResult, events []onnxmem.RunEvent, d *on
 		XMin: 0, XMax: float64(max(len(events), 1)),
 	}
 	if d != nil {
-		p.Series = append(p.Series, series{Name: d.Name + " limit", Color: "#c00", X: []float64{0, p.XMax}, Y: []float64{gibf(d.Usable()), gibf(d.Usable())}})
+		p.Series = append(p.Series, series{Name: d.Name + " limit", Color: "#c00", X: []float64{0, p.XMax}, Y: []float64{gibf(rankLimit(d, r)), gibf(rankLimit(d, r))}})
 	}
 	return p
 }
@@ -447,6 +500,57 @@ func limitOf(d *onnxmem.Device) int64 {
 		return 0
 	}
 	return d.Usable()
+}
+
+// rankLimit is the caching allocator's limit of each rank of run r on d:
+// the card's usable memory less NCCL's share under DDP; 0 without d.
+func rankLimit(d *onnxmem.Device, r *onnxmem.RunResult) int64 {
+	if d == nil {
+		return 0
+	}
+	return d.Usable() - r.NCCL
+}
+
+// oomEvent is the event in which run r ran out of memory, on rank 0 or
+// else on the other ranks.
+func oomEvent(r *onnxmem.RunResult) int {
+	if !r.OOM && r.Others != nil {
+		return r.Others.OOMEvent
+	}
+	return r.OOMEvent
+}
+
+// runOOM reports whether any rank of run r ran out of memory.
+func runOOM(r *onnxmem.RunResult) bool { return r.OOM || r.Others != nil && r.Others.OOM }
+
+// rankRow is one line of a DDP run's table of ranks.
+type rankRow struct {
+	// Ranks names them: "0", or "1" or "1-3" for the others, which run
+	// alike.
+	Ranks        string `json:"ranks"`
+	Peak         int64  `json:"peak"`
+	PeakReserved int64  `json:"peak_reserved"`
+	// GPUMem is the largest GPU_mem the rank would print; NCCL its card's
+	// bytes outside the allocator beside the CUDA context.
+	GPUMem string `json:"max_gpu_mem"`
+	NCCL   int64  `json:"nccl_bytes"`
+	OOM    bool   `json:"oom,omitempty"`
+}
+
+// rankRows lists the ranks of a DDP run: rank 0, then the others.
+func rankRows(r *onnxmem.RunResult) []rankRow {
+	row := func(name string, q *onnxmem.RunResult) rankRow {
+		return rankRow{Ranks: name, Peak: q.Peak, PeakReserved: q.PeakReserved, GPUMem: onnxmem.RunStep{Reserved: q.PeakReserved}.GPUMem(), NCCL: q.NCCL, OOM: q.OOM}
+	}
+	rows := []rankRow{row("0", r)}
+	if o := r.Others; o != nil {
+		name := "1"
+		if n := o.Scenario.GPUs; n > 2 {
+			name = fmt.Sprintf("1-%d", n-1)
+		}
+		rows = append(rows, row(name, o))
+	}
+	return rows
 }
 
 // dataClasses returns m with the classes of the data yaml file's nc, as

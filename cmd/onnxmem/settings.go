@@ -39,6 +39,9 @@ type setting struct {
 	// scenario's counts are those.
 	Run     *runStep
 	Densest bool
+	// GPUs and SyncBN are a training run's DDP (-gpus, -sync-bn).
+	GPUs   int
+	SyncBN bool
 }
 
 // warmNeedsAMP fails on -warm-steps above 1 without -amp, for a command
@@ -55,7 +58,8 @@ func (s setting) warmNeedsAMP() error {
 func (s setting) equal(o setting) bool {
 	return s.AMP == o.AMP && s.Half == o.Half && s.Segments == o.Segments && slices.Equal(s.Checkpoint, o.Checkpoint) &&
 		s.Train == o.Train && s.Boxes == o.Boxes && s.Optimizer == o.Optimizer && s.EMA == o.EMA && s.WarmSteps == o.WarmSteps &&
-		s.AllocConf == o.AllocConf && s.Eval == o.Eval && s.EvalFloat == o.EvalFloat && s.Run == o.Run && s.Densest == o.Densest
+		s.AllocConf == o.AllocConf && s.Eval == o.Eval && s.EvalFloat == o.EvalFloat && s.Run == o.Run && s.Densest == o.Densest &&
+		s.GPUs == o.GPUs && s.SyncBN == o.SyncBN
 }
 
 // settingOf is the setting of a scenario.
@@ -65,6 +69,7 @@ func settingOf(sc onnxmem.Scenario) setting {
 	if sc.Step == onnxmem.TrainStep {
 		st.Train, st.Boxes, st.Optimizer, st.EMA, st.WarmSteps = true, max(sc.Boxes, 0), sc.Optimizer, !sc.NoEMA, sc.WarmSteps
 		st.Densest = sc.BoxCounts != nil
+		st.GPUs, st.SyncBN = sc.GPUs, sc.SyncBN
 	}
 	return st
 }
@@ -141,6 +146,7 @@ func (s setting) scenario(batch int64, img imageSize) onnxmem.Scenario {
 		if s.AMP {
 			sc.WarmSteps = s.WarmSteps
 		}
+		sc.GPUs, sc.SyncBN = s.GPUs, s.SyncBN
 	}
 	return sc
 }

@@ -147,10 +147,18 @@ func (t trainLoss) CountShape(in schedule.LossInput) (string, []int64) {
 //	    loss += compute_loss(train_out, targets)[1]
 //
 // under smart_inference_mode; val_dual.py has that line commented out.
+//
+// Under torch.distributed.run the setup passes two barriers of
+// torch_distributed_zero_first (check_dataset before the model is made,
+// the train loader's dataset after the EMA), and everything under
+// "if RANK in {-1, 0}" is rank 0's alone: the EMA, model.half().float(),
+// the validation and the checkpoint.
 func (Family) Loop(g *ir.Graph) *schedule.Loop {
 	return &schedule.Loop{
 		SetupTensors:     []int64{4 * classes(g), 4, 4 * regMax, 4 * 3},
 		HalfFloatAtSetup: true,
+		SetupBarriers:    2,
+		RankZeroOnly:     true,
 		ValTensors:       []int64{4 * 10, 4 * 3},
 		ValLoss:          func(outs []schedule.Output) bool { return len(Branches(outs)) == 1 },
 		ValShape: func(side, num, den int64) (int64, int64) {

@@ -43,6 +43,14 @@ func (d Device) Measured() bool {
 // CUDA context.
 func (d Device) Usable() int64 { return d.Total - d.Context }
 
+// NCCL is what NCCL holds on each rank's card, outside the caching
+// allocator, in a process of DistributedDataParallel: measured with world
+// size 1 on an H100 (torch 2.11 and its NCCL; calibration §23: 564 MiB
+// more than the same run without DDP, from the setup on). Over several
+// GPUs NCCL's buffers grow with the peers and channels; that growth is
+// not counted.
+const NCCL = 564 * mib
+
 const (
 	mib = int64(1) << 20
 	// hopperCuBLAS is CUBLAS_WORKSPACE_CONFIG ":4096:8", PyTorch's default on

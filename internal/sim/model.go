@@ -428,8 +428,8 @@ type Options struct {
 	// is the rank's share; Rank 0 keeps the EMA, validates and saves, the
 	// other ranks do none of it (ddp.go). Steps take no GPUs.
 	GPUs, Rank int64 `json:",omitempty"`
-	// SyncBN converts the model's batch norms to SyncBatchNorm
-	// (train_dual.py --sync-bn), which over one GPU runs plain batch norm.
+	// SyncBN converts the model's batch norms to SyncBatchNorm (a
+	// script's --sync-bn), which over one GPU runs plain batch norm.
 	SyncBN bool `json:",omitempty"`
 }
 
@@ -607,8 +607,16 @@ func (sc Options) Supported() error {
 		return fmt.Errorf("onnxmem: autocast type %q: want float16 or bfloat16", sc.AMPDType)
 	case sc.AMPDType != "" && !sc.AMP:
 		return fmt.Errorf("onnxmem: autocast type %s without amp: the type is autocast's", sc.AMPDType)
-	case sc.GPUs != 0 || sc.Rank != 0 || sc.SyncBN:
-		return fmt.Errorf("onnxmem: gpus %d: DistributedDataParallel is simulated for whole training runs (Run), whose ranks differ, not for a lone step", sc.GPUs)
+	case sc.GPUs < 0:
+		return fmt.Errorf("onnxmem: gpus %d: want the GPUs of DistributedDataParallel, or 0 for one process without it", sc.GPUs)
+	case sc.GPUs > 0 && !sc.Train:
+		return fmt.Errorf("onnxmem: gpus %d: DistributedDataParallel trains, and this is not a train step", sc.GPUs)
+	case sc.Rank < 0 || sc.Rank > 0 && sc.Rank >= sc.GPUs:
+		return fmt.Errorf("onnxmem: rank %d of %d GPUs: want 0 to %d", sc.Rank, sc.GPUs, max(sc.GPUs-1, 0))
+	case sc.SyncBN && sc.GPUs == 0:
+		return fmt.Errorf("onnxmem: sync_bn without gpus: SyncBatchNorm is DDP's (a script's --sync-bn takes effect only under torch.distributed.run)")
+	case sc.SyncBN && sc.GPUs > 1:
+		return fmt.Errorf("onnxmem: sync_bn over %d GPUs: SyncBatchNorm's saved tensors and all-gathers across ranks are not simulated yet (over one GPU it is plain batch norm); leave sync_bn out", sc.GPUs)
 	case sc.PrevPredAlive && !sc.Train:
 		return fmt.Errorf("onnxmem: prev_pred_alive: the previous iteration's outputs belong to a training loop, and this is not a train step")
 	case sc.WarmSteps != 0 && !sc.Train:
@@ -669,6 +677,9 @@ func (m *Model) Program(sc Options) (*schedule.Program, error) {
 func (m *Model) programPrep(sc Options) (*prepared, Options, error) {
 	if err := sc.Supported(); err != nil {
 		return nil, sc, err
+	}
+	if sc.GPUs != 0 {
+		return nil, sc, fmt.Errorf("onnxmem: gpus %d: DistributedDataParallel is simulated for whole training runs, whose ranks differ, not for a lone step: simulate the run", sc.GPUs)
 	}
 	p, err := m.forScenario(sc)
 	if err != nil {

@@ -145,24 +145,12 @@ func (m *Model) Run(sc Options, events []RunEvent) (*RunResult, error) {
 		}
 		marked = marked || e.Skipped
 	}
-	world, rank, syncBN := sc.GPUs, sc.Rank, sc.SyncBN
-	sc.GPUs, sc.Rank, sc.SyncBN = 0, 0, false
-	switch {
-	case world < 0:
-		return nil, fmt.Errorf("onnxmem: run: gpus %d: want the GPUs of DistributedDataParallel, or 0 for one process without it", world)
-	case rank < 0 || rank > 0 && rank >= world:
-		return nil, fmt.Errorf("onnxmem: run: rank %d of %d GPUs: want 0 to %d", rank, world, max(world-1, 0))
-	case syncBN && world == 0:
-		return nil, fmt.Errorf("onnxmem: run: sync_bn without gpus: SyncBatchNorm is DDP's (train_dual.py --sync-bn takes effect only under torch.distributed.run)")
-	case syncBN && world > 1:
-		return nil, fmt.Errorf("onnxmem: run: sync_bn over %d GPUs: SyncBatchNorm's saved tensors and all-gathers across ranks are not simulated yet (over one GPU it is plain batch norm); leave sync_bn out", world)
-	}
-	if rank > 0 {
-		sc.EMA = false // ModelEMA(model) if RANK in {-1, 0} else None
-	}
 	if err := sc.Supported(); err != nil {
 		return nil, err
 	}
+	// The rank's steps are a process's; DDP's own tensors are the runner's.
+	world, rank, syncBN := sc.GPUs, sc.Rank, sc.SyncBN
+	sc.GPUs, sc.Rank, sc.SyncBN = 0, 0, false
 	if marked && sc.WarmSteps != 0 {
 		return nil, fmt.Errorf("onnxmem: run: warm steps %d with events marked skipped: give the skipped iterations one way", sc.WarmSteps)
 	}
@@ -189,6 +177,9 @@ func (m *Model) Run(sc Options, events []RunEvent) (*RunResult, error) {
 	if loop == nil {
 		return nil, fmt.Errorf("onnxmem: run: the %s family knows no training script to run: simulate its train steps instead", cmp.Or(sc.Family, m.Family))
 	}
+	if rank > 0 && loop.RankZeroOnly {
+		sc.EMA = false // the copy is rank 0's
+	}
 	r := &runner{m: m, sc: sc.Defaults(), loop: loop, a: allocator.NewWithConfig(conf), res: &RunResult{Scenario: sc, OOMEvent: -1},
 		world: world, rank: rank, fam: pr.fam}
 	r.res.Scenario.GPUs, r.res.Scenario.Rank, r.res.Scenario.SyncBN = world, rank, syncBN
@@ -209,11 +200,11 @@ func (m *Model) Run(sc Options, events []RunEvent) (*RunResult, error) {
 		case RunEventTrain:
 			err = r.train(e)
 		case RunEventVal:
-			if r.rank == 0 { // validation runs on rank 0 only
+			if !r.idle() {
 				err = r.val(e, i+1 == len(events) || events[i+1].Kind != RunEventVal, i == 0 || events[i-1].Kind != RunEventVal)
 			}
 		case RunEventCkpt:
-			if r.rank == 0 {
+			if !r.idle() {
 				r.ckpt()
 			}
 		}
@@ -324,6 +315,10 @@ func (r *runner) free(id allocator.ID) {
 	}
 }
 
+// idle reports whether the runner's rank skips what the script does on
+// rank 0 only: validation and the checkpoint save.
+func (r *runner) idle() bool { return r.rank > 0 && r.loop.RankZeroOnly }
+
 // trainScenario is the step of the run's iterations with these box counts.
 func (r *runner) trainScenario(counts []int64) Options {
 	sc := r.sc
@@ -376,7 +371,9 @@ func (r *runner) setup() error {
 		if r.ddp, err = newDDP(p, family.OffGraph(r.fam, p.Outputs)); err != nil {
 			return err
 		}
-		r.barrier() // check_dataset under torch_distributed_zero_first
+		if r.loop.SetupBarriers > 0 {
+			r.barrier() // before the model
+		}
 	}
 	for _, b := range residents(p, schedule.RoleModel) {
 		r.model = append(r.model, r.malloc(p.Buffers[b].Bytes))
@@ -385,9 +382,11 @@ func (r *runner) setup() error {
 		r.copy = append(r.copy, r.malloc(p.Buffers[b].Bytes))
 	}
 	if r.ddp != nil {
-		r.barrier() // the train loader's dataset
+		for range r.loop.SetupBarriers - 1 {
+			r.barrier() // after the copy
+		}
 	}
-	if r.loop.HalfFloatAtSetup && r.rank == 0 { // rank 0's (RANK in {-1, 0})
+	if r.loop.HalfFloatAtSetup && !r.idle() {
 		r.convert(p, schedule.RoleModel, r.model, 2)
 		r.convert(p, schedule.RoleModel, r.model, 4)
 	}
