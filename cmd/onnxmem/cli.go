@@ -424,7 +424,7 @@ func (f *flagSet) trainFlags() func(setting) (setting, error) {
 // --batch B [--sync-bn]); the setting it returns runs them.
 func (f *flagSet) ddpFlags() func(setting) (setting, error) {
 	gpus := f.Int("gpus", 0, "train on `N` GPUs with DistributedDataParallel, as python -m torch.distributed.run --nproc_per_node N\ntrain_dual.py runs it: each rank at the batch / N, rank 0 with the EMA, the validation and the checkpoint\n(default 0: one process without DDP; 1: DDP on one GPU)")
-	syncBN := f.Bool("sync-bn", false, "with -gpus, train_dual.py's --sync-bn (SyncBatchNorm; simulated over one GPU only)")
+	syncBN := f.Bool("sync-bn", false, "with -gpus, train_dual.py's --sync-bn (SyncBatchNorm: batch norm's bytes; measured over one GPU only)")
 	return func(st setting) (setting, error) {
 		switch {
 		case *gpus < 0:

@@ -284,8 +284,9 @@
 // one GPU; its buffers for the peers of several GPUs are not counted).
 // -gpus 1 is DDP on one GPU, as torch.distributed.run with one process
 // runs it; -sync-bn, train_dual.py's --sync-bn, is plain batch norm there
-// and refused over several GPUs (not simulated). -json adds gpus,
-// nccl_bytes and ranks.
+// (measured), and over several GPUs makes batch norm's tensors but for its
+// statistics' few hundred bytes a layer (from PyTorch's source, not yet
+// measured). -json adds gpus, nccl_bytes and ranks.
 //
 // # claims
 //

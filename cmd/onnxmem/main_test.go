@@ -442,7 +442,6 @@ func TestRunBounded(t *testing.T) {
 		{[]string{"run", "-gpus", "3", "-batch", "16", "yolov9-t"}, "-batch 16 over -gpus 3: the batch must be a multiple of the GPUs"},
 		{[]string{"run", "-gpus", "-1", "yolov9-t"}, "-gpus must be 0"},
 		{[]string{"run", "-sync-bn", "yolov9-t"}, "-sync-bn needs -gpus"},
-		{[]string{"run", "-gpus", "2", "-sync-bn", "yolov9-t"}, "sync_bn over 2 GPUs: SyncBatchNorm's saved tensors"},
 		{[]string{"maxbatch", "-step", "train", "-gpus", "2", "yolov9-t"}, "-gpus applies to a training run"},
 		{[]string{"maxbatch", "-step", "model", "-limit", "9223372036854775807", "-budget", "8", "yolov9-t"}, "a search considers batches up to 1048576"},
 		{[]string{"maxbatch", "-limit", "9223372036854775807", "-device", "t4", "yolov9-t"}, "a search considers batches up to 1048576"},

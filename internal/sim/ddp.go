@@ -51,8 +51,18 @@ import (
 //
 // SyncBatchNorm over one GPU runs plain batch norm (torch/nn/modules/
 // batchnorm.py: need_sync is false for a world size of 1), as measured
-// (the same bytes as without it); over several GPUs its saved tensors and
-// its statistics' all-gather are not simulated.
+// (the same bytes as without it). Over several GPUs
+// (torch/nn/modules/_functions.py SyncBatchNorm) it saves the same input
+// and makes an output of the same type and size as cuDNN's batch norm
+// (batch_norm_stats, an all-gather, batch_norm_gather_stats_with_counts,
+// batch_norm_elemt; the backward's batch_norm_backward_reduce, an
+// all-reduce and batch_norm_backward_elemt), and copies an input only when
+// it is neither contiguous nor channels-last, which a convolution's output
+// is; what differs are its per-channel statistics (2C+1 values a rank, the
+// all-gathered (2C+1)·N, C-sized means and sums), hundreds of bytes a
+// layer, which are not counted: a rank over several GPUs is simulated as
+// with batch norm, an assumption from the source that issue 37's
+// measurements check.
 
 // ddpBucketCaps are the reducer's bucket limits after the rebuild:
 // dist._DEFAULT_FIRST_BUCKET_BYTES, then bucket_cap_mb's default 25 MiB.

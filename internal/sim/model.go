@@ -429,7 +429,7 @@ type Options struct {
 	// other ranks do none of it (ddp.go). Steps take no GPUs.
 	GPUs, Rank int64 `json:",omitempty"`
 	// SyncBN converts the model's batch norms to SyncBatchNorm (a
-	// script's --sync-bn), which over one GPU runs plain batch norm.
+	// script's --sync-bn): the same bytes as batch norm's (ddp.go).
 	SyncBN bool `json:",omitempty"`
 }
 
@@ -615,8 +615,6 @@ func (sc Options) Supported() error {
 		return fmt.Errorf("onnxmem: rank %d of %d GPUs: want 0 to %d", sc.Rank, sc.GPUs, max(sc.GPUs-1, 0))
 	case sc.SyncBN && sc.GPUs == 0:
 		return fmt.Errorf("onnxmem: sync_bn without gpus: SyncBatchNorm is DDP's (a script's --sync-bn takes effect only under torch.distributed.run)")
-	case sc.SyncBN && sc.GPUs > 1:
-		return fmt.Errorf("onnxmem: sync_bn over %d GPUs: SyncBatchNorm's saved tensors and all-gathers across ranks are not simulated yet (over one GPU it is plain batch norm); leave sync_bn out", sc.GPUs)
 	case sc.PrevPredAlive && !sc.Train:
 		return fmt.Errorf("onnxmem: prev_pred_alive: the previous iteration's outputs belong to a training loop, and this is not a train step")
 	case sc.WarmSteps != 0 && !sc.Train:
