@@ -21,7 +21,8 @@ event), with "fraction", "total_memory" and "oom" (null, or the event it ran out
 TestTrainMaxBatchMeasured replays each trial's events under int(f x total_memory) and asks
 whether onnxmem runs out too, and where.
 
-Configs: cfg:amp|fp32:fraction:guess, comma-separated. Rerun on a GPU machine, from the
+Configs: cfg:amp|fp32:fraction:guess, comma-separated; amp.ddpN (fp32.ddpN) runs DDP over N GPUs
+(train_run.py's mode; the batch is the total, and the search steps by N). Rerun on a GPU machine, from the
 repository root, with the official code at third_party/yolov9 (see train_run.py):
     python3 calibration/train_max_batch.py --out calibration/results
 """
@@ -40,18 +41,38 @@ DEFAULT = "yolov9-s:amp:0.05:16,yolov9-c:amp:0.08:10,yolov9-s:fp32:0.08:14,gelan
 
 
 def trial(cfg, prec, frac, batch, a, tag):
-    """Runs one capped child; returns its record (oom null when it ran through)."""
+    """Runs one capped child; returns its record (oom null when it ran through).
+
+    prec may carry train_run.py's DDP mode (amp.ddp2: amp, ddp2): the trial then runs under
+    torch.distributed.run over the mode's GPUs, every rank capped; the record is rank 0's, or
+    the first rank's that ran out (the others are stopped), with "oom_rank"."""
     tmp = os.path.join(a.out, ".train_max_batch_%s.json" % tag)
-    cmd = [sys.executable, os.path.join(HERE, "train_run.py"), "--child", "%s:%d:%s" % (cfg, batch, prec),
-           "--child-out", tmp, "--yolo", a.yolo, "--iters1", str(a.iters), "--iters2", "0",
-           "--val-batches", "0", "--train-only", "--fraction", str(frac)]
+    prec, _, mode = prec.partition(".")
+    spec = "%s:%d:%s" % (cfg, batch, prec) + (":" + mode if mode else "")
+    launch = [sys.executable]
+    world = 0
+    if mode:
+        sys.path.insert(0, HERE)
+        import train_run
+        world = train_run.world_of(mode)
+        launch += ["-m", "torch.distributed.run", "--nproc_per_node", str(world), "--master_port", str(29600 + batch % 300)]
+    cmd = launch + [os.path.join(HERE, "train_run.py"), "--child", spec,
+                    "--child-out", tmp, "--yolo", a.yolo, "--iters1", str(a.iters), "--iters2", "0",
+                    "--val-batches", "0", "--train-only", "--fraction", str(frac)]
     t0 = time.time()
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout)
-    if r.returncode != 0 or not os.path.exists(tmp):
+    recs = []
+    for rank, path in enumerate([tmp] + ["%s.rank%d" % (tmp, k) for k in range(1, world)]):
+        if os.path.exists(path):
+            with open(path) as f:
+                recs.append((rank, json.loads(f.read())))
+            os.remove(path)
+    if not recs or r.returncode != 0 and not any(x["measured"]["oom"] for _, x in recs):
         raise RuntimeError("%s batch %d: rc %d\n%s" % (cfg, batch, r.returncode, (r.stdout + r.stderr)[-3000:]))
-    with open(tmp) as f:
-        rec = json.loads(f.read())
-    os.remove(tmp)
+    oomed = [(k, x) for k, x in recs if x["measured"]["oom"]]
+    rank, rec = oomed[0] if oomed else recs[0]
+    if mode:
+        rec["measured"]["oom_rank"] = rank if oomed else None
     m = rec["measured"]
     print("%s %s f=%.3f batch %d: %s, peak %.0f MiB, reserved %.0f MiB, %.0fs" % (
         cfg, prec, frac, batch, "OOM in event %d" % m["oom"]["event"] if m["oom"] else "ran",
@@ -62,6 +83,12 @@ def trial(cfg, prec, frac, batch, a, tag):
 def search(spec, a, lock, out):
     cfg, prec, frac, guess = spec.split(":")
     frac, b = float(frac), int(guess)
+    step = 1  # a DDP search steps by its GPUs: the batch is their multiple
+    if "." in prec:
+        sys.path.insert(0, HERE)
+        import train_run
+        step = max(train_run.world_of(prec.partition(".")[2]), 1)
+        b = max(step, b // step * step)
     seen = {}
     for n in range(a.max_trials):
         rec = trial(cfg, prec, frac, b, a, "%s_%s_%d" % (cfg, prec, b))
@@ -70,11 +97,11 @@ def search(spec, a, lock, out):
         with lock:
             with open(out, "a") as f:
                 f.write(json.dumps(rec) + "\n")
-        if ok and seen.get(b + 1) is False or not ok and seen.get(b - 1) is True:
-            print("%s %s f=%.3f: max batch %d" % (cfg, prec, frac, b if ok else b - 1), flush=True)
+        if ok and seen.get(b + step) is False or not ok and seen.get(b - step) is True:
+            print("%s %s f=%.3f: max batch %d" % (cfg, prec, frac, b if ok else b - step), flush=True)
             return
-        b = b + 1 if ok else b - 1
-        if b < 1:
+        b = b + step if ok else b - step
+        if b < step:
             return
     print("%s %s f=%.3f: no boundary in %d trials" % (cfg, prec, frac, a.max_trials), flush=True)
 

@@ -43,15 +43,18 @@ Modules the repository imports but this run never uses (cv2, pandas, seaborn, ma
 IPython, requests, psutil, pkg_resources, tqdm) are stubbed when they are missing; yaml falls
 back to third_party/pylib when missing. env lists what was stubbed.
 
-DDP (issue 36): a config cfg:batch:prec:ddp (or :ddp-syncbn, with --sync-bn) is started as
-    python -m torch.distributed.run --nproc_per_node 1 train_run.py --child ...
-so that RANK is 0 and train_dual.py's DDP path runs with world size 1, as the official code
-runs it: dist.init_process_group("nccl") after set_device, torch_distributed_zero_first's
+DDP (issues 36 and 37): a config cfg:batch:prec:ddpN (ddp: N = 1; ddpN-syncbn with --sync-bn)
+is started as
+    python -m torch.distributed.run --nproc_per_node N train_run.py --child ...
+so that train_dual.py's DDP path runs with world size N, as the official code runs it, batch
+the total (--batch) and each rank batch // N (validation at 2 × that, on rank 0): dist.init_process_group("nccl") after set_device, torch_distributed_zero_first's
 barriers where train() has them (check_dataset, the train dataloader), SyncBatchNorm conversion
 after the EMA, model.half().float(), smart_DDP (DDP(model, device_ids=[0], output_device=0,
 static_graph=True)), loss *= WORLD_SIZE under autocast, and the early-stopping
-broadcast_object_list at each epoch end. Its record (in train_run_ddp.jsonl) says gpus and
-sync_bn. Every record also holds driver_used_after per event and "driver": what
+broadcast_object_list at each epoch end; only rank 0 keeps the EMA, runs model.half().float(),
+validates and saves (the other ranks' val and ckpt events hold no work but that broadcast).
+Every rank writes its record (in train_run_ddp.jsonl, rank 0 first), with gpus, rank and
+sync_bn; the ranks draw the same fake data (one seed). Only world size 1 has run (one GPU). Every record also holds driver_used_after per event and "driver": what
 torch.cuda.mem_get_info says is used on the card (context, NCCL, the allocator's segments)
 after CUDA init and after init_process_group.
 
@@ -62,6 +65,7 @@ which appends one JSON line per config to --out/train_run.jsonl.
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -77,12 +81,22 @@ STUBBED = []
 
 
 def parse(spec):
-    """cfg:batch:amp|fp32[:ddp|:ddp-syncbn]; the mode says whether the run is one rank of DDP (with SyncBatchNorm)."""
+    """cfg:batch:amp|fp32[:ddpN[-syncbn]]: the mode says whether the run is DDP over N GPUs (ddp: N = 1), with
+    SyncBatchNorm; batch is the total, train_dual.py's --batch."""
     cfg, batch, prec, *mode = spec.split(":")
     mode = mode[0] if mode else ""
-    if mode not in ("", "ddp", "ddp-syncbn"):
-        raise SystemExit(f"train_run.py: {spec}: mode {mode!r}: want ddp or ddp-syncbn")
+    m = re.fullmatch(r"ddp(\d*)(-syncbn)?", mode)
+    if mode and not m:
+        raise SystemExit(f"train_run.py: {spec}: mode {mode!r}: want ddp, ddpN, ddp-syncbn or ddpN-syncbn")
     return cfg, int(batch), prec == "amp", mode
+
+
+def world_of(mode):
+    """The GPUs of a mode: 0 without DDP."""
+    if not mode:
+        return 0
+    n = re.fullmatch(r"ddp(\d*)(-syncbn)?", mode).group(1)
+    return int(n) if n else 1
 
 
 # ----------------------------------------------------------------------------- stubs
@@ -211,8 +225,14 @@ def child(spec, out_path, a):
     LOCAL_RANK = int(os.getenv("LOCAL_RANK", -1))
     RANK = int(os.getenv("RANK", -1))
     WORLD_SIZE = int(os.getenv("WORLD_SIZE", 1))
-    if bool(mode) != (RANK != -1):
-        raise SystemExit(f"train_run.py: {spec}: a ddp run must be started by torch.distributed.run, and only it")
+    if bool(mode) != (RANK != -1) or mode and world_of(mode) != WORLD_SIZE:
+        raise SystemExit(f"train_run.py: {spec}: a ddp run must be started by torch.distributed.run with its GPUs, and only it")
+    if B % max(WORLD_SIZE, 1):
+        raise SystemExit(f"train_run.py: {spec}: batch {B} is no multiple of the {WORLD_SIZE} GPUs")
+    Bt, B = B, B // WORLD_SIZE  # the total (--batch) and each rank's: batch_size // WORLD_SIZE
+    syncbn = mode.endswith("-syncbn")
+    if RANK > 0:
+        out_path += f".rank{RANK}"  # each rank's record; the parent gathers them
     trainer = "train" if cfg.startswith("gelan") else "train_dual"
     yolo = os.path.abspath(a.yolo)
     install_stubs()
@@ -332,22 +352,25 @@ def child(spec, out_path, a):
     start("setup", {})
     with torch_distributed_zero_first(LOCAL_RANK):  # train(): check_dataset under it (a barrier on rank 0 after)
         pass
+    if RANK != -1:  # NCCL's communicator exists once the first collective ran
+        driver["after_first_collective"] = driver_used()
     model = Model(cfg_path, ch=3, nc=nc, anchors=hyp.get("anchors")).to(device)  # create
     gs = max(int(model.stride.max()), 32)
     imgsz = 640
     nbs = 64
-    accumulate = max(round(nbs / B), 1)
-    hyp["weight_decay"] *= B * accumulate / nbs
+    accumulate = max(round(nbs / Bt), 1)
+    hyp["weight_decay"] *= Bt * accumulate / nbs
     optimizer = smart_optimizer(model, "SGD", hyp["lr0"], hyp["momentum"], hyp["weight_decay"])
     lf = lambda x: (1 - x / epochs) * (1.0 - hyp["lrf"]) + hyp["lrf"]  # noqa: E731 linear
     scheduler = lr_scheduler.LambdaLR(optimizer, lr_lambda=lf)
     ema = ModelEMA(model) if RANK in {-1, 0} else None
     best_fitness, start_epoch = 0.0, 0
-    if mode == "ddp-syncbn":  # --sync-bn, after the EMA
+    if syncbn:  # --sync-bn, after the EMA
         model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model).to(device)
     with torch_distributed_zero_first(LOCAL_RANK):  # create_dataloader's dataset under it (rank=LOCAL_RANK)
         pass
-    model.half().float()  # pre-reduce anchor precision
+    if RANK in {-1, 0}:
+        model.half().float()  # pre-reduce anchor precision
     if RANK != -1:
         model = smart_DDP(model)
     hyp["label_smoothing"] = 0.0
@@ -355,7 +378,7 @@ def child(spec, out_path, a):
     model.hyp = hyp
     model.class_weights = labels_to_class_weights(ds_labels, nc).to(device) * nc
     model.names = names
-    nb = -(-118287 // B)  # COCO train2017 batches per epoch (for the warmup's lr only)
+    nb = -(-118287 // Bt)  # COCO train2017 batches per epoch (for the warmup's lr only)
     nw = max(round(hyp["warmup_epochs"] * nb), 100)
     scheduler.last_epoch = start_epoch - 1
     scaler = torch.cuda.amp.GradScaler(enabled=amp)
@@ -411,13 +434,15 @@ def child(spec, out_path, a):
                 scaler.step(optimizer)
                 scaler.update()
                 optimizer.zero_grad()
-                ema.update(model)
+                if ema:
+                    ema.update(model)
                 s1 = scaler.get_scale()
                 stepped = (s1 >= s0) if amp else True
                 if n_state0 == 0:  # before the first real step the optimizer has no state
                     stepped = stepped and len(optimizer.state) > 0
-                mloss = (mloss * i + loss_items) / (i + 1)
-                mem = f"{torch.cuda.memory_reserved() / 1E9:.3g}G"  # noqa: F841 (train_dual's GPU_mem)
+                if RANK in {-1, 0}:
+                    mloss = (mloss * i + loss_items) / (i + 1)
+                    mem = f"{torch.cuda.memory_reserved() / 1E9:.3g}G"  # noqa: F841 (train_dual's GPU_mem)
                 end(stepped=bool(stepped), scale=float(s1))
 
             if epoch > 0 or a.train_only:
@@ -438,6 +463,21 @@ def child(spec, out_path, a):
                 shp = [((h0, w0), ((1.0, 1.0), pad)) for _ in range(n)]
                 batches.append((im, t, paths, shp))
                 infos.append({"batch": n, "img_h": h, "img_w": wd, "boxes_per_img": [int(c) for c in counts]})
+
+            if RANK > 0:
+                # The other ranks validate nothing and save nothing: they
+                # wait at the epoch end's broadcast. Their val and ckpt
+                # events mark the same places and hold no work.
+                scheduler.step()
+                for info in infos:
+                    start("val", info)
+                    end()
+                del batches
+                start("ckpt", {})
+                broadcast_list = [None]
+                dist.broadcast_object_list(broadcast_list, 0)
+                end()
+                continue
 
             class ValLoader:
                 """The val dataloader: len() and iteration; memory is read when run() asks for the next batch."""
@@ -460,7 +500,7 @@ def child(spec, out_path, a):
             ema.update_attr(model, include=["yaml", "nc", "hyp", "names", "stride", "class_weights"])
             final_epoch = (epoch + 1 == epochs) or stopper.possible_stop
             results, maps, _ = validate.run(data_dict,
-                                            batch_size=B // WORLD_SIZE * 2,
+                                            batch_size=Bt // max(WORLD_SIZE, 1) * 2,
                                             imgsz=imgsz,
                                             half=amp,
                                             model=ema.ema,
@@ -509,8 +549,8 @@ def child(spec, out_path, a):
         torch.cuda.memory._dump_snapshot(a.trace)
         torch.cuda.memory._record_memory_history(enabled=None)
     st = torch.cuda.memory_stats()
-    rec = {"kind": "train_run", "cfg": cfg, "batch": B, "img": 640, "amp": amp, "optimizer": "SGD", "ema": True,
-           "segments": 0, "trainer": trainer, **({"gpus": WORLD_SIZE, "sync_bn": mode == "ddp-syncbn"} if mode else {}), "model": f"yolov9/{cfg}-train.onnx", "events": ev,
+    rec = {"kind": "train_run", "cfg": cfg, "batch": Bt, "img": 640, "amp": amp, "optimizer": "SGD", "ema": True,
+           "segments": 0, "trainer": trainer, **({"gpus": WORLD_SIZE, "rank": RANK, "sync_bn": syncbn} if mode else {}), "model": f"yolov9/{cfg}-train.onnx", "events": ev,
            "measured": {"peak": state["peak"], "peak_reserved": state["peak_reserved"], "peak_req": state["peak_req"],
                         **meas, "ckpt_saves": n_saves, "num_alloc_retries": st.get("num_alloc_retries", 0),
                         "num_ooms": st.get("num_ooms", 0), "val_results": [float(x) for x in results],
@@ -524,6 +564,11 @@ def child(spec, out_path, a):
                    "iters": [a.iters1, a.iters2]}}
     with open(out_path, "w") as f:
         f.write(json.dumps(rec) + "\n")
+    if RANK != -1 and oom and WORLD_SIZE > 1:
+        # The other ranks wait in a collective for this one: exit at once
+        # so that torch.distributed.run stops them (a capped search).
+        sys.stdout.flush()
+        os._exit(3)
     if RANK != -1:
         dist.destroy_process_group()
 
@@ -540,8 +585,8 @@ def main():
     p.add_argument("--timeout", type=int, default=300)
     p.add_argument("--child", default=None)
     p.add_argument("--child-out", default=None)
-    p.add_argument("--fraction", type=float, default=0, help="child: set_per_process_memory_fraction right after CUDA init")
-    p.add_argument("--train-only", action="store_true", help="child: epoch 0's train iterations only (no val, ckpt, epoch 1)")
+    p.add_argument("--fraction", type=float, default=0, help="set_per_process_memory_fraction right after CUDA init (every rank)")
+    p.add_argument("--train-only", action="store_true", help="epoch 0's train iterations only (no val, ckpt, epoch 1)")
     p.add_argument("--trace", default=None, help="child: dump a memory snapshot of the whole run to this file")
     p.add_argument("--stacks", action="store_true", help="child: with --trace, record each allocation's Python frames")
     p.add_argument("--local-rank", "--local_rank", type=int, default=-1, help="torch.distributed.launch's; run reads LOCAL_RANK")
@@ -552,21 +597,25 @@ def main():
     os.makedirs(a.out, exist_ok=True)
     for k, spec in enumerate(a.configs.split(",")):
         mode = parse(spec)[3]
-        # One rank of DDP (world size 1) as train_dual.py runs under
-        #   python -m torch.distributed.run --nproc_per_node 1 train_dual.py ...
+        world = world_of(mode)
+        # DDP over N GPUs as train_dual.py runs under
+        #   python -m torch.distributed.run --nproc_per_node N train_dual.py ...
+        # each rank writing its own record (rank 0's tmp, the others' tmp.rankR).
         out = os.path.join(a.out, "train_run_ddp.jsonl" if mode else "train_run.jsonl")
         tmp = os.path.join(a.out, f".train_run_{spec.replace(':', '_')}.json")
         t0 = time.time()
         print(f"== {spec}", flush=True)
         launch = [sys.executable]
         if mode:
-            launch += ["-m", "torch.distributed.run", "--nproc_per_node", "1", "--master_port", str(29500 + k)]
+            launch += ["-m", "torch.distributed.run", "--nproc_per_node", str(world), "--master_port", str(29500 + k)]
         cmd = launch + [os.path.abspath(__file__), "--child", spec, "--child-out", tmp, "--yolo", a.yolo,
                         "--iters1", str(a.iters1), "--iters2", str(a.iters2), "--val-batches", str(a.val_batches)]
         if a.trace:
             cmd += ["--trace", a.trace + "." + spec.replace(":", "_") + ".pickle"] + (["--stacks"] if a.stacks else [])
         if a.train_only:
             cmd += ["--train-only"]
+        if a.fraction:
+            cmd += ["--fraction", str(a.fraction)]
         os.makedirs(os.path.join(a.out, "train_run_logs"), exist_ok=True)
         log = os.path.join(a.out, "train_run_logs", spec.replace(":", "_") + ".log")
         with open(log, "w") as lf:
@@ -580,10 +629,11 @@ def main():
         keep = [x for x in lines if x.startswith("  ") and " alloc " in x]
         print("\n".join(keep if rc == 0 else keep + lines[-25:]), flush=True)
         print(f"== {spec}: rc {rc}, {time.time() - t0:.1f}s", flush=True)
-        if os.path.exists(tmp):
-            with open(tmp) as f, open(out, "a") as g:
-                g.write(f.read())
-            os.remove(tmp)
+        for path in [tmp] + [f"{tmp}.rank{r}" for r in range(1, world)]:
+            if os.path.exists(path):
+                with open(path) as f, open(out, "a") as g:
+                    g.write(f.read())
+                os.remove(path)
 
 
 if __name__ == "__main__":

@@ -228,7 +228,10 @@
 //	{"peak", "peak_reserved", "reserved_after": [...], "allocated_after": [...], "event_peak": [...], "gpu_mem": [...]}
 //
 // with one value per event (reserved_after of a train event, over 1e9, is
-// the GPU_mem the training loop prints) and the peaks over the run.
+// the GPU_mem the training loop prints) and the peaks over the run. With
+// "gpus": N the run is DistributedDataParallel's over N GPUs ("batch" the
+// total, "sync_bn" its --sync-bn): the answer is rank 0's, with the other
+// ranks' under "other_ranks", or with "rank": R that rank's alone.
 //
 // All other fields pass through with their exact text (numbers are not
 // reformatted), compacted, with the object's keys in sorted order. An input

@@ -14,7 +14,7 @@ import (
 // runFields are a train_run line's fields beyond commonFields: the
 // training scenario, without a step's box counts (each train event has
 // its own), and the events.
-var runFields = []string{"batch", "img", "img_h", "img_w", "amp", "amp_dtype", "segments", "nc", "optimizer", "ema", "trainer", "warm_steps", "gpus", "sync_bn", "events"}
+var runFields = []string{"batch", "img", "img_h", "img_w", "amp", "amp_dtype", "segments", "nc", "optimizer", "ema", "trainer", "warm_steps", "gpus", "rank", "sync_bn", "events"}
 
 // runEventFields are the fields each kind of run event takes.
 var runEventFields = map[string][]string{
@@ -31,7 +31,7 @@ func (p *predictor) trainRun(obj map[string]json.RawMessage) (prediction, error)
 	// The step's reader wants a box count; the run's events carry them.
 	step := make(map[string]json.RawMessage, len(obj))
 	for k, v := range obj {
-		if k != "events" && k != "gpus" && k != "sync_bn" {
+		if k != "events" && k != "gpus" && k != "rank" && k != "sync_bn" {
 			step[k] = v
 		}
 	}
@@ -42,7 +42,8 @@ func (p *predictor) trainRun(obj map[string]json.RawMessage) (prediction, error)
 	}
 	// DDP: "gpus" ranks (torch.distributed.run --nproc_per_node), "batch"
 	// the total that train_dual.py's --batch gives, each rank its share.
-	if err := errors.Join(field(obj, "gpus", &sc.GPUs, false), field(obj, "sync_bn", &sc.SyncBN, false)); err != nil {
+	_, ranked := obj["rank"]
+	if err := errors.Join(field(obj, "gpus", &sc.GPUs, false), field(obj, "rank", &sc.Rank, false), field(obj, "sync_bn", &sc.SyncBN, false)); err != nil {
 		return prediction{}, err
 	}
 	switch {
@@ -70,8 +71,8 @@ func (p *predictor) trainRun(obj map[string]json.RawMessage) (prediction, error)
 		return prediction{}, err
 	}
 	r, err := m.Run(sc, events)
-	if err != nil || sc.GPUs < 2 {
-		return prediction{run: r}, err
+	if err != nil || sc.GPUs < 2 || ranked {
+		return prediction{run: r}, err // "rank": that rank's run alone
 	}
 	sc.Rank = 1 // the ranks but 0 run alike
 	o, err := m.Run(sc, events)

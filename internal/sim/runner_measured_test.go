@@ -20,6 +20,7 @@ type measuredRun struct {
 	EMA       bool                         `json:"ema"`
 	Trainer   string                       `json:"trainer"`
 	GPUs      int64                        `json:"gpus"`
+	Rank      int64                        `json:"rank"`
 	SyncBN    bool                         `json:"sync_bn"`
 	Events    []map[string]json.RawMessage `json:"events"`
 	Measured  struct {
@@ -56,7 +57,10 @@ func (run *measuredRun) replay(t *testing.T) (*sim.Model, sim.Options, []sim.Run
 		trainer = ""
 	}
 	s := sim.Options{Batch: run.Batch, Height: run.Img, Width: run.Img, AMP: run.AMP, Train: true,
-		Optimizer: sim.Optimizer(run.Optimizer), EMA: run.EMA, Trainer: trainer, GPUs: run.GPUs, SyncBN: run.SyncBN}
+		Optimizer: sim.Optimizer(run.Optimizer), EMA: run.EMA, Trainer: trainer, GPUs: run.GPUs, Rank: run.Rank, SyncBN: run.SyncBN}
+	if run.GPUs > 1 {
+		s.Batch /= run.GPUs // the record's batch is the total, train_dual.py's --batch
+	}
 	events := runEvents(t, run.Events)
 	for i, st := range run.Measured.Stepped {
 		if st != nil && !*st {

@@ -2,6 +2,7 @@ package sim_test
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -22,12 +23,21 @@ import (
 // batch at 640: before, batch 14 fell to the workspace rule, its reserved
 // memory read 3.4% low, and onnxmem ran yolov9-s fp32 at batch 15 through
 // where the device ran out of memory in the sixth iteration, 270 MiB short.
+//
+// On an H100 (train_max_batch_h100.jsonl, calibration §23), yolov9-s AMP
+// under 8% with and without DDP at world size 1: max batch 15 both, batch
+// 16 out of memory in the second iteration without DDP and in the first
+// with it (its bucket and the first forward's output clones); under 5%
+// every DDP trial from 13 to 16 ran out in the first. Each trial's end is
+// onnxmem's.
 func TestTrainMaxBatchMeasured(t *testing.T) {
 	var table strings.Builder
 	type key struct {
 		cfg  string
 		amp  bool
 		frac float64
+		gpus int64
+		card string
 	}
 	largest, predicted := map[key]int64{}, map[key]int64{}
 	var keys []key
@@ -35,7 +45,14 @@ func TestTrainMaxBatchMeasured(t *testing.T) {
 	if len(runs) < 8 {
 		t.Fatalf("train_max_batch.jsonl: %d trials, want at least 8", len(runs))
 	}
-	for _, run := range runs {
+	n := len(runs)
+	// On an H100, with and without DDP at world size 1 (calibration §23).
+	runs = append(runs, jsonLines[measuredRun](t, "train_max_batch_h100.jsonl")...)
+	for i, run := range runs {
+		card := "H200"
+		if i >= n {
+			card = "H100"
+		}
 		m, s, events := run.replay(t)
 		limit := int64(run.Measured.Fraction * float64(run.Measured.TotalMemory))
 		s.Capacity = limit
@@ -52,13 +69,13 @@ func TestTrainMaxBatchMeasured(t *testing.T) {
 			got = r.OOMEvent
 		}
 		prec := map[bool]string{false: "fp32", true: "amp"}[run.AMP]
-		fmt.Fprintf(&table, "%-9s %4s limit %6.2f GiB  batch %3d: measured %-18s onnxmem %s\n", run.Cfg, prec,
+		fmt.Fprintf(&table, "%s %-9s %4s gpus %d limit %6.2f GiB  batch %3d: measured %-18s onnxmem %s\n", card, run.Cfg, prec, run.GPUs,
 			float64(limit)/(1<<30), run.Batch, outcome(want), outcome(got))
 		if got != want {
-			t.Errorf("%s %s batch %d under %d bytes: onnxmem %s, the H200 %s", run.Cfg, prec, run.Batch, limit, outcome(got), outcome(want))
+			t.Errorf("%s %s gpus %d batch %d under %d bytes: onnxmem %s, the %s %s", run.Cfg, prec, run.GPUs, run.Batch, limit, outcome(got), card, outcome(want))
 		}
-		k := key{run.Cfg, run.AMP, run.Measured.Fraction}
-		if _, ok := largest[k]; !ok {
+		k := key{run.Cfg, run.AMP, run.Measured.Fraction, run.GPUs, card}
+		if !slices.Contains(keys, k) {
 			keys = append(keys, k)
 		}
 		if want < 0 {
@@ -69,9 +86,9 @@ func TestTrainMaxBatchMeasured(t *testing.T) {
 		}
 	}
 	for _, k := range keys {
-		fmt.Fprintf(&table, "%s amp %v under %.0f%%: max batch %d, onnxmem %d\n", k.cfg, k.amp, 100*k.frac, largest[k], predicted[k])
+		fmt.Fprintf(&table, "%s %s amp %v gpus %d under %.0f%%: max batch %d, onnxmem %d\n", k.card, k.cfg, k.amp, k.gpus, 100*k.frac, largest[k], predicted[k])
 		if predicted[k] != largest[k] {
-			t.Errorf("%s amp %v under %.0f%% of the H200: onnxmem's max batch %d, measured %d", k.cfg, k.amp, 100*k.frac, predicted[k], largest[k])
+			t.Errorf("%s amp %v gpus %d under %.0f%% of the %s: onnxmem's max batch %d, measured %d", k.cfg, k.amp, k.gpus, 100*k.frac, k.card, predicted[k], largest[k])
 		}
 	}
 	t.Log("\n" + table.String())
