@@ -16,8 +16,10 @@ official modules, each scenario in a fresh process:
 Writes DIR/eval_official.json (one record a scenario: m0, after_fwd, the peaks, and the
 allocations live at the peak with their frames) and DIR/eval_official_traces.jsonl.gz.
 
-Scenarios: cfg:batch:height:width, comma-separated. Rerun on a GPU machine, from the
-repository root, with the official code at third_party/yolov9:
+Scenarios: cfg:batch:height:width, comma-separated; --jobs runs that many at once, each its own
+process (order the large ones apart so that the card holds every concurrent one); --name names the
+results. Rerun on a GPU machine, from the repository root, with the official code at
+third_party/yolov9:
     python3 calibration/eval_official.py --out DIR
 
 --maxbatch cfg:img:cap:lo:hi runs max_batch.py's eval_step search on the official modules
@@ -26,6 +28,7 @@ after CUDA init, before any allocation) running the sequence above; bisection be
 hi, the answer confirmed (B runs again, B+1 fails again). Writes DIR/eval_official_maxbatch.json.
 """
 import argparse
+import concurrent.futures
 import copy
 import gzip
 import json
@@ -201,6 +204,8 @@ def main():
     ap.add_argument("--child-out")
     ap.add_argument("--cap", type=int, default=0, help="the child's allocator cap in bytes")
     ap.add_argument("--maxbatch", help="cfg:img:cap:lo:hi,... max batch searches instead of the scenarios")
+    ap.add_argument("--jobs", type=int, default=1, help="scenarios run at once, each its own process")
+    ap.add_argument("--name", default="eval_official", help="the results' file name: NAME.json and NAME_traces.jsonl.gz")
     a = ap.parse_args()
     yolo = os.path.abspath(a.yolo)
     if a.child:
@@ -211,24 +216,31 @@ def main():
         with open(os.path.join(a.out, "eval_official_maxbatch.json"), "w") as f:
             json.dump(res, f, indent=1)
         return
-    results = []
-    with gzip.open(os.path.join(a.out, "eval_official_traces.jsonl.gz"), "wt") as tr:
-        for spec in a.scenarios.split(","):
-            tmp = os.path.join(a.out, "eval_official_tmp.json")
-            p = subprocess.run([sys.executable, __file__, "--yolo", yolo, "--out", a.out, "--child", spec, "--child-out", tmp],
-                               capture_output=True, text=True, timeout=600)
-            sys.stderr.write(p.stdout + p.stderr[-3000:])
-            if p.returncode != 0 or not os.path.exists(tmp):
-                results.append({"spec": spec, "rc": p.returncode, "stderr": p.stderr[-3000:]})
-                continue
-            with open(tmp) as f:
-                d = json.load(f)
-            os.remove(tmp)
-            results.append(d["result"])
-            tr.write(json.dumps({"spec": spec, "events": d["events"]}) + "\n")
-    with open(os.path.join(a.out, "eval_official.json"), "w") as f:
-        json.dump(results, f, indent=1)
+    specs = a.scenarios.split(",")
 
+    def run(spec):
+        tmp = os.path.join(a.out, "eval_official_tmp_%s.json" % spec.replace(":", "_"))
+        p = subprocess.run([sys.executable, __file__, "--yolo", yolo, "--out", a.out, "--child", spec, "--child-out", tmp],
+                           capture_output=True, text=True, timeout=600)
+        sys.stderr.write(p.stdout + p.stderr[-3000:])
+        if p.returncode != 0 or not os.path.exists(tmp):
+            return {"spec": spec, "rc": p.returncode, "stderr": p.stderr[-3000:]}, None
+        with open(tmp) as f:
+            d = json.load(f)
+        os.remove(tmp)
+        return d["result"], {"spec": spec, "events": d["events"]}
+
+    # Each scenario is its own process (the caching allocator is per process,
+    # so running --jobs of them at once changes none of their figures, as long
+    # as the card holds them all: order large ones apart).
+    with concurrent.futures.ThreadPoolExecutor(max_workers=a.jobs) as pool:
+        done = list(pool.map(run, specs))
+    with gzip.open(os.path.join(a.out, a.name + "_traces.jsonl.gz"), "wt") as tr:
+        for _, trace in done:
+            if trace:
+                tr.write(json.dumps(trace) + "\n")
+    with open(os.path.join(a.out, a.name + ".json"), "w") as f:
+        json.dump([r for r, _ in done], f, indent=1)
 
 if __name__ == "__main__":
     main()

@@ -2,7 +2,6 @@ package schedule
 
 import (
 	"fmt"
-	"math"
 	"slices"
 
 	"github.com/onnxmem/onnxmem/ir"
@@ -84,14 +83,11 @@ func sumForward(o *fwdOp) {
 		o.dt[y] = ir.Float32 // sum accumulates and returns float32 under autocast
 	}
 	o.newOut(0, Activation)
-	// An input past 32-bit indexing (2^31-1 bytes) makes the CUDA
-	// reduction split into sub-iterators (aten/src/ATen/native/cuda/
-	// Reduce.cuh, gpu_reduce_kernel); a half-precision output cannot
-	// carry the float32 partial sums between them, so the kernel
-	// accumulates into a float32 buffer of the output's elements
-	// while it runs (calibration/half_sum.py: from exactly that size).
-	if o.dt[y].Size() == 2 && s.Elems(x)*o.dt[x].Size() > math.MaxInt32 {
-		o.freeScratch(o.scratch(s.Elems(y)*4, Copy))
+	// A half-precision output's float32 accumulation buffer, which the
+	// input's size decides (HalfSum): a reduction call, sized anew at
+	// every batch as a workspace is.
+	if o.dt[y].Size() == 2 && s.Elems(y) > 0 {
+		o.workspace(ConvCall{Phase: o.phase, Which: HalfSum, N: s.Elems(y), Cin: s.Elems(x) / s.Elems(y), ElemSize: o.dt[x].Size()})
 	}
 }
 

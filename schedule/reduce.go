@@ -1,5 +1,7 @@
 package schedule
 
+import "math"
+
 // This file sizes the transient buffers of PyTorch's CUDA reduction kernel
 // (aten/src/ATen/native/cuda/Reduce.cuh: setReduceConfig, ReduceConfig's
 // global_memory_size and semaphore_size) for the reductions whose buffers
@@ -133,11 +135,23 @@ const (
 	ExpandedChannelSum = "channel-sum-expanded"
 )
 
+// HalfSum is the Which of a ConvCall that stands for a sum with a
+// half-precision output over an input of N·Cin elements of ElemSize bytes
+// into N outputs. An input past 32-bit indexing (2^31-1 bytes) makes the
+// CUDA reduction split into sub-iterators (aten/src/ATen/native/cuda/
+// Reduce.cuh, gpu_reduce_kernel); a half-precision output cannot carry the
+// float32 partial sums between them, so the kernel accumulates into a
+// float32 buffer of the output's elements while it runs
+// (calibration/half_sum.py: from exactly that size). Which side of the
+// limit an input lies on depends on the batch, so the buffer is sized as a
+// workspace is, at each batch (ReductionBytes).
+const HalfSum = "half-sum"
+
 // IsReduction reports whether a ConvCall's Which names a reduction's
-// buffers (ColumnSum, ChannelSum, ExpandedChannelSum) instead of a cuDNN
-// call.
+// buffers (ColumnSum, ChannelSum, ExpandedChannelSum, HalfSum) instead of
+// a cuDNN call.
 func IsReduction(which string) bool {
-	return which == ColumnSum || which == ChannelSum || which == ExpandedChannelSum
+	return which == ColumnSum || which == ChannelSum || which == ExpandedChannelSum || which == HalfSum
 }
 
 // ReductionBytes returns the transient bytes of a reduction's ConvCall:
@@ -145,6 +159,10 @@ func IsReduction(which string) bool {
 func ReductionBytes(c ConvCall) int64 {
 	var staging, sems int64
 	switch c.Which {
+	case HalfSum:
+		if c.N*c.Cin*c.ElemSize > math.MaxInt32 {
+			staging = 4 * c.N
+		}
 	case ChannelSum:
 		staging, sems = channelSumBuffers(c.N, c.Cout)
 	case ExpandedChannelSum:
