@@ -46,6 +46,12 @@ type Op struct {
 	// Source names the derivatives.yaml entry that Saves follows, with what
 	// it saves in its words and notes on the eager op.
 	Source string
+	// InPlaceSavesResult says that its in-place form, where a model's code
+	// runs it in place, keeps its result (the overwritten input) for the
+	// backward, as its own derivatives.yaml entry says (leaky_relu_), where
+	// an op whose backward reads its input otherwise keeps a copy of the
+	// input made before the op (hardswish_).
+	InPlaceSavesResult bool
 }
 
 // Eager is what a node is as an eager PyTorch op. A row's kind is its op's;
@@ -269,8 +275,8 @@ var opTable = []Op{
 	{Type: "LayerNormalization", shape: opLayerNorm, Eager: EagerLayerNorm, Autocast: AutocastFP32, FLOPs: batchNormFLOPs,
 		Saves:  []Saved{savedInput(0), savedWeight(1), savedWeight(2), savedStats(Float32), savedStats(Float32)},
 		Source: "native_layer_norm: input, weight, bias, mean, rstd (native_layer_norm_backward)"},
-	{Type: "LeakyRelu", shape: opSameShape, Eager: EagerSavesInput, FLOPs: elementwise, Saves: []Saved{savedInput(0)},
-		Source: "leaky_relu: self (leaky_relu_backward(grad, self, negative_slope, false)); Darknet's activation"},
+	{Type: "LeakyRelu", shape: opSameShape, Eager: EagerSavesInput, FLOPs: elementwise, Saves: []Saved{savedInput(0)}, InPlaceSavesResult: true,
+		Source: "leaky_relu: self (leaky_relu_backward(grad, self, negative_slope, false)); leaky_relu_ in place: result (leaky_relu_backward(grad, result, negative_slope, true)); Darknet's activation"},
 	{Type: "Less", shape: opCompare, FLOPs: free},
 	{Type: "Log", shape: opSameShape, FLOPs: elementwise},
 	{Type: "LogSoftmax", shape: opSameShape, Eager: EagerSoftmax, Autocast: AutocastFP32Dtype, FLOPs: softmaxFLOPs, Saves: []Saved{savedResult()},

@@ -63,9 +63,16 @@ func savesResultForward(o *fwdOp) {
 }
 
 // savesInputForward emits an op whose backward reads its input (hardswish,
-// hardsigmoid, hardtanh, gelu).
+// hardsigmoid, hardtanh, gelu, leaky_relu), or in place a copy of it, but
+// for an op whose in-place form keeps its result (ir.Op.InPlaceSavesResult).
 func savesInputForward(o *fwdOp) {
 	x := o.n.Inputs[0]
+	if r, _ := ir.OpOf(o.n); o.ip && r.InPlaceSavesResult {
+		// leaky_relu_ keeps its result: the input's storage, no copy.
+		o.inPlace()
+		o.save(o.out(0))
+		return
+	}
 	if o.ip {
 		// hardswish_ needs the input it overwrites: autograd keeps a
 		// copy of it, made before the op (no copy without autograd, in

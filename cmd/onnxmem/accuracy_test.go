@@ -50,6 +50,7 @@ func TestAccuracyDoc(t *testing.T) {
 		{"own H100 measurements (an H100 80GB HBM3, same torch and cuDNN): whole training runs of models the H200's runs lack (calibration/train_run.py --configs yolov9-m:16:amp,yolov9-e:8:amp,gelan-t:32:amp,yolov9-c:8:fp32)", measured.Path("train_run_h100.jsonl"), filepath.Dir(shared), "", false},
 		{"own H100 measurements: gelan-c and yolov9-s runs at batch 16 (calibration/train_run.py, calibration §23)", measured.Path("train_run_h100_more.jsonl"), filepath.Dir(shared), "", false},
 		{"own H100 measurements: whole training runs as one rank of DistributedDataParallel with world size 1 (\"gpus\": 1; calibration/train_run.py's ddp configs, python -m torch.distributed.run --nproc_per_node 1, calibration §23)", measured.Path("train_run_ddp_h100.jsonl"), filepath.Dir(shared), "", false},
+		{"own H100 measurements: model steps of 24 timm networks outside torchvision's list, each network in a fresh process, the cache emptied before each scenario (calibration/timm_models.py, calibration §24; issue 38's baseline)", measured.Path("timm_models.jsonl"), measured.Dir, "before_warmup", true},
 		{"own H200 measurements: model steps under PYTORCH_CUDA_ALLOC_CONF options, each in a fresh process (calibration/alloc_conf_steps.py: the default allocator, expandable_segments:True, max_split_size_mb:128, max_split_size_mb:64 with roundup_power2_divisions:4)", measured.Path("alloc_conf_steps.jsonl"), measured.Dir, "before_warmup", false},
 	}
 	var doc bytes.Buffer

@@ -123,6 +123,9 @@ func TestInPlaceTorchvision(t *testing.T) {
 		{"efficientnet_v2_s", map[string]int{"Add": 34, "Mul": 72}, map[string]int{"Mul": 60, "Sigmoid": 60}},
 		{"convnext_small", map[string]int{"Add": 36}, nil},
 		{"mobilenet_v2", nil, nil},
+		// timm's Darknet: every LeakyReLU after its norm in place
+		// (ConvNormAct's inplace=True).
+		{"../timm/cspdarknet53", map[string]int{"LeakyRelu": 67}, nil},
 	} {
 		path := measured.Path("tv/") + c.file + "-train.onnx"
 		if c.file == "resnet18" || c.file == "mobilenet_v3_large" { // the ground truth's

@@ -1,0 +1,112 @@
+package sim_test
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/onnxmem/onnxmem/internal/measured"
+	"github.com/onnxmem/onnxmem/internal/sim"
+)
+
+// TestTimmModelSteps simulates the model steps of 24 timm networks outside
+// torchvision's list, measured on an H100 with timm's own modules
+// (calibration/timm_models.py, calibration §24: batch 1, 8 and 32, or 2, 8
+// and 32 for the three whose train-mode batch norm needs two images, fp32
+// and AMP), the baseline of issue 38. Three exports are refused with the
+// op they need (PoolFormer's GroupNorm as InstanceNormalization, XCiT's
+// Tile, EdgeNeXt's CumSum). Of the other 21, the allocated peaks' median
+// error is within 0.5%; Darknet's and CSPNet's in-place LeakyReLU (timm's
+// ConvNormAct) put theirs within 1%; the rest are bounded where they
+// stand today, worst tiny_vit at +17% (issue 38).
+func TestTimmModelSteps(t *testing.T) {
+	f, err := os.Open(measured.Path("timm_models.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	refused := map[string]string{"poolformer_s12": "InstanceNormalization", "xcit_tiny_12_p16_224": "Tile", "edgenext_small": "CumSum"}
+	// bound is each network's largest |peak error| allowed: 1% where
+	// onnxmem's rules hold, today's error rounded up elsewhere.
+	bound := map[string]float64{"nf_resnet50": 0.085, "tiny_vit_5m_224": 0.17, "repvgg_a2": 0.045, "deit_tiny_patch16_224": 0.043,
+		"coat_lite_tiny": 0.044, "convmixer_768_32": 0.04, "mobilevit_s": 0.037, "dla34": 0.034, "fastvit_t8": 0.031,
+		"hrnet_w18_small": 0.026, "cs3darknet_m": 0.024, "resnest26d": 0.024, "levit_128s": 0.02, "efficientformer_l1": 0.02,
+		"rexnet_100": 0.014}
+	models := map[string]*sim.Model{}
+	var errs []float64
+	var out strings.Builder
+	sc := bufio.NewScanner(f)
+	seen := map[string]bool{}
+	for sc.Scan() {
+		var l struct {
+			Kind, Cfg, Model string
+			Batch            int64
+			Img              int64
+			H                int64 `json:"img_h"`
+			W                int64 `json:"img_w"`
+			AMP              bool
+			Measured         struct{ Peak int64 }
+		}
+		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+			t.Fatal(err)
+		}
+		if l.Kind != "model_step" {
+			continue
+		}
+		seen[l.Cfg] = true
+		m, ok := models[l.Cfg]
+		if !ok {
+			if m, err = sim.Load(measured.Path(l.Model)); err != nil {
+				t.Fatal(err)
+			}
+			models[l.Cfg] = m
+		}
+		h, w := cmpOr(l.H, l.Img), cmpOr(l.W, l.Img)
+		r, err := m.Simulate(sim.Options{Batch: l.Batch, Height: h, Width: w, AMP: l.AMP})
+		if op := refused[l.Cfg]; op != "" {
+			if err == nil || !strings.Contains(err.Error(), "unsupported op "+op) {
+				t.Errorf("%s: error %v, want one naming %s", l.Cfg, err, op)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%s batch %d: %v", l.Cfg, l.Batch, err)
+		}
+		e := float64(r.Peak-l.Measured.Peak) / float64(l.Measured.Peak)
+		errs = append(errs, math.Abs(e))
+		fmt.Fprintf(&out, "%-22s %3d amp %-5v peak %+6.2f%%\n", l.Cfg, l.Batch, l.AMP, 100*e)
+		if b := cmpOrF(bound[l.Cfg], 0.01); math.Abs(e) > b {
+			t.Errorf("%s batch %d amp %v: peak %d, measured %d (%+.2f%%), beyond %.1f%%", l.Cfg, l.Batch, l.AMP, r.Peak, l.Measured.Peak, 100*e, 100*b)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(seen) != 24 || len(errs) != 21*6 {
+		t.Errorf("%d networks, %d steps simulated; want 24 and 126", len(seen), len(errs))
+	}
+	slices.Sort(errs)
+	if med := errs[len(errs)/2]; med > 0.005 {
+		t.Errorf("median |peak error| %.2f%%, want within 0.5%%", 100*med)
+	}
+	t.Log("\n" + out.String())
+}
+
+func cmpOr(a, b int64) int64 {
+	if a != 0 {
+		return a
+	}
+	return b
+}
+
+func cmpOrF(a, b float64) float64 {
+	if a != 0 {
+		return a
+	}
+	return b
+}
