@@ -244,6 +244,19 @@ func TestOpRules(t *testing.T) {
 			dims: map[string][]int64{"a": {2, 3}, "b": {1, 2, 3}, "c": {}, "d": {4, 2, 3}},
 		},
 		{
+			name: "tile, cumsum, sin and cos: a Fourier position encoding's x.repeat(B, 1, 1, 1) and cumsum",
+			build: func() *model {
+				return newModel(17).input("x", Float32, 1, 32, 14, 14).
+					constant("r", Int64, []int64{4}, 8, 1, 1, 2).
+					node("Tile", "t", "x,r", "a").
+					constant("ax", Int64, nil, 1).
+					node("CumSum", "c", "x,ax", "b").
+					node("Sin", "s", "b", "c").
+					node("Cos", "k", "b", "d")
+			},
+			dims: map[string][]int64{"a": {8, 32, 14, 28}, "b": {1, 32, 14, 14}, "c": {1, 32, 14, 14}, "d": {1, 32, 14, 14}},
+		},
+		{
 			name: "reducemean over H and W (opset 17 attribute), as x.mean([2, 3])",
 			build: func() *model {
 				return newModel(17).input("x", Float32, 4, 8, 7, 7).

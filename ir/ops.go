@@ -54,6 +54,7 @@ const (
 	opSqueeze
 	opTranspose
 	opUnsqueeze
+	opTile
 )
 
 // shapeKindOf returns the kind of node n's shape rule: its row's, or
@@ -136,6 +137,7 @@ var shapeRules = [...]shapeRule{
 	opSqueeze:         {1, inferSqueeze},
 	opTranspose:       {1, inferTranspose},
 	opUnsqueeze:       {1, inferUnsqueeze},
+	opTile:            {2, inferTile},
 }
 
 // inferCompare is the rule of Less, Greater and Equal: the inputs

@@ -133,6 +133,30 @@ func inferExpand(c *inferer) {
 	c.set(0, c.dtype(0), c.broadcast(c.dims(0), shape))
 }
 
+// inferTile repeats the input along each axis: dims[i] × repeats[i]
+// (torch's x.repeat(*repeats), which torch.onnx exports as Tile).
+func inferTile(c *inferer) {
+	reps, ok := c.ints(1)
+	if !ok {
+		c.set(0, c.dtype(0), c.declared(0, c.unknown(1)))
+		return
+	}
+	x := c.dims(0)
+	if len(reps) != len(x) {
+		c.fail("repeats %v for an input of %d dims: Tile takes one repeat a dim", reps, len(x))
+		return
+	}
+	d := c.alloc(len(x))
+	for i := range x {
+		if reps[i] < 0 {
+			c.fail("repeat %d on dim %d: repeats are 0 or more", reps[i], i)
+			return
+		}
+		d[i] = c.mul(x[i], reps[i])
+	}
+	c.set(0, c.dtype(0), d)
+}
+
 // inferGather picks entries along axis: dims[:axis] + indices dims + dims[axis+1:].
 func inferGather(c *inferer) {
 	x, idx := c.dims(0), c.dims(1)

@@ -18,11 +18,13 @@ import (
 // torchvision's list, measured on an H100 with timm's own modules
 // (calibration/timm_models.py, calibration §24: batch 1, 8 and 32, or 2, 8
 // and 32 for the three whose train-mode batch norm needs two images, fp32
-// and AMP), the baseline of issue 38. Three exports are refused with the
-// op they need (PoolFormer's GroupNorm as InstanceNormalization, XCiT's
-// Tile, EdgeNeXt's CumSum). Of the other 21, the allocated peaks' median
-// error is within 0.5%; Darknet's and CSPNet's in-place LeakyReLU (timm's
-// ConvNormAct) put theirs within 1%; the rest are bounded where they
+// and AMP), the baseline of issue 38. PoolFormer's export is refused with
+// the op it needs (its GroupNorm, exported as InstanceNormalization). Of
+// the other 23, the allocated peaks' median error is within 0.5%;
+// Darknet's and CSPNet's in-place LeakyReLU (timm's ConvNormAct) put
+// theirs within 1%, and so do XCiT's and EdgeNeXt's, whose Fourier
+// position encodings (Tile, CumSum, Sin, Cos of constants, no tensor data
+// of the batch) needed only shape rules; the rest are bounded where they
 // stand today, worst tiny_vit at +17% (issue 38).
 func TestTimmModelSteps(t *testing.T) {
 	f, err := os.Open(measured.Path("timm_models.jsonl"))
@@ -30,7 +32,7 @@ func TestTimmModelSteps(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	refused := map[string]string{"poolformer_s12": "InstanceNormalization", "xcit_tiny_12_p16_224": "Tile", "edgenext_small": "CumSum"}
+	refused := map[string]string{"poolformer_s12": "InstanceNormalization"}
 	// bound is each network's largest |peak error| allowed: 1% where
 	// onnxmem's rules hold, today's error rounded up elsewhere.
 	bound := map[string]float64{"nf_resnet50": 0.085, "tiny_vit_5m_224": 0.17, "repvgg_a2": 0.045, "deit_tiny_patch16_224": 0.043,
@@ -87,8 +89,8 @@ func TestTimmModelSteps(t *testing.T) {
 	if err := sc.Err(); err != nil {
 		t.Fatal(err)
 	}
-	if len(seen) != 24 || len(errs) != 21*6 {
-		t.Errorf("%d networks, %d steps simulated; want 24 and 126", len(seen), len(errs))
+	if len(seen) != 24 || len(errs) != 23*6 {
+		t.Errorf("%d networks, %d steps simulated; want 24 and 138", len(seen), len(errs))
 	}
 	slices.Sort(errs)
 	if med := errs[len(errs)/2]; med > 0.005 {
