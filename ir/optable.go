@@ -274,6 +274,7 @@ var opTable = []Op{
 	{Type: "HardSwish", shape: opSameShape, Eager: EagerSavesInput, FLOPs: elementwise, Saves: []Saved{savedInput(0)},
 		Source: "hardswish: self (hardswish_backward); hardswish_ in place: a copy of self made before the op"},
 	{Type: "Identity", shape: opSameShape, Eager: EagerView, FLOPs: free, Source: "nothing: the same tensor"},
+	{Type: "InstanceNormalization", shape: opSameShape, Eager: EagerLayerNorm, Autocast: AutocastFP32, FLOPs: batchNormFLOPs, Saves: []Saved{savedInput(0), savedWeight(1), savedWeight(2), savedStats(Float32), savedStats(Float32)}, Source: "native_group_norm: input, weight, mean, rstd (native_group_norm_backward): torch.onnx exports GroupNorm as Reshape to [N, G, -1], InstanceNormalization, Reshape back, and the affine Mul and Add, which the kernel does in place of its output"},
 	{Type: "LayerNormalization", shape: opLayerNorm, Eager: EagerLayerNorm, Autocast: AutocastFP32, FLOPs: batchNormFLOPs,
 		Saves:  []Saved{savedInput(0), savedWeight(1), savedWeight(2), savedStats(Float32), savedStats(Float32)},
 		Source: "native_layer_norm: input, weight, bias, mean, rstd (native_layer_norm_backward)"},

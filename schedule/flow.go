@@ -343,7 +343,49 @@ func (f *Flow) classify() error {
 			f.siluIn[cons[0]] = x
 		}
 	}
+	f.groupNorms()
 	return nil
+}
+
+// groupNorms finds the GroupNorms that torch.onnx exports as
+//
+//	Reshape(x, [N, G, -1]) → InstanceNormalization(·, ones, zeros) →
+//	Reshape(·, shape(x)) → Mul(·, weight) → Add(·, bias)
+//
+// which eager PyTorch runs as one native_group_norm (its affine applied
+// by the kernel to its own output): the InstanceNormalization runs as a
+// layer norm over its last dim (the N·G rows' statistics, input saved,
+// float32 under autocast, group_norm being on autocast's float32 list),
+// and the Mul and the Add are the same tensor (EagerView). The weight's
+// and bias's C-float gradients are not counted.
+func (f *Flow) groupNorms() {
+	g := f.graph
+	only := func(v ir.ValueID, op string) int32 {
+		cons := g.Values[v].Consumers
+		if len(cons) != 1 || g.Nodes[cons[0]].OpType != op || g.Nodes[cons[0]].Inputs[0] != v {
+			return -1
+		}
+		return cons[0]
+	}
+	for i := range g.Nodes {
+		n := &g.Nodes[i]
+		if n.OpType != "InstanceNormalization" || f.kind[i] != ir.EagerLayerNorm {
+			continue
+		}
+		r2 := only(n.Outputs[0], "Reshape")
+		if r2 < 0 {
+			continue
+		}
+		mul := only(g.Nodes[r2].Outputs[0], "Mul")
+		if mul < 0 || len(g.Nodes[mul].Inputs) != 2 || f.data[g.Nodes[mul].Inputs[1]] {
+			continue
+		}
+		add := only(g.Nodes[mul].Outputs[0], "Add")
+		if add < 0 || len(g.Nodes[add].Inputs) != 2 || f.data[g.Nodes[add].Inputs[1]] {
+			continue
+		}
+		f.kind[mul], f.kind[add] = ir.EagerView, ir.EagerView
+	}
 }
 
 // opOf maps one data-carrying node to its eager op: its row r's kind, as

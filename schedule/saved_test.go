@@ -94,6 +94,9 @@ var oneOps = []oneOp{
 	{op: "LayerNormalization", build: func(s onnxbuild.Scope, x, a, c, d onnxbuild.T) []string {
 		return s.Node("LayerNormalization", []string{a.Name, s.Param("weight", 16), s.Param("bias", 16)}, 1, onnxbuild.IntAttr("axis", -1))
 	}},
+	{op: "InstanceNormalization", build: func(s onnxbuild.Scope, x, a, c, d onnxbuild.T) []string {
+		return s.Node("InstanceNormalization", []string{a.Name, s.Param("scale", 4), s.Param("bias", 4)}, 1)
+	}},
 	{op: "LeakyRelu", build: unary("LeakyRelu")},
 	{op: "LogSoftmax", build: unary("LogSoftmax", onnxbuild.IntAttr("axis", -1))},
 	{op: "MatMul", build: binary("MatMul", both)},
