@@ -81,8 +81,8 @@ type ddp struct {
 	static   allocator.ID   // _set_static_graph's per-parameter table
 	forwards int            // forwards run so far
 	// grads are the bytes of the parameters with gradients, in parameter
-	// order and in the order the backward makes them ready; ndims is
-	// the sum of their ranks.
+	// order, and ready the same in the order the backward makes them
+	// ready; ndims is the sum of their ranks.
 	grads, ready []int64
 	ndims        int64
 	// The model's tensors by type, parameters first then buffers, as
@@ -121,8 +121,8 @@ func newDDP(p *schedule.Program, off []schedule.OffGraph) (*ddp, error) {
 	for _, v := range sorted {
 		d.grads = append(d.grads, byValue[v])
 	}
-	// By type: float tensors (their element size in their bytes' class)
-	// and the int64 num_batches_tracked, which carry no value.
+	// By type: the float tensors, then the int64 num_batches_tracked
+	// (the resident buffers without a graph value).
 	var params, bufs [2][]int64
 	for i, b := range p.Resident {
 		if p.ResidentRoles[i] != schedule.RoleModel {
