@@ -26,6 +26,21 @@ func convForward(o *fwdOp) {
 	n, s := o.n, o.s
 	x := n.Inputs[0]
 	c, xcast := int32(-1), int32(-1)
+	// A weight computed from the parameters in the forward (weight
+	// standardisation: timm's StdConv2d and ScaledStdConv2d run
+	// F.batch_norm over the weight before conv2d) is a new tensor every
+	// step, which conv2d saves; under autocast conv2d casts it (a non-leaf
+	// tensor: no cache) and saves the float16 copy, and the float32 one
+	// goes when the module's forward returns, after the kernel.
+	wtmp := int32(-1)
+	if w := n.Inputs[1]; o.derived[w] && !o.param[w] && !o.data[w] && o.vst[w] < 0 && len(s.Dims[w]) == 4 {
+		if o.lower {
+			wtmp = o.scratch(s.Elems(w)*o.dt[w].Size(), Activation)
+			o.own(o.alloc(s.Elems(w)*o.low().Size(), Cast, w))
+		} else {
+			o.own(o.alloc(s.Elems(w)*o.dt[w].Size(), Activation, w))
+		}
+	}
 	if o.lower {
 		// Autocast casts the bias, then the weight (both cached until
 		// autocast exits), then an input of another type (a fresh
@@ -50,6 +65,7 @@ func convForward(o *fwdOp) {
 		o.own(st)
 	}
 	if o.stopped() {
+		o.freeScratch(wtmp)
 		return
 	}
 	cl := o.channelsLast(x)
@@ -64,6 +80,7 @@ func convForward(o *fwdOp) {
 	}
 	o.workspace(o.convCall(n, Forward, "fwd"))
 	o.freeScratch(c)
+	o.freeScratch(wtmp)
 }
 
 // convBackward emits convolution_backward: the input's gradient with the
