@@ -6,5 +6,5 @@
 // YOLOv9's training memory answered on the built-in models, each a table
 // and the conclusion its numbers give. go run ./examples/<topic> prints one
 // (peak_vs_batch, segments, img_vs_maxbatch, breakdown, validation,
-// whatif); TestTopics checks them against examples/<topic>/output.txt.
+// whatif, gpus); TestTopics checks them against examples/<topic>/output.txt.
 package examples

@@ -30,6 +30,7 @@ func Topics() []Topic {
 		{"breakdown", "What is a train step's peak made of?", Breakdown},
 		{"validation", "What does validation at twice the batch cost next to training?", Validation},
 		{"whatif", "What if gelan were wider, deeper, or had more classes?", WhatIf},
+		{"gpus", "What does each card hold when the batch is spread over several GPUs with DDP?", GPUs},
 	}
 }
 
@@ -289,4 +290,54 @@ func abs(x float64) float64 {
 		return -x
 	}
 	return x
+}
+
+// GPUs spreads yolov9-c's training run at a total batch of 64 over 1 to 8
+// GPUs, as python -m torch.distributed.run --nproc_per_node N train_dual.py
+// --batch 64 runs it (one process without DDP for the first row): each
+// rank's share, rank 0's peaks (it alone keeps the EMA, validates and
+// saves) and the other ranks', on a short run of 20 iterations, a
+// validation of 128 images and a checkpoint save.
+func GPUs(w io.Writer) error {
+	m, err := builtin("yolov9-c")
+	if err != nil {
+		return err
+	}
+	tw := table(w)
+	fmt.Fprintln(tw, "GPUs	DDP	batch a rank	rank 0 peak GiB	rank 0 reserved GiB	others' peak GiB	NCCL GiB	")
+	var single, eight *onnxmem.RunResult
+	for _, n := range []int{0, 1, 2, 4, 8} {
+		ranks := max(n, 1)
+		plan := onnxmem.RunPlan{Epochs: 1, Iterations: 20, Batch: int64(64 / ranks), Height: 640, Width: 640,
+			ValImages: 128, MeanBoxes: 7.3, Seed: 1, GPUs: n}
+		events, err := m.PlanRun(plan)
+		if err != nil {
+			return err
+		}
+		r, err := m.Run(onnxmem.Scenario{Batch: 64, AMP: true, GPUs: n}, events)
+		if err != nil {
+			return err
+		}
+		others := "-"
+		if r.Others != nil {
+			others = gib(r.Others.Peak)
+		}
+		ddp := "no"
+		if n > 0 {
+			ddp = "yes"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\t%s\t%s\t\n", ranks, ddp, 64/ranks, gib(r.Peak), gib(r.PeakReserved), others, gib(r.NCCL))
+		switch n {
+		case 0:
+			single = r
+		case 8:
+			eight = r
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "\nEight GPUs take rank 0's peak from %s to %s GiB, %.0f%% of one card's at the whole batch: the parameters, the optimizer's state, the EMA and DDP's gradient bucket stay whole on every card, and NCCL takes %s GiB beside the allocator; rank 0 needs %s GiB more than the others for the EMA and the validation.\n",
+		gib(single.Peak), gib(eight.Peak), 100*float64(eight.Peak)/float64(single.Peak), gib(eight.NCCL), gib(eight.Peak-eight.Others.Peak))
+	return err
 }
