@@ -40,11 +40,17 @@ func attentionForward(o *fwdOp) {
 	// H, D) for a MultiheadAttention's heads, so the transpose back
 	// to (L, B, ·) is contiguous and the projection copies nothing;
 	// memory-efficient attention writes (B, L, H, D).
-	if d := s.Dims[y]; o.lower {
-		if st := o.denseStrides(q); dense(s.Dims[q], st) {
-			o.setLayout(y, st) // empty_like(q) keeps a dense q's strides
-		}
-	} else if len(d) == 4 {
+	// The flash kernel runs on q.transpose(1, 2) and allocates its output
+	// as empty_like of that: a dense q's strides, else contiguous in (B,
+	// L, H, D) order, as memory-efficient attention's output always is (a
+	// q sliced from a packed qkv projection, timm's Attention, is not
+	// dense).
+	d := s.Dims[y]
+	st := o.denseStrides(q)
+	switch {
+	case o.lower && dense(s.Dims[q], st):
+		o.setLayout(y, st) // empty_like keeps a dense q's strides
+	case len(d) == 4:
 		o.setLayout(y, permuteStrides(rowMajor([]int64{d[0], d[2], d[1], d[3]}), []int64{0, 2, 1, 3}))
 	}
 	rows := s.Elems(q) / max(s.Dims[q][len(s.Dims[q])-1], 1)
