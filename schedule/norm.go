@@ -24,14 +24,24 @@ func batchNormForward(o *fwdOp) {
 	x := o.n.Inputs[0]
 	o.newOut(0, Activation)
 	o.save(x)
-	if o.k == ir.EagerBatchNorm && o.cfg.Eval == nil {
-		ch := int64(1)
-		if d := o.s.Dims[x]; len(d) > 1 {
-			ch = d[1]
-		}
+	ch := int64(1)
+	if d := o.s.Dims[x]; len(d) > 1 {
+		ch = d[1]
+	}
+	switch {
+	case o.k == ir.EagerBatchNorm && o.cfg.Eval == nil:
 		for range 2 { // save_mean, save_invstd: fp32 whatever the input
 			o.own(o.alloc(ch*4, Stats, ir.NoValue))
 		}
+	case o.cfg.Eval != nil:
+		// cuDNN's batch norm on the running statistics still returns
+		// a save_mean and a save_invstd of the channels, which
+		// F.batch_norm drops at once (the official code's validation
+		// traces, calibration §23: two blocks of 4·C bytes after each
+		// output, freed before the next op).
+		a, b := o.scratch(ch*4, Stats), o.scratch(ch*4, Stats)
+		o.freeScratch(a)
+		o.freeScratch(b)
 	}
 	o.followLayout()
 }
