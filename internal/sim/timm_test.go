@@ -2,6 +2,7 @@ package sim_test
 
 import (
 	"bufio"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -72,7 +73,7 @@ func TestTimmModelSteps(t *testing.T) {
 			}
 			models[l.Cfg] = m
 		}
-		h, w := cmpOr(l.H, l.Img), cmpOr(l.W, l.Img)
+		h, w := cmp.Or(l.H, l.Img), cmp.Or(l.W, l.Img)
 		r, err := m.Simulate(sim.Options{Batch: l.Batch, Height: h, Width: w, AMP: l.AMP})
 		if err != nil {
 			t.Fatalf("%s batch %d: %v", l.Cfg, l.Batch, err)
@@ -80,7 +81,7 @@ func TestTimmModelSteps(t *testing.T) {
 		e := float64(r.Peak-l.Measured.Peak) / float64(l.Measured.Peak)
 		errs = append(errs, math.Abs(e))
 		fmt.Fprintf(&out, "%-22s %3d amp %-5v peak %+6.2f%%\n", l.Cfg, l.Batch, l.AMP, 100*e)
-		if b := cmpOrF(bound[l.Cfg], 0.01); math.Abs(e) > b {
+		if b := cmp.Or(bound[l.Cfg], 0.01); math.Abs(e) > b {
 			t.Errorf("%s batch %d amp %v: peak %d, measured %d (%+.2f%%), beyond %.1f%%", l.Cfg, l.Batch, l.AMP, r.Peak, l.Measured.Peak, 100*e, 100*b)
 		}
 	}
@@ -95,18 +96,4 @@ func TestTimmModelSteps(t *testing.T) {
 		t.Errorf("median |peak error| %.2f%%, want within 0.5%%", 100*med)
 	}
 	t.Log("\n" + out.String())
-}
-
-func cmpOr(a, b int64) int64 {
-	if a != 0 {
-		return a
-	}
-	return b
-}
-
-func cmpOrF(a, b float64) float64 {
-	if a != 0 {
-		return a
-	}
-	return b
 }
