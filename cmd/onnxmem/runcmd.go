@@ -494,14 +494,6 @@ func runRows(r *onnxmem.RunResult, events []onnxmem.RunEvent) []runRow {
 	return out
 }
 
-// limitOf is the caching allocator's limit on d, 0 without a device.
-func limitOf(d *onnxmem.Device) int64 {
-	if d == nil {
-		return 0
-	}
-	return d.Usable()
-}
-
 // rankLimit is the caching allocator's limit of each rank of run r on d:
 // the card's usable memory less NCCL's share under DDP; 0 without d.
 func rankLimit(d *onnxmem.Device, r *onnxmem.RunResult) int64 {
