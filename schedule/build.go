@@ -428,9 +428,11 @@ func (b *builder) resident() error {
 	b.bnStat = make(map[ir.ValueID]bool)
 	for i := range b.g.Nodes {
 		n := &b.g.Nodes[i]
+		if n.OpType == "BatchNormalization" && len(n.Inputs) == 5 {
+			b.bnStat[n.Inputs[3]], b.bnStat[n.Inputs[4]] = true, true
+		}
 		if b.kind[i] == ir.EagerBatchNorm && len(n.Inputs) == 5 {
 			bnVar[n.Inputs[4]] = true
-			b.bnStat[n.Inputs[3]], b.bnStat[n.Inputs[4]] = true, true
 		}
 	}
 	// The model, and for the eval step its half copy after it.

@@ -1027,12 +1027,6 @@ func (m *Model) Footprint(sc Options) (*Footprint, error) {
 	if err != nil {
 		return nil, err
 	}
-	stats := make(map[ir.ValueID]bool) // the batch norms' running statistics
-	for i := range p.Graph.Nodes {
-		if n := &p.Graph.Nodes[i]; n.OpType == "BatchNormalization" && len(n.Inputs) == 5 {
-			stats[n.Inputs[3]], stats[n.Inputs[4]] = true, true
-		}
-	}
 	a := allocator.NewWithConfig(conf)
 	var f Footprint
 	for i, b := range p.Resident {
@@ -1041,7 +1035,7 @@ func (m *Model) Footprint(sc Options) (*Footprint, error) {
 		}
 		buf := p.Buffers[b]
 		a.Malloc(buf.Bytes)
-		if buf.Value == ir.NoValue || stats[buf.Value] || p.ModelBuffers[buf.Value] || !p.Graph.Values[buf.Value].DType.IsFloat() {
+		if p.ResidentBuffer[i] || !p.Graph.Values[buf.Value].DType.IsFloat() {
 			f.BufferBytes += buf.Bytes
 			continue
 		}
