@@ -44,8 +44,14 @@ import (
 // exports, which fix 640x640, can still be evaluated at other image sizes. A
 // zero field binds nothing: a fixed dim keeps its value and a symbolic dim that
 // is left unbound is an error.
+//
+// Seq binds a text model's sequence length: symbolic dims named
+// "sequence", "seq", "seq_len", "seqlen" or "sequence_length", and by
+// position dim 1 of every integer graph input of rank 2 (input_ids,
+// attention_mask and token_type_ids are [batch, sequence]), whose dim 0
+// takes Batch.
 type Binding struct {
-	Batch, Height, Width int64
+	Batch, Height, Width, Seq int64
 }
 
 // Infer computes the dims and dtype of every value of g at binding b, folding
@@ -57,7 +63,7 @@ type Binding struct {
 // unknown and whose output declares no shape, and on a negative dim or an int64
 // overflow in any computed size or element count.
 func (g *Graph) Infer(b Binding) (*Shapes, error) {
-	if b.Batch < 0 || b.Height < 0 || b.Width < 0 {
+	if b.Batch < 0 || b.Height < 0 || b.Width < 0 || b.Seq < 0 {
 		return nil, fmt.Errorf("ir: negative binding %+v", b)
 	}
 	n := len(g.Values)
@@ -159,7 +165,15 @@ func (c *inferer) bindInputs() error {
 					d[i] = bound
 				}
 			}
+			if len(v.Dims) == 2 && !v.DType.IsFloat() {
+				if bound := [2]int64{c.b.Batch, c.b.Seq}[i]; bound > 0 {
+					d[i] = bound
+				}
+			}
 			if d[i] < 0 {
+				if len(v.Dims) == 2 && i == 1 && !v.DType.IsFloat() {
+					return fmt.Errorf("ir: graph input %q: dim 1 (%q) is symbolic and is its sequence length, which is not given: give the sequence length (-seq, \"seq\")", v.Name, x.Param)
+				}
 				return fmt.Errorf("ir: graph input %q: dim %d (%q) is symbolic and the Binding gives no value for it", v.Name, i, x.Param)
 			}
 			if x.Param != "" {
@@ -183,6 +197,8 @@ func (c *inferer) named(param string) int64 {
 		return c.b.Height
 	case "width":
 		return c.b.Width
+	case "sequence", "seq", "seq_len", "seqlen", "sequence_length":
+		return c.b.Seq
 	}
 	return 0
 }

@@ -111,8 +111,8 @@ func (g *Graph) CheckEnds() error {
 		}
 	}
 	for _, v := range g.Inputs {
-		if dt := g.Values[v].DType; !dt.IsFloat() {
-			return fmt.Errorf("ir: graph input %q has type %v: onnxmem simulates float inputs (images as float32, float16 or bfloat16); export with a float input", g.Values[v].Name, dt)
+		if dt := g.Values[v].DType; !dt.IsFloat() && dt != Int64 && dt != Int32 {
+			return fmt.Errorf("ir: graph input %q has type %v: onnxmem simulates float inputs (images as float32, float16 or bfloat16) and integer ones (int64 or int32 token ids); export with one of those", g.Values[v].Name, dt)
 		}
 	}
 	for i := range g.Values {

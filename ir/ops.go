@@ -55,6 +55,8 @@ const (
 	opTranspose
 	opUnsqueeze
 	opTile
+	opGatherElements // GatherElements: the indices' dims, the data's type
+	opPredicate      // IsNaN, IsInf: the input's dims, bool
 )
 
 // shapeKindOf returns the kind of node n's shape rule: its row's, or
@@ -138,9 +140,12 @@ var shapeRules = [...]shapeRule{
 	opTranspose:       {1, inferTranspose},
 	opUnsqueeze:       {1, inferUnsqueeze},
 	opTile:            {2, inferTile},
+	opGatherElements:  {2, inferGatherElements},
+	opPredicate:       {1, inferPredicate},
 }
 
-// inferCompare is the rule of Less, Greater and Equal: the inputs
+// inferCompare is the rule of Less, Greater, LessOrEqual, GreaterOrEqual
+// and Equal, and of the logical And, Or and Xor: the inputs
 // broadcast, bool; small integer contents fold.
 func inferCompare(c *inferer) {
 	dims := c.broadcast(c.dims(0), c.dims(1))
@@ -158,6 +163,16 @@ func inferCompare(c *inferer) {
 				r = p < q
 			case "Greater":
 				r = p > q
+			case "LessOrEqual":
+				r = p <= q
+			case "GreaterOrEqual":
+				r = p >= q
+			case "And":
+				r = p != 0 && q != 0
+			case "Or":
+				r = p != 0 || q != 0
+			case "Xor":
+				r = (p != 0) != (q != 0)
 			default:
 				r = p == q
 			}
@@ -251,6 +266,9 @@ func inferSameShape(c *inferer) {
 		c.passData()
 	}
 }
+
+// inferPredicate is the rule of IsNaN and IsInf: a bool of each element.
+func inferPredicate(c *inferer) { c.set(0, Bool, c.dims(0)) }
 
 // inferBinary is the rule of the broadcasting elementwise ops.
 func inferBinary(c *inferer) {

@@ -73,6 +73,11 @@ func inferConstant(c *inferer) {
 	c.set(0, dt, dims)
 	v := c.out(0)
 	if v != NoValue {
+		if n, _ := elemsOK(dims, dt); n == 0 && ints == nil && !isFloat(dt) {
+			// An empty integer tensor (the shape of a scalar, for
+			// ConstantOfShape) is known: it holds nothing.
+			ints = []int64{}
+		}
 		c.s.Data[v], c.s.floats[v] = ints, floats
 	}
 }
@@ -154,6 +159,24 @@ func inferTile(c *inferer) {
 		}
 		d[i] = c.mul(x[i], reps[i])
 	}
+	c.set(0, c.dtype(0), d)
+}
+
+// inferGatherElements picks one entry of the data for each index, along
+// axis: the output has the indices' dims and the data's type (BERT's
+// torch.gather of its token_type_ids buffer by position).
+func inferGatherElements(c *inferer) {
+	x, idx := c.dims(0), c.dims(1)
+	c.axis(c.n.IntAttr("axis", 0), len(x))
+	if c.err != nil {
+		return
+	}
+	if len(idx) != len(x) {
+		c.fail("indices of %d dims for data of %d: GatherElements takes indices of the data's rank", len(idx), len(x))
+		return
+	}
+	d := c.alloc(len(idx))
+	copy(d, idx)
 	c.set(0, c.dtype(0), d)
 }
 

@@ -372,7 +372,7 @@ func (bp *backwardPass) toCopy(st int32, v ir.ValueID, param bool) func() {
 		bp.freshLayout(strides, dims) // .to() keeps the layout
 		defer bp.freshLayout(nil, nil)
 		if param {
-			bp.paramGrad(v)
+			bp.paramGradAdd(v, false)
 			bp.unref(st)
 			return
 		}

@@ -218,6 +218,7 @@ type backwardPass struct {
 	slot       []int32    // by value: index into grads, or -1
 	grads      []gradT
 	paramGrads []int32 // by value: .grad buffer, or -1
+	viewGrad   []bool  // by value: the .grad is a view that keeps its base (paramGradAdd)
 	unrun      []int32 // nodes the backward never reached
 	op         bwdOp   // the node that back runs
 	lossSt     int32

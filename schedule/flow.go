@@ -312,7 +312,7 @@ func (f *Flow) classify() error {
 			continue
 		}
 		for _, v := range n.Outputs {
-			if f.shapes.DTypes[v].Size() > 0 && isFloat(f.shapes.DTypes[v]) {
+			if f.shapes.DTypes[v].Size() > 0 && (isFloat(f.shapes.DTypes[v]) || intView(f, n, r)) {
 				f.data[v] = true
 			}
 		}
@@ -398,6 +398,18 @@ func (f *Flow) opOf(n *ir.Node, r ir.Op) (ir.Eager, error) {
 		return check(f, n)
 	}
 	return r.Eager, nil
+}
+
+// intView reports whether node n, of row r, is a view of integer data
+// (a reshape or unsqueeze of a language model's token ids), whose output
+// then holds the ids too.
+func intView(f *Flow, n *ir.Node, r ir.Op) bool {
+	switch r.Eager {
+	case ir.EagerView, ir.EagerReshape, ir.EagerFlatten:
+		x := n.Inputs[0]
+		return f.data[x] && !isFloat(f.shapes.DTypes[x])
+	}
+	return false
 }
 
 // unsupported is the error of a node whose op has no memory rule on

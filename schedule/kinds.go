@@ -85,4 +85,7 @@ var kindRules = [...]kindRule{
 	ir.EagerEinsum:        {forward: einsumForward, backward: einsumBackward, check: einsumCheck},
 	ir.EagerPad:           {forward: newOutput, backward: freshBackward},
 	ir.EagerNorm:          {forward: normForward, backward: freshBackward},
+	ir.EagerEmbedding:     {forward: embeddingForward, backward: embeddingBackward},
+	ir.EagerCast:          {forward: castForward, backward: castBackward, check: castCheck},
+	ir.EagerUnary:         {forward: newOutput, backward: freshBackward, elementwise: true},
 }

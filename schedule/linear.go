@@ -168,7 +168,7 @@ func linearBackward(o *bwdOp) {
 		if o.autocast() {
 			o.later(o.lowGrad(p), p, true)
 		} else {
-			o.paramGrad(p)
+			o.paramGradAdd(p, p == w)
 		}
 		if p == bias {
 			o.biasSum(gy)

@@ -61,6 +61,8 @@ var oneOps = []oneOp{
 		ins := []string{a.Name, s.Param("weight", 4), s.Param("bias", 4), s.Param("running_mean", 4), s.Param("running_var", 4)}
 		return s.Node("BatchNormalization", ins, 1)
 	}},
+	{op: "Cast", build: unary("Cast", onnxbuild.IntAttr("to", 1))},
+	{op: "Cast", variant: "to float16", build: unary("Cast", onnxbuild.IntAttr("to", 10))},
 	{op: "Clip", build: unary("Clip")},
 	{op: "Concat", build: binary("Concat", both, onnxbuild.IntAttr("axis", 1))},
 	{op: "Contiguous", build: unary("Contiguous")},
@@ -107,6 +109,11 @@ var oneOps = []oneOp{
 	{op: "Mul", variant: "by a parameter", build: func(s onnxbuild.Scope, x, a, c, d onnxbuild.T) []string {
 		return s.Node("Mul", []string{a.Name, s.Param("scale", 4, 1, 1)}, 1)
 	}},
+	{op: "Neg", build: unary("Neg")},
+	{op: "Pow", build: func(s onnxbuild.Scope, x, a, c, d onnxbuild.T) []string {
+		return s.Node("Pow", []string{a.Name, s.ScalarFloat(2)}, 1)
+	}},
+	{op: "Reciprocal", build: unary("Reciprocal")},
 	{op: "Pad", build: withInts("Pad", []int64{0, 0, 1, 1, 0, 0, 1, 1})},
 	{op: "ReduceL2", build: unary("ReduceL2", onnxbuild.IntsAttr("axes", -1), onnxbuild.IntAttr("keepdims", 1))},
 	{op: "ReduceMean", build: unary("ReduceMean", onnxbuild.IntsAttr("axes", 2, 3), onnxbuild.IntAttr("keepdims", 1))},
@@ -124,6 +131,7 @@ var oneOps = []oneOp{
 		parts := s.Split(a, 1, 3)
 		return []string{parts[0].Name, parts[1].Name}
 	}},
+	{op: "Sqrt", build: unary("Sqrt")},
 	{op: "Squeeze", build: func(s onnxbuild.Scope, x, a, c, d onnxbuild.T) []string {
 		return s.Node("Squeeze", []string{s.Node("GlobalAveragePool", []string{a.Name}, 1)[0], s.Ints(3)}, 1)
 	}},

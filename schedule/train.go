@@ -39,8 +39,8 @@ import (
 type Optimizer string
 
 // The optimizers onnxmem models. Each keeps its state in buffers the size of
-// the parameters: SGD with momentum one, Adam two, AdamW with amsgrad three,
-// Lion one; None takes no step.
+// the parameters: SGD with momentum one, Adam and AdamW two (three with
+// amsgrad, Train.AMSGrad), Lion one; None takes no step.
 const (
 	SGD   Optimizer = "SGD"
 	Adam  Optimizer = "Adam"
@@ -49,15 +49,17 @@ const (
 	None  Optimizer = "none"
 )
 
-// stateBuffers returns how many parameter-sized buffers the optimizer keeps.
-func (o Optimizer) stateBuffers() (int, error) {
+// stateBuffers returns how many parameter-sized buffers the optimizer keeps,
+// with amsgrad's max_exp_avg_sq when amsgrad.
+func (o Optimizer) stateBuffers(amsgrad bool) (int, error) {
 	switch o {
 	case SGD, Lion:
 		return 1, nil
-	case Adam:
+	case Adam, AdamW:
+		if amsgrad {
+			return 3, nil
+		}
 		return 2, nil
-	case AdamW:
-		return 3, nil
 	case None, "":
 		return 0, nil
 	}
@@ -77,6 +79,9 @@ type Train struct {
 	BoxCounts []int64
 	// Optimizer is the optimizer; its state exists before the step.
 	Optimizer Optimizer
+	// AMSGrad says Adam and AdamW keep amsgrad's third state buffer,
+	// max_exp_avg_sq (torch.optim's default is without).
+	AMSGrad bool
 	// EMA keeps an exponential moving average copy of the model, updated
 	// after the optimizer step.
 	EMA bool
@@ -163,7 +168,7 @@ func (b *builder) trainResident(bnVar map[ir.ValueID]bool) error {
 	for range t.LoopScalars {
 		b.addResident(RoleScalar, b.newBuf(4, Scalar, ir.NoValue))
 	}
-	k, err := t.Optimizer.stateBuffers()
+	k, err := t.Optimizer.stateBuffers(t.AMSGrad)
 	if err != nil {
 		return err
 	}

@@ -240,9 +240,13 @@ func splitBackward(o *bwdOp) {
 	}
 }
 
-// selectCheck accepts a Gather of one index on tensor data, a select; other
+// selectCheck accepts a Gather of one index on tensor data, a select, and
+// a Gather of integer ids from a parameter's rows, an embedding; other
 // Gathers are shape arithmetic only.
 func selectCheck(f *Flow, n *ir.Node) (ir.Eager, error) {
+	if embeddingCheck(f, n) {
+		return ir.EagerEmbedding, nil
+	}
 	if len(n.Inputs) != 2 || len(f.shapes.Dims[n.Inputs[1]]) != 0 || !f.data[n.Inputs[0]] {
 		return 0, unsupported(n)
 	}

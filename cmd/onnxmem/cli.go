@@ -394,7 +394,7 @@ func (f *flagSet) trainFlags() func(setting) (setting, error) {
 	train := f.Bool("train", false, "simulate a full training step of the model family's script (YOLOv9: train_dual.py: batch upload,\nforward, its loss, backward, gradient clipping, optimizer step and EMA update)")
 	boxes := f.Int64("boxes", onnxmem.DefaultBoxes, "`N` ground-truth boxes in each image of a -train step (0 or more)")
 	opt := optimizerValue("SGD")
-	f.Var(&opt, "optimizer", "`NAME` of the optimizer of a -train step: SGD, Adam, AdamW (with amsgrad), Lion or none")
+	f.Var(&opt, "optimizer", "`NAME` of the optimizer of a -train step: SGD, Adam, AdamW (YOLOv9: with amsgrad), Lion or none")
 	ema := f.Bool("ema", true, "update an EMA copy of the model after the optimizer step of a -train step (-ema=false: none)")
 	warm := f.Int("warm-steps", 0, "`N` iterations of the training loop before the measured -train step under float16 -amp, the last making\nthe optimizer's state, GradScaler skipping the others (default: "+strconv.Itoa(onnxmem.DefaultAMPWarmSteps)+"; a step without -amp runs 1)")
 	return func(st setting) (setting, error) {

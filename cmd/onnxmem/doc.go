@@ -414,7 +414,7 @@
 //	-train          a full training step of train_dual.py; -half does not
 //	                apply
 //	-boxes N        with -train: ground-truth boxes in each image (default 16)
-//	-optimizer NAME with -train: SGD, Adam, AdamW (with amsgrad, as YOLOv9
+//	-optimizer NAME with -train: SGD, Adam, AdamW (with amsgrad where YOLOv9
 //	                creates it), Lion or none, case ignored (default SGD)
 //	-ema            with -train: update an EMA copy of the model (default
 //	                true; -ema=false for none)

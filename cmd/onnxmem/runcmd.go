@@ -46,7 +46,7 @@ func cmdRun(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	batch := f.positive("batch", 16, "training batch `size`")
 	img, set, ddp := f.imgFlag(), f.settingFlags(), f.ddpFlags()
 	opt := optimizerValue("SGD")
-	f.Var(&opt, "optimizer", "`NAME` of the optimizer: SGD, Adam, AdamW (with amsgrad), Lion or none")
+	f.Var(&opt, "optimizer", "`NAME` of the optimizer: SGD, Adam, AdamW (YOLOv9: with amsgrad), Lion or none")
 	ema := f.Bool("ema", true, "keep an EMA copy of the model, validated at each epoch end (-ema=false: none)")
 	epochs := f.positive("epochs", runEpochs, "`E` epochs")
 	iters := f.positive("iters", 20, "`N` train iterations per epoch")

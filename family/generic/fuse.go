@@ -19,7 +19,10 @@ import (
 //   - scaled_dot_product_attention, which the exporter writes
 //     softmax((q·√s) @ (kᵀ·√s)) @ v, becomes ScaledDotProductAttention(q, k,
 //     v): a fused kernel (flash or memory-efficient attention) that never
-//     makes the L×L scores;
+//     makes the L×L scores; an attention mask made from shapes alone,
+//     added to the scores, and the NaN rows' zeroing after the softmax go
+//     with it (transformers' models, traced, materialize the mask that
+//     eager skips when nothing is padded);
 //   - MultiheadAttention's packed in-projection (F._in_projection_packed:
 //     proj.unflatten(-1, (3, E)).unsqueeze(0).transpose(0, -2).squeeze(-2)
 //     .contiguous(), then proj[0], proj[1], proj[2]), whose .contiguous()
@@ -69,6 +72,29 @@ func fuse(g *ir.Graph) (*ir.Graph, error) {
 		}
 		return n.Inputs[0]
 	}
+	// shapeOnly reports whether v is computed from constants and the
+	// graph's shapes alone, no tensor data: an attention mask of
+	// positions.
+	known := map[ir.ValueID]bool{}
+	var shapeOnly func(v ir.ValueID) bool
+	shapeOnly = func(v ir.ValueID) bool {
+		if r, ok := known[v]; ok {
+			return r
+		}
+		known[v] = false // a cycle is no mask
+		val := &g.Values[v]
+		r := val.Kind != ir.Input
+		if p := val.Producer; r && p >= 0 && g.Nodes[p].OpType != "Shape" {
+			for _, in := range g.Nodes[p].Inputs {
+				if in != ir.NoValue && !shapeOnly(in) {
+					r = false
+					break
+				}
+			}
+		}
+		known[v] = r
+		return r
+	}
 	drop := make([]bool, len(g.Nodes))
 	replace := map[int]ir.Node{} // by node index: the node that takes its place
 	after := map[int]ir.Node{}   // by node index: a node to insert after it
@@ -107,6 +133,22 @@ func fuse(g *ir.Graph) (*ir.Graph, error) {
 			// opset 14): softmax((q·√s) @ (kᵀ·√s)) @ v, the scales Sqrt
 			// of a number computed from the head size.
 			mm := g.Values[n.Inputs[0]].Producer
+			maskAdd := int32(-1)
+			if mm >= 0 && g.Nodes[mm].OpType == "Add" && len(g.Nodes[mm].Inputs) == 2 {
+				// An attention mask added to the scores, made from the
+				// input's shape alone (transformers' sdpa_mask, which
+				// the trace materializes and eager skips: no padding,
+				// is_causal or a bidirectional mask).
+				add := &g.Nodes[mm]
+				for j, in := range add.Inputs {
+					if p := g.Values[in].Producer; p >= 0 && g.Nodes[p].OpType == "MatMul" && shapeOnly(add.Inputs[1-j]) {
+						if c, ok := only(in); ok && c == add.ID {
+							maskAdd, mm = mm, p
+						}
+						break
+					}
+				}
+			}
 			if mm < 0 || g.Nodes[mm].OpType != "MatMul" {
 				continue
 			}
@@ -117,7 +159,11 @@ func fuse(g *ir.Graph) (*ir.Graph, error) {
 				}
 				m := &g.Nodes[p]
 				for j, in := range m.Inputs {
-					if q := g.Values[in].Producer; q >= 0 && g.Nodes[q].OpType == "Sqrt" {
+					q := g.Values[in].Producer
+					if q >= 0 && g.Nodes[q].OpType == "Cast" {
+						q = g.Values[g.Nodes[q].Inputs[0]].Producer // the scale cast to q's type
+					}
+					if q >= 0 && g.Nodes[q].OpType == "Sqrt" {
 						return m.Inputs[1-j], p, true
 					}
 				}
@@ -133,8 +179,17 @@ func fuse(g *ir.Graph) (*ir.Graph, error) {
 				continue
 			}
 			k := g.Nodes[tp].Inputs[0]
-			next, ok := only(n.Outputs[0])
 			var drops []int
+			if maskAdd >= 0 {
+				drops = append(drops, int(maskAdd))
+			}
+			next, ok := only(n.Outputs[0])
+			if nan, where, found := nanZeroed(g, n.Outputs[0]); found {
+				// softmax(…).masked_fill(isnan, 0): the rows a mask
+				// blanks entirely, zeroed.
+				drops = append(drops, int(nan), int(where))
+				next, ok = only(g.Nodes[where].Outputs[0])
+			}
 			if ok && g.Nodes[next].OpType == "Dropout" {
 				drops = append(drops, int(next))
 				next, ok = only(g.Nodes[next].Outputs[0])
@@ -210,6 +265,26 @@ func fuse(g *ir.Graph) (*ir.Graph, error) {
 		return nil, err
 	}
 	return ng, nil
+}
+
+// nanZeroed finds the exporter's softmax(…).masked_fill(isnan, 0) on
+// scores p: an IsNaN of p whose only reader is a Where(isnan, c, p), p's
+// only other reader. It returns the two nodes.
+func nanZeroed(g *ir.Graph, p ir.ValueID) (nan, where int32, ok bool) {
+	cons := g.Values[p].Consumers
+	if len(cons) != 2 {
+		return -1, -1, false
+	}
+	for j, c := range cons {
+		n, w := &g.Nodes[c], &g.Nodes[cons[1-j]]
+		if n.OpType != "IsNaN" || w.OpType != "Where" || len(w.Inputs) != 3 || w.Inputs[2] != p || w.Inputs[0] != n.Outputs[0] {
+			continue
+		}
+		if r := g.Values[n.Outputs[0]].Consumers; len(r) == 1 && r[0] == w.ID {
+			return c, cons[1-j], true
+		}
+	}
+	return -1, -1, false
 }
 
 // packedProjection reports whether Squeeze node n ends MultiheadAttention's

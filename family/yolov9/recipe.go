@@ -36,6 +36,7 @@ func (Family) Recipe(opt schedule.Optimizer, ema bool, boxes int64) *schedule.Tr
 		Loss:         trainLoss{loss.NewYOLOv9()},
 		Boxes:        boxes,
 		Optimizer:    opt,
+		AMSGrad:      opt == schedule.AdamW, // smart_optimizer passes amsgrad=True to AdamW, not to Adam
 		EMA:          ema,
 		Uint8Batch:   true,
 		LoopScalars:  2,

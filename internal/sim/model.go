@@ -314,6 +314,9 @@ func ParseOptimizer(name string) (Optimizer, error) {
 type Options struct {
 	// Batch is the batch size; Height and Width the input image's size.
 	Batch, Height, Width int64
+	// Seq is a text model's sequence length (ir.Binding.Seq), 0 for an
+	// image model.
+	Seq int64
 	// AMP runs the forward under torch.autocast('cuda', torch.float16), as
 	// most training scripts do by default.
 	AMP bool
@@ -641,9 +644,11 @@ func (sc Options) Supported() error {
 		return fmt.Errorf("onnxmem: the eval step runs a half copy without gradients: amp, half and checkpointing do not apply")
 	case sc.Segments < 0:
 		return fmt.Errorf("onnxmem: segments %d: must be 0 or more", sc.Segments)
+	case sc.Seq < 0:
+		return fmt.Errorf("onnxmem: sequence length %d: must be at least 1", sc.Seq)
 	case sc.Batch < 1:
 		return fmt.Errorf("onnxmem: batch %d: must be at least 1", sc.Batch)
-	case sc.Height < 1 || sc.Width < 1:
+	case sc.Height < 0 || sc.Width < 0 || sc.Seq == 0 && (sc.Height < 1 || sc.Width < 1):
 		return fmt.Errorf("onnxmem: image %dx%d: both sides must be at least 1", sc.Height, sc.Width)
 	case sc.Family != "" && !slices.Contains(Families(), sc.Family):
 		return fmt.Errorf("onnxmem: unknown family %q: want one of %s", sc.Family, strings.Join(Families(), ", "))
@@ -1134,7 +1139,7 @@ func (m *Model) FixedImage() (h, w int64, ok bool) {
 // and the nearest size that works, the way training
 // scripts round an image size up (⌈650/32⌉·32 = 672 for a stride of 32).
 func (m *Model) infer(g *ir.Graph, sc Options) (*ir.Shapes, error) {
-	b := ir.Binding{Batch: sc.Batch, Height: sc.Height, Width: sc.Width}
+	b := ir.Binding{Batch: sc.Batch, Height: sc.Height, Width: sc.Width, Seq: sc.Seq}
 	s, err := g.Infer(b)
 	if err == nil {
 		return s, nil
