@@ -9,15 +9,18 @@ do_constant_folding=False, dynamo=False, opset 17, input "input_ids" with dims "
 (those of 256 bytes or less kept: shape constants), and measured, every scenario in a fresh process:
   - model: param_bytes, buffer_bytes, alloc_after_load, the transformers version and the attention
     implementation the config resolved to;
-  - model_step (the generic family's step, as timm_models.py runs it): the model in train mode
-    (dropout on, as the configs set it), zero_grad(set_to_none=True), ids = randint(vocab, (B, L))
-    resident, the forward (under fp16 autocast with amp), loss = logits.float().sum() outside
-    autocast, backward, del logits; the same step twice, the second measured after
-    reset_peak_memory_stats: m0, after_fwd, peak, peak_req, peak_reserved;
+  - model_step (the ground truth's model step): the model in train mode (dropout on, as the
+    configs set it), zero_grad(set_to_none=True), ids = randint(vocab, (B, L)) resident, the
+    forward (under fp16 autocast with amp), loss = logits.sum() outside autocast (in the logits'
+    type), backward, del logits; the same step twice, the second measured after
+    reset_peak_memory_stats: m0, after_fwd, peak, peak_req, peak_reserved (HF_FLOAT_SUM=1 sums
+    logits.float() instead, as the first run did: its AMP model steps are kept in
+    hf_models_float_sum.jsonl);
   - train_step: the same with torch.optim.AdamW(model.parameters(), lr=1e-4) (transformers'
     default optimizer; foreach on CUDA, weight decay 0.01) and torch.amp.GradScaler(enabled=amp):
-    zero_grad(set_to_none=True), forward, scaler.scale(loss).backward(), scaler.step(opt),
-    scaler.update(); one warm step creates the optimizer's state, the second is measured.
+    zero_grad(set_to_none=True), forward, loss = logits.float().sum() (a half output upcast),
+    scaler.scale(loss).backward(), scaler.step(opt), scaler.update(); steps run until one has made
+    the optimizer's state (GradScaler skips 16 to 21 at first), and the next is measured.
 With --trace SPEC the allocator's history of that scenario's measured step is kept (action, size,
 the innermost transformers/torch frame) in DIR/hf_traces.jsonl.gz.
 Usage: python3 calibration/hf_models.py --out DIR [--models gpt2,bert] [--jobs 4]
@@ -43,6 +46,7 @@ sys.path.insert(0, %(here)r)
 import torch, transformers
 from torchvision_more import fields, ld
 name, out_dir, what = sys.argv[1], sys.argv[2], sys.argv[3]
+float_sum = os.environ.get("HF_FLOAT_SUM") == "1"  # the first run's model steps: out.float().sum()
 trace = len(sys.argv) > 4 and sys.argv[4] == "trace"
 
 def build(name):
@@ -134,7 +138,10 @@ try:
         model.zero_grad(set_to_none=True)
         with torch.autocast("cuda", dtype=torch.float16, enabled=amp):
             o = model(ids)
-        loss = o.float().sum() if o.dtype != torch.float32 else o.sum()
+        # The model step's loss is the ground truth's, out.sum() in the output's type; a train step's
+        # upcasts a half output first (out.float().sum()), as a script's loss on logits does, where a
+        # float16 sum of a vocabulary's logits overflows and GradScaler would skip every step.
+        loss = o.float().sum() if o.dtype != torch.float32 and (kind == "train_step" or float_sum) else o.sum()
         fwd = torch.cuda.memory_allocated()
         if opt is None:
             loss.backward()

@@ -42,9 +42,9 @@ type Range struct{ From, To int }
 
 // Scenario is one step to simulate. Its zero fields mean the defaults.
 type Scenario struct {
-	// The batch size and image (DefaultImage, or the export's fixed size).
-	Batch, Height, Width int64
-	Step                 Step // ModelStep by default
+	// Batch, image (DefaultImage, or the export's), a text model's length.
+	Batch, Height, Width, Seq int64
+	Step                      Step // ModelStep by default
 	// Autocast to float16 (bfloat16 with BF16), or model.half().
 	AMP, BF16, Half bool
 	// checkpoint_sequential's segments, or layers under checkpoint().
@@ -104,7 +104,7 @@ func (m *Model) options(sc Scenario) (Scenario, sim.Options, error) {
 	if sc.Width == 0 {
 		sc.Width = w
 	}
-	o := sim.Options{Batch: sc.Batch, Height: sc.Height, Width: sc.Width, AMP: sc.AMP, Half: sc.Half,
+	o := sim.Options{Batch: sc.Batch, Height: sc.Height, Width: sc.Width, Seq: sc.Seq, AMP: sc.AMP, Half: sc.Half,
 		Segments: sc.Segments, AllocConf: sc.AllocConf, Capacity: sc.Capacity, NoConvWorkspace: sc.NoWorkspaces}
 	for _, r := range sc.Checkpoint {
 		o.Checkpoint = append(o.Checkpoint, sim.Range(r))

@@ -10,15 +10,31 @@ import (
 // loss emits loss = sum(o.sum() for o in outputs): each term and each partial
 // sum is a 4-byte tensor. A graph of one output takes loss = out.sum(), the
 // term itself.
+//
+// A train step's default loss upcasts a half output first, sum(o.float().sum()
+// for o in outputs), as a training script's loss on logits does (a float16
+// sum of a language model's logits overflows, and GradScaler would skip
+// every step): a float32 copy of the output, freed once summed, and in the
+// backward ToCopyBackward's dense half gradient of the output.
 func (bp *backwardPass) loss() {
 	bp.phase = LossPhase
 	bp.node = -1
 	bp.lossSt = -1
-	if len(bp.g.Outputs) == 1 {
+	if len(bp.g.Outputs) == 1 && !bp.upcast(bp.g.Outputs[0]) {
 		bp.lossSt = bp.alloc(bp.scalarBytes(), Scalar, ir.NoValue)
 		return
 	}
-	for range bp.g.Outputs {
+	for _, o := range bp.g.Outputs {
+		if bp.upcast(o) {
+			c := bp.alloc(bp.s.Elems(o)*4, Copy, o)
+			term := bp.alloc(4, Scalar, ir.NoValue)
+			bp.unref(c)
+			if len(bp.g.Outputs) == 1 {
+				bp.lossSt = term
+				return
+			}
+			bp.unref(term)
+		}
 		term := bp.alloc(4, Scalar, ir.NoValue)
 		sum := bp.alloc(4, Scalar, ir.NoValue)
 		if bp.lossSt >= 0 {
@@ -27,6 +43,12 @@ func (bp *backwardPass) loss() {
 		bp.unref(term)
 		bp.lossSt = sum
 	}
+}
+
+// upcast reports whether the loss upcasts output o: a train step's default
+// loss of a half output.
+func (bp *backwardPass) upcast(o ir.ValueID) bool {
+	return bp.cfg.Train != nil && bp.cfg.Train.Loss == nil && bp.dt[o].Size() == 2
 }
 
 // scalarBytes is the size of the loss and of its seed gradient: 4 bytes,
@@ -64,6 +86,12 @@ func (bp *backwardPass) backward() error {
 		ones = bp.alloc(bp.scalarBytes(), Scalar, ir.NoValue)
 		bp.seed = ones
 		for _, o := range g.Outputs {
+			if bp.rg[o] && bp.upcast(o) {
+				// ToCopyBackward: the expanded float32 seed cast back
+				// to the output's type, dense.
+				bp.accumulate(o, gradT{st: bp.alloc(bp.bytes(o), Grad, o), whole: true, contig: true, bytes: bp.bytes(o)})
+				continue
+			}
 			if bp.rg[o] {
 				bp.ref(ones)
 				bp.accumulate(o, gradT{st: ones, bytes: bp.bytes(o)})

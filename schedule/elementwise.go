@@ -83,6 +83,18 @@ func savesInputForward(o *fwdOp) {
 		o.inPlace()
 		return
 	}
+	if o.fp32 {
+		// Autocast's fp32 list (pow): a float32 copy of a half input,
+		// which the op saves, and a float32 output.
+		if o.dt[x] != ir.Float32 {
+			o.own(o.alloc(o.s.Elems(x)*4, Cast, x))
+		} else {
+			o.save(x)
+		}
+		o.dt[o.out(0)] = ir.Float32
+		o.newOut(0, Activation)
+		return
+	}
 	o.save(x)
 	o.newOut(0, Activation)
 }

@@ -123,15 +123,16 @@ type ParamGroup struct {
 }
 
 // trainable reports whether initializer v is a parameter that gets a
-// gradient: a conv's weight or bias, a batch norm's weight or bias (the
-// running statistics are buffers).
+// gradient: a conv's or a linear's weight or bias, a norm's weight or bias
+// (the running statistics are buffers), a scale (Mul), and a table whose
+// rows a Gather reads (an embedding, Swin's relative position bias).
 func (b *builder) trainable(v ir.ValueID) bool {
 	if !b.param[v] {
 		return false
 	}
 	for n, j := range b.uses(v) {
 		if (n.OpType == "Conv" || n.OpType == "Gemm") && j >= 1 || (n.OpType == "BatchNormalization" || n.OpType == "LayerNormalization") && (j == 1 || j == 2) ||
-			n.OpType == "Mul" && j <= 1 {
+			n.OpType == "Mul" && j <= 1 || n.OpType == "Gather" && j == 0 {
 			return true
 		}
 	}

@@ -153,13 +153,13 @@ func (f *flagSet) load(path string) (*onnxmem.Model, error) {
 	}
 	if err == nil && f.img != nil && !f.isSet("img") {
 		if h, w, ok := m.FixedImage(); ok {
-			*f.img = imageSize{h, w}
+			f.img.H, f.img.W = h, w
 		}
 	}
 	if err == nil && f.img != nil && f.isSet("img") && m.Family == "yolov9" {
 		// train_dual.py's check_img_size: the size rounded up to a
 		// multiple of the stride, with a warning.
-		r := imageSize{roundUp(f.img.H, dataset.Stride), roundUp(f.img.W, dataset.Stride)}
+		r := imageSize{H: roundUp(f.img.H, dataset.Stride), W: roundUp(f.img.W, dataset.Stride)}
 		if r != *f.img && f.stderr != nil {
 			fmt.Fprintf(f.stderr, "onnxmem: -img %s: train_dual.py's check_img_size trains at %s, a multiple of the stride %d: simulated at %s\n", f.img, &r, dataset.Stride, &r)
 		}
@@ -267,16 +267,35 @@ func shortenQuoted(s string) string {
 // imgFlag adds -img, the input image's size: 640, or the size an export
 // fixed (load sets it).
 func (f *flagSet) imgFlag() *imageSize {
-	f.img = &imageSize{onnxmem.DefaultImage, onnxmem.DefaultImage}
+	f.img = &imageSize{H: onnxmem.DefaultImage, W: onnxmem.DefaultImage}
 	f.Var(f.img, "img", "input image `size` in pixels: a side (square) or HEIGHTxWIDTH such as 384x640, height first as YOLO's --imgsz h w\n(default 640, or the size the export fixed, such as a torchvision export's 224)")
+	f.Var((*seqFlag)(f.img), "seq", "a text model's sequence `length`: its token inputs' dim 1 (input_ids of [batch, sequence]); required for one")
 	return f.img
 }
 
 // imageSize is a flag.Value: the input image's height and width, given as
-// one side ("640", a square) or as "384x640", height first.
-type imageSize struct{ H, W int64 }
+// one side ("640", a square) or as "384x640", height first; and, for a text
+// model, the sequence length (-seq).
+type imageSize struct{ H, W, Seq int64 }
+
+// seqFlag is -seq, the sequence length of an imageSize.
+type seqFlag imageSize
+
+func (s *seqFlag) String() string { return strconv.FormatInt(s.Seq, 10) }
+
+func (s *seqFlag) Set(v string) error {
+	var p positiveInt
+	if p.Set(v) != nil {
+		return errors.New("want a sequence length of at least 1 token, such as 512")
+	}
+	s.Seq = int64(p)
+	return nil
+}
 
 func (s *imageSize) String() string {
+	if s.Seq > 0 {
+		return "seq " + strconv.FormatInt(s.Seq, 10)
+	}
 	if s.H == s.W {
 		return strconv.FormatInt(s.H, 10)
 	}
@@ -644,7 +663,16 @@ var defaultModel = onnxmem.Builtins()[0]
 
 // scenario is the fp32 model step at a batch size and image size.
 func scenario(batch int64, img imageSize) onnxmem.Scenario {
-	return onnxmem.Scenario{Batch: batch, Height: img.H, Width: img.W}
+	return onnxmem.Scenario{Batch: batch, Height: img.H, Width: img.W, Seq: img.Seq}
+}
+
+// inputOf describes a scenario's input: "image 640x640", or a text model's
+// "sequence 512".
+func inputOf(sc onnxmem.Scenario) string {
+	if sc.Seq > 0 {
+		return fmt.Sprintf("sequence %d", sc.Seq)
+	}
+	return fmt.Sprintf("image %dx%d", sc.Height, sc.Width)
 }
 
 // gib formats bytes as GiB with two decimals, for tables.

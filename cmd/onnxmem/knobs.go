@@ -132,7 +132,7 @@ func (t *knobTable) print(w io.Writer) error {
 	case st.Train:
 		step = fmt.Sprintf("train_dual.py step (%d boxes an image, %s, EMA %v)", st.Boxes, st.Optimizer, st.EMA)
 	}
-	fmt.Fprintf(w, "%s: %s at batch %d, image %dx%d\n", t.Model, step, t.Batch, t.Img.H, t.Img.W)
+	fmt.Fprintf(w, "%s: %s at batch %d, %s\n", t.Model, step, t.Batch, inputOf(scenario(t.Batch, t.Img)))
 	fmt.Fprintf(w, "arithmetic: %s forward and %s backward a step, in every precision\n\n",
 		flops(base.Cost.Forward), flops(base.Cost.Backward))
 	tw := newTable(w)

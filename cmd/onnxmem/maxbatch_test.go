@@ -90,13 +90,13 @@ func TestTrainFlags(t *testing.T) {
 			t.Errorf("%q: %+v, %v; want %+v", tc.args, st, err, tc.want)
 		}
 		// The setting survives the round trip through a scenario.
-		if got := settingOf(st.scenario(4, imageSize{320, 320})); !got.equal(st) {
+		if got := settingOf(st.scenario(4, imageSize{H: 320, W: 320})); !got.equal(st) {
 			t.Errorf("%q: settingOf(scenario) = %+v, want %+v", tc.args, got, st)
 		}
 	}
 	st := setting{AMP: true, Train: true, Boxes: 8, Optimizer: "Lion"}
 	want := "m: amp train step (forward, YOLOv9 loss with 8 boxes an image, backward, Lion step, no EMA), image 320x320"
-	if got := stepTitle(&onnxmem.Model{Name: "m", Family: "yolov9"}, st.scenario(4, imageSize{320, 320})); got != want {
+	if got := stepTitle(&onnxmem.Model{Name: "m", Family: "yolov9"}, st.scenario(4, imageSize{H: 320, W: 320})); got != want {
 		t.Errorf("stepTitle = %q, want %q", got, want)
 	}
 }
@@ -146,10 +146,10 @@ func TestImageSize(t *testing.T) {
 		in, out string
 		want    imageSize
 	}{
-		{"640", "640", imageSize{640, 640}},
-		{"384x640", "384x640", imageSize{384, 640}},
-		{"384×640", "384x640", imageSize{384, 640}},
-		{"320x320", "320", imageSize{320, 320}},
+		{"640", "640", imageSize{H: 640, W: 640}},
+		{"384x640", "384x640", imageSize{H: 384, W: 640}},
+		{"384×640", "384x640", imageSize{H: 384, W: 640}},
+		{"320x320", "320", imageSize{H: 320, W: 320}},
 	} {
 		var s imageSize
 		if err := s.Set(tc.in); err != nil || s != tc.want || s.String() != tc.out {

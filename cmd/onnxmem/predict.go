@@ -157,9 +157,9 @@ var commonFields = []string{"kind", "cfg", "model", "measured", "family", "deter
 // stepFields are the fields of each kind of step beyond commonFields; a
 // max_batch line takes those of its "step" but "batch", plus its own.
 var stepFields = map[string][]string{
-	"model_step": {"batch", "img", "img_h", "img_w", "amp", "amp_dtype", "half", "segments", "checkpoint", "nc", "empty_cache"},
-	"eval_step":  {"batch", "img", "img_h", "img_w", "amp", "amp_dtype", "half", "segments", "nc", "empty_cache"},
-	"train_step": {"batch", "img", "img_h", "img_w", "amp", "amp_dtype", "half", "segments", "checkpoint", "nc", "boxes_per_img", "optimizer", "ema", "trainer", "prev_pred_alive", "warm_steps", "empty_cache"},
+	"model_step": {"batch", "img", "img_h", "img_w", "seq", "amp", "amp_dtype", "half", "segments", "checkpoint", "nc", "empty_cache"},
+	"eval_step":  {"batch", "img", "img_h", "img_w", "seq", "amp", "amp_dtype", "half", "segments", "nc", "empty_cache"},
+	"train_step": {"batch", "img", "img_h", "img_w", "seq", "amp", "amp_dtype", "half", "segments", "checkpoint", "nc", "boxes_per_img", "optimizer", "ema", "trainer", "prev_pred_alive", "warm_steps", "empty_cache"},
 }
 
 // maxBatchFields are a max_batch line's own fields: the step it searches
@@ -391,6 +391,7 @@ func stepScenario(obj map[string]json.RawMessage, step string, search bool) (sim
 		field(obj, "img", &img, false),
 		field(obj, "img_h", &h, false),
 		field(obj, "img_w", &w, false),
+		field(obj, "seq", &sc.Seq, false),
 		field(obj, "family", &sc.Family, false),
 		field(obj, "amp", &sc.AMP, false),
 		field(obj, "amp_dtype", &ampDType, false),
@@ -438,8 +439,12 @@ func stepScenario(obj map[string]json.RawMessage, step string, search bool) (sim
 	switch {
 	case (h == 0) != (w == 0):
 		return sc, fmt.Errorf("onnxmem: img_h %d and img_w %d: give both sides of a non-square image, or neither", h, w)
+	case sc.Seq < 0:
+		return sc, fmt.Errorf("onnxmem: field \"seq\": %d: want a sequence length of at least 1", sc.Seq)
+	case img == 0 && h == 0 && sc.Seq > 0:
+		// A text model's line: its input is the sequence.
 	case img == 0 && h == 0:
-		return sc, fmt.Errorf("onnxmem: missing field \"img\" (or \"img_h\" and \"img_w\")")
+		return sc, fmt.Errorf("onnxmem: missing field \"img\" (or \"img_h\" and \"img_w\", or a text model's \"seq\")")
 	case h == 0:
 		h, w = img, img
 	case img != 0 && img != max(h, w):

@@ -280,9 +280,9 @@ func (rep *report) print(w io.Writer) error {
 		fmt.Fprintln(w, "       the default model; pass MODEL.onnx or a built-in name for another")
 	}
 	if rep.DetailSetting.Train {
-		fmt.Fprintf(w, "step   %s; image %dx%d\n", rep.DetailSetting.step(rep.Family), d.Scenario.Height, d.Scenario.Width)
+		fmt.Fprintf(w, "step   %s; %s\n", rep.DetailSetting.step(rep.Family), inputOf(d.Scenario))
 	} else {
-		fmt.Fprintf(w, "step   model step: forward, loss sum(o.sum()), backward; image %dx%d\n", d.Scenario.Height, d.Scenario.Width)
+		fmt.Fprintf(w, "step   model step: forward, loss sum(o.sum()), backward; %s\n", inputOf(d.Scenario))
 	}
 	fmt.Fprintf(w, "       fp32: float32 throughout; amp: torch.autocast float16%s;\n"+
 		"       kN: checkpoint_sequential with N segments (the first N-1 are checkpointed)\n\n", scriptDefault(rep.Family, ", "))

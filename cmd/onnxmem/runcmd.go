@@ -272,7 +272,7 @@ func printRun(w io.Writer, model, source string, r, none *onnxmem.RunResult, eve
 	if sc.AMP {
 		prec = "amp"
 	}
-	fmt.Fprintf(w, "model  %s\nrun    training run, batch %d, image %dx%d, %s, %s", model, sc.Batch, sc.Height, sc.Width, prec, sc.Optimizer)
+	fmt.Fprintf(w, "model  %s\nrun    training run, batch %d, %s, %s, %s", model, sc.Batch, inputOf(sc), prec, sc.Optimizer)
 	if sc.GPUs > 0 {
 		fmt.Fprintf(w, ", DDP over %d GPU(s) (%d images a rank", sc.GPUs, sc.Batch/int64(sc.GPUs))
 		if sc.SyncBN {

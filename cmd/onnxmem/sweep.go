@@ -79,7 +79,7 @@ type sweepJSON struct {
 // stepTitle names the simulated step, above tables and plots.
 func stepTitle(m *onnxmem.Model, sc onnxmem.Scenario) string {
 	st := settingOf(sc)
-	t := fmt.Sprintf("%s: %s %s, image %dx%d", m.Name, st, st.step(m.Family), sc.Height, sc.Width)
+	t := fmt.Sprintf("%s: %s %s, %s", m.Name, st, st.step(m.Family), inputOf(sc))
 	if sc.AllocConf != "" {
 		t += "; allocator " + sc.AllocConf
 	}

@@ -40,8 +40,12 @@ func (Family) Prepare(g *ir.Graph) (*ir.Graph, error) {
 		return nil, err
 	}
 	index := map[string]int{}
+	lists := blockLists(g)
 	g.AssignLayers(func(s string) int {
-		key := moduleKey(s)
+		key := listKey(s, lists)
+		if key == "" {
+			key = moduleKey(s)
+		}
 		if key == "" {
 			return -1
 		}
@@ -52,6 +56,19 @@ func (Family) Prepare(g *ir.Graph) (*ir.Graph, error) {
 		}
 		return l
 	})
+	if len(lists) > 0 {
+		// A node of a list's parent after the list began (GPT-2's
+		// transformer-level ops around its blocks) runs in the layer
+		// that ran last: layers stay in node order.
+		hi := -1
+		for i := range g.Nodes {
+			n := &g.Nodes[i]
+			if n.Layer >= 0 && n.Layer < hi {
+				n.Layer = hi
+			}
+			hi = max(hi, n.Layer)
+		}
+	}
 	return g, nil
 }
 
@@ -89,6 +106,108 @@ func moduleKey(s string) string {
 		}
 	}
 	return top
+}
+
+// blockLists finds, for each top-level module whose nodes reach a list of
+// blocks deeper than its own children, the path to that list's parent: a
+// Hugging Face model's decoder layers, "/transformer/h.0/attn/…" of GPT-2
+// or "/bert/encoder/layer.0/…" of BERT, give transformer → [transformer]
+// and bert → [bert encoder]. Such a model's layers are its blocks
+// (transformer.h.0, …), as gradient checkpointing takes them, and the
+// modules beside the path (transformer.wte, bert.embeddings, cls).
+//
+// Only a model of at most three top-level modules is taken so (a
+// transformers model, or one wrapped in a module of its own): a vision
+// backbone's top-level modules are its stages, each a layer.
+func blockLists(g *ir.Graph) map[string][]string {
+	lists := map[string][]string{}
+	var tops []string
+	for i := range g.Nodes {
+		parts := nodePath(g.Nodes[i].Name)
+		if len(parts) > 0 && !slices.Contains(tops, parts[0]) {
+			if tops = append(tops, parts[0]); len(tops) > 3 {
+				return nil
+			}
+		}
+		for k := 1; k < len(parts) && k < 5; k++ {
+			if !indexed(parts[k]) {
+				continue
+			}
+			// A ModuleList's element is named after the list's
+			// attribute ("encoder/layer.0"); a Sequential's child,
+			// under the Sequential's own scope, after it
+			// ("layer1/layer1.0", "mlp/mlp.0"): moduleKey's case.
+			if name := parts[k][:strings.LastIndexByte(parts[k], '.')]; name != parts[k-1] {
+				if old, ok := lists[parts[0]]; !ok || len(old) > k {
+					lists[parts[0]] = parts[:k:k]
+				}
+			}
+			break
+		}
+	}
+	return lists
+}
+
+// listKey returns the layer of name s within a top-level module that
+// blockLists found a list in, or "": the block it lies in, or the module
+// where its path leaves the list's.
+func listKey(s string, lists map[string][]string) string {
+	parts := nodePath(s)
+	if parts == nil {
+		parts = weightPath(s)
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	anc, ok := lists[parts[0]]
+	if !ok {
+		return ""
+	}
+	for i := 1; i <= len(anc); i++ {
+		if i >= len(parts) || i < len(anc) && parts[i] != anc[i] || i == len(anc) && !indexed(parts[i]) {
+			return strings.Join(parts[:min(i+1, len(parts))], ".")
+		}
+	}
+	return strings.Join(parts[:len(anc)+1], ".")
+}
+
+// nodePath returns the module path of a TorchScript node name, its
+// components as the exporter writes them ("/m/h.0/attn/Add" gives [m h.0
+// attn]), or nil for another name.
+func nodePath(s string) []string {
+	if !strings.HasPrefix(s, "/") || strings.Contains(s, "::") {
+		return nil
+	}
+	parts := strings.Split(s[1:], "/")
+	return parts[:len(parts)-1]
+}
+
+// weightPath returns the module path of a weight's dotted name in
+// nodePath's form, a list's index joined to its name ("m.h.0.attn.bias"
+// gives [m h.0 attn]), or nil.
+func weightPath(s string) []string {
+	if strings.ContainsAny(s, "/: []'\"") {
+		return nil
+	}
+	dots := strings.Split(s, ".")
+	if len(dots) < 2 {
+		return nil
+	}
+	var parts []string
+	for _, d := range dots[:len(dots)-1] {
+		if isIndex(d) && len(parts) > 0 {
+			parts[len(parts)-1] += "." + d
+			continue
+		}
+		parts = append(parts, d)
+	}
+	return parts
+}
+
+// indexed reports whether a path component is a list's element, "h.0".
+func indexed(c string) bool {
+	i := strings.LastIndexByte(c, '.')
+	return i > 0 && isIndex(c[i+1:])
 }
 
 // scopeKey returns the top-level module of a dynamo export's module scope,
