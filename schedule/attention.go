@@ -25,6 +25,10 @@ func attentionForward(o *fwdOp) {
 	n, s := o.n, o.s
 	y := o.out(0)
 	q, k, v := n.Inputs[0], n.Inputs[1], n.Inputs[2]
+	if n.IntAttr("gqa", 0) != 0 && !o.lower {
+		mathAttentionForward(o)
+		return
+	}
 	for _, x := range []ir.ValueID{q, k, v} {
 		o.save(x)
 	}
@@ -76,6 +80,11 @@ func attentionBackward(o *bwdOp) {
 	q := n.Inputs[0]
 	rows := s.Elems(q) / max(s.Dims[q][len(s.Dims[q])-1], 1)
 	flash := o.autocast()
+	gqa := n.IntAttr("gqa", 0) != 0
+	if gqa && !flash {
+		mathAttentionBackward(o)
+		return
+	}
 	c := int32(-1)
 	if st := gradStrides(o.gy, s.Dims[y]); !flash || !dense(s.Dims[y], st) || st[len(st)-1] != 1 {
 		c = o.scratch(s.Elems(y)*o.dt[y].Size(), Copy)
@@ -88,10 +97,98 @@ func attentionBackward(o *bwdOp) {
 	for _, v := range n.Inputs {
 		o.fresh(v)
 	}
+	var expanded []int32
+	if gqa {
+		// The flash kernel writes the gradients of k and v at q's
+		// heads (dk_expanded, dv_expanded) and sums each group into
+		// the grouped ones after it.
+		for _, x := range n.Inputs[1:] {
+			expanded = append(expanded, o.scratch(s.Elems(x)*int64(groups(s, n))*o.low().Size(), Grad))
+		}
+	}
 	if flash {
 		o.freeScratch(o.scratch(s.Elems(q)*4+rows*4+256, Grad))
 	} else {
 		o.freeScratch(o.scratch(rows*4, Stats))
 	}
+	for _, e := range expanded {
+		o.freeScratch(e)
+	}
 	o.freeScratch(c)
+}
+
+// groups returns the query heads a key head of grouped-query attention
+// node n serves: q's heads over k's.
+func groups(s *ir.Shapes, n *ir.Node) int {
+	q, k := s.Dims[n.Inputs[0]], s.Dims[n.Inputs[1]]
+	if len(q) < 3 || len(k) < 3 || k[len(k)-3] == 0 {
+		return 1
+	}
+	return int(max(q[len(q)-3]/k[len(k)-3], 1))
+}
+
+// Grouped-query attention in float32 (enable_gqa with fewer key heads
+// than query heads): neither the flash kernel (half types only) nor
+// memory-efficient attention (no enable_gqa) takes it, and
+// scaled_dot_product_attention runs _scaled_dot_product_attention_math
+// (aten/src/ATen/native/transformers/attention.cpp): q·√s, k and v
+// repeat_interleave'd to q's heads, k·√s, the L×S scores, an is_causal
+// mask's float bias, _safe_softmax, and a matmul with v, each an eager op
+// that autograd records. calibration/results/hf_fp32_traces.jsonl.gz
+// (Llama, 12 query and 4 key heads, batch 1, 512 tokens) shows the 12 MiB
+// scores twice and the saved softmax per layer.
+//
+// Worked example, that layer: q [1 12 512 64] float32 (1.5 MiB), k and v
+// [1 4 512 64]. The forward keeps q·√s, k repeated and scaled, v repeated
+// (1.5 MiB each) and the softmax (12 MiB); the scores before it (12 MiB)
+// and the mask's bias (1 MiB) go when the op returns.
+
+// mathAttentionForward emits the math kernel's forward.
+func mathAttentionForward(o *fwdOp) {
+	n, s := o.n, o.s
+	q, k, v := n.Inputs[0], n.Inputs[1], n.Inputs[2]
+	rep := int64(groups(s, n))
+	el := o.dt[q].Size()
+	dq := s.Dims[q]
+	scores := s.Elems(q) / max(dq[len(dq)-1], 1) * s.Dims[k][len(s.Dims[k])-2] * el
+	var bias int32 = -1
+	if n.IntAttr("masked", 0) != 0 {
+		l, sk := dq[len(dq)-2], s.Dims[k][len(s.Dims[k])-2]
+		bias = o.alloc(l*sk*el, Activation, ir.NoValue)
+	}
+	o.own(o.alloc(s.Elems(q)*el, Activation, ir.NoValue)) // q·√s
+	kr := o.alloc(s.Elems(k)*rep*el, Activation, ir.NoValue)
+	o.own(o.alloc(s.Elems(k)*rep*el, Activation, ir.NoValue)) // k·√s
+	o.unref(kr)
+	o.own(o.alloc(s.Elems(v)*rep*el, Activation, ir.NoValue)) // v repeated
+	sc := o.alloc(scores, Activation, ir.NoValue)
+	o.own(o.alloc(scores, Activation, ir.NoValue)) // the softmax
+	o.unref(sc)
+	o.newOut(0, Activation)
+	if bias >= 0 {
+		o.unref(bias)
+	}
+}
+
+// mathAttentionBackward emits the math kernel's backward: the gradient of
+// the softmax and of the scores, the repeated heads' gradients, summed
+// back to k's and v's.
+func mathAttentionBackward(o *bwdOp) {
+	n, s := o.n, o.s
+	q, k, v := n.Inputs[0], n.Inputs[1], n.Inputs[2]
+	rep := int64(groups(s, n))
+	el := o.dt[q].Size()
+	dq := s.Dims[q]
+	scores := s.Elems(q) / max(dq[len(dq)-1], 1) * s.Dims[k][len(s.Dims[k])-2] * el
+	ga := o.scratch(scores, Grad)
+	gv := o.scratch(s.Elems(v)*rep*el, Grad)
+	gs := o.scratch(scores, Grad)
+	o.freeScratch(ga)
+	gk := o.scratch(s.Elems(k)*rep*el, Grad)
+	o.fresh(q)
+	o.freeScratch(gs)
+	o.fresh(k)
+	o.freeScratch(gk)
+	o.fresh(v)
+	o.freeScratch(gv)
 }

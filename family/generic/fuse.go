@@ -198,11 +198,26 @@ func fuse(g *ir.Graph) (*ir.Graph, error) {
 				continue
 			}
 			pv := &g.Nodes[next]
+			v := pv.Inputs[1]
+			var attrs []ir.Attr
+			if maskAdd >= 0 {
+				attrs = append(attrs, ir.Attr{Name: "masked", Kind: ir.AttrInt, Int: 1})
+			}
+			// Grouped-query attention: k and v repeated to q's heads
+			// (transformers' repeat_kv, or the exporter's enable_gqa),
+			// which eager PyTorch leaves to the kernel.
+			if k0, kn, ok := repeatKV(g, k); ok {
+				if v0, vn, ok := repeatKV(g, v); ok {
+					k, v = k0, v0
+					drops = append(append(drops, kn...), vn...)
+					attrs = append(attrs, ir.Attr{Name: "gqa", Kind: ir.AttrInt, Int: 1})
+				}
+			}
 			for _, j := range append(drops, i, int(mm), int(mq), int(mk), int(tp)) {
 				drop[j] = true
 			}
-			replace[int(next)] = ir.Node{Name: pv.Name, OpType: "ScaledDotProductAttention", Inputs: []ir.ValueID{q, k, pv.Inputs[1]},
-				Outputs: pv.Outputs, Layer: pv.Layer, Scopes: pv.Scopes}
+			replace[int(next)] = ir.Node{Name: pv.Name, OpType: "ScaledDotProductAttention", Inputs: []ir.ValueID{q, k, v},
+				Outputs: pv.Outputs, Layer: pv.Layer, Scopes: pv.Scopes, Attrs: attrs}
 		case "Squeeze":
 			if !packedProjection(g, n) {
 				continue
@@ -265,6 +280,25 @@ func fuse(g *ir.Graph) (*ir.Graph, error) {
 		return nil, err
 	}
 	return ng, nil
+}
+
+// repeatKV finds transformers' repeat_kv on x: x = Reshape(Expand(
+// Unsqueeze(x0, 2), [B, Hkv, n, L, D]), [B, Hkv·n, L, D]), each node read
+// only by the next. It returns x0 and the three nodes.
+func repeatKV(g *ir.Graph, x ir.ValueID) (ir.ValueID, []int, bool) {
+	r := g.Values[x].Producer
+	if r < 0 || g.Nodes[r].OpType != "Reshape" || len(g.Values[x].Consumers) != 1 {
+		return x, nil, false
+	}
+	e := g.Values[g.Nodes[r].Inputs[0]].Producer
+	if e < 0 || g.Nodes[e].OpType != "Expand" || len(g.Values[g.Nodes[e].Outputs[0]].Consumers) != 1 {
+		return x, nil, false
+	}
+	u := g.Values[g.Nodes[e].Inputs[0]].Producer
+	if u < 0 || g.Nodes[u].OpType != "Unsqueeze" || len(g.Values[g.Nodes[u].Outputs[0]].Consumers) != 1 {
+		return x, nil, false
+	}
+	return g.Nodes[u].Inputs[0], []int{int(u), int(e), int(r)}, true
 }
 
 // nanZeroed finds the exporter's softmax(…).masked_fill(isnan, 0) on
