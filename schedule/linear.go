@@ -112,7 +112,7 @@ func gemmLt(n *ir.Node, s *ir.Shapes) bool {
 
 // linearBackward emits AddmmBackward0 (MmBackward0 without a bias): mat1's
 // gradient grad·W, then the weight's (grad.t()·mat1, whose transpose is
-// contiguous and becomes W.grad), each an mm that takes its own contiguous
+// contiguous and becomes W.grad), the weight's first without a bias, each an mm that takes its own contiguous
 // copy of a strided incoming gradient (prepare_matrix_for_cublas clones an
 // expanded one) and makes the autograd thread's cuBLAS workspace if it has
 // none; then validate_outputs sums the incoming gradient to the bias's
@@ -128,7 +128,13 @@ func linearBackward(o *bwdOp) {
 	}
 	gy := o.gy
 	shared := int32(-1)
-	if y := n.Outputs[0]; len(s.Dims[y]) > 2 && !(gy.whole && gy.contig) {
+	// The loss's seed, a one-element tensor expanded to the output
+	// (loss = out.sum() of a language model's logits): reshape views it
+	// at any shape, and each mm clones it for cuBLAS, after allocating
+	// its result (calibration/results/hf_amp_traces.jsonl.gz, Llama's
+	// head: 250 MiB twice).
+	seed := gy.st == o.seed && !gy.whole
+	if y := n.Outputs[0]; len(s.Dims[y]) > 2 && !(gy.whole && gy.contig) && !seed {
 		// A linear on an N-D input (addmm on its view, or matmul's
 		// folded mm): UnsafeViewBackward's grad.reshape(rows, N) copies
 		// a gradient no strides can view so, once for both products,
@@ -149,9 +155,11 @@ func linearBackward(o *bwdOp) {
 		matmulBackward(o, gy)
 		return
 	}
-	if o.rg[x] {
-		o.inputGrad(x)
-		o.freeScratch(o.mm())
+	// MmBackward0 (no bias) makes the weight's gradient before mat1's,
+	// AddmmBackward0 mat1's first (the same traces: Llama's bias-free
+	// projections).
+	if bias != ir.NoValue {
+		o.linearInputGrad(x)
 	}
 	for _, p := range []ir.ValueID{w, bias} {
 		if p == bias && p != ir.NoValue && o.derived[p] {
@@ -176,6 +184,18 @@ func linearBackward(o *bwdOp) {
 		if p == w {
 			o.freeScratch(o.mm())
 		}
+	}
+	if bias == ir.NoValue {
+		o.linearInputGrad(x)
+	}
+}
+
+// linearInputGrad emits mat1's gradient of a linear's backward, grad·W,
+// when x needs one.
+func (o *bwdOp) linearInputGrad(x ir.ValueID) {
+	if o.rg[x] {
+		o.inputGrad(x)
+		o.freeScratch(o.mm())
 	}
 }
 
