@@ -37,6 +37,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 MODELS = ["gpt2", "gpt2-eager", "bert", "llama"]
+MORE = ["qwen2", "distilbert", "opt"]  # a second sample: Qwen2 (biased q/k/v, tied head), DistilBERT, OPT
 SCENARIOS = [("model_step", amp, b, l) for amp in (False, True) for l in (128, 512) for b in (1, 4, 8)] + \
             [("train_step", amp, 4, 512) for amp in (False, True)] + [("train_step", True, 8, 128)]
 
@@ -62,6 +63,17 @@ def build(name):
         cfg = transformers.LlamaConfig(vocab_size=32000, hidden_size=768, intermediate_size=2048, num_hidden_layers=6,
                                        num_attention_heads=12, num_key_value_heads=4, max_position_embeddings=2048)
         return transformers.LlamaForCausalLM(cfg), True
+    if name == "qwen2":
+        cfg = transformers.Qwen2Config(vocab_size=32000, hidden_size=768, intermediate_size=2048, num_hidden_layers=6,
+                                       num_attention_heads=12, num_key_value_heads=4, max_position_embeddings=2048,
+                                       tie_word_embeddings=True)
+        return transformers.Qwen2ForCausalLM(cfg), True
+    if name == "distilbert":
+        return transformers.DistilBertForMaskedLM(transformers.DistilBertConfig()), False
+    if name == "opt":
+        cfg = transformers.OPTConfig(hidden_size=768, num_hidden_layers=6, ffn_dim=3072, num_attention_heads=12,
+                                     vocab_size=50272, word_embed_proj_dim=768)
+        return transformers.OPTForCausalLM(cfg), True
     raise SystemExit("unknown model " + name)
 
 class LM(torch.nn.Module):
@@ -164,17 +176,25 @@ try:
             warm += 1
         if opt is not None:
             r["warm_steps"] = warm
-        model.zero_grad(set_to_none=True)
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        if trace:
-            torch.cuda.memory._record_memory_history(enabled="all", context="alloc", stacks="python", max_entries=2000000)
-        m0 = torch.cuda.memory_allocated()
-        scale = scaler.get_scale() if scaler is not None and amp else None
-        fwd = step()
-        if scale is not None:
+        # The measured step is one whose optimizer step GradScaler ran: a skipped one is retried
+        # (up to 8 times; "skipped" says whether the last was).
+        for attempt in range(8):
+            model.zero_grad(set_to_none=True)
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            if trace:
+                torch.cuda.memory._record_memory_history(enabled=None)
+                torch.cuda.memory._record_memory_history(enabled="all", context="alloc", stacks="python", max_entries=2000000)
+            m0 = torch.cuda.memory_allocated()
+            scale = scaler.get_scale() if scaler is not None and amp else None
+            fwd = step()
+            torch.cuda.synchronize()
+            if scale is None:
+                break
             r["skipped"] = scaler.get_scale() < scale
-        torch.cuda.synchronize()
+            r["retries"] = attempt
+            if not r["skipped"]:
+                break
         st = torch.cuda.memory_stats()
         r["measured"] = {"m0": m0, "after_fwd": fwd, "peak": st["allocated_bytes.all.peak"], "peak_req": st["requested_bytes.all.peak"],
                          "peak_reserved": st["reserved_bytes.all.peak"], "end": torch.cuda.memory_allocated(),

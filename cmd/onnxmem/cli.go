@@ -27,6 +27,7 @@ type flagSet struct {
 	family  *string
 	nc      *int64
 	img     *imageSize // -img, when the command has it
+	ema     *bool      // -ema, when the command has it
 	stderr  io.Writer  // where parse was told to report, for notes
 }
 
@@ -150,6 +151,11 @@ func (f *flagSet) load(path string) (*onnxmem.Model, error) {
 	}
 	if err == nil && m.Note != "" && f.stderr != nil && (f.family == nil || *f.family == "") {
 		fmt.Fprintf(f.stderr, "onnxmem: %s: %s (-family NAME simulates it as that family all the same)\n", path, m.Note)
+	}
+	if err == nil && f.ema != nil && !f.isSet("ema") && m.Family != "yolov9" {
+		// train_dual.py keeps an EMA; a generic training loop (timm's
+		// train.py without --model-ema, transformers' Trainer) does not.
+		*f.ema = false
 	}
 	if err == nil && f.img != nil && !f.isSet("img") {
 		if h, w, ok := m.FixedImage(); ok {
@@ -414,7 +420,8 @@ func (f *flagSet) trainFlags() func(setting) (setting, error) {
 	boxes := f.Int64("boxes", onnxmem.DefaultBoxes, "`N` ground-truth boxes in each image of a -train step (0 or more)")
 	opt := optimizerValue("SGD")
 	f.Var(&opt, "optimizer", "`NAME` of the optimizer of a -train step: SGD, Adam, AdamW (YOLOv9: with amsgrad), Lion or none")
-	ema := f.Bool("ema", true, "update an EMA copy of the model after the optimizer step of a -train step (-ema=false: none)")
+	ema := f.Bool("ema", true, "update an EMA copy of the model after the optimizer step of a -train step (-ema=false: none;\nthe default is YOLOv9's: another family's train step keeps none unless -ema is given)")
+	f.ema = ema
 	warm := f.Int("warm-steps", 0, "`N` iterations of the training loop before the measured -train step under float16 -amp, the last making\nthe optimizer's state, GradScaler skipping the others (default: "+strconv.Itoa(onnxmem.DefaultAMPWarmSteps)+"; a step without -amp runs 1)")
 	return func(st setting) (setting, error) {
 		if !*train {

@@ -89,6 +89,9 @@ func cmdMaxBatch(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(stderr, err)
 	}
+	if st.Train && !f.isSet("ema") {
+		st.EMA = *f.ema // the family's default, which load set
+	}
 	// The whole run unless a step is named (-step, -train, -eval,
 	// -for-batch, -half), for a family whose training script onnxmem runs.
 	if *stepName != "" && (f.isSet("train") || f.isSet("eval")) {

@@ -2,10 +2,12 @@ package sim_test
 
 import (
 	"bufio"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -18,26 +20,57 @@ type hfLine struct {
 	Kind, Cfg, Model string
 	Batch, Seq       int64
 	AMP              bool
-	Optimizer        string
-	WarmSteps        int `json:"warm_steps"`
+	Skipped          bool
 	Measured         struct {
 		M0, Peak     int64
 		PeakReserved int64 `json:"peak_reserved"`
-		AfterFwd     int64 `json:"after_fwd"`
 	}
 }
 
 // TestHFModelSteps simulates the steps of Hugging Face transformers' text
-// models measured on an H200 with transformers' own modules
-// (calibration/hf_models.py, calibration §25).
+// models, measured on an H200 and an H100 with transformers 5.17's own
+// modules (calibration/hf_models.py, calibration §25): GPT-2 with SDPA and
+// with eager attention, BERT (masked LM) and a 6-layer Llama with
+// grouped-query attention, each at batch 1, 4 and 8 and sequence 128 and
+// 512, fp32 and AMP, in fresh processes; and AdamW train steps. Every step
+// is simulated. The allocated peaks are within 1% (median under 0.1%):
+// token ids, embeddings and their dense gradients, the tied head's
+// gradient summed out of place in float32, transformers' SDPA with its
+// mask folded into the fused kernel, grouped-query attention on the math
+// kernel in float32, GPT-2's tanh GELU with pow in autocast's fp32 list.
+// Reserved peaks are within 2.5% but for GPT-2's largest steps, up to 10%
+// high: the replay's warm-up step leaves one more 413 MiB segment (the
+// head's logits or their clone for cuBLAS) than PyTorch's does, while a
+// step from an empty cache reserves what PyTorch's measured step holds
+// (an open residual of issue 38).
 func TestHFModelSteps(t *testing.T) {
-	f, err := os.Open(measured.Path("hf_models.jsonl"))
+	hfSteps(t, "hf_models.jsonl", 4, 60, map[string]float64{"gpt2": 0.11, "gpt2-eager": 0.09})
+}
+
+// TestHFMoreModels checks the engine on a second sample, measured the same
+// way after the first was fitted: Qwen2 (biased q, k and v projections,
+// grouped-query attention, a tied head), DistilBERT and OPT (learned
+// positions, ReLU), at two sizes in fp32 and AMP, with AdamW train steps.
+// All 18 peaks are within 0.3%; OPT's reserved peak at batch 8 and
+// sequence 512 in float32 is 24% high, the tied head's residual that
+// GPT-2 shows too.
+func TestHFMoreModels(t *testing.T) {
+	hfSteps(t, "hf_more.jsonl", 3, 18, map[string]float64{"opt": 0.25})
+}
+
+// hfSteps simulates every step of a file of hf_models.py's lines and
+// checks the allocated peaks within 1% (median within 0.1%) and the
+// reserved peaks within 2.5%, or the network's bound in reserved.
+func hfSteps(t *testing.T, file string, wantModels, wantSteps int, reserved map[string]float64) {
+	f, err := os.Open(measured.Path(file))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
 	models := map[string]*sim.Model{}
+	var peaks []float64
 	var out strings.Builder
+	n := 0
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		var l hfLine
@@ -49,9 +82,6 @@ func TestHFModelSteps(t *testing.T) {
 		}
 		m, ok := models[l.Cfg]
 		if !ok {
-			if _, err := os.Stat(measured.Path(l.Model)); err != nil {
-				continue
-			}
 			if m, err = sim.Load(measured.Path(l.Model)); err != nil {
 				t.Fatal(err)
 			}
@@ -66,10 +96,32 @@ func TestHFModelSteps(t *testing.T) {
 			t.Errorf("%s %s batch %d seq %d: %v", l.Cfg, l.Kind, l.Batch, l.Seq, err)
 			continue
 		}
+		n++
 		e := float64(r.Peak-l.Measured.Peak) / float64(l.Measured.Peak)
 		er := float64(r.PeakReserved-l.Measured.PeakReserved) / float64(l.Measured.PeakReserved)
-		fmt.Fprintf(&out, "%-10s %-10s %2d %4d amp %-5v peak %+6.2f%% reserved %+6.2f%% m0 %d/%d\n", l.Cfg, l.Kind, l.Batch, l.Seq, l.AMP, 100*e, 100*er, r.M0, l.Measured.M0)
-		_ = math.Abs
+		fmt.Fprintf(&out, "%-10s %-10s %d×%-4d amp %-5v peak %+6.2f%% reserved %+6.2f%%\n", l.Cfg, l.Kind, l.Batch, l.Seq, l.AMP, 100*e, 100*er)
+		if l.Skipped {
+			// GradScaler skipped the measured step's optimizer step:
+			// onnxmem's train step takes one.
+			continue
+		}
+		peaks = append(peaks, math.Abs(e))
+		if math.Abs(e) > 0.01 {
+			t.Errorf("%s %s batch %d seq %d amp %v: peak %d, measured %d (%+.2f%%), beyond 1%%", l.Cfg, l.Kind, l.Batch, l.Seq, l.AMP, r.Peak, l.Measured.Peak, 100*e)
+		}
+		if b := cmp.Or(reserved[l.Cfg], 0.025); math.Abs(er) > b {
+			t.Errorf("%s %s batch %d seq %d amp %v: reserved peak %d, measured %d (%+.2f%%), beyond %.1f%%", l.Cfg, l.Kind, l.Batch, l.Seq, l.AMP, r.PeakReserved, l.Measured.PeakReserved, 100*er, 100*b)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(models) != wantModels || n != wantSteps {
+		t.Errorf("%s: %d networks, %d steps simulated; want %d and %d", file, len(models), n, wantModels, wantSteps)
+	}
+	slices.Sort(peaks)
+	if med := peaks[len(peaks)/2]; med > 0.001 {
+		t.Errorf("%s: median |peak error| %.2f%%, want within 0.1%%", file, 100*med)
 	}
 	t.Log("\n" + out.String())
 }

@@ -29,9 +29,11 @@ import (
 // NFNet's standardised weights, a new tensor every step that each conv
 // saves, put nf_resnet50 within 1.6% (it read 8% low without them), and
 // the flash kernel's output laid out (B, L, H, D) for a q sliced from a
-// packed projection put deit_tiny's within 0.1% (4.2% high before); the
-// rest are bounded where they stand today, worst tiny_vit at +17%
-// (issue 38).
+// packed projection put deit_tiny's within 0.1% (4.2% high before);
+// TinyViT's attention with its bias, which transformers-style exports add
+// to the scores before the softmax, fused back into one kernel, put
+// tiny_vit's within 3.5% (17% high before); the rest are bounded where
+// they stand today, worst repvgg_a2 at 4.4% (issue 38).
 func TestTimmModelSteps(t *testing.T) {
 	f, err := os.Open(measured.Path("timm_models.jsonl"))
 	if err != nil {
@@ -40,10 +42,10 @@ func TestTimmModelSteps(t *testing.T) {
 	defer f.Close()
 	// bound is each network's largest |peak error| allowed: 1% where
 	// onnxmem's rules hold, today's error rounded up elsewhere.
-	bound := map[string]float64{"nf_resnet50": 0.02, "tiny_vit_5m_224": 0.17, "repvgg_a2": 0.045,
-		"coat_lite_tiny": 0.044, "convmixer_768_32": 0.04, "mobilevit_s": 0.042, "dla34": 0.034, "fastvit_t8": 0.031,
-		"hrnet_w18_small": 0.026, "cs3darknet_m": 0.024, "resnest26d": 0.024, "levit_128s": 0.02, "efficientformer_l1": 0.02,
-		"rexnet_100": 0.014}
+	bound := map[string]float64{"nf_resnet50": 0.02, "tiny_vit_5m_224": 0.035, "repvgg_a2": 0.045,
+		"coat_lite_tiny": 0.044, "convmixer_768_32": 0.04, "mobilevit_s": 0.042, "fastvit_t8": 0.031,
+		"dla34": 0.034, "hrnet_w18_small": 0.026, "cs3darknet_m": 0.024, "resnest26d": 0.024, "levit_128s": 0.02,
+		"efficientformer_l1": 0.02, "rexnet_100": 0.014}
 	models := map[string]*sim.Model{}
 	var errs []float64
 	var out strings.Builder

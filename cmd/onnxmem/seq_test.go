@@ -1,0 +1,62 @@
+package main
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/onnxmem/onnxmem/internal/measured"
+	"github.com/onnxmem/onnxmem/internal/sim"
+)
+
+// TestSequence checks that a text model takes its sequence length in every
+// way a user gives it: predict's "seq", -seq on the commands, and a
+// refusal naming the token input and the flag when it is missing.
+func TestSequence(t *testing.T) {
+	bert := measured.Path("hf/bert-train.onnx")
+	m, err := sim.Load(bert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := m.Simulate(sim.Options{Batch: 2, Seq: 128, AMP: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := string(marshal(simPredicted(r)))
+	root := filepath.Dir(filepath.Dir(bert))
+	for _, tc := range []struct{ line, want string }{
+		{`{"kind":"model_step","model":"hf/bert-train.onnx","batch":2,"seq":128,"amp":true}`, want},
+		{`{"kind":"model_step","model":"hf/bert-train.onnx","batch":2,"img":640}`, `onnxmem: bert-train: ir: graph input "input_ids": dim 1 ("sequence") is symbolic`},
+		{`{"kind":"model_step","model":"hf/bert-train.onnx","batch":2,"seq":-4}`, `onnxmem: field "seq": -4`},
+	} {
+		code, stdout, stderr := runCmd(t, tc.line, "predict", "-root", root)
+		if code != 0 || stderr != "" {
+			t.Fatalf("%s: exit code %d, stderr %q", tc.line, code, stderr)
+		}
+		var obj struct {
+			Predicted json.RawMessage
+			Error     string
+		}
+		if err := json.Unmarshal([]byte(stdout), &obj); err != nil {
+			t.Fatalf("%s: %v", tc.line, err)
+		}
+		if strings.HasPrefix(tc.want, "onnxmem: ") {
+			if !strings.HasPrefix(obj.Error, tc.want) {
+				t.Errorf("%s: error %q; want one starting %q", tc.line, obj.Error, tc.want)
+			}
+			continue
+		}
+		if string(obj.Predicted) != tc.want {
+			t.Errorf("%s:\n got %s %s\nwant %s", tc.line, obj.Predicted, obj.Error, tc.want)
+		}
+	}
+	code, stdout, stderr := runCmd(t, "", "sweep", "-seq", "128", "-batches", "2,4", "-amp", bert)
+	if code != 0 || !strings.Contains(stdout, "sequence 128") {
+		t.Errorf("sweep -seq 128: exit code %d, stdout %q, stderr %q; want a table that names sequence 128", code, stdout, stderr)
+	}
+	code, _, stderr = runCmd(t, "", "report", bert)
+	if code == 0 || !strings.Contains(stderr, `"input_ids"`) || !strings.Contains(stderr, "-seq") {
+		t.Errorf("report without -seq: exit code %d, stderr %q; want a refusal naming input_ids and -seq", code, stderr)
+	}
+}
