@@ -144,6 +144,7 @@
 // Without MODEL.onnx, report uses the built-in yolov9-c: no file is read.
 //
 //	-img N         input image size in pixels: a side, or HxW such as 384x640 (default 640)
+//	-seq N         a text model's sequence length: its token ids' dim 1 (required for one)
 //	-batches LIST  comma-separated batch sizes (default 1,2,4,8,16,32,64)
 //	-batch N       batch size whose AMP peak is explained in detail (default 16)
 //	-json          write JSON instead of the tables: model, path, builtin
@@ -165,6 +166,7 @@
 // after backward, and the phase, layer and node of the peak.
 //
 //	-img N         input image size in pixels: a side, or HxW such as 384x640 (default 640)
+//	-seq N         a text model's sequence length: its token ids' dim 1 (required for one)
 //	-batches LIST  comma-separated batch sizes (default 1,2,4,8,16,32,64)
 //	-json          write {"model", "results": [...]} instead, in bytes
 //	-svg FILE      also write a plot of the peak against the batch size
