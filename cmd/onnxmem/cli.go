@@ -27,6 +27,7 @@ type flagSet struct {
 	family  *string
 	nc      *int64
 	img     *imageSize // -img, when the command has it
+	input   *string    // -input, with -img
 	ema     *bool      // -ema, when the command has it
 	stderr  io.Writer  // where parse was told to report, for notes
 }
@@ -157,12 +158,18 @@ func (f *flagSet) load(path string) (*onnxmem.Model, error) {
 		// train.py without --model-ema, transformers' Trainer) does not.
 		*f.ema = false
 	}
-	if err == nil && f.img != nil && !f.isSet("img") {
+	if err == nil && f.input != nil && *f.input != "" {
+		if f.isSet("seq") || f.isSet("img") {
+			return nil, errors.New("onnxmem: -input gives the input's dims: drop -seq and -img")
+		}
+		err = f.bindInput(path, *f.input)
+	}
+	if err == nil && f.img != nil && !f.isSet("img") && (f.input == nil || *f.input == "") {
 		if h, w, ok := m.FixedImage(); ok {
 			f.img.H, f.img.W = h, w
 		}
 	}
-	if err == nil && f.img != nil && f.isSet("img") && m.Family == "yolov9" {
+	if err == nil && f.img != nil && (f.isSet("img") || f.input != nil && *f.input != "") && m.Family == "yolov9" {
 		// train_dual.py's check_img_size: the size rounded up to a
 		// multiple of the stride, with a warning.
 		r := imageSize{H: roundUp(f.img.H, dataset.Stride), W: roundUp(f.img.W, dataset.Stride)}
@@ -276,6 +283,7 @@ func (f *flagSet) imgFlag() *imageSize {
 	f.img = &imageSize{H: onnxmem.DefaultImage, W: onnxmem.DefaultImage}
 	f.Var(f.img, "img", "input image `size` in pixels: a side (square) or HEIGHTxWIDTH such as 384x640, height first as YOLO's --imgsz h w\n(default 640, or the size the export fixed, such as a torchvision export's 224)")
 	f.Var((*seqFlag)(f.img), "seq", "a text model's sequence `length`: its token inputs' dim 1 (input_ids of [batch, sequence]); required for one")
+	f.input = f.String("input", "", "an input's dims by name, `NAME=DIMS`, dim 0 the batch (B: the command's): input_ids=8x512 is -batch 8 -seq 512,\nimages=Bx3x384x640 is -img 384x640")
 	return f.img
 }
 

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/onnxmem/onnxmem/internal/measured"
 )
 
 // FuzzPredictLine answers one predict line: whatever the line, the answer
@@ -149,6 +151,31 @@ func FuzzShortenQuoted(f *testing.F) {
 		}
 		if !strings.Contains(s, `"`) && got != s {
 			t.Fatalf("%q: changed to %q without a quote", s, got)
+		}
+	})
+}
+
+// FuzzInputSpec feeds -input's NAME=DIMS parser arbitrary specs on BERT's
+// export: it must return an error or bind a sequence of at least 1 and a
+// batch of at least 1, and never panic.
+func FuzzInputSpec(f *testing.F) {
+	for _, s := range []string{"input_ids=8x512", "input_ids=Bx128", "input_ids=8×512", "ids=1x1", "input_ids=", "=8x512",
+		"input_ids=0x5", "input_ids=-1x5", "input_ids=9223372036854775807x9223372036854775807", "input_ids=8x512x3", "input_ids=Bx"} {
+		f.Add(s)
+	}
+	bert := measured.Path("hf/bert-train.onnx")
+	f.Fuzz(func(t *testing.T, spec string) {
+		fs := newFlagSet("fuzz", "", "", "")
+		img := fs.imgFlag()
+		batch := fs.positive("batch", 16, "")
+		if err := fs.bindInput(bert, spec); err != nil {
+			if !strings.HasPrefix(err.Error(), "onnxmem: ") {
+				t.Fatalf("%q: error %q lacks the package prefix", spec, err)
+			}
+			return
+		}
+		if img.Seq < 1 || *batch < 1 {
+			t.Fatalf("%q: bound seq %d, batch %d", spec, img.Seq, *batch)
 		}
 	})
 }

@@ -55,6 +55,32 @@ func TestSequence(t *testing.T) {
 	if code != 0 || !strings.Contains(stdout, "sequence 128") {
 		t.Errorf("sweep -seq 128: exit code %d, stdout %q, stderr %q; want a table that names sequence 128", code, stdout, stderr)
 	}
+	// -input NAME=DIMS: the batch and the sequence of a token input, an
+	// image's sides; refusals name the input or the dim.
+	for _, tc := range []struct {
+		args []string
+		want string // in stdout, or the error's start in stderr
+	}{
+		{[]string{"timeline", "-input", "input_ids=4x256", bert}, "sequence 256, batch 4"},
+		{[]string{"sweep", "-batches", "2", "-input", "input_ids=Bx64", bert}, "sequence 64"},
+		{[]string{"timeline", "-input", "images=Bx3x384x640", "-step", "model", "yolov9-t"}, "image 384x640"},
+		{[]string{"timeline", "-input", "ids=4x256", bert}, "onnxmem: -input ids=4x256: the model has no input ids; its inputs: input_ids"},
+		{[]string{"sweep", "-input", "input_ids=4x256", bert}, "onnxmem: -input input_ids=4x256: this command varies the batch itself"},
+		{[]string{"timeline", "-input", "input_ids=4x0", bert}, `onnxmem: -input input_ids=4x0: dim 1 is "0"`},
+		{[]string{"timeline", "-input", "input_ids=4x256x2", bert}, "onnxmem: -input input_ids=4x256x2: 3 dims for input input_ids of rank 2"},
+		{[]string{"timeline", "-batch", "2", "-input", "input_ids=4x256", bert}, "onnxmem: -input input_ids=4x256: batch 4, and -batch 2"},
+	} {
+		code, stdout, stderr := runCmd(t, "", tc.args...)
+		if strings.HasPrefix(tc.want, "onnxmem: ") {
+			if code == 0 || !strings.HasPrefix(stderr, tc.want) {
+				t.Errorf("%v: exit code %d, stderr %q; want an error starting %q", tc.args, code, stderr, tc.want)
+			}
+			continue
+		}
+		if code != 0 || !strings.Contains(stdout, tc.want) {
+			t.Errorf("%v: exit code %d, stderr %q, stdout %.200q; want %q in it", tc.args, code, stderr, stdout, tc.want)
+		}
+	}
 	code, _, stderr = runCmd(t, "", "report", bert)
 	if code == 0 || !strings.Contains(stderr, `"input_ids"`) || !strings.Contains(stderr, "-seq") {
 		t.Errorf("report without -seq: exit code %d, stderr %q; want a refusal naming input_ids and -seq", code, stderr)
