@@ -18,7 +18,10 @@ do_constant_folding=False, dynamo=False, opset 17, input "input_ids" with dims "
     hf_models_float_sum.jsonl);
   - train_step: the same with torch.optim.AdamW(model.parameters(), lr=1e-4) (transformers'
     default optimizer; foreach on CUDA, weight decay 0.01) and torch.amp.GradScaler(enabled=amp):
-    zero_grad(set_to_none=True), forward, loss = logits.float().sum() (a half output upcast),
+    zero_grad(set_to_none=True), forward and, inside its autocast, transformers' loss on the ids
+    as labels (a decoder's: logits.float(), the labels shifted, cross_entropy; a masked LM's:
+    cross_entropy of the logits as they are); HF_LOSS=sum for logits.float().sum() instead,
+    what hf_models_sum_train.jsonl holds;
     scaler.scale(loss).backward(), scaler.step(opt), scaler.update(); steps run until one has made
     the optimizer's state (GradScaler skips 16 to 21 at first), and the next is measured.
 With --trace SPEC the allocator's history of that scenario's measured step is kept (action, size,
@@ -48,6 +51,7 @@ import torch, transformers
 from torchvision_more import fields, ld
 name, out_dir, what = sys.argv[1], sys.argv[2], sys.argv[3]
 float_sum = os.environ.get("HF_FLOAT_SUM") == "1"  # the first run's model steps: out.float().sum()
+loss_kind = os.environ.get("HF_LOSS", "ce")  # a train step's loss: "ce" (transformers') or "sum"
 trace = len(sys.argv) > 4 and sys.argv[4] == "trace"
 
 def build(name):
@@ -150,10 +154,21 @@ try:
         model.zero_grad(set_to_none=True)
         with torch.autocast("cuda", dtype=torch.float16, enabled=amp):
             o = model(ids)
-        # The model step's loss is the ground truth's, out.sum() in the output's type; a train step's
-        # upcasts a half output first (out.float().sum()), as a script's loss on logits does, where a
-        # float16 sum of a vocabulary's logits overflows and GradScaler would skip every step.
-        loss = o.float().sum() if o.dtype != torch.float32 and (kind == "train_step" or float_sum) else o.sum()
+            if kind == "train_step" and loss_kind == "ce":
+                # transformers' own losses, inside the model's forward (under autocast): a decoder's
+                # ForCausalLMLoss upcasts the logits and shifts the labels; a masked LM's
+                # CrossEntropyLoss takes the logits as they are (autocast's fp32 list casts them).
+                V = o.shape[-1]
+                if decoder:
+                    labels = torch.nn.functional.pad(ids, (0, 1), value=-100)[..., 1:].contiguous()
+                    loss = torch.nn.functional.cross_entropy(o.float().view(-1, V), labels.view(-1), ignore_index=-100)
+                else:
+                    loss = torch.nn.functional.cross_entropy(o.view(-1, V), ids.view(-1))
+        # The model step's loss is the ground truth's, out.sum() in the output's type; with --loss sum a
+        # train step's upcasts a half output first (out.float().sum()), where a float16 sum of a
+        # vocabulary's logits overflows and GradScaler would skip every step.
+        if kind != "train_step" or loss_kind != "ce":
+            loss = o.float().sum() if o.dtype != torch.float32 and (kind == "train_step" or float_sum) else o.sum()
         fwd = torch.cuda.memory_allocated()
         if opt is None:
             loss.backward()

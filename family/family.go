@@ -10,8 +10,9 @@
 //     classes the head predicts (default 0) and what the model moves to
 //     the device beyond the graph's initializers (default nothing);
 //   - Trainer: the training script's step and its loss (default: the sum
-//     of the outputs, GradScaler, one parameter group), the scripts it
-//     names, and its loop around the steps in a whole run (default none);
+//     of the outputs, GradScaler, one parameter group; the generic
+//     family's: cross-entropy on its logits), the scripts it names, and
+//     its loop around the steps in a whole run (default none);
 //   - Deployer: which exports are deployment exports, which hold no
 //     training graph (default: one made in eval mode), and how to read one
 //     as a model of the family, so that a built-in model stands for it;
@@ -35,7 +36,8 @@
 // no family claims it but the generic one (family/generic), and a note
 // says why. A torchvision resnet18, "/layer1/layer1.0/conv1/Conv", is
 // generic too: its layers are the modules conv1, bn1, …, layer1.0, … in
-// the order they run, and its loss is the sum of its outputs.
+// the order they run, its model step's loss is the sum of its outputs and its train step's
+// cross-entropy on its logits.
 package family
 
 import (

@@ -21,6 +21,13 @@ type Loss interface {
 	Backward(t Tape, in LossInput, saved []Buf) (grads []Buf)
 }
 
+// DenseLoss is a Loss that says which outputs' gradients are dense tensors
+// of the output's shape (cross-entropy's), which the network's backward
+// reads as they are; the others are strided views.
+type DenseLoss interface {
+	DenseGrad(in LossInput, i int) bool
+}
+
 // CountShaped is a Loss whose fragment grows with the box counts in a known
 // way: at one batch and one set of outputs, any two inputs of the same
 // class record the same allocations and frees, each of bytes affine in the

@@ -232,11 +232,13 @@ func (bp *backwardPass) seedFromLoss() error {
 	if len(grads) != len(outs) {
 		return fmt.Errorf("schedule: graph %q: the loss returned %d gradients for %d outputs", bp.g.Name, len(grads), len(outs))
 	}
+	dense, _ := t.Loss.(DenseLoss)
 	for i, v := range outs {
 		st := int32(grads[i])
 		if bp.rg[v] {
 			bp.ref(st)
-			bp.accumulate(v, gradT{st: st, bytes: bp.bytes(v)})
+			d := dense != nil && dense.DenseGrad(bp.lossInput(), i)
+			bp.accumulate(v, gradT{st: st, bytes: bp.bytes(v), whole: d, contig: d})
 		}
 		// The loss's own reference goes after the last output that shares
 		// the buffer.

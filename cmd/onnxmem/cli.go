@@ -424,7 +424,7 @@ func (f *flagSet) allocConfFlag() func(setting) (setting, error) {
 // settingFlags, failing when -boxes, -optimizer, -ema or -warm-steps come
 // without -train or -train with -half.
 func (f *flagSet) trainFlags() func(setting) (setting, error) {
-	train := f.Bool("train", false, "simulate a full training step of the model family's script (YOLOv9: train_dual.py: batch upload,\nforward, its loss, backward, gradient clipping, optimizer step and EMA update)")
+	train := f.Bool("train", false, "simulate a full training step of the model family's script (YOLOv9: train_dual.py: batch upload,\nforward, its loss, backward, gradient clipping, optimizer step and EMA update; another family: cross-entropy on its logits)")
 	boxes := f.Int64("boxes", onnxmem.DefaultBoxes, "`N` ground-truth boxes in each image of a -train step (0 or more)")
 	opt := optimizerValue("SGD")
 	f.Var(&opt, "optimizer", "`NAME` of the optimizer of a -train step: SGD, Adam, AdamW (YOLOv9: with amsgrad), Lion or none")

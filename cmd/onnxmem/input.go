@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	"github.com/onnxmem/onnxmem/internal/sim"
-	"github.com/onnxmem/onnxmem/ir"
 )
 
 // bindInput applies -input NAME=DIMS to the command's sizes: dims of the
@@ -22,23 +21,23 @@ func (f *flagSet) bindInput(path, spec string) error {
 	if !ok || name == "" || dims == "" {
 		return fmt.Errorf("onnxmem: -input %s: want NAME=DIMS such as input_ids=8x512, or images=Bx3x640x640 (B: the command's batch)", quoteFlag(spec))
 	}
-	g, err := inputGraph(path)
+	m, err := inputModel(path)
 	if err != nil {
 		return err
 	}
-	var decl []ir.Dim
-	var dt ir.DType
+	var in *sim.Input
 	var names []string
-	for _, v := range g.Inputs {
-		val := &g.Values[v]
-		names = append(names, val.Name)
-		if val.Name == name {
-			decl, dt = val.Dims, val.DType
+	inputs := sim.Inputs(m.Graph)
+	for i := range inputs {
+		names = append(names, inputs[i].Name)
+		if inputs[i].Name == name {
+			in = &inputs[i]
 		}
 	}
-	if decl == nil {
+	if in == nil {
 		return fmt.Errorf("onnxmem: -input %s: the model has no input %s; its inputs: %s", quoteFlag(spec), quoteFlag(name), strings.Join(names, ", "))
 	}
+	decl := in.Dims
 	parts := strings.Split(strings.ReplaceAll(dims, "×", "x"), "x")
 	if len(parts) != len(decl) {
 		return fmt.Errorf("onnxmem: -input %s: %d dims for input %s of rank %d", quoteFlag(spec), len(parts), name, len(decl))
@@ -55,15 +54,15 @@ func (f *flagSet) bindInput(path, spec string) error {
 		d[i] = n
 	}
 	switch {
-	case len(d) == 2 && !dt.IsFloat():
+	case len(d) == 2 && in.Ints:
 		f.img.Seq = d[1]
 	case len(d) == 4:
-		if c := decl[1]; c.Param == "" && c.Value > 0 && c.Value != d[1] {
-			return fmt.Errorf("onnxmem: -input %s: the export fixes %s's channels at %d", quoteFlag(spec), name, c.Value)
+		if c := decl[1]; c > 0 && c != d[1] {
+			return fmt.Errorf("onnxmem: -input %s: the export fixes %s's channels at %d", quoteFlag(spec), name, c)
 		}
 		f.img.H, f.img.W = d[2], d[3]
 	default:
-		return fmt.Errorf("onnxmem: -input %s: onnxmem binds token ids [batch, sequence] and images [batch, channels, height, width], and %s is %v of rank %d", quoteFlag(spec), name, dt, len(d))
+		return fmt.Errorf("onnxmem: -input %s: onnxmem binds token ids [batch, sequence] and images [batch, channels, height, width], and %s is of rank %d", quoteFlag(spec), name, len(d))
 	}
 	if d[0] == 0 {
 		return nil
@@ -80,21 +79,13 @@ func (f *flagSet) bindInput(path, spec string) error {
 	return f.Set("batch", strconv.FormatInt(d[0], 10))
 }
 
-// inputGraph returns the graph of the model at path, or of the built-in
-// model of that name, for its inputs' names and dims.
-func inputGraph(path string) (*ir.Graph, error) {
+// inputModel returns the engine's model at path, or the built-in model of
+// that name, for its inputs' names and dims.
+func inputModel(path string) (*sim.Model, error) {
 	if builtin(path) {
-		m, err := sim.Builtin(path)
-		if err != nil {
-			return nil, err
-		}
-		return m.Graph, nil
+		return sim.Builtin(path)
 	}
-	m, err := sim.Load(path)
-	if err != nil {
-		return nil, err
-	}
-	return m.Graph, nil
+	return sim.Load(path)
 }
 
 // quoteFlag shortens a flag's value for an error message.

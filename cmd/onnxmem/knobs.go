@@ -128,7 +128,7 @@ func (t *knobTable) print(w io.Writer) error {
 	case st.Run != nil:
 		step = fmt.Sprintf("train_dual.py's step of its run's densest iteration (its densest image %d boxes, %s, EMA %v)", base.Result.Scenario.Boxes, st.Optimizer, st.EMA)
 	case st.Train && t.Family != "yolov9":
-		step = fmt.Sprintf("train step (loss sum(o.sum()), %s, EMA %v)", st.Optimizer, st.EMA)
+		step = fmt.Sprintf("train step (cross-entropy on its logits, %s, EMA %v)", st.Optimizer, st.EMA)
 	case st.Train:
 		step = fmt.Sprintf("train_dual.py step (%d boxes an image, %s, EMA %v)", st.Boxes, st.Optimizer, st.EMA)
 	}

@@ -120,11 +120,7 @@ func (s setting) step(family string) string {
 		return fmt.Sprintf("step of the training run's densest iteration (forward, YOLOv9 loss, its densest image %d boxes, backward, %s, %s)", s.Boxes, opt, ema)
 	}
 	if family != "yolov9" {
-		loss := "sum(o.sum())"
-		if s.AMP {
-			loss = "sum(o.float().sum())" // a half output upcast (schedule's loss)
-		}
-		return fmt.Sprintf("train step (forward, loss %s, backward, %s, %s)", loss, opt, ema)
+		return fmt.Sprintf("train step (forward, cross-entropy on its logits, backward, %s, %s)", opt, ema)
 	}
 	return fmt.Sprintf("train step (forward, YOLOv9 loss with %d boxes an image, backward, %s, %s)", s.Boxes, opt, ema)
 }

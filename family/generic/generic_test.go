@@ -2,6 +2,8 @@ package generic
 
 import (
 	"maps"
+	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -168,3 +170,91 @@ func TestInPlaceTorchvision(t *testing.T) {
 type holderFunc func(*schedule.Flow) *schedule.Holds
 
 func (h holderFunc) Holds(f *schedule.Flow) *schedule.Holds { return h(f) }
+
+// TestCrossEntropyRecipe checks the generic family's train step: the
+// cross-entropy loss on logits ([batch, classes], [batch, sequence,
+// vocabulary]) with dense gradients, a sum's expanded seed for any other
+// output, under AMP the logits upcast, and no named script.
+func TestCrossEntropyRecipe(t *testing.T) {
+	r := Family{}.Recipe(schedule.AdamW, false, 0)
+	if r.Optimizer != schedule.AdamW || r.EMA || !r.GradScaler {
+		t.Fatalf("recipe %+v, want AdamW, no EMA, GradScaler", r)
+	}
+	loss, ok := r.Loss.(crossEntropy)
+	if !ok {
+		t.Fatalf("loss %T, want crossEntropy", r.Loss)
+	}
+	in := schedule.LossInput{Batch: 2, AMP: true, Outputs: []schedule.Output{
+		{Dims: []int64{2, 8, 100}, DType: ir.Float16},  // logits
+		{Dims: []int64{2, 3, 4, 4}, DType: ir.Float16}, // a feature map: summed
+	}}
+	tp := &recTape{}
+	saved := loss.Forward(tp, in)
+	// Upcast 2·8·100·4, log-softmax as much, 16 int64 targets, the loss and
+	// its total weight; the upcast freed; the map's 4-byte sum.
+	wantFwd := []int64{6400, 6400, 128, 4, 4, -6400, 4}
+	if !slices.Equal(tp.ev, wantFwd) || len(saved) != 5 {
+		t.Errorf("forward events %v, saved %d; want %v and 5", tp.ev, len(saved), wantFwd)
+	}
+	tp.ev = nil
+	grads := loss.Backward(tp, in, saved)
+	// nll_loss_backward's and log_softmax_backward's float32 gradients,
+	// the frees, then the float16 gradient of the logits.
+	wantBwd := []int64{6400, 6400, -6400, -6400, -128, -4, -4, 3200, -6400}
+	if !slices.Equal(tp.ev, wantBwd) || len(grads) != 2 || grads[1] != saved[4] {
+		t.Errorf("backward events %v, grads %v; want %v and the sum's seed", tp.ev, grads, wantBwd)
+	}
+	if !loss.DenseGrad(in, 0) || loss.DenseGrad(in, 1) {
+		t.Errorf("dense gradients: logits %v, map %v; want true, false", loss.DenseGrad(in, 0), loss.DenseGrad(in, 1))
+	}
+	if err := (Family{}).CheckTrain(in.Outputs, "train"); err == nil {
+		t.Errorf("a named script passes")
+	}
+}
+
+// recTape records a loss's allocations as their sizes and its frees as
+// the freed sizes negated.
+type recTape struct {
+	ev   []int64
+	size []int64
+}
+
+func (r *recTape) Alloc(bytes int64, what string) schedule.Buf {
+	r.ev = append(r.ev, bytes)
+	r.size = append(r.size, bytes)
+	return schedule.Buf(len(r.size) - 1)
+}
+
+func (r *recTape) Free(b schedule.Buf) { r.ev = append(r.ev, -r.size[b]) }
+
+// TestTransformerLayers checks that a transformers model's top-level
+// layers are its blocks and the modules beside them, in node order:
+// GPT-2's wte, wpe, their sum, drop, h.0 … h.11, ln_f and lm_head.
+func TestTransformerLayers(t *testing.T) {
+	for _, tc := range []struct {
+		file   string
+		layers int
+	}{{"hf/gpt2-train.onnx", 18}, {"hf/bert-train.onnx", 15}, {"hf/llama-train.onnx", 11}} {
+		b, err := os.ReadFile(measured.Path(tc.file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := ir.Load(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g, err = (Family{}).Prepare(g); err != nil {
+			t.Fatal(err)
+		}
+		last := -1
+		for _, n := range g.Nodes {
+			if n.Layer >= 0 && n.Layer < last {
+				t.Fatalf("%s: node %s in layer %d after layer %d", tc.file, n.Name, n.Layer, last)
+			}
+			last = max(last, n.Layer)
+		}
+		if last+1 != tc.layers {
+			t.Errorf("%s: %d layers, want %d", tc.file, last+1, tc.layers)
+		}
+	}
+}

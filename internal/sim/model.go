@@ -1172,3 +1172,30 @@ func inferOK(g *ir.Graph, b ir.Binding) bool {
 
 // roundUp returns n rounded up to a multiple of m.
 func roundUp(n, m int64) int64 { return (n + m - 1) / m * m }
+
+// Input is one input of a model's graph, as a command line binds it by
+// name (-input): its declared dims (0 where symbolic) and whether it
+// holds integers (token ids) rather than floats.
+type Input struct {
+	Name string
+	Dims []int64
+	Ints bool
+}
+
+// Inputs returns the inputs of graph g in order.
+func Inputs(g *ir.Graph) []Input {
+	var out []Input
+	for _, v := range g.Inputs {
+		val := &g.Values[v]
+		in := Input{Name: val.Name, Ints: !val.DType.IsFloat()}
+		for _, d := range val.Dims {
+			if d.Param != "" {
+				in.Dims = append(in.Dims, 0)
+			} else {
+				in.Dims = append(in.Dims, d.Value)
+			}
+		}
+		out = append(out, in)
+	}
+	return out
+}
