@@ -12,6 +12,8 @@ and measured in the same fresh process:
     (under autocast with amp), loss = out.sum() outside autocast (the sum of every output's sum),
     backward, del out; the same step twice, the second measured after reset_peak_memory_stats:
     m0, after_fwd, peak, peak_req, peak_reserved; torch.cuda.empty_cache() before each scenario.
+With TIMM_TRACE=B:amp|fp32 the measured step of that scenario is traced (the allocator's
+actions, sizes and innermost timm or torch frame), kept in DIR/timm_traces.jsonl.gz.
 Networks run --jobs at a time, each in its own process (the caching allocator is per process);
 a network that fails to build, export or run is recorded with its error.
 Usage: python3 calibration/timm_models.py --out DIR [--models a,b] [--batches 1,8,32] [--jobs 6]
@@ -97,10 +99,21 @@ try:
                 model.zero_grad(set_to_none=True)
                 torch.cuda.synchronize()
                 torch.cuda.reset_peak_memory_stats()
+                traced = os.environ.get("TIMM_TRACE") == "%%d:%%s" %% (B, "amp" if amp else "fp32")
+                if traced:
+                    torch.cuda.memory._record_memory_history(enabled="all", context="alloc", stacks="python", max_entries=2000000)
                 m0 = torch.cuda.memory_allocated()
                 fwd = step(x, amp)
                 torch.cuda.synchronize()
                 st = torch.cuda.memory_stats()
+                if traced:
+                    ev = []
+                    for e in torch.cuda.memory._snapshot()["device_traces"][0]:
+                        fr = [f for f in (e.get("frames") or []) if "timm" in f["filename"] or "/torch/" in f["filename"]]
+                        where = "%%s:%%d:%%s" %% (os.path.basename(fr[0]["filename"]), fr[0]["line"], fr[0]["name"]) if fr else ""
+                        ev.append([e["action"], e["size"], e["addr"] %% 100000007, where])
+                    torch.cuda.memory._record_memory_history(enabled=None)
+                    rec.append({"kind": "trace", "cfg": name, "batch": B, "amp": amp, "events": ev})
                 rec.append({"kind": "model_step", **common, "batch": B, "img": max(h, w), "amp": amp, "segments": 0,
                             "measured": {"m0": m0, "after_fwd": fwd, "peak": st["allocated_bytes.all.peak"],
                                          "peak_req": st["requested_bytes.all.peak"], "peak_reserved": st["reserved_bytes.all.peak"]}})
@@ -142,6 +155,13 @@ def main():
         a.batches = "0"  # no scenario: the child exports and stops at its first step
     with concurrent.futures.ThreadPoolExecutor(max_workers=a.jobs) as pool:
         results = list(pool.map(lambda n: one(n, a.out, a.batches, a.timeout), names))
+    traces = [r for got in results for r in got if r["kind"] == "trace"]
+    results = [[r for r in got if r["kind"] != "trace"] for got in results]
+    if traces:
+        import gzip
+        with gzip.open(os.path.join(a.out, a.jsonl.replace(".jsonl", "_traces.jsonl.gz")), "wt") as f:
+            for t in traces:
+                f.write(json.dumps(t) + "\n")
     with open(os.path.join(a.out, a.jsonl), "w") as f:
         for name, got in zip(names, results):
             print(name, "measured", len([r for r in got if r["kind"] == "model_step"]), "steps",

@@ -32,8 +32,12 @@ import (
 // packed projection put deit_tiny's within 0.1% (4.2% high before);
 // TinyViT's attention with its bias, which transformers-style exports add
 // to the scores before the softmax, fused back into one kernel, put
-// tiny_vit's within 3.5% (17% high before); the rest are bounded where
-// they stand today, worst repvgg_a2 at 4.4% (issue 38).
+// tiny_vit's within 2.7% (17% high before); the cuDNN workspaces of the 24
+// networks' own convolutions, measured (calibration §26), put RepVGG's,
+// HRNet's, DLA's, FastViT's, CS3Darknet's, ResNeSt's and EfficientFormer's
+// within 1% (up to 4.4% off before, the workspaces of shapes the table
+// lacked estimated); the rest are bounded where they stand today, worst
+// coat_lite_tiny at 4.3% (issue 38).
 func TestTimmModelSteps(t *testing.T) {
 	f, err := os.Open(measured.Path("timm_models.jsonl"))
 	if err != nil {
@@ -42,10 +46,8 @@ func TestTimmModelSteps(t *testing.T) {
 	defer f.Close()
 	// bound is each network's largest |peak error| allowed: 1% where
 	// onnxmem's rules hold, today's error rounded up elsewhere.
-	bound := map[string]float64{"nf_resnet50": 0.02, "tiny_vit_5m_224": 0.035, "repvgg_a2": 0.045,
-		"coat_lite_tiny": 0.044, "convmixer_768_32": 0.04, "mobilevit_s": 0.042, "fastvit_t8": 0.031,
-		"dla34": 0.034, "hrnet_w18_small": 0.026, "cs3darknet_m": 0.024, "resnest26d": 0.024, "levit_128s": 0.02,
-		"efficientformer_l1": 0.02, "rexnet_100": 0.014}
+	bound := map[string]float64{"coat_lite_tiny": 0.044, "convmixer_768_32": 0.04, "tiny_vit_5m_224": 0.027, "levit_128s": 0.02,
+		"nf_resnet50": 0.015, "mobilevit_s": 0.011}
 	models := map[string]*sim.Model{}
 	var errs []float64
 	var out strings.Builder
@@ -94,8 +96,8 @@ func TestTimmModelSteps(t *testing.T) {
 		t.Errorf("%d networks, %d steps simulated; want 24 and 144", len(seen), len(errs))
 	}
 	slices.Sort(errs)
-	if med := errs[len(errs)/2]; med > 0.005 {
-		t.Errorf("median |peak error| %.2f%%, want within 0.5%%", 100*med)
+	if med := errs[len(errs)/2]; med > 0.002 {
+		t.Errorf("median |peak error| %.2f%%, want within 0.2%%", 100*med)
 	}
 	t.Log("\n" + out.String())
 }
