@@ -133,3 +133,27 @@ func ExampleBuiltin() {
 	// peak at batch 16: 16.75 GiB, in the loss
 	// largest batch on an RTX 4090: 22
 }
+
+// A text model takes token ids: give its sequence length. GPT-2's train
+// step (cross-entropy on the logits, AdamW) under AMP at 512 tokens, and
+// the largest batch that an RTX 4090 takes.
+func ExampleScenario_text() {
+	m, err := onnxmem.Load("../calibration/results/hf/gpt2-train.onnx")
+	if err != nil {
+		log.Fatal(err)
+	}
+	sc := onnxmem.Scenario{Step: onnxmem.TrainStep, Optimizer: "AdamW", AMP: true, Batch: 8, Seq: 512, Device: "rtx4090"}
+	r, err := m.Simulate(sc)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("peak:", onnxmem.FormatBytes(r.Peak), "fits:", r.Fits())
+	n, _, err := m.MaxBatch(sc, 0)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("largest batch:", n)
+	// Output:
+	// peak: 7.38GiB fits: true
+	// largest batch: 27
+}

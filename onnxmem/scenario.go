@@ -54,7 +54,7 @@ type Scenario struct {
 	// (DefaultBoxes; NoBoxes: none), or each image's count.
 	Boxes     int64
 	BoxCounts []int64
-	// A train step's optimizer (ParseOptimizer; SGD), NoEMA drops the EMA.
+	// A train step's optimizer (ParseOptimizer; SGD); NoEMA drops YOLOv9's EMA.
 	Optimizer string
 	NoEMA     bool
 	// Iterations before a train step (DefaultAMPWarmSteps under fp16 AMP).
@@ -146,7 +146,10 @@ func (m *Model) options(sc Scenario) (Scenario, sim.Options, error) {
 			return sc, o, err
 		}
 		sc.Optimizer = opt
-		o.Train, o.Boxes, o.BoxCounts, o.Optimizer, o.EMA, o.WarmSteps = true, boxes, sc.BoxCounts, sim.Optimizer(opt), !sc.NoEMA, sc.WarmSteps
+		// train_dual.py keeps an EMA copy; a generic training loop (timm's
+		// train.py without --model-ema, transformers' Trainer) none.
+		ema := !sc.NoEMA && (m == nil || m.Family != "generic")
+		o.Train, o.Boxes, o.BoxCounts, o.Optimizer, o.EMA, o.WarmSteps = true, boxes, sc.BoxCounts, sim.Optimizer(opt), ema, sc.WarmSteps
 		sc.WarmSteps = o.WarmStepsUsed()
 		o.GPUs, o.SyncBN = int64(sc.GPUs), sc.SyncBN
 		if sc.GPUs > 0 {

@@ -153,9 +153,12 @@ func (f *flagSet) load(path string) (*onnxmem.Model, error) {
 	if err == nil && m.Note != "" && f.stderr != nil && (f.family == nil || *f.family == "") {
 		fmt.Fprintf(f.stderr, "onnxmem: %s: %s (-family NAME simulates it as that family all the same)\n", path, m.Note)
 	}
-	if err == nil && f.ema != nil && !f.isSet("ema") && m.Family != "yolov9" {
+	if err == nil && f.ema != nil && m.Family == "generic" {
 		// train_dual.py keeps an EMA; a generic training loop (timm's
 		// train.py without --model-ema, transformers' Trainer) does not.
+		if f.isSet("ema") && *f.ema {
+			return nil, errors.New("onnxmem: -ema: the generic family's training loop keeps no EMA copy (train_dual.py's does)")
+		}
 		*f.ema = false
 	}
 	if err == nil && f.input != nil && *f.input != "" {
@@ -428,7 +431,7 @@ func (f *flagSet) trainFlags() func(setting) (setting, error) {
 	boxes := f.Int64("boxes", onnxmem.DefaultBoxes, "`N` ground-truth boxes in each image of a -train step (0 or more)")
 	opt := optimizerValue("SGD")
 	f.Var(&opt, "optimizer", "`NAME` of the optimizer of a -train step: SGD, Adam, AdamW (YOLOv9: with amsgrad), Lion or none")
-	ema := f.Bool("ema", true, "update an EMA copy of the model after the optimizer step of a -train step (-ema=false: none;\nthe default is YOLOv9's: another family's train step keeps none unless -ema is given)")
+	ema := f.Bool("ema", true, "update an EMA copy of the model after the optimizer step of a -train step (-ema=false: none;\nYOLOv9's train_dual.py keeps one, the generic family's loop none)")
 	f.ema = ema
 	warm := f.Int("warm-steps", 0, "`N` iterations of the training loop before the measured -train step under float16 -amp, the last making\nthe optimizer's state, GradScaler skipping the others (default: "+strconv.Itoa(onnxmem.DefaultAMPWarmSteps)+"; a step without -amp runs 1)")
 	return func(st setting) (setting, error) {
