@@ -143,26 +143,34 @@ func groups(s *ir.Shapes, n *ir.Node) int {
 // (1.5 MiB each) and the softmax (12 MiB); the scores before it (12 MiB)
 // and the mask's bias (1 MiB) go when the op returns.
 
+// mathBytes are the sizes of the math kernel's tensors: q scaled, k and v
+// repeated to q's heads, the L×S scores, the mask's bias.
+type mathBytes struct{ q, k, v, scores, bias int64 }
+
+// mathSizes returns the math kernel's tensor sizes for node n in types dt.
+func mathSizes(n *ir.Node, s *ir.Shapes, dt []ir.DType) mathBytes {
+	q, k, v := n.Inputs[0], n.Inputs[1], n.Inputs[2]
+	rep, el := int64(groups(s, n)), dt[q].Size()
+	dq, sk := s.Dims[q], s.Dims[k][len(s.Dims[k])-2]
+	rows := s.Elems(q) / max(dq[len(dq)-1], 1)
+	return mathBytes{q: s.Elems(q) * el, k: s.Elems(k) * rep * el, v: s.Elems(v) * rep * el,
+		scores: rows * sk * el, bias: dq[len(dq)-2] * sk * el}
+}
+
 // mathAttentionForward emits the math kernel's forward.
 func mathAttentionForward(o *fwdOp) {
-	n, s := o.n, o.s
-	q, k, v := n.Inputs[0], n.Inputs[1], n.Inputs[2]
-	rep := int64(groups(s, n))
-	el := o.dt[q].Size()
-	dq := s.Dims[q]
-	scores := s.Elems(q) / max(dq[len(dq)-1], 1) * s.Dims[k][len(s.Dims[k])-2] * el
+	m := mathSizes(o.n, o.s, o.dt)
 	var bias int32 = -1
-	if n.IntAttr("masked", 0) != 0 {
-		l, sk := dq[len(dq)-2], s.Dims[k][len(s.Dims[k])-2]
-		bias = o.alloc(l*sk*el, Activation, ir.NoValue)
+	if o.n.IntAttr("masked", 0) != 0 {
+		bias = o.alloc(m.bias, Activation, ir.NoValue)
 	}
-	o.own(o.alloc(s.Elems(q)*el, Activation, ir.NoValue)) // q·√s
-	kr := o.alloc(s.Elems(k)*rep*el, Activation, ir.NoValue)
-	o.own(o.alloc(s.Elems(k)*rep*el, Activation, ir.NoValue)) // k·√s
+	o.own(o.alloc(m.q, Activation, ir.NoValue)) // q·√s
+	kr := o.alloc(m.k, Activation, ir.NoValue)
+	o.own(o.alloc(m.k, Activation, ir.NoValue)) // k·√s
 	o.unref(kr)
-	o.own(o.alloc(s.Elems(v)*rep*el, Activation, ir.NoValue)) // v repeated
-	sc := o.alloc(scores, Activation, ir.NoValue)
-	o.own(o.alloc(scores, Activation, ir.NoValue)) // the softmax
+	o.own(o.alloc(m.v, Activation, ir.NoValue)) // v repeated
+	sc := o.alloc(m.scores, Activation, ir.NoValue)
+	o.own(o.alloc(m.scores, Activation, ir.NoValue)) // the softmax
 	o.unref(sc)
 	o.newOut(0, Activation)
 	if bias >= 0 {
@@ -174,17 +182,13 @@ func mathAttentionForward(o *fwdOp) {
 // the softmax and of the scores, the repeated heads' gradients, summed
 // back to k's and v's.
 func mathAttentionBackward(o *bwdOp) {
-	n, s := o.n, o.s
-	q, k, v := n.Inputs[0], n.Inputs[1], n.Inputs[2]
-	rep := int64(groups(s, n))
-	el := o.dt[q].Size()
-	dq := s.Dims[q]
-	scores := s.Elems(q) / max(dq[len(dq)-1], 1) * s.Dims[k][len(s.Dims[k])-2] * el
-	ga := o.scratch(scores, Grad)
-	gv := o.scratch(s.Elems(v)*rep*el, Grad)
-	gs := o.scratch(scores, Grad)
+	q, k, v := o.n.Inputs[0], o.n.Inputs[1], o.n.Inputs[2]
+	m := mathSizes(o.n, o.s, o.dt)
+	ga := o.scratch(m.scores, Grad)
+	gv := o.scratch(m.v, Grad)
+	gs := o.scratch(m.scores, Grad)
 	o.freeScratch(ga)
-	gk := o.scratch(s.Elems(k)*rep*el, Grad)
+	gk := o.scratch(m.k, Grad)
 	o.fresh(q)
 	o.freeScratch(gs)
 	o.fresh(k)

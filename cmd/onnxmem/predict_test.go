@@ -424,26 +424,34 @@ func TestPredictFields(t *testing.T) {
 		{`{"kind":"model_step","model":"yolov9-s","batch":2,"img":640,"checkpoint":[[0,100]]}`, `onnxmem: checkpoint range 0-100: yolov9-s has 30 top-level layers`},
 		{`{"kind":"model_step","model":"yolov9-s","batch":2,"img":640,"checkpoint":[[5,1]]}`, `onnxmem: field "checkpoint": range [5 1]`},
 	} {
-		code, stdout, stderr := runCmd(t, tc.line, "predict", "-root", shared)
-		if code != 0 || stderr != "" {
-			t.Fatalf("%s: exit code %d, stderr %q", tc.line, code, stderr)
+		checkPredictLine(t, shared, tc.line, tc.want)
+	}
+}
+
+// checkPredictLine runs predict -root root on one line and checks its
+// answer: the predicted object want, or an error starting with want when
+// want starts "onnxmem: ".
+func checkPredictLine(t *testing.T, root, line, want string) {
+	t.Helper()
+	code, stdout, stderr := runCmd(t, line, "predict", "-root", root)
+	if code != 0 || stderr != "" {
+		t.Fatalf("%s: exit code %d, stderr %q", line, code, stderr)
+	}
+	var obj struct {
+		Predicted json.RawMessage
+		Error     string
+	}
+	if err := json.Unmarshal([]byte(stdout), &obj); err != nil {
+		t.Fatalf("%s: %v", line, err)
+	}
+	if strings.HasPrefix(want, "onnxmem: ") {
+		if !strings.HasPrefix(obj.Error, want) || obj.Predicted != nil {
+			t.Errorf("%s: error %q, predicted %s; want an error starting %q", line, obj.Error, obj.Predicted, want)
 		}
-		var obj struct {
-			Predicted json.RawMessage
-			Error     string
-		}
-		if err := json.Unmarshal([]byte(stdout), &obj); err != nil {
-			t.Fatalf("%s: %v", tc.line, err)
-		}
-		if strings.HasPrefix(tc.want, "onnxmem: ") {
-			if !strings.HasPrefix(obj.Error, tc.want) || obj.Predicted != nil {
-				t.Errorf("%s: error %q, predicted %s; want an error starting %q", tc.line, obj.Error, obj.Predicted, tc.want)
-			}
-			continue
-		}
-		if obj.Error != "" || string(obj.Predicted) != tc.want {
-			t.Errorf("%s:\n got %s %s\nwant %s", tc.line, obj.Predicted, obj.Error, tc.want)
-		}
+		return
+	}
+	if obj.Error != "" || string(obj.Predicted) != want {
+		t.Errorf("%s:\n got %s %s\nwant %s", line, obj.Predicted, obj.Error, want)
 	}
 }
 

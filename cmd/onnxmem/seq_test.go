@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -30,26 +29,7 @@ func TestSequence(t *testing.T) {
 		{`{"kind":"model_step","model":"hf/bert-train.onnx","batch":2,"img":640}`, `onnxmem: bert-train: ir: graph input "input_ids": dim 1 ("sequence") is symbolic`},
 		{`{"kind":"model_step","model":"hf/bert-train.onnx","batch":2,"seq":-4}`, `onnxmem: field "seq": -4`},
 	} {
-		code, stdout, stderr := runCmd(t, tc.line, "predict", "-root", root)
-		if code != 0 || stderr != "" {
-			t.Fatalf("%s: exit code %d, stderr %q", tc.line, code, stderr)
-		}
-		var obj struct {
-			Predicted json.RawMessage
-			Error     string
-		}
-		if err := json.Unmarshal([]byte(stdout), &obj); err != nil {
-			t.Fatalf("%s: %v", tc.line, err)
-		}
-		if strings.HasPrefix(tc.want, "onnxmem: ") {
-			if !strings.HasPrefix(obj.Error, tc.want) {
-				t.Errorf("%s: error %q; want one starting %q", tc.line, obj.Error, tc.want)
-			}
-			continue
-		}
-		if string(obj.Predicted) != tc.want {
-			t.Errorf("%s:\n got %s %s\nwant %s", tc.line, obj.Predicted, obj.Error, tc.want)
-		}
+		checkPredictLine(t, root, tc.line, tc.want)
 	}
 	code, stdout, stderr := runCmd(t, "", "sweep", "-seq", "128", "-batches", "2,4", "-amp", bert)
 	if code != 0 || !strings.Contains(stdout, "sequence 128") {
