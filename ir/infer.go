@@ -141,7 +141,7 @@ func (c *inferer) fixed(v *Value) {
 }
 
 // bindInputs gives the graph inputs their dims; see Binding.
-func (c *inferer) bindInputs() error {
+func (c *inferer) bindInputs() (err error) {
 	image := NoValue
 	for _, id := range c.g.Inputs {
 		if len(c.g.Values[id].Dims) == 4 {
@@ -149,6 +149,12 @@ func (c *inferer) bindInputs() error {
 			break
 		}
 	}
+	seqUsed := false
+	defer func() {
+		if err == nil && c.b.Seq > 0 && !seqUsed {
+			err = fmt.Errorf("ir: a sequence length of %d for a graph with no token input (its inputs: %s): give the image size instead", c.b.Seq, c.inputNames())
+		}
+	}()
 	for _, id := range c.g.Inputs {
 		v := &c.g.Values[id]
 		if v.Dims == nil {
@@ -168,7 +174,11 @@ func (c *inferer) bindInputs() error {
 			if len(v.Dims) == 2 && !v.DType.IsFloat() {
 				if bound := [2]int64{c.b.Batch, c.b.Seq}[i]; bound > 0 {
 					d[i] = bound
+					seqUsed = seqUsed || i == 1
 				}
+			}
+			if c.named(x.Param) > 0 && x.Param != "batch" && x.Param != "height" && x.Param != "width" {
+				seqUsed = true
 			}
 			if d[i] < 0 {
 				if len(v.Dims) == 2 && i == 1 && !v.DType.IsFloat() {
@@ -186,6 +196,15 @@ func (c *inferer) bindInputs() error {
 		}
 	}
 	return nil
+}
+
+// inputNames lists the graph's inputs, for errors.
+func (c *inferer) inputNames() string {
+	var names []string
+	for _, id := range c.g.Inputs {
+		names = append(names, fmt.Sprintf("%q", c.g.Values[id].Name))
+	}
+	return strings.Join(names, ", ")
 }
 
 // named returns the binding of a symbolic dim by its name, or 0.

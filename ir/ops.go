@@ -188,9 +188,9 @@ func inferCompare(c *inferer) {
 // inferAttention is the rule of ScaledDotProductAttention(q, k, v), the
 // generic family's fusion: q's dims but the last, which is v's.
 func inferAttention(c *inferer) {
-	q, v := c.dims(0), c.dims(2)
-	if len(q) < 2 || len(v) != len(q) {
-		c.fail("q of dims %v and v of dims %v do not fit an attention", q, v)
+	q, k, v := c.dims(0), c.dims(1), c.dims(2)
+	if len(q) < 2 || len(v) != len(q) || len(k) != len(q) || k[len(k)-1] != q[len(q)-1] {
+		c.fail("q of dims %v, k of dims %v and v of dims %v do not fit an attention", q, k, v)
 		return
 	}
 	d := c.alloc(len(q))

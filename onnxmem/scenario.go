@@ -149,6 +149,7 @@ func (m *Model) options(sc Scenario) (Scenario, sim.Options, error) {
 		// train_dual.py keeps an EMA copy; a generic training loop (timm's
 		// train.py without --model-ema, transformers' Trainer) none.
 		ema := !sc.NoEMA && (m == nil || m.Family != "generic")
+		sc.NoEMA = !ema
 		o.Train, o.Boxes, o.BoxCounts, o.Optimizer, o.EMA, o.WarmSteps = true, boxes, sc.BoxCounts, sim.Optimizer(opt), ema, sc.WarmSteps
 		sc.WarmSteps = o.WarmStepsUsed()
 		o.GPUs, o.SyncBN = int64(sc.GPUs), sc.SyncBN

@@ -25,17 +25,18 @@ func (bp *backwardPass) loss() {
 		return
 	}
 	for _, o := range bp.g.Outputs {
+		c := int32(-1)
 		if bp.upcast(o) {
-			c := bp.alloc(bp.s.Elems(o)*4, Copy, o)
-			term := bp.alloc(4, Scalar, ir.NoValue)
-			bp.unref(c)
-			if len(bp.g.Outputs) == 1 {
-				bp.lossSt = term
-				return
-			}
-			bp.unref(term)
+			c = bp.alloc(bp.s.Elems(o)*4, Copy, o)
 		}
 		term := bp.alloc(4, Scalar, ir.NoValue)
+		if c >= 0 {
+			bp.unref(c)
+		}
+		if len(bp.g.Outputs) == 1 {
+			bp.lossSt = term
+			return
+		}
 		sum := bp.alloc(4, Scalar, ir.NoValue)
 		if bp.lossSt >= 0 {
 			bp.unref(bp.lossSt)
@@ -55,8 +56,8 @@ func (bp *backwardPass) upcast(o ir.ValueID) bool {
 // or, for out.sum() of a graph's only output, that output's element (a
 // float16 sum of a float16 output under autocast).
 func (bp *backwardPass) scalarBytes() int64 {
-	if len(bp.g.Outputs) == 1 {
-		if sz := bp.dt[bp.g.Outputs[0]].Size(); sz > 0 {
+	if o := bp.g.Outputs; len(o) == 1 && !bp.upcast(o[0]) {
+		if sz := bp.dt[o[0]].Size(); sz > 0 {
 			return sz
 		}
 	}

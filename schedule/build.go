@@ -475,6 +475,13 @@ func (b *builder) resident() error {
 	b.st = append(b.st, storage{buf: b.p.Input, refs: 1}) // held by the caller
 	b.vst[x] = 0
 	b.setLayout(x, nil)
+	for _, v := range b.g.Inputs[1:] {
+		buf := b.newBuf(b.bytes(v), Input, v)
+		b.addResident(RoleInput, buf)
+		b.st = append(b.st, storage{buf: buf, refs: 1}) // held by the caller
+		b.vst[v] = int32(len(b.st) - 1)
+		b.setLayout(v, nil)
+	}
 	return nil
 }
 

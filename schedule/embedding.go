@@ -1,6 +1,10 @@
 package schedule
 
-import "github.com/onnxmem/onnxmem/ir"
+import (
+	"fmt"
+
+	"github.com/onnxmem/onnxmem/ir"
+)
 
 // An embedding, as torch.nn.functional.embedding runs it: the rows of a
 // [num_embeddings, dim] weight that integer ids pick, a new tensor of the
@@ -116,8 +120,12 @@ func castBackward(o *bwdOp) {
 }
 
 // castCheck accepts a Cast of a float tensor to a float type; a cast of
-// token ids or of a mask to another integer type is shape arithmetic.
+// token ids or of a mask is shape arithmetic (Flow.classify), and other
+// casts on tensor data have no rule.
 func castCheck(f *Flow, n *ir.Node) (ir.Eager, error) {
+	if _, ok := n.Attr("to"); !ok {
+		return 0, fmt.Errorf("schedule: node %s: Cast has no \"to\" attribute, which ONNX requires: export the model again", n.Name)
+	}
 	to := ir.DType(n.IntAttr("to", 0))
 	if !isFloat(f.shapes.DTypes[n.Inputs[0]]) || !isFloat(to) {
 		return 0, unsupported(n)

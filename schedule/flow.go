@@ -300,14 +300,19 @@ func (f *Flow) classify() error {
 	g := f.graph
 	for i := range g.Nodes {
 		n := &g.Nodes[i]
-		hasData := false
+		hasData, floatData := false, false
 		for _, v := range n.Inputs {
 			if v != ir.NoValue && f.data[v] {
 				hasData = true
+				floatData = floatData || isFloat(f.shapes.DTypes[v])
 			}
 		}
 		r, _ := ir.OpOf(n)
-		if !hasData || r.Eager == ir.EagerMeta {
+		// An op on token ids alone but a view of them or an embedding
+		// (attention_mask.to(torch.bool), ids != pad) makes small integer
+		// tensors of the batch's shape: counted as shape arithmetic.
+		ints := hasData && !floatData && !intView(f, n, r) && !(n.OpType == "Gather" && embeddingCheck(f, n))
+		if !hasData || r.Eager == ir.EagerMeta || ints {
 			f.kind[i] = ir.EagerMeta
 			continue
 		}

@@ -176,7 +176,10 @@ func linearBackward(o *bwdOp) {
 		if o.autocast() {
 			o.later(o.lowGrad(p), p, true)
 		} else {
-			o.paramGradAdd(p, p == w)
+			// grad.t()·mat1's transpose is a view of W.grad where the
+			// product ran on W.t() (transB); GPT-2's Conv1D, which
+			// takes W as it is, gets a contiguous gradient.
+			o.paramGradAdd(p, p == w && n.IntAttr("transB", 0) != 0)
 		}
 		if p == bias {
 			o.biasSum(gy)

@@ -234,9 +234,13 @@ const (
 	RoleState
 	// RoleHead is what an eval head keeps in its module (anchors, strides).
 	RoleHead
+	// RoleInput is a graph input after the first (a text model's
+	// attention mask or token type ids), which the caller holds as it
+	// holds the batch.
+	RoleInput
 )
 
-var roleNames = [...]string{"model", "copy", "workspace", "scalar", "state", "head"}
+var roleNames = [...]string{"model", "copy", "workspace", "scalar", "state", "head", "input"}
 
 // String returns the role's short name.
 func (r Role) String() string {

@@ -49,6 +49,7 @@ func TestSequence(t *testing.T) {
 		{[]string{"timeline", "-input", "input_ids=4x0", bert}, `onnxmem: -input input_ids=4x0: dim 1 is "0"`},
 		{[]string{"timeline", "-input", "input_ids=4x256x2", bert}, "onnxmem: -input input_ids=4x256x2: 3 dims for input input_ids of rank 2"},
 		{[]string{"timeline", "-batch", "2", "-input", "input_ids=4x256", bert}, "onnxmem: -input input_ids=4x256: batch 4, and -batch 2"},
+		{[]string{"timeline", "-seq", "64", "-step", "model", "yolov9-t"}, "onnxmem: yolov9-t: ir: a sequence length of 64 for a graph with no token input"},
 	} {
 		code, stdout, stderr := runCmd(t, "", tc.args...)
 		if strings.HasPrefix(tc.want, "onnxmem: ") {

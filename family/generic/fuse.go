@@ -19,10 +19,11 @@ import (
 //   - scaled_dot_product_attention, which the exporter writes
 //     softmax((q·√s) @ (kᵀ·√s)) @ v, becomes ScaledDotProductAttention(q, k,
 //     v): a fused kernel (flash or memory-efficient attention) that never
-//     makes the L×L scores; an attention mask made from shapes alone,
-//     added to the scores, and the NaN rows' zeroing after the softmax go
-//     with it (transformers' models, traced, materialize the mask that
-//     eager skips when nothing is padded);
+//     makes the L×L scores; a mask added to the scores, made from shapes
+//     or parameters alone, becomes its fourth input, its attn_mask, and
+//     the NaN rows' zeroing after the softmax goes (transformers' models,
+//     traced, materialize the mask that eager skips when nothing is
+//     padded; timm's TinyViT passes its learned bias so);
 //   - MultiheadAttention's packed in-projection (F._in_projection_packed:
 //     proj.unflatten(-1, (3, E)).unsqueeze(0).transpose(0, -2).squeeze(-2)
 //     .contiguous(), then proj[0], proj[1], proj[2]), whose .contiguous()
@@ -72,9 +73,11 @@ func fuse(g *ir.Graph) (*ir.Graph, error) {
 		}
 		return n.Inputs[0]
 	}
-	// shapeOnly reports whether v is computed from constants and the
-	// graph's shapes alone, no tensor data: an attention mask of
-	// positions.
+	// shapeOnly reports whether v is computed from constants, parameters
+	// and the graph's shapes alone, no tensor data of the batch: an
+	// attention mask of positions, or a learned bias (TinyViT's, BEiT's
+	// relative position bias), which timm passes to the fused kernel as
+	// its attn_mask.
 	known := map[ir.ValueID]bool{}
 	var shapeOnly func(v ir.ValueID) bool
 	shapeOnly = func(v ir.ValueID) bool {
@@ -200,8 +203,11 @@ func fuse(g *ir.Graph) (*ir.Graph, error) {
 			pv := &g.Nodes[next]
 			v := pv.Inputs[1]
 			var attrs []ir.Attr
+			var mask ir.ValueID = ir.NoValue
 			if maskAdd >= 0 {
 				attrs = append(attrs, ir.Attr{Name: "masked", Kind: ir.AttrInt, Int: 1})
+				add := &g.Nodes[maskAdd]
+				mask = other(add, g.Nodes[mm].Outputs[0])
 			}
 			// Grouped-query attention: k and v repeated to q's heads
 			// (transformers' repeat_kv, or the exporter's enable_gqa),
@@ -216,7 +222,13 @@ func fuse(g *ir.Graph) (*ir.Graph, error) {
 			for _, j := range append(drops, i, int(mm), int(mq), int(mk), int(tp)) {
 				drop[j] = true
 			}
-			replace[int(next)] = ir.Node{Name: pv.Name, OpType: "ScaledDotProductAttention", Inputs: []ir.ValueID{q, k, v},
+			ins := []ir.ValueID{q, k, v}
+			if mask != ir.NoValue {
+				// The mask stays the kernel's attn_mask: a learned
+				// bias gets its gradient through it.
+				ins = append(ins, mask)
+			}
+			replace[int(next)] = ir.Node{Name: pv.Name, OpType: "ScaledDotProductAttention", Inputs: ins,
 				Outputs: pv.Outputs, Layer: pv.Layer, Scopes: pv.Scopes, Attrs: attrs}
 		case "Squeeze":
 			if !packedProjection(g, n) {

@@ -87,6 +87,14 @@ func (b *Builder) Input(name string, c int64) T {
 	return T{Name: name, C: c}
 }
 
+// TokenInput appends a graph input of token ids: int64 [batch, sequence].
+func (b *Builder) TokenInput(name string) T {
+	vi := valueInfo(name, "batch", "sequence")
+	vi.Type.GetTensorType().ElemType = int64Type
+	b.g.Input = append(b.g.Input, vi)
+	return T{Name: name}
+}
+
 // Output appends graph outputs, declared as float32 with no shape.
 func (b *Builder) Output(ts ...T) {
 	for _, t := range ts {

@@ -422,7 +422,7 @@ func (r *runner) mapResident(p *schedule.Program, ids []allocator.ID, copyIDs []
 				ids[b] = r.ws
 			}
 			continue
-		case schedule.RoleHead:
+		case schedule.RoleHead, schedule.RoleInput:
 			continue
 		}
 		if j < len(list) {
