@@ -25,7 +25,7 @@ func attentionForward(o *fwdOp) {
 	n, s := o.n, o.s
 	y := o.out(0)
 	q, k, v := n.Inputs[0], n.Inputs[1], n.Inputs[2]
-	if n.IntAttr("gqa", 0) != 0 && !o.lower {
+	if n.IntAttr("gqa", 0) != 0 && !o.lower && o.dt[q] == ir.Float32 {
 		mathAttentionForward(o)
 		return
 	}
@@ -81,7 +81,7 @@ func attentionBackward(o *bwdOp) {
 	rows := s.Elems(q) / max(s.Dims[q][len(s.Dims[q])-1], 1)
 	flash := o.autocast()
 	gqa := n.IntAttr("gqa", 0) != 0
-	if gqa && !flash {
+	if gqa && !flash && o.dt[q] == ir.Float32 {
 		mathAttentionBackward(o)
 		return
 	}

@@ -112,10 +112,10 @@ func gemmLt(n *ir.Node, s *ir.Shapes) bool {
 
 // linearBackward emits AddmmBackward0 (MmBackward0 without a bias): mat1's
 // gradient grad·W, then the weight's (grad.t()·mat1, whose transpose is
-// contiguous and becomes W.grad), the weight's first without a bias, each an mm that takes its own contiguous
-// copy of a strided incoming gradient (prepare_matrix_for_cublas clones an
-// expanded one) and makes the autograd thread's cuBLAS workspace if it has
-// none; then validate_outputs sums the incoming gradient to the bias's
+// contiguous and becomes W.grad), the weight's first without a bias, each
+// an mm that takes its own contiguous copy of a strided incoming gradient
+// (prepare_matrix_for_cublas clones an expanded one) and makes the
+// autograd thread's cuBLAS workspace if it has none; then validate_outputs sums the incoming gradient to the bias's
 // shape. Under autocast these are float16 gradients of the casts, which
 // ToCopyBackward turns into float32 ones after the node: mat1's, the
 // weight's, then the bias's.

@@ -227,7 +227,8 @@ func (b *builder) lossInput() LossInput {
 // shares it.
 func (bp *backwardPass) seedFromLoss() error {
 	t := bp.cfg.Train
-	grads := t.Loss.Backward(tape{bp.builder}, bp.lossInput(), bp.fw.lossSaved)
+	in := bp.lossInput()
+	grads := t.Loss.Backward(tape{bp.builder}, in, bp.fw.lossSaved)
 	outs := bp.g.Outputs
 	if len(grads) != len(outs) {
 		return fmt.Errorf("schedule: graph %q: the loss returned %d gradients for %d outputs", bp.g.Name, len(grads), len(outs))
@@ -237,7 +238,7 @@ func (bp *backwardPass) seedFromLoss() error {
 		st := int32(grads[i])
 		if bp.rg[v] {
 			bp.ref(st)
-			d := dense != nil && dense.DenseGrad(bp.lossInput(), i)
+			d := dense != nil && dense.DenseGrad(in, i)
 			bp.accumulate(v, gradT{st: st, bytes: bp.bytes(v), whole: d, contig: d})
 		}
 		// The loss's own reference goes after the last output that shares

@@ -55,8 +55,19 @@ func (f *flagSet) bindInput(path, spec string) error {
 	}
 	switch {
 	case len(d) == 2 && in.Ints:
+		if s := decl[1]; s > 0 && s != d[1] {
+			return fmt.Errorf("onnxmem: -input %s: the export fixes %s's sequence at %d tokens: give %d, or export with a dynamic sequence", quoteFlag(spec), name, s, s)
+		}
 		f.img.Seq = d[1]
 	case len(d) == 4:
+		for _, other := range inputs {
+			if len(other.Dims) == 4 && other.Name != name {
+				return fmt.Errorf("onnxmem: -input %s: the image is the first input of rank 4, %s: onnxmem sizes that one", quoteFlag(spec), other.Name)
+			}
+			if len(other.Dims) == 4 {
+				break
+			}
+		}
 		if c := decl[1]; c > 0 && c != d[1] {
 			return fmt.Errorf("onnxmem: -input %s: the export fixes %s's channels at %d", quoteFlag(spec), name, c)
 		}
@@ -90,8 +101,8 @@ func inputModel(path string) (*sim.Model, error) {
 
 // quoteFlag shortens a flag's value for an error message.
 func quoteFlag(s string) string {
-	if len(s) > 80 {
-		return s[:40] + "…" + s[len(s)-20:]
+	if r := []rune(s); len(r) > 80 {
+		return string(r[:40]) + "…" + string(r[len(r)-20:])
 	}
 	return s
 }

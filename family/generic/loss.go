@@ -35,6 +35,7 @@ func logits(o schedule.Output) bool {
 	return o.DType.IsFloat() && (len(o.Dims) == 2 || len(o.Dims) == 3) && o.Dims[len(o.Dims)-1] > 1
 }
 
+// elems is the number of elements of dims d.
 func elems(d []int64) int64 {
 	n := int64(1)
 	for _, x := range d {
@@ -71,8 +72,8 @@ func (crossEntropy) Forward(t schedule.Tape, in schedule.LossInput) []schedule.B
 	return saved
 }
 
-// Backward records each output's gradient, the last output's first: a
-// dense one for logits (DenseGrad), the expanded seed of a sum otherwise.
+// Backward records each output's gradient, in output order: a dense one
+// for logits (DenseGrad), the expanded seed of a sum otherwise.
 func (crossEntropy) Backward(t schedule.Tape, in schedule.LossInput, saved []schedule.Buf) []schedule.Buf {
 	grads := make([]schedule.Buf, len(in.Outputs))
 	k := 0
