@@ -20,10 +20,10 @@ type hfLine struct {
 	Kind, Cfg, Model string
 	Batch, Seq       int64
 	AMP              bool
-	Skipped          bool
 	Measured         struct {
 		M0, Peak     int64
 		PeakReserved int64 `json:"peak_reserved"`
+		Skipped      bool
 	}
 }
 
@@ -109,7 +109,7 @@ func hfSteps(t *testing.T, file string, wantModels, wantSteps int, bounds hfBoun
 		e := float64(r.Peak-l.Measured.Peak) / float64(l.Measured.Peak)
 		er := float64(r.PeakReserved-l.Measured.PeakReserved) / float64(l.Measured.PeakReserved)
 		fmt.Fprintf(&out, "%-10s %-10s %d×%-4d amp %-5v peak %+6.2f%% reserved %+6.2f%%\n", l.Cfg, l.Kind, l.Batch, l.Seq, l.AMP, 100*e, 100*er)
-		if l.Skipped {
+		if l.Measured.Skipped {
 			// GradScaler skipped the measured step's optimizer step:
 			// onnxmem's train step takes one.
 			continue
