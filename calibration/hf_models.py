@@ -27,7 +27,8 @@ do_constant_folding=False, dynamo=False, opset 17, input "input_ids" with dims "
 With --trace SPEC the allocator's history of that scenario's measured step is kept (action, size,
 the innermost transformers/torch frame) in DIR/hf_traces.jsonl.gz.
 Usage: python3 calibration/hf_models.py --out DIR [--models gpt2,bert] [--jobs 4]
-Writes DIR/hf_models.jsonl (the ground truth's line format with "seq") and DIR/hf/MODEL-train.onnx.
+Writes DIR/hf_models.jsonl (the ground truth's line format with "seq"; the export and model lines,
+which predict does not take, were moved to results/hf_models_meta.jsonl) and DIR/hf/MODEL-train.onnx.
 """
 import argparse
 import concurrent.futures
