@@ -235,7 +235,7 @@ func matmulBackward(o *bwdOp, gy gradT) {
 	grad := func(p ir.ValueID, param bool) func() {
 		if !o.autocast() || (!param && o.dt[p] == o.low()) {
 			if param {
-				o.paramGrad(p)
+				o.paramGradAdd(p, p == w && n.IntAttr("transB", 0) != 0)
 			} else {
 				o.fresh(p)
 			}
