@@ -10,33 +10,16 @@ import (
 // loss emits loss = sum(o.sum() for o in outputs): each term and each partial
 // sum is a 4-byte tensor. A graph of one output takes loss = out.sum(), the
 // term itself.
-//
-// A train step's default loss upcasts a half output first, sum(o.float().sum()
-// for o in outputs), as a training script's loss on logits does (a float16
-// sum of a language model's logits overflows, and GradScaler would skip
-// every step): a float32 copy of the output, freed once summed, and in the
-// backward ToCopyBackward's dense half gradient of the output.
 func (bp *backwardPass) loss() {
 	bp.phase = LossPhase
 	bp.node = -1
 	bp.lossSt = -1
-	if len(bp.g.Outputs) == 1 && !bp.upcast(bp.g.Outputs[0]) {
+	if len(bp.g.Outputs) == 1 {
 		bp.lossSt = bp.alloc(bp.scalarBytes(), Scalar, ir.NoValue)
 		return
 	}
-	for _, o := range bp.g.Outputs {
-		c := int32(-1)
-		if bp.upcast(o) {
-			c = bp.alloc(bp.s.Elems(o)*4, Copy, o)
-		}
+	for range bp.g.Outputs {
 		term := bp.alloc(4, Scalar, ir.NoValue)
-		if c >= 0 {
-			bp.unref(c)
-		}
-		if len(bp.g.Outputs) == 1 {
-			bp.lossSt = term
-			return
-		}
 		sum := bp.alloc(4, Scalar, ir.NoValue)
 		if bp.lossSt >= 0 {
 			bp.unref(bp.lossSt)
@@ -46,18 +29,12 @@ func (bp *backwardPass) loss() {
 	}
 }
 
-// upcast reports whether the loss upcasts output o: a train step's default
-// loss of a half output.
-func (bp *backwardPass) upcast(o ir.ValueID) bool {
-	return bp.cfg.Train != nil && bp.cfg.Train.Loss == nil && bp.dt[o].Size() == 2
-}
-
 // scalarBytes is the size of the loss and of its seed gradient: 4 bytes,
 // or, for out.sum() of a graph's only output, that output's element (a
 // float16 sum of a float16 output under autocast).
 func (bp *backwardPass) scalarBytes() int64 {
-	if o := bp.g.Outputs; len(o) == 1 && !bp.upcast(o[0]) {
-		if sz := bp.dt[o[0]].Size(); sz > 0 {
+	if len(bp.g.Outputs) == 1 {
+		if sz := bp.dt[bp.g.Outputs[0]].Size(); sz > 0 {
 			return sz
 		}
 	}
@@ -87,12 +64,6 @@ func (bp *backwardPass) backward() error {
 		ones = bp.alloc(bp.scalarBytes(), Scalar, ir.NoValue)
 		bp.seed = ones
 		for _, o := range g.Outputs {
-			if bp.rg[o] && bp.upcast(o) {
-				// ToCopyBackward: the expanded float32 seed cast back
-				// to the output's type, dense.
-				bp.accumulate(o, gradT{st: bp.alloc(bp.bytes(o), Grad, o), whole: true, contig: true, bytes: bp.bytes(o)})
-				continue
-			}
 			if bp.rg[o] {
 				bp.ref(ones)
 				bp.accumulate(o, gradT{st: ones, bytes: bp.bytes(o)})
@@ -202,6 +173,38 @@ func (bp *backwardPass) paramGrad(v ir.ValueID) {
 	buf := bp.newBuf(bp.bytes(v), ParamGrad, v)
 	bp.emit(buf, false)
 	bp.paramGrads[v] = buf
+}
+
+// paramGradAdd gives parameter v its .grad, as paramGrad does, or, when v
+// has one already (a weight two ops read, such as a language model's head
+// tied to its token embedding), allocates the new contribution and sums
+// the two as InputBuffer::accumulate does (torch/csrc/autograd/
+// input_buffer.cpp): in place into the first, unless the first is a view
+// that shares its storage (a linear weight's grad.t() in float32, whose
+// view keeps its base), which can_accumulate_inplace refuses: then
+// old + new is a third tensor, and both go. view says the gradient this
+// call gives is such a view.
+func (bp *backwardPass) paramGradAdd(v ir.ValueID, view bool) {
+	if v == ir.NoValue || !bp.param[v] {
+		return
+	}
+	if bp.viewGrad == nil {
+		bp.viewGrad = make([]bool, len(bp.paramGrads))
+	}
+	old := bp.paramGrads[v]
+	if old < 0 {
+		bp.paramGrad(v)
+		bp.viewGrad[v] = view
+		return
+	}
+	add := bp.alloc(bp.bytes(v), Grad, v)
+	if bp.viewGrad[v] {
+		sum := bp.newBuf(bp.bytes(v), ParamGrad, v)
+		bp.emit(sum, false)
+		bp.paramGrads[v], bp.viewGrad[v] = sum, false
+		bp.emit(old, true)
+	}
+	bp.unref(add)
 }
 
 // derivedGrads gives each parameter behind an input of node n that is

@@ -1,6 +1,10 @@
 package schedule
 
-import "github.com/onnxmem/onnxmem/ir"
+import (
+	"fmt"
+
+	"github.com/onnxmem/onnxmem/ir"
+)
 
 // The element-wise ops: what each saves for its backward
 // (tools/autograd/derivatives.yaml), and their in-place forms, which the
@@ -303,4 +307,43 @@ func catBackward(o *bwdOp) {
 			o.paramGrad(p)
 		}
 	}
+}
+
+// castForward emits x.to(dtype), the exporter's Cast of a float tensor: x
+// itself when eager PyTorch already holds it in that type (RMSNorm's
+// hidden_states.to(torch.float32) of a float32 residual stream), else a
+// copy in the new type.
+func castForward(o *fwdOp) {
+	x, y := o.n.Inputs[0], o.n.Outputs[0]
+	to := ir.DType(o.n.IntAttr("to", 0))
+	if to == o.dt[x] {
+		o.alias(o.n.Outputs, reshapeLayout)
+		return
+	}
+	o.dt[y] = to
+	o.newOut(0, Activation)
+}
+
+// castBackward emits ToCopyBackward: nothing for a cast that changed no
+// type, else the input's gradient in its own type.
+func castBackward(o *bwdOp) {
+	if x := o.n.Inputs[0]; o.dt[x] == o.dt[o.outs[0]] {
+		passBackward(o)
+		return
+	}
+	freshBackward(o)
+}
+
+// castCheck accepts a Cast of a float tensor to a float type; a cast of
+// token ids or of a mask is shape arithmetic (Flow.classify), and other
+// casts on tensor data have no rule.
+func castCheck(f *Flow, n *ir.Node) (ir.Eager, error) {
+	if _, ok := n.Attr("to"); !ok {
+		return 0, fmt.Errorf("schedule: node %s: Cast has no \"to\" attribute, which ONNX requires: export the model again", n.Name)
+	}
+	to := ir.DType(n.IntAttr("to", 0))
+	if !isFloat(f.shapes.DTypes[n.Inputs[0]]) || !isFloat(to) {
+		return 0, unsupported(n)
+	}
+	return ir.EagerCast, nil
 }

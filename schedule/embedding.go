@@ -1,10 +1,6 @@
 package schedule
 
-import (
-	"fmt"
-
-	"github.com/onnxmem/onnxmem/ir"
-)
+import "github.com/onnxmem/onnxmem/ir"
 
 // An embedding, as torch.nn.functional.embedding runs it: the rows of a
 // [num_embeddings, dim] weight that integer ids pick, a new tensor of the
@@ -60,75 +56,4 @@ func embeddingBackward(o *bwdOp) {
 	o.paramGradAdd(w, false)
 	o.freeScratch(sorted)
 	o.freeScratch(orig)
-}
-
-// paramGradAdd gives parameter v its .grad, as paramGrad does, or, when v
-// has one already (a weight two ops read, such as a language model's head
-// tied to its token embedding), allocates the new contribution and sums
-// the two as InputBuffer::accumulate does (torch/csrc/autograd/
-// input_buffer.cpp): in place into the first, unless the first is a view
-// that shares its storage (a linear weight's grad.t() in float32, whose
-// view keeps its base), which can_accumulate_inplace refuses: then
-// old + new is a third tensor, and both go. view says the gradient this
-// call gives is such a view.
-func (bp *backwardPass) paramGradAdd(v ir.ValueID, view bool) {
-	if v == ir.NoValue || !bp.param[v] {
-		return
-	}
-	if bp.viewGrad == nil {
-		bp.viewGrad = make([]bool, len(bp.paramGrads))
-	}
-	old := bp.paramGrads[v]
-	if old < 0 {
-		bp.paramGrad(v)
-		bp.viewGrad[v] = view
-		return
-	}
-	add := bp.alloc(bp.bytes(v), Grad, v)
-	if bp.viewGrad[v] {
-		sum := bp.newBuf(bp.bytes(v), ParamGrad, v)
-		bp.emit(sum, false)
-		bp.paramGrads[v], bp.viewGrad[v] = sum, false
-		bp.emit(old, true)
-	}
-	bp.unref(add)
-}
-
-// castForward emits x.to(dtype), the exporter's Cast of a float tensor: x
-// itself when eager PyTorch already holds it in that type (RMSNorm's
-// hidden_states.to(torch.float32) of a float32 residual stream), else a
-// copy in the new type.
-func castForward(o *fwdOp) {
-	x, y := o.n.Inputs[0], o.n.Outputs[0]
-	to := ir.DType(o.n.IntAttr("to", 0))
-	if to == o.dt[x] {
-		o.alias(o.n.Outputs, reshapeLayout)
-		return
-	}
-	o.dt[y] = to
-	o.newOut(0, Activation)
-}
-
-// castBackward emits ToCopyBackward: nothing for a cast that changed no
-// type, else the input's gradient in its own type.
-func castBackward(o *bwdOp) {
-	if x := o.n.Inputs[0]; o.dt[x] == o.dt[o.outs[0]] {
-		passBackward(o)
-		return
-	}
-	freshBackward(o)
-}
-
-// castCheck accepts a Cast of a float tensor to a float type; a cast of
-// token ids or of a mask is shape arithmetic (Flow.classify), and other
-// casts on tensor data have no rule.
-func castCheck(f *Flow, n *ir.Node) (ir.Eager, error) {
-	if _, ok := n.Attr("to"); !ok {
-		return 0, fmt.Errorf("schedule: node %s: Cast has no \"to\" attribute, which ONNX requires: export the model again", n.Name)
-	}
-	to := ir.DType(n.IntAttr("to", 0))
-	if !isFloat(f.shapes.DTypes[n.Inputs[0]]) || !isFloat(to) {
-		return 0, unsupported(n)
-	}
-	return ir.EagerCast, nil
 }
