@@ -13,7 +13,7 @@ import (
 
 // The defaults of a Scenario's zero fields, MaxBatch's limit and a
 // RunPlan's, the command line's too. NoBoxes: no boxes. BuiltinData:
-// COCO 2017's image counts, its sizes and boxes assumed.
+// COCO 2017's image counts and sizes, its boxes assumed.
 const (
 	DefaultBatch        = 16
 	DefaultImage        = 640

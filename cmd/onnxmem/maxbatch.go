@@ -609,7 +609,7 @@ func runMaxBatchCmd(m *onnxmem.Model, c fitCriterion, st setting, img imageSize,
 	}
 	fmt.Fprintln(stdout)
 	if p.Dataset() == onnxmem.BuiltinData {
-		fmt.Fprint(stdout, "data   COCO 2017's image counts, their sizes and boxes assumed (-data FILE.yaml for yours)\n")
+		fmt.Fprint(stdout, "data   COCO 2017's image counts and sizes, its boxes assumed (-data FILE.yaml for yours)\n")
 	}
 	if d := c.device; d != nil {
 		fmt.Fprintf(stdout, "device %s (%s): %s GiB total, %s GiB CUDA context, %s GiB usable\n", d.Name, d.Long, gib(d.Total), gib(d.Context), gib(d.Usable()))

@@ -258,7 +258,7 @@ func runSource(events []onnxmem.RunEvent, eventsFile, data string, meanBoxes flo
 	case "":
 		return fmt.Sprintf("synthetic: box counts drawn with mean %g (seed %d), validation on common aspect ratios; %s", meanBoxes, seed, count)
 	case onnxmem.BuiltinData:
-		return fmt.Sprintf("%s: COCO 2017's %d training and %d validation images, their sizes and boxes assumed\n"+
+		return fmt.Sprintf("%s: COCO 2017's %d training and %d validation images, sizes COCO's, boxes assumed\n"+
 			"       (calibration/train_data.py's draw, not COCO's labels: -data coco.yaml reads those); mosaic, perspective\n"+
 			"       and mixup drawn from seed %d, validation rectangles exact;\n       %s",
 			data, dataset.COCOTrainImages, dataset.COCOValImages, seed, count)

@@ -130,7 +130,7 @@ func (st setting) printNote(w io.Writer) {
 	p := st.Run.plan
 	assumed := ""
 	if p.Dataset() == onnxmem.BuiltinData {
-		assumed = ", its image sizes and boxes assumed (-data FILE.yaml for yours)"
+		assumed = ", its boxes assumed (-data FILE.yaml for yours)"
 	}
 	fmt.Fprintf(w, "\nthe step is train_dual.py's at the densest iteration of its run on %s%s, seed %d;\n-step model, train or eval for another\n",
 		p.Dataset(), assumed, cmp.Or(p.Seed, onnxmem.DefaultSeed))

@@ -9,18 +9,23 @@ import (
 
 // The built-in dataset that stands for COCO 2017 when a run names no data
 // file. Its size is COCO 2017's: 118,287 training and 5,000 validation
-// images of 80 classes (cocodataset.org). Its images' sizes, box counts and
-// boxes are drawn as calibration/train_data.py draws the synthetic datasets
-// on which the official code was measured (TestDataRuns): a mix of COCO's
-// commonest sizes (640×480 the most), 1% of images without boxes, 6% dense
-// (25 to 90 boxes), the rest geometric of mean 6; box sides log-uniform
-// from 2% to 90% of the image. That is an assumption about COCO, not its
-// histogram: a run on COCO itself takes -data coco.yaml.
+// images of 80 classes (cocodataset.org). Its images' sizes are COCO's own:
+// the validation images take the 5,000 sizes of a 5,000-image sample of
+// COCO's validation images, and the training images are drawn from the
+// sizes of COCO's 117,264 labelled training images (coco_sizes.go, made by
+// calibration/coco_sizes.go from the lists that ultralytics/yolov3 kept,
+// which says which). Its box counts and boxes are an assumption: drawn as
+// calibration/train_data.py draws the synthetic datasets on which the
+// official code was measured (TestDataRuns), 1% of images without boxes,
+// 6% dense (25 to 90 boxes), the rest geometric of mean 6; box sides
+// log-uniform from 2% to 90% of the image. COCO's own label files are not
+// at hand: a run on COCO itself takes -data coco.yaml.
 //
 // Worked example: an image carries 9.0 boxes on average; at batch 16 an
-// epoch is 7,393 iterations, mosaic and mixup put 20.4 boxes on a training
-// image on average, the densest image of a batch carries 74 at the median
-// batch, 161 at the 99th percentile and 248 in the densest (seed 1).
+// epoch is 7,393 iterations, mosaic and mixup put 20.7 boxes on a training
+// image on average, the densest image of a batch carries 76 at the median
+// batch, 165 at the 99th percentile and 236 in the densest (seed 1;
+// TestCOCOLikeWorkedExample).
 const (
 	COCOTrainImages = 118287
 	COCOValImages   = 5000
@@ -29,15 +34,9 @@ const (
 	COCOName = "COCO-like (built in)"
 )
 
-// cocoSizes are calibration/train_data.py's SIZES: image sizes (width,
-// height) and their shares, in hundredths.
-var cocoSizes = []struct {
-	w, h  int64
-	share int
-}{
-	{640, 480, 34}, {480, 640, 12}, {640, 427, 16}, {427, 640, 7}, {640, 640, 5},
-	{500, 375, 6}, {375, 500, 3}, {640, 360, 7}, {612, 612, 4}, {640, 512, 6},
-}
+// sizeCount is one image size of a COCO split, width and height in
+// pixels, and how many of the split's images have it.
+type sizeCount struct{ w, h, n int64 }
 
 var (
 	cocoOnce sync.Once
@@ -55,24 +54,51 @@ func COCOLike() *Set {
 		}
 		cocoSet = &Set{
 			Data:  &Data{Root: COCOName, Train: []string{"train2017"}, Val: []string{"val2017"}, NC: COCOClasses, Names: names},
-			Train: cocoImages(COCOTrainImages, rng),
-			Val:   cocoImages(COCOValImages, rng),
+			Train: cocoImages(drawSizes(cocoTrainSizes, COCOTrainImages, rng), rng),
+			Val:   cocoImages(spreadSizes(cocoValSizes), rng),
 		}
 	})
 	return cocoSet
 }
 
-// cocoImages draws n images as make_dataset draws them.
-func cocoImages(n int, rng *rand.Rand) []Image {
-	out := make([]Image, n)
+// drawSizes draws n image sizes from table's shares.
+func drawSizes(table []sizeCount, n int, rng *rand.Rand) [][2]int64 {
+	var total int64
+	for _, s := range table {
+		total += s.n
+	}
+	out := make([][2]int64, n)
 	for i := range out {
-		u, acc := rng.IntN(100), 0
-		for _, s := range cocoSizes {
-			if acc += s.share; u < acc {
-				out[i].W, out[i].H = s.w, s.h
+		u := rng.Int64N(total)
+		for _, s := range table {
+			if u -= s.n; u < 0 {
+				out[i] = [2]int64{s.w, s.h}
 				break
 			}
 		}
+	}
+	return out
+}
+
+// spreadSizes returns table's sizes, each as many times as its count, the
+// table's order (the dataloader sorts them by aspect ratio, and which of
+// one size carries which boxes is drawn).
+func spreadSizes(table []sizeCount) [][2]int64 {
+	var out [][2]int64
+	for _, s := range table {
+		for range s.n {
+			out = append(out, [2]int64{s.w, s.h})
+		}
+	}
+	return out
+}
+
+// cocoImages gives each size an image, its boxes drawn as
+// calibration/train_data.py's make_dataset draws them.
+func cocoImages(sizes [][2]int64, rng *rand.Rand) []Image {
+	out := make([]Image, len(sizes))
+	for i := range out {
+		out[i].W, out[i].H = sizes[i][0], sizes[i][1]
 		k := cocoBoxCount(rng)
 		boxes := make([]Box, k)
 		for j := range boxes {
