@@ -82,9 +82,10 @@ type Head interface {
 
 // Trainer is a family with training scripts of its own.
 type Trainer interface {
-	// Recipe returns the training step for an optimizer, with or without
-	// an EMA copy, with boxes ground-truth objects per image.
-	Recipe(opt schedule.Optimizer, ema bool, boxes int64) *schedule.Train
+	// Recipe returns the training step of the graph g for an optimizer,
+	// with or without an EMA copy, with boxes ground-truth objects per
+	// image.
+	Recipe(g *ir.Graph, opt schedule.Optimizer, ema bool, boxes int64) *schedule.Train
 	// CheckTrain reports why the recipe cannot train a graph with these
 	// outputs with the named script (trainer; "" is the family's default
 	// for the graph), or nil.
@@ -159,9 +160,9 @@ func OffGraph(f Family, outs []schedule.Output) []schedule.OffGraph {
 // the backward (through GradScaler under AMP), the optimizer's step over
 // one parameter group without weight decay, zero_grad and, with ema, an
 // EMA update.
-func Recipe(f Family, opt schedule.Optimizer, ema bool, boxes int64) *schedule.Train {
+func Recipe(f Family, g *ir.Graph, opt schedule.Optimizer, ema bool, boxes int64) *schedule.Train {
 	if t, ok := f.(Trainer); ok {
-		return t.Recipe(opt, ema, boxes)
+		return t.Recipe(g, opt, ema, boxes)
 	}
 	return &schedule.Train{Boxes: boxes, Optimizer: opt, EMA: ema, GradScaler: true}
 }

@@ -25,7 +25,7 @@ func TestDefaults(t *testing.T) {
 	if family.EvalHead(f) != nil || family.Classes(f, outs) != 0 || family.OffGraph(f, outs) != nil || family.Loop(f, nil) != nil {
 		t.Errorf("a core-only family has a head, classes, off-graph tensors or a loop")
 	}
-	if r := family.Recipe(f, schedule.Adam, true, 3); r.Optimizer != schedule.Adam || !r.EMA || r.Boxes != 3 || !r.GradScaler || r.Loss != nil {
+	if r := family.Recipe(f, nil, schedule.Adam, true, 3); r.Optimizer != schedule.Adam || !r.EMA || r.Boxes != 3 || !r.GradScaler || r.Loss != nil {
 		t.Errorf("default recipe %+v, want Adam, EMA, 3 boxes, GradScaler and the sum of the outputs", r)
 	}
 	if err := family.CheckTrain(f, outs, ""); err != nil {

@@ -194,5 +194,5 @@ func steps(t *testing.T, f family.Family, c Graph) {
 		t.Errorf("%s: %s claims a training graph that its default trainer cannot train: %v", c.Name, f.Name(), err)
 		return
 	}
-	build("train", schedule.Config{Precision: schedule.AMP, Train: family.Recipe(f, schedule.SGD, true, 4)})
+	build("train", schedule.Config{Precision: schedule.AMP, Train: family.Recipe(f, g, schedule.SGD, true, 4)})
 }

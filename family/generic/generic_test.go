@@ -174,41 +174,94 @@ func (h holderFunc) Holds(f *schedule.Flow) *schedule.Holds { return h(f) }
 // TestCrossEntropyRecipe checks the generic family's train step: the
 // cross-entropy loss on logits ([batch, classes], [batch, sequence,
 // vocabulary]) with dense gradients, a sum's expanded seed for any other
-// output, under AMP the logits upcast, and no named script.
+// output; in half precision a causal LM's logits upcast first, any
+// other's log-softmax in their type (with nll_loss's float32 copy under
+// autocast); and no named script.
 func TestCrossEntropyRecipe(t *testing.T) {
-	r := Family{}.Recipe(schedule.AdamW, false, 0)
-	if r.Optimizer != schedule.AdamW || r.EMA || !r.GradScaler {
-		t.Fatalf("recipe %+v, want AdamW, no EMA, GradScaler", r)
+	r := Family{}.Recipe(nil, schedule.AdamW, false, 0)
+	if r.Optimizer != schedule.AdamW || r.EMA || !r.GradScaler || r.Loss != (crossEntropy{}) {
+		t.Fatalf("recipe %+v, want AdamW, no EMA, GradScaler, cross-entropy without an upcast", r)
 	}
-	loss, ok := r.Loss.(crossEntropy)
-	if !ok {
-		t.Fatalf("loss %T, want crossEntropy", r.Loss)
-	}
-	in := schedule.LossInput{Batch: 2, AMP: true, Outputs: []schedule.Output{
+	outs := []schedule.Output{
 		{Dims: []int64{2, 8, 100}, DType: ir.Float16},  // logits
 		{Dims: []int64{2, 3, 4, 4}, DType: ir.Float16}, // a feature map: summed
-	}}
-	tp := &recTape{}
-	saved := loss.Forward(tp, in)
-	// Upcast 2·8·100·4, log-softmax as much, 16 int64 targets, the loss and
-	// its total weight; the upcast freed; the map's 4-byte sum.
-	wantFwd := []int64{6400, 6400, 128, 4, 4, -6400, 4}
-	if !slices.Equal(tp.ev, wantFwd) || len(saved) != 5 {
-		t.Errorf("forward events %v, saved %d; want %v and 5", tp.ev, len(saved), wantFwd)
 	}
-	tp.ev = nil
-	grads := loss.Backward(tp, in, saved)
-	// nll_loss_backward's and log_softmax_backward's float32 gradients,
-	// the frees, then the float16 gradient of the logits.
-	wantBwd := []int64{6400, 6400, -6400, -6400, -128, -4, -4, 3200, -6400}
-	if !slices.Equal(tp.ev, wantBwd) || len(grads) != 2 || grads[1] != saved[4] {
-		t.Errorf("backward events %v, grads %v; want %v and the sum's seed", tp.ev, grads, wantBwd)
+	for _, c := range []struct {
+		what     string
+		loss     crossEntropy
+		amp      bool
+		fwd, bwd []int64
+	}{
+		// Upcast 2·8·100·4, log-softmax as much, 16 int64 targets, the
+		// loss and its total weight; the upcast freed; the map's 4-byte
+		// sum. Backward: nll_loss_backward's and log_softmax_backward's
+		// float32 gradients, the frees, then the float16 gradient of the
+		// logits.
+		{"causal LM, amp", crossEntropy{upcast: true}, true,
+			[]int64{6400, 6400, 128, 4, 4, -6400, 4},
+			[]int64{6400, 6400, -6400, -6400, -128, -4, -4, 3200, -6400}},
+		// The float16 log-softmax, nll_loss's float32 copy, targets, loss,
+		// total weight, the sum. Backward: nll_loss_backward in float32,
+		// the copy freed, cast back to float16, log_softmax_backward in
+		// float16 (as hf_ce_traces.jsonl.gz's BERT).
+		{"masked LM or classifier, amp", crossEntropy{}, true,
+			[]int64{3200, 6400, 128, 4, 4, 4},
+			[]int64{6400, -6400, 3200, -6400, 3200, -3200, -3200, -128, -4, -4}},
+		// model.half(): all of it in float16.
+		{"classifier, half", crossEntropy{}, false,
+			[]int64{3200, 128, 4, 4, 4},
+			[]int64{3200, 3200, -3200, -3200, -128, -4, -4}},
+	} {
+		in := schedule.LossInput{Batch: 2, AMP: c.amp, Outputs: outs}
+		tp := &recTape{}
+		saved := c.loss.Forward(tp, in)
+		if !slices.Equal(tp.ev, c.fwd) || len(saved) != 6 {
+			t.Errorf("%s: forward events %v, saved %d; want %v and 6", c.what, tp.ev, len(saved), c.fwd)
+		}
+		tp.ev = nil
+		grads := c.loss.Backward(tp, in, saved)
+		if !slices.Equal(tp.ev, c.bwd) || len(grads) != 2 || grads[1] != saved[5] {
+			t.Errorf("%s: backward events %v, grads %v; want %v and the sum's seed", c.what, tp.ev, grads, c.bwd)
+		}
 	}
-	if !loss.DenseGrad(in, 0) || loss.DenseGrad(in, 1) {
-		t.Errorf("dense gradients: logits %v, map %v; want true, false", loss.DenseGrad(in, 0), loss.DenseGrad(in, 1))
+	in := schedule.LossInput{Outputs: outs}
+	if !r.Loss.(crossEntropy).DenseGrad(in, 0) || r.Loss.(crossEntropy).DenseGrad(in, 1) {
+		t.Errorf("dense gradients: logits %v, map %v; want true, false", crossEntropy{}.DenseGrad(in, 0), crossEntropy{}.DenseGrad(in, 1))
 	}
-	if err := (Family{}).CheckTrain(in.Outputs, "train"); err == nil {
+	if err := (Family{}).CheckTrain(outs, "train"); err == nil {
 		t.Errorf("a named script passes")
+	}
+}
+
+// TestCausalLM checks which transformers exports are causal language
+// models, whose loss upcasts the logits: the decoders, not the encoders of
+// masked LMs.
+func TestCausalLM(t *testing.T) {
+	for _, tc := range []struct {
+		file   string
+		causal bool
+	}{
+		{"hf/gpt2-train.onnx", true}, {"hf/gpt2-eager-train.onnx", true}, {"hf/llama-train.onnx", true},
+		{"hf/qwen2-train.onnx", true}, {"hf/opt-train.onnx", true},
+		{"hf/bert-train.onnx", false}, {"hf/distilbert-train.onnx", false},
+	} {
+		b, err := os.ReadFile(measured.Path(tc.file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := ir.Load(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g, err = (Family{}).Prepare(g); err != nil {
+			t.Fatal(err)
+		}
+		if got := causalLM(g); got != tc.causal {
+			t.Errorf("%s: causal %v, want %v", tc.file, got, tc.causal)
+		}
+		if r := (Family{}).Recipe(g, schedule.AdamW, false, 0); r.Loss != (crossEntropy{upcast: tc.causal}) {
+			t.Errorf("%s: loss %+v, want upcast %v", tc.file, r.Loss, tc.causal)
+		}
 	}
 }
 

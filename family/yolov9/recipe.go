@@ -31,7 +31,7 @@ import (
 // CUBLAS_WORKSPACE_CONFIG to ":4096:8": eight 4096 KiB chunks, 32 MiB a
 // cuBLAS handle on every card, where PyTorch's own default before compute
 // capability 9.0 is 8.125 MiB (aten/src/ATen/cuda/CublasHandlePool.cpp).
-func (Family) Recipe(opt schedule.Optimizer, ema bool, boxes int64) *schedule.Train {
+func (Family) Recipe(_ *ir.Graph, opt schedule.Optimizer, ema bool, boxes int64) *schedule.Train {
 	return &schedule.Train{
 		Loss:         trainLoss{loss.NewYOLOv9()},
 		Boxes:        boxes,

@@ -148,7 +148,7 @@ func (c columns) holds(x []int64) bool {
 // towards one. ok is false when the family's loss is not CountShaped: the
 // caller builds.
 func countProgram(p *prepared, sc Options, build func() (*schedule.Program, error)) (*schedule.Program, bool, error) {
-	loss, _ := family.Recipe(p.fam, schedule.Optimizer(sc.Optimizer), sc.EMA, sc.Boxes).Loss.(schedule.CountShaped)
+	loss, _ := family.Recipe(p.fam, p.graph, schedule.Optimizer(sc.Optimizer), sc.EMA, sc.Boxes).Loss.(schedule.CountShaped)
 	if loss == nil {
 		return nil, false, nil
 	}

@@ -748,7 +748,7 @@ func (m *Model) build(p *prepared, sc Options, workspace func(schedule.ConvCall)
 		if err := family.CheckTrain(p.fam, outputsOf(p.graph, s), sc.Trainer); err != nil {
 			return nil, nil, fmt.Errorf("onnxmem: %s: %w", m.Name, err)
 		}
-		cfg.Train = family.Recipe(p.fam, schedule.Optimizer(sc.Optimizer), sc.EMA, sc.Boxes)
+		cfg.Train = family.Recipe(p.fam, p.graph, schedule.Optimizer(sc.Optimizer), sc.EMA, sc.Boxes)
 		cfg.Train.PrevPredAlive = sc.PrevPredAlive
 		if w := cfg.Train.CuBLASWorkspace; w > 0 { // the script's, on any card
 			cfg.CuBLASWorkspace = w

@@ -183,7 +183,7 @@ func (m *Model) Run(sc Options, events []RunEvent) (*RunResult, error) {
 	r := &runner{m: m, sc: sc.Defaults(), loop: loop, a: allocator.NewWithConfig(conf), res: &RunResult{Scenario: sc, OOMEvent: -1},
 		world: world, rank: rank, fam: pr.fam}
 	r.res.Scenario.GPUs, r.res.Scenario.Rank, r.res.Scenario.SyncBN = world, rank, syncBN
-	recipe := family.Recipe(pr.fam, schedule.Optimizer(sc.Optimizer), sc.EMA, sc.Boxes)
+	recipe := family.Recipe(pr.fam, pr.graph, schedule.Optimizer(sc.Optimizer), sc.EMA, sc.Boxes)
 	if loop.ValLoss != nil {
 		r.loss = recipe.Loss
 	}
