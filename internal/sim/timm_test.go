@@ -37,7 +37,9 @@ import (
 // HRNet's, DLA's, FastViT's, CS3Darknet's, ResNeSt's and EfficientFormer's
 // within 1% (up to 4.4% off before, the workspaces of shapes the table
 // lacked estimated); the rest are bounded where they stand today, worst
-// coat_lite_tiny at 4.3% (issue 38).
+// coat_lite_tiny at 4.3% (issue 38: its forward_features keeps each
+// stage's output and NCHW copy in Python locals until it returns, which
+// the graph cannot show).
 func TestTimmModelSteps(t *testing.T) {
 	f, err := os.Open(measured.Path("timm_models.jsonl"))
 	if err != nil {
