@@ -505,9 +505,9 @@ func (a *Allocator) Reset(c Config) {
 // CopyFrom makes a the copy of src: the same segments, blocks, pools,
 // counters and configuration, and the same IDs for its live allocations,
 // so that the same requests then give the same results in both. It keeps
-// a's memory for the copy. Observe is not copied.
+// a's memory for the copy, and a's own Observe: src's is not copied.
 func (a *Allocator) CopyFrom(src *Allocator) {
-	small, large := a.small, a.large
+	small, large, observe := a.small, a.large, a.Observe
 	small.copyFrom(&src.small)
 	large.copyFrom(&src.large)
 	cs := a.cs
@@ -530,6 +530,7 @@ func (a *Allocator) CopyFrom(src *Allocator) {
 		cfg:      src.cfg,
 		cs:       src.cs,
 		addrHint: src.addrHint,
+		Observe:  observe,
 	}
 	a.cs.base, a.cs.unmapped = base, unmapped
 }

@@ -25,7 +25,10 @@ do_constant_folding=False, dynamo=False, opset 17, input "input_ids" with dims "
     scaler.scale(loss).backward(), scaler.step(opt), scaler.update(); steps run until one has made
     the optimizer's state (GradScaler skips 16 to 21 at first), and the next is measured.
 With --trace SPEC the allocator's history of that scenario's measured step is kept (action, size,
-the innermost transformers/torch frame) in DIR/hf_traces.jsonl.gz.
+the innermost transformers/torch frame) in DIR/hf_traces.jsonl.gz; with HF_TRACE_FROM=warmup too
+it starts before the warm-up step, with every action's full name (segment_alloc, segment_free,
+free_requested, …) and "measured" marking where the measured step begins (the reserved residual
+of the tied heads' float32 steps, issue 38).
 Usage: python3 calibration/hf_models.py --out DIR [--models gpt2,bert] [--jobs 4]
 Writes DIR/hf_models.jsonl (the ground truth's line format with "seq"; the export and model lines,
 which predict does not take, were moved to results/hf_models_meta.jsonl) and DIR/hf/MODEL-train.onnx.
@@ -54,6 +57,7 @@ name, out_dir, what = sys.argv[1], sys.argv[2], sys.argv[3]
 float_sum = os.environ.get("HF_FLOAT_SUM") == "1"  # the first run's model steps: out.float().sum()
 loss_kind = os.environ.get("HF_LOSS", "ce")  # a train step's loss: "ce" (transformers') or "sum"
 trace = len(sys.argv) > 4 and sys.argv[4] == "trace"
+trace_warm = trace and os.environ.get("HF_TRACE_FROM") == "warmup"
 
 def build(name):
     torch.manual_seed(0)
@@ -183,6 +187,8 @@ try:
     if kind == "train_step":
         r.update(optimizer="AdamW", ema=False)
     try:
+        if trace_warm:
+            torch.cuda.memory._record_memory_history(enabled="all", context="alloc", stacks="python", max_entries=2000000)
         step()
         warm = 1
         # Under fp16 AMP GradScaler skips the optimizer's step while the scaled gradients overflow:
@@ -198,9 +204,11 @@ try:
             model.zero_grad(set_to_none=True)
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
-            if trace:
+            if trace and not trace_warm:
                 torch.cuda.memory._record_memory_history(enabled=None)
                 torch.cuda.memory._record_memory_history(enabled="all", context="alloc", stacks="python", max_entries=2000000)
+            if trace_warm:
+                mark = len(torch.cuda.memory._snapshot()["device_traces"][0])
             m0 = torch.cuda.memory_allocated()
             scale = scaler.get_scale() if scaler is not None and amp else None
             fwd = step()
@@ -217,10 +225,12 @@ try:
                          "segments": st["segment.all.current"]}
         if trace:
             ev = []
-            for e in torch.cuda.memory._snapshot()["device_traces"][0]:
+            for i, e in enumerate(torch.cuda.memory._snapshot()["device_traces"][0]):
+                if trace_warm and i == mark:
+                    ev.append(["measured", 0, 0, ""])
                 fr = [f for f in (e.get("frames") or []) if "transformers" in f["filename"] or "/torch/" in f["filename"]]
                 where = "%%s:%%d:%%s" %% (os.path.basename(fr[0]["filename"]), fr[0]["line"], fr[0]["name"]) if fr else ""
-                ev.append([e["action"][:2], e["size"], e["addr"] %% 100000007, where])
+                ev.append([e["action"] if trace_warm else e["action"][:2], e["size"], e["addr"] %% 100000007, where])
             r["trace"] = ev
     except torch.OutOfMemoryError:
         r["measured"] = {"oom": True}

@@ -258,19 +258,64 @@ func isIndex(s string) bool {
 }
 
 // Holds returns what a plain forward keeps alive: the layer loop's
-// references (x = layer(x), with the outputs that later layers read kept)
-// and every module's arguments until it returns; and which ops run in
-// place (InPlace).
+// references (x = layer(x), with the outputs that later layers read kept),
+// every module's arguments until it returns and a transformers body's
+// embedding locals (embeddingLocals); and which ops run in place
+// (InPlace).
 func (Family) Holds(f *schedule.Flow) *schedule.Holds {
-	h := &schedule.Holds{Until: f.ArgumentHolds(f.LastInScope())}
+	last := f.LastInScope()
+	h := &schedule.Holds{Until: f.ArgumentHolds(last)}
 	f.LayerLoop(h)
+	embeddingLocals(f, h, last)
 	h.InPlace = InPlace(f)
 	return h
 }
 
+// embeddingLocals holds the output of an embedding that the module running
+// a model's blocks calls itself until that module's last op: transformers'
+// GPT2Model, LlamaModel, Qwen2Model and OPTDecoder write inputs_embeds =
+// self.wte(input_ids) and position_embeds = self.wpe(position_ids) (or
+// self.embed_tokens, self.embed_positions) into locals of their forward
+// that they never rebind, so each lookup lives until that forward returns,
+// after the last block and the final norm; BERT's and DistilBERT's lookups
+// run inside their embeddings module, whose forward returns their sum.
+//
+// Worked example: GPT-2 at batch 4 and 512 tokens keeps wte's 6 MiB
+// lookup and wpe's 1.5 MiB through all twelve blocks. Freed after their
+// sum, they left a hole that the next dropout filled, where PyTorch takes a
+// new 20 MiB segment (calibration/results/hf_gpt2_warm_traces.jsonl.gz);
+// the segments that followed differed, and the lm_head's backward found no
+// free 393 MiB block for its second clone of the loss's gradient.
+func embeddingLocals(f *schedule.Flow, h *schedule.Holds, last map[string]int32) {
+	g := f.Graph()
+	lists := blockLists(g)
+	for i := range g.Nodes {
+		n := &g.Nodes[i]
+		if n.OpType != "Gather" || len(n.Inputs) < 2 || !f.Runs(int32(i)) {
+			continue
+		}
+		w := &g.Values[n.Inputs[0]]
+		if w.Kind != ir.Initializer || len(w.Dims) != 2 || !w.DType.IsFloat() {
+			continue
+		}
+		parts := nodePath(n.Name)
+		if len(parts) < 2 || !slices.Equal(lists[parts[0]], parts[:len(parts)-1]) {
+			continue
+		}
+		end, ok := last["/"+strings.Join(parts[:len(parts)-1], "/")+"/"]
+		if ok && end > int32(i) {
+			h.Until[i] = append(h.Until[i], schedule.Hold{V: n.Outputs[0], End: end})
+		}
+	}
+}
+
 // InPlace says, by node, which ops of the forward run in place, which the
-// graph cannot say: torch.onnx exports relu_ and relu alike. The rule is
-// the convention of torchvision's CNN modules, the common source of these
+// graph cannot say: torch.onnx exports relu_ and relu alike. A
+// transformers model (one whose layers are a list of blocks, blockLists)
+// runs none in place: its activations are ACT2FN's modules, nn.ReLU()
+// among them, and its sums residual + hidden_states (OPT's ReLU in place
+// put its float32 reserved peak 24% high). Otherwise the rule is the
+// convention of torchvision's CNN modules, the common source of these
 // graphs, read from their source:
 //
 //   - a Relu or HardSwish runs in place when its input is the output of a
@@ -328,6 +373,9 @@ func (Family) Holds(f *schedule.Flow) *schedule.Holds {
 func InPlace(f *schedule.Flow) []bool {
 	g := f.Graph()
 	ip := make([]bool, len(g.Nodes))
+	if len(blockLists(g)) > 0 {
+		return ip
+	}
 	for i := range g.Nodes {
 		n := &g.Nodes[i]
 		if !f.Runs(int32(i)) {
