@@ -69,7 +69,9 @@ func TestAccuracyDoc(t *testing.T) {
 		"each measured a model's scenarios one after another in one process, which `predict -sequence` simulates\n" +
 		"by default: a model's consecutive model_step lines run in one process, in order\n" +
 		"(the process replay of `internal/sim`). `peak_reserved, alone` is each model step by itself (`predict -alone`), what a\n" +
-		"line sent on its own gets. The files measured in fresh processes are predicted `-alone`.\n")
+		"line sent on its own gets. The files measured in fresh processes are predicted `-alone`.\n" +
+		"Public training logs of the official code on other cards (T4, V100, A100, RTX 3090 and 4090)\n" +
+		"against whole runs are in `docs/public-logs.md`.\n")
 	p := &predictor{root: ".", models: map[string]loaded{}, sequence: true}
 	for _, src := range sources {
 		p.root, p.sequence, p.proc = src.root, src.inOrder, nil
