@@ -209,6 +209,35 @@ func TestBF16Refused(t *testing.T) {
 	}
 }
 
+// TestNoFlashBelowSm80 checks attention on cards without PyTorch's flash
+// kernel (below compute capability 8.0, T4 and V100): a transformer under
+// AMP simulates there (memory-efficient attention: schedule's
+// TestAttentionNoFlash); grouped-query attention in half precision, which
+// PyTorch then runs on its math kernel, is refused with the reason.
+func TestNoFlashBelowSm80(t *testing.T) {
+	vit, err := onnxmem.Load("../calibration/results/timm/deit_tiny_patch16_224-train.onnx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := vit.Simulate(onnxmem.Scenario{Batch: 8, AMP: true, Device: "t4"}); err != nil {
+		t.Errorf("deit_tiny on a t4 under AMP: %v", err)
+	}
+	llama, err := onnxmem.Load("../calibration/results/hf/llama-train.onnx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		dev string
+		amp bool
+		ok  bool
+	}{{"t4", true, false}, {"v100-16", true, false}, {"t4", false, true}, {"rtx4090", true, true}} {
+		_, err := llama.Simulate(onnxmem.Scenario{Batch: 1, Seq: 64, AMP: c.amp, Device: c.dev})
+		if c.ok != (err == nil) || err != nil && !strings.Contains(err.Error(), "without flash attention") {
+			t.Errorf("llama on %s, amp %v: %v; want refused %v, saying why", c.dev, c.amp, err, !c.ok)
+		}
+	}
+}
+
 // TestScriptCuBLASWorkspace checks that a YOLOv9 train step keeps the
 // cuBLAS workspace that train_dual.py's init_seeds(deterministic=True)
 // sets, CUBLAS_WORKSPACE_CONFIG=:4096:8 (32 MiB), on a card whose own

@@ -176,7 +176,7 @@ func (m *Model) options(sc Scenario) (Scenario, sim.Options, error) {
 	case sc.BF16 && !cards.Device(d).BF16():
 		return sc, o, fmt.Errorf("onnxmem: bf16 on %s: bfloat16 autocast needs compute capability 8.0 (Ampere) or newer, and the %s is %s: use float16 AMP", d.Name, d.Long, d.Capability)
 	}
-	o.Capacity, o.CuBLASWorkspace = d.Usable(), d.CuBLASWorkspace
+	o.Capacity, o.CuBLASWorkspace, o.NoFlash = d.Usable(), d.CuBLASWorkspace, !cards.Device(d).Flash()
 	if sc.GPUs > 0 {
 		o.Capacity -= cards.NCCL // each rank's NCCL, beside its context
 	}

@@ -4,8 +4,10 @@ import "github.com/onnxmem/onnxmem/ir"
 
 // scaled_dot_product_attention on a CUDA device, fused (the generic
 // family's ScaledDotProductAttention): under autocast the flash kernel
-// (_scaled_dot_product_flash_attention, half inputs), in float32
-// memory-efficient attention (_scaled_dot_product_efficient_attention).
+// (_scaled_dot_product_flash_attention, half inputs), in float32, and on
+// a card without flash attention (below sm 8.0, Config.NoFlash) in any
+// type, memory-efficient attention
+// (_scaled_dot_product_efficient_attention).
 // Both save query, key, value, the output and a float32 logsumexp for
 // their backward; the flash kernel also saves the philox seed and offset
 // it drew. calibration/convnext_vit_ops.py measured both, in ViT's encoder.
@@ -32,8 +34,11 @@ func attentionForward(o *fwdOp) {
 	for _, x := range []ir.ValueID{q, k, v} {
 		o.save(x)
 	}
+	flash := o.lower && !o.cfg.NoFlash
 	if o.lower {
 		o.dt[y] = o.low()
+	}
+	if flash {
 		for range 2 {
 			o.own(o.alloc(8, Stats, ir.NoValue))
 		}
@@ -52,13 +57,13 @@ func attentionForward(o *fwdOp) {
 	d := s.Dims[y]
 	st := o.denseStrides(q)
 	switch {
-	case o.lower && dense(s.Dims[q], st):
+	case flash && dense(s.Dims[q], st):
 		o.setLayout(y, st) // empty_like keeps a dense q's strides
 	case len(d) == 4:
 		o.setLayout(y, permuteStrides(rowMajor([]int64{d[0], d[2], d[1], d[3]}), []int64{0, 2, 1, 3}))
 	}
 	rows := s.Elems(q) / max(s.Dims[q][len(s.Dims[q])-1], 1)
-	if !o.lower {
+	if !flash {
 		l := s.Dims[q][len(s.Dims[q])-2]
 		rows = rows / max(l, 1) * ((l + 31) / 32 * 32)
 	}
@@ -79,7 +84,7 @@ func attentionBackward(o *bwdOp) {
 	y := o.outs[0]
 	q := n.Inputs[0]
 	rows := s.Elems(q) / max(s.Dims[q][len(s.Dims[q])-1], 1)
-	flash := o.autocast()
+	flash := o.autocast() && !o.cfg.NoFlash
 	gqa := n.IntAttr("gqa", 0) != 0
 	if gqa && !flash && o.dt[q] == ir.Float32 {
 		mathAttentionBackward(o)

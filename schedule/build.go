@@ -71,6 +71,11 @@ type Config struct {
 	// chooses its own algorithms for it, so its 2-byte ConvCalls say BF16.
 	// It means nothing without AMP (Half is float16).
 	BF16 bool
+	// NoFlash says the card has no flash attention kernel (compute
+	// capability below 8.0: sdp_utils.cpp's
+	// check_flash_attention_hardware_support): fused attention in half
+	// precision runs the memory-efficient kernel, as it does in float32.
+	NoFlash bool
 	// Train, when not nil, runs a full training step around the network, as
 	// the family's training script does: the batch's upload, the loss, the
 	// optimizer step and the EMA update, with the EMA copy, the optimizer's

@@ -44,11 +44,12 @@ func printDevices(w io.Writer, ds []onnxmem.Device) error {
 	}
 	tw := newTable(w)
 	// Names are padded so that the right-aligned table shows them aligned left.
-	fmt.Fprintf(tw, "%-*s\tsm\ttotal GiB\tcontext GiB\tusable GiB\tcuBLAS MiB\tcuDNN\tbf16\t  model\n", width, "device")
+	fmt.Fprintf(tw, "%-*s\tsm\ttotal GiB\tcontext GiB\tusable GiB\tcuBLAS MiB\tcuDNN\tbf16\tflash\t  model\n", width, "device")
 	for _, d := range ds {
 		js := newDeviceJSON(d)
-		fmt.Fprintf(tw, "%-*s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t  %s\n", width, d.Name, cmpOr(d.Capability, "?"), gib(d.Total), gib(d.Context), gib(d.Usable()),
-			strconv.FormatFloat(float64(d.CuBLASWorkspace)/(1<<20), 'f', -1, 64), js.Workspaces, map[bool]string{true: "yes", false: "no"}[js.BF16], d.Long)
+		yes := map[bool]string{true: "yes", false: "no"}
+		fmt.Fprintf(tw, "%-*s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t  %s\n", width, d.Name, cmpOr(d.Capability, "?"), gib(d.Total), gib(d.Context), gib(d.Usable()),
+			strconv.FormatFloat(float64(d.CuBLASWorkspace)/(1<<20), 'f', -1, 64), js.Workspaces, yes[js.BF16], yes[js.Flash], d.Long)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -57,7 +58,9 @@ func printDevices(w io.Writer, ds []onnxmem.Device) error {
 		"step fits when it runs to its end under it. cuBLAS: PyTorch's default\n"+
 		"workspace, resident in train and eval steps. cuDNN: its workspaces measured on\n"+
 		"the card, or a band (from none to the H200's) in every answer. bf16: bfloat16\n"+
-		"autocast runs there (sm 8.0 and newer). torch 2.11's cu128 and cu130 builds need\n"+
+		"autocast runs there (sm 8.0 and newer). flash: scaled_dot_product_attention's\n"+
+		"flash kernel (sm 8.0 and newer); below, its memory-efficient kernel in every\n"+
+		"type. torch 2.11's cu128 and cu130 builds need\n"+
 		"sm 7.5; an older card runs its cu126 build.\n\nsources:\n")
 	for _, d := range ds {
 		fmt.Fprintf(w, "  %-*s  %s\n", width, d.Name, d.Sources)
@@ -80,24 +83,27 @@ type deviceJSON struct {
 	CuBLASWorkspace int64  `json:"cublas_workspace"`
 	// Workspaces is "measured" where cuDNN's workspaces were measured
 	// (Device.Exact), else "band"; BF16 says bfloat16 autocast runs there
-	// (sm 8.0 and newer); TorchBuilds are the CUDA builds of torch 2.11
-	// made for the card ("" when its compute capability is unknown).
+	// (sm 8.0 and newer), Flash that scaled_dot_product_attention has its
+	// flash kernel there (sm 8.0 and newer); TorchBuilds are the CUDA
+	// builds of torch 2.11 made for the card ("" when its compute
+	// capability is unknown).
 	Workspaces  string `json:"cudnn_workspaces"`
 	BF16        bool   `json:"bf16"`
+	Flash       bool   `json:"flash_attention"`
 	TorchBuilds string `json:"torch_builds,omitempty"`
 	Sources     string `json:"sources,omitempty"`
 }
 
 func newDeviceJSON(d onnxmem.Device) deviceJSON {
 	js := deviceJSON{Name: d.Name, Model: d.Long, Capability: d.Capability, Total: d.Total, Context: d.Context, Usable: d.Usable(),
-		CuBLASWorkspace: d.CuBLASWorkspace, Workspaces: "band", BF16: true, Sources: d.Sources}
+		CuBLASWorkspace: d.CuBLASWorkspace, Workspaces: "band", BF16: true, Flash: true, Sources: d.Sources}
 	if d.Exact() {
 		js.Workspaces = "measured"
 	}
 	if c, err := strconv.ParseFloat(d.Capability, 64); err == nil {
 		// torch 2.11's CUDA 12.8 and 13.0 wheels are built for sm 7.5 and
 		// newer; its CUDA 12.6 build still covers sm 5.0 to 9.0.
-		js.BF16, js.TorchBuilds = c >= 8, "cu126"
+		js.BF16, js.Flash, js.TorchBuilds = c >= 8, c >= 8, "cu126"
 		if c >= 7.5 {
 			js.TorchBuilds = "cu126, cu128, cu130"
 		}

@@ -31,6 +31,16 @@ func (d Device) BF16() bool {
 	return err != nil || c >= 8
 }
 
+// Flash reports whether PyTorch runs its flash attention kernel on the
+// card: compute capability 8.0 to 12.1
+// (sdp_utils.cpp's check_flash_attention_hardware_support); true for a
+// card of unknown capability. Below, scaled_dot_product_attention takes
+// the memory-efficient kernel in half precision too.
+func (d Device) Flash() bool {
+	c, err := strconv.ParseFloat(d.Capability, 64)
+	return err != nil || c >= 8
+}
+
 // Measured reports whether cuDNN's convolution workspaces were measured
 // on the card: the H200's table (package cudnn), which the H100's
 // measurements match call for call. On any other card, and on one given

@@ -412,6 +412,10 @@ type Options struct {
 	// one that needs none), the bottom of the band of a card whose
 	// workspaces were not measured.
 	NoConvWorkspace bool `json:",omitempty"`
+	// NoFlash runs fused attention without the flash kernel, as on a card
+	// below compute capability 8.0: memory-efficient attention in half
+	// precision too (schedule.Config.NoFlash).
+	NoFlash bool `json:",omitempty"`
 	// Family, when not empty, names the model family to simulate the graph
 	// as (see Families), in place of the one detected.
 	Family string `json:",omitempty"`
@@ -723,7 +727,14 @@ func (m *Model) build(p *prepared, sc Options, workspace func(schedule.ConvCall)
 		return nil, nil, err
 	}
 	var calls []convCall
-	cfg := schedule.Config{CuBLASWorkspace: sc.CuBLASWorkspace, CuBLASLtWorkspace: CuBLASLtWorkspace, Holder: p,
+	if sc.NoFlash && (sc.AMP || sc.Half) {
+		for i := range p.graph.Nodes {
+			if n := &p.graph.Nodes[i]; n.OpType == "ScaledDotProductAttention" && n.IntAttr("gqa", 0) != 0 {
+				return nil, nil, fmt.Errorf("onnxmem: %s: node %s: grouped-query attention in half precision on a card without flash attention (compute capability below 8.0) runs PyTorch's math kernel on float32 copies, which onnxmem does not simulate: simulate it in float32 or on a card of sm 8.0 or newer", m.Name, n.Name)
+			}
+		}
+	}
+	cfg := schedule.Config{CuBLASWorkspace: sc.CuBLASWorkspace, CuBLASLtWorkspace: CuBLASLtWorkspace, Holder: p, NoFlash: sc.NoFlash,
 		Workspace: func(c schedule.ConvCall) int64 {
 			ws := workspace(c)
 			calls = append(calls, convCall{c, ws})

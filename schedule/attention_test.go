@@ -1,0 +1,65 @@
+package schedule
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/onnxmem/onnxmem/internal/onnxbuild"
+	"github.com/onnxmem/onnxmem/ir"
+)
+
+// TestAttentionNoFlash checks the fused attention's buffers under
+// autocast with and without the flash kernel (Config.NoFlash, a card below
+// sm 8.0): q, k and v of [2 4 16 16] in float16. The flash kernel draws
+// two 8-byte seeds and a logsumexp of 2·4·16 rows; memory-efficient
+// attention draws no seed and pads each head's 16 rows to 32. In the
+// backward both copy the output's gradient, an expanded sum's seed here
+// (float16, 4,096 bytes); then the flash kernel takes one float32
+// buffer, q's gradient accumulator and the rows' delta (2·4·16·16·4 +
+// 128·4 + 256 bytes), memory-efficient attention the delta alone.
+func TestAttentionNoFlash(t *testing.T) {
+	bd := onnxbuild.New("attention")
+	x := bd.Input("x", 4)
+	a, c, d := bd.Module("a").Conv(x, 4, 1, 1), bd.Module("c").Conv(x, 4, 1, 1), bd.Module("d").Conv(x, 4, 1, 1)
+	for _, o := range bd.Module("op").Node("ScaledDotProductAttention", []string{a.Name, c.Name, d.Name}, 1) {
+		bd.Output(onnxbuild.T{Name: o})
+	}
+	data, err := bd.Bytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := ir.Load(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := g.Infer(ir.Binding{Batch: 2, Height: 16, Width: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		noFlash bool
+		want    []string
+	}{
+		{false, []string{"forward stats 8", "forward stats 8", "forward stats 512", "backward copy 4096", "backward grad 8960"}},
+		{true, []string{"forward stats 1024", "backward copy 4096", "backward stats 512"}},
+	} {
+		p, err := Build(g, s, Config{Precision: AMP, NoFlash: tc.noFlash})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, e := range p.Events {
+			buf := p.Buffers[e.Buf]
+			if e.Free || buf.Node < 0 || g.Nodes[buf.Node].Name != "/op/ScaledDotProductAttention" {
+				continue
+			}
+			if buf.Kind == Stats || buf.Kind == Copy || (buf.Kind == Grad && e.Phase == Backward && buf.Value == ir.NoValue) {
+				got = append(got, fmt.Sprintf("%s %s %d", e.Phase, buf.Kind, buf.Bytes))
+			}
+		}
+		if diff := cmp.Diff(tc.want, got); diff != "" {
+			t.Errorf("NoFlash %v: the attention's own buffers differ (-want +got):\n%s", tc.noFlash, diff)
+		}
+	}
+}
