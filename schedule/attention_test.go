@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/onnxmem/onnxmem/internal/onnxbuild"
 	"github.com/onnxmem/onnxmem/ir"
 )
 
@@ -19,24 +18,13 @@ import (
 // buffer, q's gradient accumulator and the rows' delta (2·4·16·16·4 +
 // 128·4 + 256 bytes), memory-efficient attention the delta alone.
 func TestAttentionNoFlash(t *testing.T) {
-	bd := onnxbuild.New("attention")
-	x := bd.Input("x", 4)
-	a, c, d := bd.Module("a").Conv(x, 4, 1, 1), bd.Module("c").Conv(x, 4, 1, 1), bd.Module("d").Conv(x, 4, 1, 1)
-	for _, o := range bd.Module("op").Node("ScaledDotProductAttention", []string{a.Name, c.Name, d.Name}, 1) {
-		bd.Output(onnxbuild.T{Name: o})
+	var sdpa oneOp
+	for _, tc := range oneOps {
+		if tc.op == "ScaledDotProductAttention" {
+			sdpa = tc
+		}
 	}
-	data, err := bd.Bytes()
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := ir.Load(data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := g.Infer(ir.Binding{Batch: 2, Height: 16, Width: 16})
-	if err != nil {
-		t.Fatal(err)
-	}
+	g, s, _, _, _ := oneOpGraph(t, sdpa)
 	for _, tc := range []struct {
 		noFlash bool
 		want    []string

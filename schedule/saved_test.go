@@ -190,12 +190,14 @@ type savedBuf struct {
 	Bytes int64
 }
 
-// checkSaved runs tc's forward at batch 2 in precision prec and compares
-// what its node saves with row r.
-func checkSaved(t *testing.T, r ir.Op, tc oneOp, prec Precision) {
+// oneOpGraph builds tc's graph: three 1×1 convs a, c and d of an input x
+// of 4 channels, and the op of tc on them (the module "op"), as its
+// outputs; shaped at batch 2 and 16×16.
+func oneOpGraph(t *testing.T, tc oneOp) (g *ir.Graph, s *ir.Shapes, a, c, d onnxbuild.T) {
+	t.Helper()
 	bd := onnxbuild.New(tc.op)
 	x := bd.Input("x", 4)
-	a, c, d := bd.Module("a").Conv(x, 4, 1, 1), bd.Module("c").Conv(x, 4, 1, 1), bd.Module("d").Conv(x, 4, 1, 1)
+	a, c, d = bd.Module("a").Conv(x, 4, 1, 1), bd.Module("c").Conv(x, 4, 1, 1), bd.Module("d").Conv(x, 4, 1, 1)
 	for _, o := range tc.build(bd.Module("op"), x, a, c, d) {
 		bd.Output(onnxbuild.T{Name: o})
 	}
@@ -203,14 +205,19 @@ func checkSaved(t *testing.T, r ir.Op, tc oneOp, prec Precision) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := ir.Load(data)
-	if err != nil {
+	if g, err = ir.Load(data); err != nil {
 		t.Fatal(err)
 	}
-	s, err := g.Infer(ir.Binding{Batch: 2, Height: 16, Width: 16})
-	if err != nil {
+	if s, err = g.Infer(ir.Binding{Batch: 2, Height: 16, Width: 16}); err != nil {
 		t.Fatal(err)
 	}
+	return g, s, a, c, d
+}
+
+// checkSaved runs tc's forward at batch 2 in precision prec and compares
+// what its node saves with row r.
+func checkSaved(t *testing.T, r ir.Op, tc oneOp, prec Precision) {
+	g, s, a, c, d := oneOpGraph(t, tc)
 	b, err := newBuilder(g, s, Config{Precision: prec})
 	if err != nil {
 		t.Fatal(err)

@@ -245,17 +245,7 @@ func TestCausalLM(t *testing.T) {
 		{"hf/qwen2-train.onnx", true}, {"hf/opt-train.onnx", true},
 		{"hf/bert-train.onnx", false}, {"hf/distilbert-train.onnx", false},
 	} {
-		b, err := os.ReadFile(measured.Path(tc.file))
-		if err != nil {
-			t.Fatal(err)
-		}
-		g, err := ir.Load(b)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if g, err = (Family{}).Prepare(g); err != nil {
-			t.Fatal(err)
-		}
+		g := preparedExport(t, tc.file)
 		if got := causalLM(g); got != tc.causal {
 			t.Errorf("%s: causal %v, want %v", tc.file, got, tc.causal)
 		}
@@ -263,6 +253,24 @@ func TestCausalLM(t *testing.T) {
 			t.Errorf("%s: loss %+v, want upcast %v", tc.file, r.Loss, tc.causal)
 		}
 	}
+}
+
+// preparedExport loads one of calibration/results' exports and prepares it
+// as the generic family does.
+func preparedExport(t *testing.T, file string) *ir.Graph {
+	t.Helper()
+	b, err := os.ReadFile(measured.Path(file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := ir.Load(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g, err = (Family{}).Prepare(g); err != nil {
+		t.Fatal(err)
+	}
+	return g
 }
 
 // recTape records a loss's allocations as their sizes and its frees as
@@ -288,17 +296,7 @@ func TestTransformerLayers(t *testing.T) {
 		file   string
 		layers int
 	}{{"hf/gpt2-train.onnx", 18}, {"hf/bert-train.onnx", 15}, {"hf/llama-train.onnx", 11}} {
-		b, err := os.ReadFile(measured.Path(tc.file))
-		if err != nil {
-			t.Fatal(err)
-		}
-		g, err := ir.Load(b)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if g, err = (Family{}).Prepare(g); err != nil {
-			t.Fatal(err)
-		}
+		g := preparedExport(t, tc.file)
 		last := -1
 		for _, n := range g.Nodes {
 			if n.Layer >= 0 && n.Layer < last {
