@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -32,8 +33,15 @@ type publicLog struct {
 		GPUMem    string `json:"gpu_mem"`
 		Instances int64
 	} `json:"gpu_mem"`
-	OOM json.RawMessage
+	OOM string
 }
+
+// capacity matches the card's memory in PyTorch's out-of-memory message,
+// and unserved a request that failed with more than it free.
+var (
+	capacity = regexp.MustCompile(`total capacity of ([0-9.]+) GiB`)
+	unserved = regexp.MustCompile(`allocate ([0-9.]+) MiB\. GPU 0 has a total capacity of [0-9.]+ GiB of which ([0-9.]+) GiB is free`)
+)
 
 var updatePublicLogs = flag.Bool("update", false, "rewrite docs/public-logs.md from the predictions")
 
@@ -78,6 +86,16 @@ func predictLog(l publicLog) logPrediction {
 	dev, ok := logCards[l.Card]
 	if !ok && l.CardMiB > 0 {
 		dev, ok = fmt.Sprintf("%dMiB", l.CardMiB), true
+	}
+	if m := unserved.FindStringSubmatch(l.OOM); m != nil {
+		req, _ := strconv.ParseFloat(m[1], 64)
+		free, _ := strconv.ParseFloat(m[2], 64)
+		if free*1024 > req {
+			return logPrediction{skip: fmt.Sprintf("ran out of memory asking %s MiB with %s GiB free: memory held outside PyTorch (another process, the driver), not the card's capacity, set the limit", m[1], m[2])}
+		}
+	}
+	if m := capacity.FindStringSubmatch(l.OOM); !ok && m != nil {
+		dev, ok = m[1]+"GiB", true
 	}
 	if !ok {
 		return logPrediction{skip: fmt.Sprintf("card %q: no profile and no memory printed", l.Card)}
@@ -159,7 +177,8 @@ const denseBoxes = 20
 // calibration/public_logs holds, from what a user would know of their run
 // (model, classes, batch, image size, the dataset's image counts, the
 // boxes its batches show, the card), and checks the verdict (no run that
-// completed is said not to fit, but on a dense dataset) and GPU_mem: at the end of the first
+// completed is said not to fit, but on a dense dataset; no run that ran
+// out of memory is said to fit) and GPU_mem: at the end of the first
 // epoch and of the second (after the first validation), the ratio's
 // median within 10% of 1 and most within 10%. docs/public-logs.md holds
 // the table (-update rewrites it).
@@ -175,7 +194,7 @@ func TestPublicLogs(t *testing.T) {
 	var table strings.Builder
 	table.WriteString("| log | card | cfg | batch | img | GPU_mem epoch 0 | onnxmem | ratio | GPU_mem epoch 1 | onnxmem | ratio | verdict |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	var ratios []float64
-	var skipped strings.Builder
+	var skipped, oom strings.Builder
 	sc := bufio.NewScanner(f)
 	sc.Buffer(nil, 1<<20)
 	simulated := 0
@@ -184,13 +203,17 @@ func TestPublicLogs(t *testing.T) {
 		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
 			t.Fatal(err)
 		}
-		if len(l.GPUMem) == 0 {
-			fmt.Fprintf(&skipped, "- `%s`: no GPU_mem logged (an out-of-memory report)\n", l.ID)
-			continue
-		}
 		p := predictLog(l)
 		if p.skip != "" {
 			fmt.Fprintf(&skipped, "- `%s`: %s\n", l.ID, p.skip)
+			continue
+		}
+		if l.OOM != "" {
+			// A run that ran out of memory: onnxmem must not say it fits.
+			if p.verdict == "fits" {
+				t.Errorf("%s: the run ran out of memory on a %s card; onnxmem says it fits", l.ID, p.device)
+			}
+			fmt.Fprintf(&oom, "| [%s](%s) | %s | %s | %d | %d | %s |\n", l.ID, l.Source, p.device, l.Cfg, l.Batch, l.Imgsz, p.verdict)
 			continue
 		}
 		simulated++
@@ -225,6 +248,9 @@ func TestPublicLogs(t *testing.T) {
 	if err := sc.Err(); err != nil {
 		t.Fatal(err)
 	}
+	if simulated == 0 || len(ratios) == 0 {
+		t.Fatal("no log simulated")
+	}
 	slices.Sort(ratios)
 	within := 0
 	for _, r := range ratios {
@@ -258,6 +284,10 @@ its counts' tail unknown: the verdict is shown, not checked.
 
 `)
 	doc.WriteString(summary + "\n\n" + table.String())
+	if oom.Len() > 0 {
+		doc.WriteString("\nRuns that ran out of memory (the card's memory from PyTorch's message; its verdict must not be \"fits\"):\n\n" +
+			"| log | card | cfg | batch | img | verdict |\n|---|---|---|---|---|---|\n" + oom.String())
+	}
 	if skipped.Len() > 0 {
 		doc.WriteString("\nNot simulated:\n\n" + skipped.String())
 	}

@@ -111,9 +111,19 @@ func attentionBackward(o *bwdOp) {
 			expanded = append(expanded, o.scratch(s.Elems(x)*int64(groups(s, n))*o.low().Size(), Grad))
 		}
 	}
-	if flash {
+	switch {
+	case flash:
 		o.freeScratch(o.scratch(s.Elems(q)*4+rows*4+256, Grad))
-	} else {
+	case o.autocast():
+		// Memory-efficient attention on half inputs (a card without
+		// flash) accumulates q's gradient in a float32 workspace
+		// (kernel_backward.h's workspace_elements_gq, kNeedsAccumGradQ
+		// where the output type is not the accumulator's; its blocks'
+		// padding not counted), beside the rows' delta: from the
+		// kernel's source, not measured.
+		o.freeScratch(o.scratch(rows*4, Stats))
+		o.freeScratch(o.scratch(s.Elems(q)*4, Grad))
+	default:
 		o.freeScratch(o.scratch(rows*4, Stats))
 	}
 	for _, e := range expanded {

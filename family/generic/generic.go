@@ -274,18 +274,20 @@ func (Family) Holds(f *schedule.Flow) *schedule.Holds {
 // embeddingLocals holds the output of an embedding that the module running
 // a model's blocks calls itself until that module's last op: transformers'
 // GPT2Model, LlamaModel, Qwen2Model and OPTDecoder write inputs_embeds =
-// self.wte(input_ids) and position_embeds = self.wpe(position_ids) (or
-// self.embed_tokens, self.embed_positions) into locals of their forward
-// that they never rebind, so each lookup lives until that forward returns,
+// self.wte(input_ids) (self.embed_tokens) into a local of their forward
+// that they never rebind, so the lookup lives until that forward returns,
 // after the last block and the final norm; BERT's and DistilBERT's lookups
 // run inside their embeddings module, whose forward returns their sum.
+// (position_embeds, a lookup of positions made from shapes alone, is not
+// materialized by the replay at all, like other values computed from
+// parameters alone.)
 //
 // Worked example: GPT-2 at batch 4 and 512 tokens keeps wte's 6 MiB
-// lookup and wpe's 1.5 MiB through all twelve blocks. Freed after their
-// sum, they left a hole that the next dropout filled, where PyTorch takes a
-// new 20 MiB segment (calibration/results/hf_gpt2_warm_traces.jsonl.gz);
-// the segments that followed differed, and the lm_head's backward found no
-// free 393 MiB block for its second clone of the loss's gradient.
+// lookup through all twelve blocks. Freed after the sum, it left a hole
+// that the next dropout filled, where PyTorch takes a new 20 MiB segment
+// (calibration/results/hf_gpt2_warm_traces.jsonl.gz); the segments that
+// followed differed, and the lm_head's backward found no free 393 MiB
+// block for its second clone of the loss's gradient.
 func embeddingLocals(f *schedule.Flow, h *schedule.Holds, last map[string]int32) {
 	g := f.Graph()
 	lists := blockLists(g)
@@ -309,10 +311,22 @@ func embeddingLocals(f *schedule.Flow, h *schedule.Holds, last map[string]int32)
 	}
 }
 
+// tokenModel reports whether g takes token ids: an integer graph input, a
+// text model's input_ids.
+func tokenModel(g *ir.Graph) bool {
+	for _, v := range g.Inputs {
+		switch g.Values[v].DType {
+		case ir.Int64, ir.Int32:
+			return true
+		}
+	}
+	return false
+}
+
 // InPlace says, by node, which ops of the forward run in place, which the
 // graph cannot say: torch.onnx exports relu_ and relu alike. A
-// transformers model (one whose layers are a list of blocks, blockLists)
-// runs none in place: its activations are ACT2FN's modules, nn.ReLU()
+// transformers text model (one that takes token ids, tokenModel) runs
+// none in place: its activations are ACT2FN's modules, nn.ReLU()
 // among them, and its sums residual + hidden_states (OPT's ReLU in place
 // put its float32 reserved peak 24% high). Otherwise the rule is the
 // convention of torchvision's CNN modules, the common source of these
@@ -373,7 +387,7 @@ func embeddingLocals(f *schedule.Flow, h *schedule.Holds, last map[string]int32)
 func InPlace(f *schedule.Flow) []bool {
 	g := f.Graph()
 	ip := make([]bool, len(g.Nodes))
-	if len(blockLists(g)) > 0 {
+	if tokenModel(g) {
 		return ip
 	}
 	for i := range g.Nodes {

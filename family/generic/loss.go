@@ -53,7 +53,12 @@ type crossEntropy struct{ upcast bool }
 
 // causalLM reports whether g is a causal language model's graph: some
 // comparison takes two values that both come from a Range (positions
-// against positions).
+// against positions). Positions flow through index arithmetic, not into
+// a lookup's float rows (an embedding's Gather is marked by its table, not
+// its indices) nor into a value typed float. An encoder-decoder's decoder
+// mask is causal too, and its loss (BART's, T5's CrossEntropyLoss) takes
+// the logits as they are: such a graph, with two token inputs, is not
+// told apart.
 func causalLM(g *ir.Graph) bool {
 	if g == nil {
 		return false
@@ -62,7 +67,10 @@ func causalLM(g *ir.Graph) bool {
 	for i := range g.Nodes {
 		n := &g.Nodes[i]
 		r := n.OpType == "Range"
-		for _, in := range n.Inputs {
+		for j, in := range n.Inputs {
+			if n.OpType == "Gather" && j > 0 {
+				break
+			}
 			r = r || (in != ir.NoValue && fromRange[in])
 		}
 		switch n.OpType {
@@ -72,7 +80,7 @@ func causalLM(g *ir.Graph) bool {
 			}
 		}
 		for _, o := range n.Outputs {
-			fromRange[o] = r
+			fromRange[o] = r && !g.Values[o].DType.IsFloat()
 		}
 	}
 	return false

@@ -32,10 +32,11 @@ func (d Device) BF16() bool {
 }
 
 // Flash reports whether PyTorch runs its flash attention kernel on the
-// card: compute capability 8.0 to 12.1
-// (sdp_utils.cpp's check_flash_attention_hardware_support); true for a
-// card of unknown capability. Below, scaled_dot_product_attention takes
-// the memory-efficient kernel in half precision too.
+// card: compute capability 8.0 and newer (sdp_utils.cpp's
+// check_flash_attention_hardware_support takes 8.0 to 12.1, beyond every
+// listed card); true for a card of unknown capability. Below,
+// scaled_dot_product_attention takes the memory-efficient kernel in half
+// precision too.
 func (d Device) Flash() bool {
 	c, err := strconv.ParseFloat(d.Capability, 64)
 	return err != nil || c >= 8

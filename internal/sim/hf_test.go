@@ -38,9 +38,9 @@ type hfLine struct {
 // gradient summed out of place in float32, transformers' SDPA with its
 // mask folded into the fused kernel, grouped-query attention on the math
 // kernel in float32, GPT-2's tanh GELU with pow in autocast's fp32 list,
-// the token and position lookups that GPT2Model keeps in its locals to
-// its end (embeddingLocals: GPT-2's float32 reserved peaks were 7 to 10%
-// high without them). Reserved peaks are within 2.5% but for GPT-2's
+// the token lookup that GPT2Model keeps in a local to its end
+// (embeddingLocals: GPT-2's float32 reserved peaks were 7 to 10% high
+// without it). Reserved peaks are within 2.5% but for GPT-2's
 // AMP model steps at batch 8 and 512 tokens, 7.2% high with SDPA and
 // 4.9% with eager attention (an open residual of issue 38).
 func TestHFModelSteps(t *testing.T) {
