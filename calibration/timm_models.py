@@ -14,6 +14,9 @@ and measured in the same fresh process:
     m0, after_fwd, peak, peak_req, peak_reserved; torch.cuda.empty_cache() before each scenario.
 With TIMM_TRACE=B:amp|fp32 the measured step of that scenario is traced (the allocator's
 actions, sizes and innermost timm or torch frame), kept in DIR/timm_traces.jsonl.gz.
+With TIMM_SDPA=efficient every forward runs under
+torch.nn.attention.sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION): scaled_dot_product_attention on
+its memory-efficient kernel in float16 too, as on a card without flash attention (below sm 8.0).
 Networks run --jobs at a time, each in its own process (the caching allocator is per process);
 a network that fails to build, export or run is recorded with its error.
 Usage: python3 calibration/timm_models.py --out DIR [--models a,b] [--batches 1,8,32] [--jobs 6]
@@ -37,7 +40,7 @@ MODELS = ["cspdarknet53", "cspresnet50", "darknet53", "repvgg_a2", "hrnet_w18_sm
           "resnest26d", "selecsls42b", "cs3darknet_m"]
 
 CHILD = r'''
-import io, json, os, sys, traceback
+import contextlib, io, json, os, sys, traceback
 sys.path.insert(0, %(here)r)
 import torch, timm
 from torchvision_more import strip_model
@@ -77,9 +80,14 @@ try:
     if export_error:
         m["export_error"] = export_error
     rec.append(m)
+    efficient = os.environ.get("TIMM_SDPA") == "efficient"
     def step(x, amp):
         model.zero_grad(set_to_none=True)
-        with torch.autocast("cuda", dtype=torch.float16, enabled=amp):
+        kernel = contextlib.nullcontext()
+        if efficient:
+            from torch.nn.attention import sdpa_kernel, SDPBackend
+            kernel = sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION)
+        with kernel, torch.autocast("cuda", dtype=torch.float16, enabled=amp):
             o = model(x)
         outs = tuple(o) if isinstance(o, (tuple, list)) else (o,)
         loss = None
