@@ -24,6 +24,8 @@ func FuzzPredictLine(f *testing.F) {
 		`{"kind":"model_step","model":"yolov9-t","batch":2,"img":320,"checkpoint":[[0,3]]}`,
 		`{"kind":"model_step","model":"yolov9-t","batch":-1,"img":320}`,
 		`{"kind":"model","model":"gelan-t","family":"generic","alloc_conf":"expandable_segments:True"}`,
+		`{"kind":"model_step","model":"yolov9-t","batch":2,"inputs":{"images":[2,3,320,256]}}`,
+		`{"kind":"max_batch","step":"model_step","model":"yolov9-t","inputs":{"images":[0,3,320,320]},"capacity_bytes":1000000000}`,
 		`not json`, `[1,2]`, `{}`,
 	} {
 		f.Add([]byte(s))

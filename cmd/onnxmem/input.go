@@ -25,6 +25,52 @@ func (f *flagSet) bindInput(path, spec string) error {
 	if err != nil {
 		return err
 	}
+	where := "-input " + quoteFlag(spec)
+	parts := strings.Split(strings.ReplaceAll(dims, "×", "x"), "x")
+	d := make([]int64, len(parts))
+	for i, p := range parts {
+		if i == 0 && p == "B" {
+			continue
+		}
+		n, err := strconv.ParseInt(p, 10, 64)
+		if err != nil || n < 1 {
+			return fmt.Errorf("onnxmem: %s: dim %d is %q: want a size of at least 1 (dim 0 may be B, the command's batch)", where, i, p)
+		}
+		d[i] = n
+	}
+	b, err := bindDims(m, name, d, where)
+	if err != nil {
+		return err
+	}
+	if b.seq > 0 {
+		f.img.Seq = b.seq
+	} else {
+		f.img.H, f.img.W = b.h, b.w
+	}
+	if d[0] == 0 {
+		return nil
+	}
+	if f.Lookup("batch") == nil {
+		return fmt.Errorf("onnxmem: %s: this command varies the batch itself: write B for dim 0", where)
+	}
+	if f.isSet("batch") {
+		if got := f.Lookup("batch").Value.String(); got != strconv.FormatInt(d[0], 10) {
+			return fmt.Errorf("onnxmem: %s: batch %d, and -batch %s: give one", where, d[0], got)
+		}
+		return nil
+	}
+	return f.Set("batch", strconv.FormatInt(d[0], 10))
+}
+
+// bound is what an input's dims set: a token input's sequence, or an
+// image's height and width.
+type bound struct{ seq, h, w int64 }
+
+// bindDims checks dims d (dim 0 the batch, 0 when the caller's) of m's
+// input name against its declared ones and returns what they set; where
+// names the flag or field in errors. It binds token ids [batch, sequence]
+// and the first image [batch, channels, height, width].
+func bindDims(m *sim.Model, name string, d []int64, where string) (bound, error) {
 	var in *sim.Input
 	var names []string
 	inputs := sim.Inputs(m.Graph)
@@ -35,59 +81,33 @@ func (f *flagSet) bindInput(path, spec string) error {
 		}
 	}
 	if in == nil {
-		return fmt.Errorf("onnxmem: -input %s: the model has no input %s; its inputs: %s", quoteFlag(spec), quoteFlag(name), strings.Join(names, ", "))
+		return bound{}, fmt.Errorf("onnxmem: %s: the model has no input %s; its inputs: %s", where, quoteFlag(name), strings.Join(names, ", "))
 	}
 	decl := in.Dims
-	parts := strings.Split(strings.ReplaceAll(dims, "×", "x"), "x")
-	if len(parts) != len(decl) {
-		return fmt.Errorf("onnxmem: -input %s: %d dims for input %s of rank %d", quoteFlag(spec), len(parts), name, len(decl))
-	}
-	d := make([]int64, len(parts))
-	for i, p := range parts {
-		if i == 0 && p == "B" {
-			continue
-		}
-		n, err := strconv.ParseInt(p, 10, 64)
-		if err != nil || n < 1 {
-			return fmt.Errorf("onnxmem: -input %s: dim %d is %q: want a size of at least 1 (dim 0 may be B, the command's batch)", quoteFlag(spec), i, p)
-		}
-		d[i] = n
+	if len(d) != len(decl) {
+		return bound{}, fmt.Errorf("onnxmem: %s: %d dims for input %s of rank %d", where, len(d), quoteFlag(name), len(decl))
 	}
 	switch {
 	case len(d) == 2 && in.Ints:
 		if s := decl[1]; s > 0 && s != d[1] {
-			return fmt.Errorf("onnxmem: -input %s: the export fixes %s's sequence at %d tokens: give %d, or export with a dynamic sequence", quoteFlag(spec), name, s, s)
+			return bound{}, fmt.Errorf("onnxmem: %s: the export fixes %s's sequence at %d tokens: give %d, or export with a dynamic sequence", where, quoteFlag(name), s, s)
 		}
-		f.img.Seq = d[1]
+		return bound{seq: d[1]}, nil
 	case len(d) == 4:
 		for _, other := range inputs {
 			if len(other.Dims) == 4 && other.Name != name {
-				return fmt.Errorf("onnxmem: -input %s: the image is the first input of rank 4, %s: onnxmem sizes that one", quoteFlag(spec), other.Name)
+				return bound{}, fmt.Errorf("onnxmem: %s: the image is the first input of rank 4, %s: onnxmem sizes that one", where, quoteFlag(other.Name))
 			}
 			if len(other.Dims) == 4 {
 				break
 			}
 		}
 		if c := decl[1]; c > 0 && c != d[1] {
-			return fmt.Errorf("onnxmem: -input %s: the export fixes %s's channels at %d", quoteFlag(spec), name, c)
+			return bound{}, fmt.Errorf("onnxmem: %s: the export fixes %s's channels at %d", where, quoteFlag(name), c)
 		}
-		f.img.H, f.img.W = d[2], d[3]
-	default:
-		return fmt.Errorf("onnxmem: -input %s: onnxmem binds token ids [batch, sequence] and images [batch, channels, height, width], and %s is of rank %d", quoteFlag(spec), name, len(d))
+		return bound{h: d[2], w: d[3]}, nil
 	}
-	if d[0] == 0 {
-		return nil
-	}
-	if f.Lookup("batch") == nil {
-		return fmt.Errorf("onnxmem: -input %s: this command varies the batch itself: write B for dim 0", quoteFlag(spec))
-	}
-	if f.isSet("batch") {
-		if got := f.Lookup("batch").Value.String(); got != strconv.FormatInt(d[0], 10) {
-			return fmt.Errorf("onnxmem: -input %s: batch %d, and -batch %s: give one", quoteFlag(spec), d[0], got)
-		}
-		return nil
-	}
-	return f.Set("batch", strconv.FormatInt(d[0], 10))
+	return bound{}, fmt.Errorf("onnxmem: %s: onnxmem binds token ids [batch, sequence] and images [batch, channels, height, width], and %s is of rank %d", where, quoteFlag(name), len(d))
 }
 
 // inputModel returns the engine's model at path, or the built-in model of

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -21,7 +22,7 @@ import (
 func cmdPredict(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	f := newFlagSet("predict",
 		"onnxmem predict [-root DIR] [-sequence] < SCENARIOS.jsonl",
-		"Predict reads scenarios as JSON Lines on stdin and writes one line for each\n(blank lines are skipped): the same object with \"predicted\" added, or with\n\"error\" when the scenario cannot be simulated. Model paths are relative to\n-root and stay inside it (no absolute path, no \"..\", no symbolic link out of\nit); a model that names no file there but a built-in model (onnxmem models)\nis that model, and \"model\": null means the built-in model of \"cfg\"; with\n\"nc\", a file whose head predicts other classes stands for the built-in\nmodel of \"cfg\" built with nc classes (Model(cfg, nc=nc)). An inference\nexport (export.py's) is simulated as the built-in model with its convolutions,\nwhich \"simulated_as\" names.\n\nKinds: model_step, train_step and eval_step (the ground truth's fields: batch,\nimg or img_h and img_w, amp, half, segments, nc, boxes_per_img (a number or each\nimage's count), optimizer, ema, trainer, prev_pred_alive,\nwarm_steps (the loop's iterations before the measured one, the last making\nthe optimizer's state: by default 4 under float16 amp, GradScaler skipping\nthe first three, and 1 otherwise), ...; and empty_cache, where the measuring\nharness empties the cache: before_step or before_warmup, by default the one\nof the ground truth of the model's family for model and eval steps and\nbefore_warmup for train steps, as a training loop runs; or never);\nmax_batch with \"step\" and \"capacity_bytes\", the caching allocator's\nlimit (int(f × total_memory) for set_per_process_memory_fraction(f); or\n\"fraction\" alone, f of the H200's total_memory; beside capacity_bytes,\nfraction is checked and says which f set it), which\nanswers {\"max_batch\", and the step's figures at it}; train_run with \"events\"\n(setup, train, val and ckpt; warm_steps as above when no train event is\nmarked \"skipped\"), which answers the run's peaks and the memory after\neach event (with \"gpus\": N, DDP over N GPUs, \"batch\" the total and\n\"sync_bn\" its --sync-bn: rank 0's run, and the other ranks' as\n\"other_ranks\", or with \"rank\" that rank's alone); and model, what the model holds once loaded: {\"params\",\n\"param_bytes\", \"buffer_bytes\", \"alloc_after_load\", \"n_layers\"}. A field that\na kind does not take, or a value that onnxmem does not simulate, is an error\nthat names it: never ignored.\n\nEach line is answered as it would run by itself, the first scenario of a fresh\nprocess: no line changes another's answer. -sequence is a measuring harness's\nmode: a model's model_step lines that follow each other run one after another\nin one process, as a harness that sweeps a model's scenarios measures them (the\ncaching allocator keeps what the earlier steps left, internal/sim.Process, which\nmoves reserved bytes); a line of another kind or model ends that process, and a\nline in error leaves it as it was. -alone, the default, is still accepted.",
+		"Predict reads scenarios as JSON Lines on stdin and writes one line for each\n(blank lines are skipped): the same object with \"predicted\" added, or with\n\"error\" when the scenario cannot be simulated. Model paths are relative to\n-root and stay inside it (no absolute path, no \"..\", no symbolic link out of\nit); a model that names no file there but a built-in model (onnxmem models)\nis that model, and \"model\": null means the built-in model of \"cfg\"; with\n\"nc\", a file whose head predicts other classes stands for the built-in\nmodel of \"cfg\" built with nc classes (Model(cfg, nc=nc)). An inference\nexport (export.py's) is simulated as the built-in model with its convolutions,\nwhich \"simulated_as\" names.\n\nKinds: model_step, train_step and eval_step (the ground truth's fields: batch,\nimg or img_h and img_w (a text model's seq, or any input's dims by name,\n\"inputs\": {\"input_ids\": [8, 512]}, dim 0 the batch), amp, half, segments, nc,\nboxes_per_img (a number or each image's count), optimizer, ema, trainer, prev_pred_alive,\nwarm_steps (the loop's iterations before the measured one, the last making\nthe optimizer's state: by default 4 under float16 amp, GradScaler skipping\nthe first three, and 1 otherwise), ...; and empty_cache, where the measuring\nharness empties the cache: before_step or before_warmup, by default the one\nof the ground truth of the model's family for model and eval steps and\nbefore_warmup for train steps, as a training loop runs; or never);\nmax_batch with \"step\" and \"capacity_bytes\", the caching allocator's\nlimit (int(f × total_memory) for set_per_process_memory_fraction(f); or\n\"fraction\" alone, f of the H200's total_memory; beside capacity_bytes,\nfraction is checked and says which f set it), which\nanswers {\"max_batch\", and the step's figures at it}; train_run with \"events\"\n(setup, train, val and ckpt; warm_steps as above when no train event is\nmarked \"skipped\"), which answers the run's peaks and the memory after\neach event (with \"gpus\": N, DDP over N GPUs, \"batch\" the total and\n\"sync_bn\" its --sync-bn: rank 0's run, and the other ranks' as\n\"other_ranks\", or with \"rank\" that rank's alone); and model, what the model holds once loaded: {\"params\",\n\"param_bytes\", \"buffer_bytes\", \"alloc_after_load\", \"n_layers\"}. A field that\na kind does not take, or a value that onnxmem does not simulate, is an error\nthat names it: never ignored.\n\nEach line is answered as it would run by itself, the first scenario of a fresh\nprocess: no line changes another's answer. -sequence is a measuring harness's\nmode: a model's model_step lines that follow each other run one after another\nin one process, as a harness that sweeps a model's scenarios measures them (the\ncaching allocator keeps what the earlier steps left, internal/sim.Process, which\nmoves reserved bytes); a line of another kind or model ends that process, and a\nline in error leaves it as it was. -alone, the default, is still accepted.",
 		"onnxmem predict -root ../shared < ../shared/groundtruth/calibration.jsonl")
 	root := f.String("root", ".", "`dir`ectory the scenarios' model paths are relative to")
 	f.Bool("alone", true, "simulate every line by itself, as the first scenario of a fresh process: the default")
@@ -157,9 +158,9 @@ var commonFields = []string{"kind", "cfg", "model", "measured", "family", "deter
 // stepFields are the fields of each kind of step beyond commonFields; a
 // max_batch line takes those of its "step" but "batch", plus its own.
 var stepFields = map[string][]string{
-	"model_step": {"batch", "img", "img_h", "img_w", "seq", "amp", "amp_dtype", "half", "segments", "checkpoint", "nc", "empty_cache"},
-	"eval_step":  {"batch", "img", "img_h", "img_w", "seq", "amp", "amp_dtype", "half", "segments", "nc", "empty_cache"},
-	"train_step": {"batch", "img", "img_h", "img_w", "seq", "amp", "amp_dtype", "half", "segments", "checkpoint", "nc", "boxes_per_img", "optimizer", "ema", "trainer", "prev_pred_alive", "warm_steps", "empty_cache"},
+	"model_step": {"batch", "img", "img_h", "img_w", "seq", "inputs", "amp", "amp_dtype", "half", "segments", "checkpoint", "nc", "empty_cache"},
+	"eval_step":  {"batch", "img", "img_h", "img_w", "seq", "inputs", "amp", "amp_dtype", "half", "segments", "nc", "empty_cache"},
+	"train_step": {"batch", "img", "img_h", "img_w", "seq", "inputs", "amp", "amp_dtype", "half", "segments", "checkpoint", "nc", "boxes_per_img", "optimizer", "ema", "trainer", "prev_pred_alive", "warm_steps", "empty_cache"},
 }
 
 // maxBatchFields are a max_batch line's own fields: the step it searches
@@ -311,6 +312,9 @@ func (p *predictor) simulate(obj map[string]json.RawMessage) (prediction, error)
 	if family := cmp.Or(sc.Family, m.Family); scErr == errNoBoxes && family != "generic" {
 		return prediction{}, fmt.Errorf("%w: the %s family's loss assigns each image's boxes", errNoBoxes, family)
 	}
+	if err := bindInputs(obj, m, &sc, kind == "max_batch"); err != nil {
+		return prediction{}, err
+	}
 	if kind == "model_step" && p.sequence {
 		return p.inProcess(m, sc)
 	}
@@ -443,8 +447,11 @@ func stepScenario(obj map[string]json.RawMessage, step string, search bool) (sim
 		return sc, fmt.Errorf("onnxmem: field \"seq\": %d: want a sequence length of at least 1", sc.Seq)
 	case img == 0 && h == 0 && sc.Seq > 0:
 		// A text model's line: its input is the sequence.
+	case img == 0 && h == 0 && obj["inputs"] != nil && string(obj["inputs"]) != "null":
+		// Its inputs' dims give the sizes, once the model is known
+		// (bindInputs).
 	case img == 0 && h == 0:
-		return sc, fmt.Errorf("onnxmem: missing field \"img\" (or \"img_h\" and \"img_w\", or a text model's \"seq\")")
+		return sc, fmt.Errorf("onnxmem: missing field \"img\" (or \"img_h\" and \"img_w\", or a text model's \"seq\", or \"inputs\")")
 	case h == 0:
 		h, w = img, img
 	case img != 0 && img != max(h, w):
@@ -487,7 +494,11 @@ func stepScenario(obj map[string]json.RawMessage, step string, search bool) (sim
 	default:
 		sc.Half = half
 	}
-	if err := sc.Supported(); err != nil || !noBoxes {
+	pending := sc.Height == 0 && sc.Seq == 0 // the sizes of "inputs", checked once bound
+	if err := sc.Supported(); (err != nil && !pending) || !noBoxes {
+		if pending {
+			err = nil
+		}
 		return sc, err
 	}
 	return sc, errNoBoxes
@@ -631,6 +642,48 @@ func sortedKeys(obj map[string]json.RawMessage) []string {
 	}
 	slices.Sort(keys)
 	return keys
+}
+
+// bindInputs applies a step line's "inputs", {"input_ids": [8, 512]}, to
+// its scenario as -input does (bindDims), in the inputs' name order: dim 0
+// is the line's batch (0 in a max_batch line, whose batch is searched), a
+// token input's dim 1 its "seq", an image's sides its "img".
+func bindInputs(obj map[string]json.RawMessage, m *sim.Model, sc *sim.Options, search bool) error {
+	raw, ok := obj["inputs"]
+	if !ok || string(raw) == "null" {
+		return nil
+	}
+	var inputs map[string][]int64
+	if err := json.Unmarshal(raw, &inputs); err != nil {
+		return fmt.Errorf("onnxmem: field \"inputs\": %s is not an object of input names and dims such as {\"input_ids\": [8, 512]}", quoteFlag(string(raw)))
+	}
+	for _, name := range slices.Sorted(maps.Keys(inputs)) {
+		d := inputs[name]
+		where := fmt.Sprintf("field \"inputs\": %s", quoteFlag(name))
+		for i, n := range d {
+			if n < 1 && !(i == 0 && n == 0 && search) {
+				return fmt.Errorf("onnxmem: %s: dim %d is %d: want a size of at least 1 (dim 0 of a max_batch line's input 0: its batch is searched)", where, i, n)
+			}
+		}
+		b, err := bindDims(m, name, d, where)
+		if err != nil {
+			return err
+		}
+		if !search && d[0] != sc.Batch {
+			return fmt.Errorf("onnxmem: %s: dim 0 is %d and \"batch\" %d: the input's dim 0 is the batch", where, d[0], sc.Batch)
+		}
+		switch {
+		case b.seq > 0 && sc.Seq > 0 && b.seq != sc.Seq:
+			return fmt.Errorf("onnxmem: %s: sequence %d and \"seq\" %d: give one", where, b.seq, sc.Seq)
+		case b.seq > 0:
+			sc.Seq = b.seq
+		case sc.Height > 0 && (b.h != sc.Height || b.w != sc.Width):
+			return fmt.Errorf("onnxmem: %s: image %dx%d and \"img\" %dx%d: give one", where, b.h, b.w, sc.Height, sc.Width)
+		default:
+			sc.Height, sc.Width = b.h, b.w
+		}
+	}
+	return sc.Supported()
 }
 
 // field decodes obj[name] into v. A missing or null field leaves v alone and

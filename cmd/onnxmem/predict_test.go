@@ -80,7 +80,7 @@ func TestPredict(t *testing.T) {
 	want := []map[string]string{{
 		"model": `"yolov9/yolov9-s-train.onnx"`, "kind": `"model_step"`, "batch": "2", "img": "640", "amp": "false", "segments": "0",
 		"extra": `{"n":1.50e3,"s":"<a&b>","l":[1,2.0]}`, "measured": `{"peak":123}`,
-		"error": s(`onnxmem: model_step line: unknown field "extra" (a model_step line takes cfg, model, measured, family, deterministic, alloc_conf, batch, img, img_h, img_w, seq, amp, amp_dtype, half, segments, checkpoint, nc, empty_cache)`),
+		"error": s(`onnxmem: model_step line: unknown field "extra" (a model_step line takes cfg, model, measured, family, deterministic, alloc_conf, batch, img, img_h, img_w, seq, inputs, amp, amp_dtype, half, segments, checkpoint, nc, empty_cache)`),
 	}, withOutcome(map[string]string{
 		"model": `"yolov9/yolov9-s-train.onnx"`, "kind": `"train_step"`, "batch": "2", "img": "640", "amp": "false", "segments": "0",
 		"boxes_per_img": "16", "optimizer": `"SGD"`, "ema": "true",
@@ -95,7 +95,7 @@ func TestPredict(t *testing.T) {
 		"error": s(loadErr.Error()),
 	}, {
 		"model": `"yolov9/yolov9-s-train.onnx"`, "kind": `"model_step"`, "batch": "2",
-		"error": s(`onnxmem: missing field "img" (or "img_h" and "img_w", or a text model's "seq")`),
+		"error": s(`onnxmem: missing field "img" (or "img_h" and "img_w", or a text model's "seq", or "inputs")`),
 	}, {
 		"model": `"yolov9/yolov9-s-train.onnx"`, "kind": `"model_step"`, "batch": "2.5", "img": "640",
 		"error": s(`onnxmem: field "batch": 2.5 is not an integer`),

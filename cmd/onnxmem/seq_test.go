@@ -10,7 +10,7 @@ import (
 )
 
 // TestSequence checks that a text model takes its sequence length in every
-// way a user gives it: predict's "seq", -seq on the commands, and a
+// way a user gives it: predict's "seq" or "inputs", -seq on the commands, and a
 // refusal naming the token input and the flag when it is missing.
 func TestSequence(t *testing.T) {
 	bert := measured.Path("hf/bert-train.onnx")
@@ -28,6 +28,12 @@ func TestSequence(t *testing.T) {
 		{`{"kind":"model_step","model":"hf/bert-train.onnx","batch":2,"seq":128,"amp":true}`, want},
 		{`{"kind":"model_step","model":"hf/bert-train.onnx","batch":2,"img":640}`, `onnxmem: bert-train: ir: graph input "input_ids": dim 1 ("sequence") is symbolic`},
 		{`{"kind":"model_step","model":"hf/bert-train.onnx","batch":2,"seq":-4}`, `onnxmem: field "seq": -4`},
+		// Any input's dims by name, as -input takes them.
+		{`{"kind":"model_step","model":"hf/bert-train.onnx","batch":2,"inputs":{"input_ids":[2,128]},"amp":true}`, want},
+		{`{"kind":"model_step","model":"hf/bert-train.onnx","batch":2,"inputs":{"input_ids":[4,128]}}`, `onnxmem: field "inputs": input_ids: dim 0 is 4 and "batch" 2`},
+		{`{"kind":"model_step","model":"hf/bert-train.onnx","batch":2,"seq":64,"inputs":{"input_ids":[2,128]}}`, `onnxmem: field "inputs": input_ids: sequence 128 and "seq" 64`},
+		{`{"kind":"model_step","model":"hf/bert-train.onnx","batch":2,"inputs":{"ids":[2,128]}}`, `onnxmem: field "inputs": ids: the model has no input ids; its inputs: input_ids`},
+		{`{"kind":"model_step","model":"hf/bert-train.onnx","batch":2,"inputs":[2,128]}`, `onnxmem: field "inputs": [2,128] is not an object`},
 	} {
 		checkPredictLine(t, root, tc.line, tc.want)
 	}
