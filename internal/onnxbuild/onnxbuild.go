@@ -64,6 +64,10 @@ type Builder struct {
 	// weight points to an external file that does not exist and keeps only
 	// its dims and dtype, like the weightless exports in the shared data.
 	ZeroWeights bool
+	// ReLU makes Block's activation nn.ReLU() (a Relu node) in place of
+	// nn.SiLU: a configuration that sets Conv.default_act, as YOLOv9's
+	// models/detect/yolov9.yaml does with "activation: nn.ReLU()".
+	ReLU bool
 
 	// weightBytes counts the zeros given so far; err is the first error
 	// building met, which Bytes returns.
@@ -318,9 +322,13 @@ func (s Scope) SiLU(x T) T {
 }
 
 // Block adds YOLO's Conv module: a conv without bias in sub-scope "conv",
-// batch norm in "bn" and SiLU in "act".
+// batch norm in "bn" and SiLU in "act" (ReLU with Builder.ReLU).
 func (s Scope) Block(x T, c, k, stride int64, opts ...ConvOption) T {
-	return s.Sub("act").SiLU(s.Sub("bn").BatchNorm(s.Sub("conv").Conv(x, c, k, stride, opts...)))
+	y := s.Sub("bn").BatchNorm(s.Sub("conv").Conv(x, c, k, stride, opts...))
+	if s.b.ReLU {
+		return T{Name: s.Sub("act").Node("Relu", []string{y.Name}, 1)[0], C: y.C}
+	}
+	return s.Sub("act").SiLU(y)
 }
 
 // Add adds x + y.

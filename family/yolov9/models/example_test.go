@@ -39,5 +39,5 @@ func ExampleBuild() {
 func ExampleNames() {
 	fmt.Println(models.Names())
 	// Output:
-	// [yolov9-t yolov9-s yolov9-m yolov9-c yolov9-e gelan-t gelan-s gelan-m gelan-c gelan-e]
+	// [yolov9-t yolov9-s yolov9-m yolov9-c yolov9-e gelan-t gelan-s gelan-m gelan-c gelan-e yolov9]
 }

@@ -125,7 +125,7 @@ func Build(name string, opt Options) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("models: %s: %w", name, err)
 	}
-	b, err := build(name, table, nc, opt.Weights)
+	b, err := build(name, table, nc, opt.Weights, family[i].relu)
 	var data []byte
 	if err == nil {
 		data, err = b.Bytes()
@@ -141,20 +141,26 @@ type model struct {
 	name    string
 	table   func() []layer
 	checked bool // TestEquivalence compares it with its export
+	relu    bool // its yaml sets Conv.default_act to nn.ReLU()
 }
 
 // family lists the models in the order Names gives them.
 var family = []model{
-	{"yolov9-t", func() []layer { return yolov9T }, true},
-	{"yolov9-s", func() []layer { return yolov9S }, true},
-	{"yolov9-m", func() []layer { return yolov9M }, true},
-	{"yolov9-c", func() []layer { return yolov9C }, true},
-	{"yolov9-e", func() []layer { return yolov9E }, true},
-	{"gelan-t", func() []layer { return gelan(yolov9T, span(0, 22)) }, true},
-	{"gelan-s", func() []layer { return gelan(yolov9S, span(0, 22)) }, false},
-	{"gelan-m", func() []layer { return gelan(yolov9M, span(1, 23)) }, false},
-	{"gelan-c", func() []layer { return gelan(yolov9C, span(1, 23)) }, true},
-	{"gelan-e", func() []layer { return gelan(yolov9E, append(span(0, 29), span(36, 49)...)) }, false},
+	{"yolov9-t", func() []layer { return yolov9T }, true, false},
+	{"yolov9-s", func() []layer { return yolov9S }, true, false},
+	{"yolov9-m", func() []layer { return yolov9M }, true, false},
+	{"yolov9-c", func() []layer { return yolov9C }, true, false},
+	{"yolov9-e", func() []layer { return yolov9E }, true, false},
+	{"gelan-t", func() []layer { return gelan(yolov9T, span(0, 22)) }, true, false},
+	{"gelan-s", func() []layer { return gelan(yolov9S, span(0, 22)) }, false, false},
+	{"gelan-m", func() []layer { return gelan(yolov9M, span(1, 23)) }, false, false},
+	{"gelan-c", func() []layer { return gelan(yolov9C, span(1, 23)) }, true, false},
+	{"gelan-e", func() []layer { return gelan(yolov9E, append(span(0, 29), span(36, 49)...)) }, false, false},
+	// models/detect/yolov9.yaml, the repository's first "yolov9": yolov9-c
+	// with a 3×3 stride-2 Conv where -c has ADown, and
+	// "activation: nn.ReLU()", which makes every Conv's activation ReLU
+	// (RepConvN keeps its SiLU).
+	{"yolov9", func() []layer { return convDown(yolov9C) }, false, true},
 }
 
 // Checked reports whether the named model has been compared, node for node,
@@ -240,9 +246,9 @@ func scale(table []layer, width, depth float64) ([]layer, error) {
 }
 
 // build adds the layers of table to a new graph and returns its builder.
-func build(name string, table []layer, nc int64, weights bool) (*onnxbuild.Builder, error) {
+func build(name string, table []layer, nc int64, weights, relu bool) (*onnxbuild.Builder, error) {
 	b := onnxbuild.New(name)
-	b.ZeroWeights = weights
+	b.ZeroWeights, b.ReLU = weights, relu
 	g := &graph{b: b, nc: nc, outs: make([]value, len(table))}
 	g.outs = g.outs[:0]
 	img := b.Input("images", 3)

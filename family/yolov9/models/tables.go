@@ -210,6 +210,19 @@ var yolov9C = []layer{
 	at(f(31, 34, 37, 16, 19, 22), dualDetect),
 }
 
+// convDown returns table with each ADown(c) a Conv(c, 3, 2) reading the
+// same layers: yolov9.yaml's downsampling where yolov9-c.yaml has ADown.
+func convDown(table []layer) []layer {
+	out := make([]layer, len(table))
+	for i, l := range table {
+		out[i] = l
+		if l.kind == adown {
+			out[i] = layer{from: l.from, kind: conv, args: []int64{l.args[0], 3, 2}}
+		}
+	}
+	return out
+}
+
 // yolov9E is yolov9-e.yaml: an auxiliary backbone (1-9) feeds the main one
 // (15-28) through CBLinear/CBFuse at every level; 29-35 are the auxiliary
 // neck, 36-48 the main one.
