@@ -100,14 +100,10 @@ func predictLog(l publicLog) logPrediction {
 	if !ok {
 		return logPrediction{skip: fmt.Sprintf("card %q: no profile and no memory printed", l.Card)}
 	}
-	cfg := l.Cfg
-	if strings.HasPrefix(cfg, "yolov9 (models/detect/yolov9.yaml") {
-		cfg = "yolov9" // the official yolov9.yaml under another file name
-	}
-	if !slices.Contains(onnxmem.Builtins(), cfg) {
+	if !slices.Contains(onnxmem.Builtins(), l.Cfg) {
 		return logPrediction{skip: fmt.Sprintf("cfg %q is not a built-in model", l.Cfg)}
 	}
-	m, err := onnxmem.Builtin(cfg)
+	m, err := onnxmem.Builtin(l.Cfg)
 	if err != nil {
 		return logPrediction{skip: err.Error()}
 	}
@@ -229,7 +225,7 @@ func TestPublicLogs(t *testing.T) {
 		if dense {
 			verdict += fmt.Sprintf(" (dense: %.0f boxes an image drawn)", p.mean)
 		}
-		row := fmt.Sprintf("| [%s](%s) | %s | %s | %d | %d", l.ID, l.Source, p.device, strings.Fields(l.Cfg)[0], l.Batch, l.Imgsz)
+		row := fmt.Sprintf("| [%s](%s) | %s | %s | %d | %d", l.ID, l.Source, p.device, l.Cfg, l.Batch, l.Imgsz)
 		for k, pred := range []float64{p.epoch0, p.next} {
 			if k >= len(l.GPUMem) {
 				row += " | | |"
