@@ -13,6 +13,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/onnxmem/onnxmem/family/yolov9/dataset"
 	"github.com/onnxmem/onnxmem/internal/measured"
 	"github.com/onnxmem/onnxmem/internal/sim"
 	"github.com/onnxmem/onnxmem/onnxmem"
@@ -39,6 +40,12 @@ type dataRun struct {
 		PeakRes                                 int64 `json:"peak_reserved"`
 	}
 }
+
+// dataRunFiles are calibration/train_data.py's runs: files of
+// results/train_data, or paths under results.
+var dataRunFiles = []string{"run_yolov9-s_b16.json", "run_gelan-c_b8.json", "run_yolov9-c_b16.json", "run_yolov9-s_cap8GiB_b16.json", "run_yolov9-s_cap8GiB_b17.json",
+	"run_yolov9-c_cap20GiB_b16.json", "run_yolov9-c_cap20GiB_b17.json", "run_gelan-c_cap10GiB_b13.json", "run_gelan-c_cap10GiB_b14.json",
+	"run_yolov9-c_cap12GiB_b9.json", "run_yolov9-c_cap12GiB_b10.json", "run_yolov9-s_b16_k2.json", "train_data_long/run_yolov9-s_b16.json"}
 
 // readDataRun reads one of calibration/train_data.py's runs: a file of
 // results/train_data, or a path under results.
@@ -144,9 +151,7 @@ func (r *dataRun) skipped() int {
 func TestDataRuns(t *testing.T) {
 	var table strings.Builder
 	fmt.Fprintf(&table, "%-26s %8s %8s %6s  %8s %8s %6s  %s\n", "run", "peak", "measured", "err", "reserved", "measured", "err", "GPU_mem after iterations: worst error, median")
-	for _, file := range []string{"run_yolov9-s_b16.json", "run_gelan-c_b8.json", "run_yolov9-c_b16.json", "run_yolov9-s_cap8GiB_b16.json", "run_yolov9-s_cap8GiB_b17.json",
-		"run_yolov9-c_cap20GiB_b16.json", "run_yolov9-c_cap20GiB_b17.json", "run_gelan-c_cap10GiB_b13.json", "run_gelan-c_cap10GiB_b14.json",
-		"run_yolov9-c_cap12GiB_b9.json", "run_yolov9-c_cap12GiB_b10.json", "run_yolov9-s_b16_k2.json", "train_data_long/run_yolov9-s_b16.json"} {
+	for _, file := range dataRunFiles {
 		run := readDataRun(t, file)
 		m, err := sim.Builtin(run.Cfg)
 		if err != nil {
@@ -417,4 +422,49 @@ func pngHeader(w, h int64) []byte {
 	out := append([]byte("\x89PNG\r\n\x1a\n"), 0, 0, 0, 13)
 	out = append(out, ihdr...)
 	return binary.BigEndian.AppendUint32(out, crc32.ChecksumIEEE(ihdr))
+}
+
+// TestLoaderMeasured checks dataset.Loader, the official dataloader's
+// stream reproduced draw for draw, against every image's box count that
+// calibration/train_data.py logged in the official train_dual.py and
+// train.py (8 workers): all 13 runs, batch sizes 8 to 17, the two epochs
+// of the 256-image dataset and the 400 iterations of the 6,400-image one,
+// and the iterations before an out-of-memory error; every count must be
+// equal.
+func TestLoaderMeasured(t *testing.T) {
+	sets := map[string]*dataset.Set{}
+	for _, file := range dataRunFiles {
+		dir := "train_data"
+		if d, _, ok := strings.Cut(file, "/"); ok {
+			dir = d
+		}
+		if sets[dir] == nil {
+			set, err := dataset.Load(writeTrainDataFrom(t, dir))
+			if err != nil {
+				t.Fatal(err)
+			}
+			sets[dir] = set
+		}
+		run := readDataRun(t, file)
+		l := sets[dir].NewLoader(int(run.Batch), dataset.DefaultWorkers, run.Img, dataset.ScratchHigh)
+		var want [][]int64
+		for _, e := range run.Events {
+			if e.Kind == "train" {
+				want = append(want, e.Boxes)
+			}
+		}
+		var got [][]int64
+		for len(got) < len(want) {
+			got = append(got, l.Epoch()...)
+		}
+		n := 0
+		for i := range want {
+			if !slices.Equal(got[i], want[i]) {
+				t.Errorf("%s: iteration %d: box counts %v, logged %v", file, i, got[i], want[i])
+				break
+			}
+			n += len(want[i])
+		}
+		t.Logf("%s: %d iterations, %d images' counts equal", file, len(want), n)
+	}
 }

@@ -44,7 +44,7 @@ func Mosaic(labels [][]Box, sizes [][2]int64, index int, s int64, hyp Hyp, rng *
 }
 
 // xyxy is a box's corners in pixels.
-type xyxy struct{ x1, y1, x2, y2 float64 }
+type xyxy struct{ x1, y1, x2, y2 float32 }
 
 // mosaicMixup is Mosaic, with buf as scratch space for the boxes.
 func mosaicMixup(labels [][]Box, sizes [][2]int64, index int, s int64, hyp Hyp, rng *rand.Rand, buf *[]xyxy) int {
@@ -58,16 +58,31 @@ func mosaicMixup(labels [][]Box, sizes [][2]int64, index int, s int64, hyp Hyp, 
 	return n
 }
 
-// mosaic is load_mosaic's count of boxes.
+// mosaic is load_mosaic's count of boxes, its draws from rng.
 func mosaic(labels [][]Box, sizes [][2]int64, index int, s int64, hyp Hyp, rng *rand.Rand, buf *[]xyxy) int {
-	two := float64(2 * s)
 	uniform := func(a, b float64) float64 { return a + (b-a)*rng.Float64() }
 	yc := int64(uniform(float64(s)/2, 3*float64(s)/2))
 	xc := int64(uniform(float64(s)/2, 3*float64(s)/2))
-	indices := []int{index, rng.IntN(len(labels)), rng.IntN(len(labels)), rng.IntN(len(labels))}
+	indices := [4]int{index, rng.IntN(len(labels)), rng.IntN(len(labels)), rng.IntN(len(labels))}
 	rng.Shuffle(len(indices), func(i, j int) { indices[i], indices[j] = indices[j], indices[i] })
+	sc := uniform(1-hyp.Scale, 1+hyp.Scale)
+	tx := uniform(0.5-hyp.Translate, 0.5+hyp.Translate) * float64(s)
+	ty := uniform(0.5-hyp.Translate, 0.5+hyp.Translate) * float64(s)
+	return mosaicBoxes(labels, sizes, indices, xc, yc, sc, tx, ty, s, buf)
+}
+
+// mosaicBoxes counts the boxes that load_mosaic keeps of the four images
+// indices placed around the center (xc, yc) of the 2s×2s canvas and
+// random_perspective's scale sc and translation (tx, ty). The labels are
+// float32 as the dataloader's cache holds them, and computed in float32
+// up to the canvas's clip; random_perspective's matrix and box_candidates'
+// test are float64 as numpy computes them, of box1 in float32: a box on
+// the edge of a threshold is kept or dropped as there.
+func mosaicBoxes(labels [][]Box, sizes [][2]int64, indices [4]int, xc, yc int64, sc, tx, ty float64, s int64, buf *[]xyxy) int {
 	boxes := (*buf)[:0]
 	defer func() { *buf = boxes[:0] }()
+	two := float32(2 * s)
+	clip := func(v float32) float32 { return min(max(v, 0), two) }
 	for q, idx := range indices {
 		w0, h0 := sizes[idx][0], sizes[idx][1]
 		r := float64(s) / float64(max(w0, h0))
@@ -89,31 +104,33 @@ func mosaic(labels [][]Box, sizes [][2]int64, index int, s int64, hyp Hyp, rng *
 		case 3: // bottom right
 			x1a, y1a, x1b, y1b = xc, yc, 0, 0
 		}
-		padw, padh := float64(x1a-x1b), float64(y1a-y1b)
-		clip := func(v float64) float64 { return min(max(v, 0), two) }
+		fw, fh, padw, padh := float32(w), float32(h), float32(x1a-x1b), float32(y1a-y1b)
 		for _, b := range labels[idx] {
+			x, y, bw, bh := float32(b.X), float32(b.Y), float32(b.W), float32(b.H)
 			boxes = append(boxes, xyxy{
-				clip(float64(w)*(b.X-b.W/2) + padw), clip(float64(h)*(b.Y-b.H/2) + padh),
-				clip(float64(w)*(b.X+b.W/2) + padw), clip(float64(h)*(b.Y+b.H/2) + padh)})
+				clip(float32(fw*float32(x-bw/2)) + padw), clip(float32(fh*float32(y-bh/2)) + padh),
+				clip(float32(fw*float32(x+bw/2)) + padw), clip(float32(fh*float32(y+bh/2)) + padh)})
 		}
 	}
 	// random_perspective: M = T·S·R·P·C with no rotation, shear or
-	// perspective maps (x, y) to (sc·(x − s) + tx, sc·(y − s) + ty) on the
-	// s×s output.
-	sc := uniform(1-hyp.Scale, 1+hyp.Scale)
-	tx := uniform(0.5-hyp.Translate, 0.5+hyp.Translate) * float64(s)
-	ty := uniform(0.5-hyp.Translate, 0.5+hyp.Translate) * float64(s)
+	// perspective maps (x, y) to (sc·x + (tx − sc·s), …) on the s×s
+	// output.
+	side := float64(s)
+	mx, my := float64(-side*sc)+tx, float64(-side*sc)+ty
+	sc32 := float32(sc)
 	const eps = 1e-16
 	kept := 0
 	for _, b := range boxes {
-		x1 := min(max(sc*(b.x1-float64(s))+tx, 0), float64(s))
-		x2 := min(max(sc*(b.x2-float64(s))+tx, 0), float64(s))
-		y1 := min(max(sc*(b.y1-float64(s))+ty, 0), float64(s))
-		y2 := min(max(sc*(b.y2-float64(s))+ty, 0), float64(s))
-		w1, h1 := (b.x2-b.x1)*sc, (b.y2-b.y1)*sc
+		x1 := min(max(float64(float64(b.x1)*sc)+mx, 0), side)
+		x2 := min(max(float64(float64(b.x2)*sc)+mx, 0), side)
+		y1 := min(max(float64(float64(b.y1)*sc)+my, 0), side)
+		y2 := min(max(float64(float64(b.y2)*sc)+my, 0), side)
+		w1 := float32(b.x2*sc32) - float32(b.x1*sc32)
+		h1 := float32(b.y2*sc32) - float32(b.y1*sc32)
+		a1 := float32(w1*h1) + eps
 		w2, h2 := x2-x1, y2-y1
 		ar := math.Max(w2/(h2+eps), h2/(w2+eps))
-		if w2 > 2 && h2 > 2 && w2*h2/(w1*h1+eps) > 0.1 && ar < 100 {
+		if w2 > 2 && h2 > 2 && float64(w2*h2)/float64(a1) > 0.1 && ar < 100 {
 			kept++
 		}
 	}
