@@ -145,8 +145,8 @@ func (l *Loader) mosaic(r *pyRandom, index int) int {
 	r.uniform(0, 0) // perspective, y
 	r.uniform(0, 0) // degrees
 	sc := r.uniform(1-l.hyp.Scale, 1+l.hyp.Scale)
-	r.uniform(0, 0) // shear, x
-	r.uniform(0, 0) // shear, y
+	r.uniform(0, 0)      // shear, x
+	r.uniform(0, 0)      // shear, y
 	side := float64(l.s) // the output's width and height
 	tx := float64(r.uniform(0.5-l.hyp.Translate, 0.5+l.hyp.Translate) * side)
 	ty := float64(r.uniform(0.5-l.hyp.Translate, 0.5+l.hyp.Translate) * side)
