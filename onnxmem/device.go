@@ -2,8 +2,7 @@ package onnxmem
 
 import "github.com/onnxmem/onnxmem/internal/cards"
 
-// Device is a card as PyTorch sees it: compute capability, total_memory,
-// the CUDA context, the cuBLAS workspace, and where they come from.
+// Device is a card as PyTorch sees it, its context and workspace, sources.
 type Device struct {
 	Name, Long, Capability          string
 	Total, Context, CuBLASWorkspace int64

@@ -99,8 +99,7 @@ func (m *Model) As(family string) (*Model, error) {
 	return a, err
 }
 
-// WithClasses returns m with nc classes as Model(cfg, nc=nc) builds it
-// (a built-in model rebuilt, named "NAME nc=N"), or m when it has them.
+// WithClasses returns m with nc classes, Model(cfg, nc=nc): "NAME nc=N".
 func (m *Model) WithClasses(nc int64) (*Model, error) {
 	has, err := m.Classes()
 	switch {

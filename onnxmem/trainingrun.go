@@ -94,9 +94,8 @@ func runRank(e *sim.Model, o sim.Options, evs []sim.RunEvent, sc Scenario) (*Run
 // fits reports whether every rank's run ran to its end under its limit.
 func (r *RunResult) fits() bool { return !r.OOM && (r.Others == nil || !r.Others.OOM) }
 
-// RunPlan is a run of Epochs: of Data's images (a YOLO data yaml), of
-// MeanBoxes and ValImages, or without those of BuiltinData; Seed draws.
-// With GPUs, rank 0's: every GPUs-th image of an epoch, Batch of them.
+// RunPlan is a run of Epochs of Data (a YOLO data yaml), of MeanBoxes and
+// ValImages, or BuiltinData; with GPUs, rank 0's. Workers: the loader's (8).
 type RunPlan struct {
 	Epochs, Iterations   int
 	Batch, Height, Width int64
@@ -104,12 +103,20 @@ type RunPlan struct {
 	MeanBoxes            float64
 	Seed                 uint64
 	Data                 string
-	GPUs                 int
+	GPUs, Workers        int
 }
 
 // PlanRun returns the events of a run: a setup, per epoch its iterations,
 // its validation batches and the checkpoint save.
 func (m *Model) PlanRun(p RunPlan) ([]RunEvent, error) {
+	switch {
+	case p.Workers < 0:
+		return nil, fmt.Errorf("onnxmem: plan run: Workers %d: want the dataloader's workers, 0 or more (0: %d)", p.Workers, dataset.DefaultWorkers)
+	case p.Workers > 0 && p.Drawn():
+		return nil, fmt.Errorf("onnxmem: plan run: Workers %d: the workers decide the boxes of a data file's run on one GPU, which this plan is not; leave Workers 0", p.Workers)
+	case p.Seed != 0 && !p.Drawn():
+		return nil, fmt.Errorf("onnxmem: plan run: Seed %d with Data %s: a data file's run on one GPU is the dataloader's own stream, which no seed changes; leave Seed 0", p.Seed, p.Data)
+	}
 	d, err := p.data()
 	if err != nil {
 		return nil, err
@@ -120,6 +127,17 @@ func (m *Model) PlanRun(p RunPlan) ([]RunEvent, error) {
 // builtin reports whether p trains on BuiltinData.
 func (p RunPlan) builtin() bool {
 	return p.Data == "" && p.Iterations == 0 && p.MeanBoxes == 0 && p.ValImages == 0
+}
+
+// Drawn reports whether Seed draws p's boxes; else they are the loader's.
+func (p RunPlan) Drawn() bool {
+	// A data file's run on one GPU is the official dataloader's own
+	// stream (dataset.Loader: its shuffle and augmentation draws
+	// reproduced, draw for draw): the images of each batch and their boxes
+	// follow from the data, the batch and the workers, and no seed changes
+	// them. The built-in data, a synthetic run and the ranks of DDP
+	// (DistributedSampler) are drawn.
+	return p.Data == "" || p.GPUs > 1
 }
 
 // Dataset names p's dataset: Data, BuiltinData or "" (synthetic).
@@ -169,7 +187,7 @@ func (m *Model) planRun(p RunPlan, d *planData) ([]RunEvent, error) {
 	sp := sim.RunPlan{Epochs: cmp.Or(p.Epochs, DefaultEpochs), Iterations: p.Iterations, Batch: p.Batch, Height: p.Height, Width: p.Width,
 		ValImages: p.ValImages, MeanBoxes: p.MeanBoxes, Seed: cmp.Or(p.Seed, DefaultSeed)}
 	if d != nil {
-		if err := d.plan(&sp, m.Family, cmp.Or(p.Data, BuiltinData), p.GPUs); err != nil {
+		if err := d.plan(&sp, m.Family, cmp.Or(p.Data, BuiltinData), p.GPUs, p.Workers); err != nil {
 			return nil, err
 		}
 	}
@@ -194,8 +212,9 @@ type planData struct {
 	once   sync.Once // makes set (and err)
 	set    *dataset.Set
 	err    error
-	mu     sync.Mutex // guards epochs, not the draws in it
-	epochs map[[2]uint64]*epochDraws
+	mu      sync.Mutex // guards epochs and loaders, not the draws in them
+	epochs  map[[2]uint64]*epochDraws
+	loaders map[[3]int64]*loaderEpochs
 }
 
 // epochDraws is one image size's and seed's epochs, drawn in order from
@@ -204,6 +223,38 @@ type epochDraws struct {
 	mu     sync.Mutex
 	rng    *rand.Rand
 	counts [][]int64
+}
+
+// loaderEpochs is the epochs of one dataloader stream, in order.
+type loaderEpochs struct {
+	mu     sync.Mutex
+	l      *dataset.Loader
+	epochs [][][]int64
+}
+
+// epoch returns the box counts of epoch e's batches.
+func (le *loaderEpochs) epoch(e int) [][]int64 {
+	le.mu.Lock()
+	defer le.mu.Unlock()
+	for len(le.epochs) <= e {
+		le.epochs = append(le.epochs, le.l.Epoch())
+	}
+	return le.epochs[e]
+}
+
+// loader returns the dataloader stream of d's training images at image
+// size side, batch size batch and workers workers, made once.
+func (d *planData) loader(side int64, batch, workers int) *loaderEpochs {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	key := [3]int64{side, int64(batch), int64(workers)}
+	if d.loaders == nil {
+		d.loaders = map[[3]int64]*loaderEpochs{}
+	}
+	if d.loaders[key] == nil {
+		d.loaders[key] = &loaderEpochs{l: d.set.NewLoader(batch, workers, side, dataset.ScratchHigh)}
+	}
+	return d.loaders[key]
 }
 
 // cocoData is the built-in dataset's, shared by every plan.
@@ -233,7 +284,7 @@ func (d *planData) epoch(side int64, seed uint64, e int) []int64 {
 
 // plan fills p's iterations and validation batches from the dataset, for
 // a model of family fam; name says which dataset in errors.
-func (d *planData) plan(p *sim.RunPlan, fam, name string, gpus int) error {
+func (d *planData) plan(p *sim.RunPlan, fam, name string, gpus, workers int) error {
 	switch {
 	case fam != "yolov9":
 		return fmt.Errorf("onnxmem: plan run: data %s: a %s model; the dataset's sampler is YOLOv9's dataloader (-family yolov9 if the model is trained with it)", name, fam)
@@ -251,6 +302,17 @@ func (d *planData) plan(p *sim.RunPlan, fam, name string, gpus int) error {
 		p.ValBatches = append(p.ValBatches, sim.RunEvent{Kind: sim.RunEventVal, Batch: int64(len(b.Boxes)), Height: b.H, Width: b.W, BoxCounts: b.Boxes})
 	}
 	batch, seed, epoch := int(p.Batch), p.Seed, 0
+	if d != cocoData && gpus <= 1 { // !RunPlan.Drawn
+		// The dataloader's own stream: which images a batch holds and how
+		// many boxes each keeps follow from the dataset, the batch and the
+		// workers alone.
+		l := d.loader(side, batch, dataset.Workers(workers, batch))
+		p.TrainBoxes = func(*rand.Rand) [][]int64 {
+			epoch++
+			return l.epoch(epoch - 1)
+		}
+		return nil
+	}
 	p.TrainBoxes = func(*rand.Rand) [][]int64 {
 		epoch++
 		counts := d.epoch(side, seed, epoch-1)

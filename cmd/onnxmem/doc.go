@@ -103,7 +103,7 @@
 //
 // # report
 //
-//	onnxmem report [-batch N] [-img N] [-step run|train|model] [-data FILE.yaml] [-epochs E] [-seed S] [-device NAME|SIZE] [-batches LIST]
+//	onnxmem report [-batch N] [-img N] [-step run|train|model] [-data FILE.yaml] [-epochs E] [-seed S] [-workers N] [-device NAME|SIZE] [-batches LIST]
 //	    [-train [-boxes N] [-optimizer NAME] [-ema=false] [-warm-steps N]] [-alloc-conf OPTS] [-json|-csv] [-svg FILE] [-v] [MODEL.onnx]
 //
 // By default, for a YOLOv9 model, the whole training run at -batch (16):

@@ -49,7 +49,7 @@ func cmdMaxBatch(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	data := f.String("data", "", "find the largest batch whose whole training run on the YOLO dataset of the data `FILE.yaml` completes")
 	epochs := f.positive("epochs", runEpochs, "`E` epochs of a -data run (run's default, so that both answer alike)")
 	iters := f.Int("iters", 0, "the first `N` iterations of each epoch of a -data run (default: all of them)")
-	seed := f.Uint64("seed", 1, "`seed` of a -data run's box counts")
+	loader := loaderFlags(f, "`seed` of the run's box counts (without -data, or over -gpus)")
 	asJSON, asCSV := f.jsonFlag(), f.csvFlag()
 	f.familyFlag()
 	path, code, ok := f.parseModel(args, false, stdout, stderr)
@@ -99,7 +99,7 @@ func cmdMaxBatch(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	}
 	runMode := *data != "" || wantsRun(m, *stepName, st.Train || st.Eval || f.isSet("for-batch") || st.Half)
 	if !runMode {
-		for _, name := range []string{"epochs", "iters", "seed", "gpus", "sync-bn"} {
+		for _, name := range []string{"epochs", "iters", "seed", "workers", "gpus", "sync-bn"} {
 			if f.isSet(name) {
 				return f.usageError(stderr, "-%s applies to a training run: drop -step, or add -data", name)
 			}
@@ -122,7 +122,10 @@ func cmdMaxBatch(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 				return fail(stderr, err)
 			}
 		}
-		p := onnxmem.RunPlan{Epochs: int(*epochs), Iterations: *iters, Seed: *seed, Data: *data, GPUs: st.GPUs}
+		p := onnxmem.RunPlan{Epochs: int(*epochs), Iterations: *iters, Data: *data, GPUs: st.GPUs}
+		if err := loader(&p); err != nil {
+			return f.usageError(stderr, "%v", err)
+		}
 		return runMaxBatchCmd(m, c, st, *img, p, *limit, *asJSON, *asCSV, stdout, stderr)
 	}
 	switch *stepName {
@@ -593,7 +596,11 @@ func runMaxBatchCmd(m *onnxmem.Model, c fitCriterion, st setting, img imageSize,
 	if sc.NoEMA {
 		ema = ", no EMA"
 	}
-	fmt.Fprintf(stdout, ", %s, %s%s, mosaic and mixup, image %dx%d, boxes drawn from seed %d", settingOf(sc), cmpOr(sc.Optimizer, "SGD"), ema, sc.Height, sc.Width, p.Seed)
+	boxes := fmt.Sprintf("boxes drawn from seed %d", p.Seed)
+	if !p.Drawn() {
+		boxes = "boxes as the dataloader gives them"
+	}
+	fmt.Fprintf(stdout, ", %s, %s%s, mosaic and mixup, image %dx%d, %s", settingOf(sc), cmpOr(sc.Optimizer, "SGD"), ema, sc.Height, sc.Width, boxes)
 	limitText := c.limitText()
 	if st.GPUs > 0 {
 		var nccl int64

@@ -43,7 +43,7 @@ var detailSetting = setting{AMP: true}
 
 func cmdReport(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	f := newFlagSet("report",
-		"onnxmem report [-batch N] [-img N] [-step run|train|model] [-data FILE.yaml] [-epochs E] [-seed S] [-device NAME|SIZE] [-batches LIST]\n"+
+		"onnxmem report [-batch N] [-img N] [-step run|train|model] [-data FILE.yaml] [-epochs E] [-seed S] [-workers N] [-device NAME|SIZE] [-batches LIST]\n"+
 			"               [-train [-boxes N] [-optimizer NAME] [-ema=false] [-warm-steps N]] [-alloc-conf OPTS] [-json|-csv] [-svg FILE] [-v] [MODEL.onnx]",
 		"Report predicts the peak of the model step (with -train, the full train_dual.py\nstep) at common batch sizes in fp32 and AMP, each without checkpointing and\nwith 2 and 4 checkpoint segments; finds the largest batch of each that fits an\nRTX 4090 and an A100 of 40 and 80 GB (the profiles rtx4090, a100-40 and a100-80\nof onnxmem devices); and explains the AMP peak at one batch size: where it\nfalls, the largest tensors alive then and the totals by kind. MODEL.onnx is an\nONNX file or the name of a built-in model (onnxmem models lists them); without\nit, report uses the built-in "+defaultModel+", which needs no file.\n-csv writes one row for each setting and batch size: the setting, its largest\nbatch on each card (max_batch.CARD) and the prediction's -json fields.",
 		"onnxmem report -train -img 512 yolov9-s")
@@ -53,7 +53,7 @@ func cmdReport(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	stepName := f.stepFlag()
 	data := f.String("data", "", "train on the YOLO dataset of the data `FILE.yaml` (default: the built-in COCO-like one)")
 	epochs := f.positive("epochs", onnxmem.DefaultEpochs, "`E` epochs of the run")
-	seed := f.Uint64("seed", 1, "`seed` of the run's box counts")
+	loader := loaderFlags(f, "`seed` of the run's box counts (without -data)")
 	asJSON, asCSV, verbose := f.jsonFlag(), f.csvFlag(), f.verboseFlag()
 	device := f.deviceFlag()
 	svg := f.svgFlag("the plot of the peak against the batch size (-batches) of each setting, fp32 and AMP with 0, 2 and 4 segments, the cards' limits drawn:\nof the step (-step model or train), or by default of the run's densest iteration's step (onnxmem run -svg plots memory over a run)")
@@ -93,9 +93,9 @@ func cmdReport(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 				return f.usageError(stderr, "-%s applies to one step (or -batches to -svg's plot): add -step train or model (the default is the whole run)", name)
 			}
 		}
-		return runReportCmd(f, conf, m, path, isDefault, devices, *batch, *img, *data, int(*epochs), *seed, *svg, *batches, *asJSON, *asCSV, *verbose, stdout, stderr)
+		return runReportCmd(f, conf, m, path, isDefault, devices, *batch, *img, *data, int(*epochs), loader, *svg, *batches, *asJSON, *asCSV, *verbose, stdout, stderr)
 	}
-	for _, name := range []string{"data", "epochs", "seed"} {
+	for _, name := range []string{"data", "epochs", "seed", "workers"} {
 		if f.isSet(name) {
 			return f.usageError(stderr, "-%s applies to the whole run: drop -step and -train", name)
 		}

@@ -52,7 +52,7 @@ func cmdRun(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	iters := f.positive("iters", 20, "`N` train iterations per epoch")
 	valImages := f.Int64("val-images", 0, "validation images at each epoch end, in batches of twice -batch (default 4 batches' worth; 0 with -val-images=0 set: no validation)")
 	meanBoxes := f.Float64("mean-boxes", 7.3, "mean ground-truth boxes per image (COCO: 7.3)")
-	seed := f.Uint64("seed", 1, "`seed` of the box counts")
+	loader := loaderFlags(f, "`seed` of the box counts (of a run without -data, or over -gpus)")
 	data := f.String("data", "", "train on the YOLO dataset of the data `FILE.yaml`")
 	eventsFile := f.String("events", "", "read the events from `FILE.json` (a list of {\"setup\":{}}, {\"train\":{\"boxes_per_img\":[...]}}, {\"val\":{...}}, {\"ckpt\":{}})")
 	device := f.deviceFlag()
@@ -103,7 +103,7 @@ func cmdRun(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	var events []onnxmem.RunEvent
 	var p onnxmem.RunPlan
 	if *eventsFile != "" {
-		for _, name := range []string{"epochs", "iters", "val-images", "mean-boxes", "seed"} {
+		for _, name := range []string{"epochs", "iters", "val-images", "mean-boxes", "seed", "workers"} {
 			if f.isSet(name) {
 				return f.usageError(stderr, "-%s and -events exclude each other: the file gives the events", name)
 			}
@@ -113,7 +113,10 @@ func cmdRun(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		}
 	} else {
 		p = onnxmem.RunPlan{Epochs: int(*epochs), Iterations: int(*iters), Batch: *batch / ranks, Height: sc.Height, Width: sc.Width,
-			ValImages: *valImages, MeanBoxes: *meanBoxes, Seed: *seed, Data: *data, GPUs: st.GPUs}
+			ValImages: *valImages, MeanBoxes: *meanBoxes, Data: *data, GPUs: st.GPUs}
+		if err := loader(&p); err != nil {
+			return f.usageError(stderr, "%v", err)
+		}
 		synthetic := f.isSet("mean-boxes") || f.isSet("val-images")
 		switch {
 		case *data != "" || !synthetic:
@@ -149,7 +152,7 @@ func cmdRun(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	}
 	if *asJSON {
 		js := runJSON{Model: m.Name, Device: deviceName(d), Limit: rankLimit(d, r), Fits: !runOOM(r),
-			Source: runSource(events, *eventsFile, p.Dataset(), *meanBoxes, *seed), Predicted: newRunPredicted(r)}
+			Source: runSource(events, *eventsFile, p), Predicted: newRunPredicted(r)}
 		if st.GPUs > 0 {
 			js.GPUs, js.NCCL, js.Ranks = st.GPUs, r.NCCL, rankRows(r)
 		}
@@ -158,7 +161,7 @@ func cmdRun(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		}
 		return exit(stderr, writeJSON(stdout, js))
 	}
-	return exit(stderr, printRun(stdout, m.Name, runSource(events, *eventsFile, p.Dataset(), *meanBoxes, *seed), r, none, events, d))
+	return exit(stderr, printRun(stdout, m.Name, runSource(events, *eventsFile, p), r, none, events, d))
 }
 
 // runEpochs is the epochs of a run that run and maxbatch -data simulate by
@@ -234,7 +237,31 @@ type runJSON struct {
 
 // runSource says where a run's box counts and validation batches come
 // from, and what of them is exact and what drawn.
-func runSource(events []onnxmem.RunEvent, eventsFile, data string, meanBoxes float64, seed uint64) string {
+// loaderFlags adds to f -seed, whose help is seedHelp, and -workers: where a
+// run's box counts come from. It returns what sets a plan's Seed and
+// Workers once the flags are parsed: a -data run on one GPU is the
+// dataloader's own stream, which its workers decide and no seed changes;
+// any other run is drawn from the seed.
+func loaderFlags(f *flagSet, seedHelp string) func(p *onnxmem.RunPlan) error {
+	seed := f.Uint64("seed", onnxmem.DefaultSeed, seedHelp)
+	workers := f.Int("workers", 0, "the dataloader's `N` workers in a -data run, as train_dual.py's log says them (\"Using N dataloader workers\":\nmin(CPUs per GPU, --workers 8), the batch capping it) (default 8)")
+	return func(p *onnxmem.RunPlan) error {
+		p.Seed, p.Workers = *seed, *workers
+		switch {
+		case p.Drawn() && f.isSet("workers"):
+			return fmt.Errorf("-workers applies to a -data run on one GPU, whose boxes the dataloader's workers decide")
+		case !p.Drawn() && f.isSet("seed"):
+			return fmt.Errorf("-seed and -data: a -data run on one GPU is the dataloader's own stream (its shuffle and augmentation draws reproduced), which no seed changes")
+		case !p.Drawn():
+			p.Seed = 0
+		}
+		return nil
+	}
+}
+
+// runSource says where a run's events come from: eventsFile, or p's plan.
+func runSource(events []onnxmem.RunEvent, eventsFile string, p onnxmem.RunPlan) string {
+	data, meanBoxes, seed := p.Dataset(), p.MeanBoxes, p.Seed
 	if eventsFile != "" {
 		return "the events of " + eventsFile
 	}
@@ -263,7 +290,12 @@ func runSource(events []onnxmem.RunEvent, eventsFile, data string, meanBoxes flo
 			"       and mixup drawn from seed %d, validation rectangles exact;\n       %s",
 			data, dataset.COCOTrainImages, dataset.COCOValImages, seed, count)
 	}
-	return fmt.Sprintf("%s: each image's boxes drawn as the dataloader's mosaic, perspective and mixup give them (seed %d: a sample, not the run's own draw), validation in the dataloader's rectangles (exact); %s", data, seed, count)
+	if p.Drawn() { // DDP's ranks
+		return fmt.Sprintf("%s: each image's boxes drawn as the dataloader's mosaic, perspective and mixup give them (seed %d: a sample, not the run's own draw), validation in the dataloader's rectangles (exact); %s", data, seed, count)
+	}
+	return fmt.Sprintf("%s: each batch's images and boxes as the official dataloader gives them, its shuffle, mosaic,\n"+
+		"       perspective and mixup draws reproduced (%d workers; exact where albumentations builds no transform);\n"+
+		"       validation in its rectangles (shapes exact, images of one aspect ratio in path order); %s", data, dataset.Workers(p.Workers, int(p.Batch)), count)
 }
 
 func printRun(w io.Writer, model, source string, r, none *onnxmem.RunResult, events []onnxmem.RunEvent, d *onnxmem.Device) error {

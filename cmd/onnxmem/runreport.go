@@ -35,7 +35,8 @@ type runReport struct {
 	Detail *onnxmem.Result
 	// Draws are the same run at seeds Plan.Seed, Plan.Seed+1, …: another
 	// order of the dataloader's batches, whose reserved peak can differ
-	// widely (docs/limitations.md).
+	// widely (docs/limitations.md); a run that is the dataloader's own
+	// stream (RunPlan.Drawn false) is one.
 	Draws []*onnxmem.RunResult
 }
 
@@ -55,9 +56,13 @@ func (rep *runReport) simulate(sc onnxmem.Scenario, stderr io.Writer, verbose bo
 		return err
 	}
 	step(fmt.Sprintf("the run at batch %d", sc.Batch))
-	rep.Draws = make([]*onnxmem.RunResult, runDraws)
+	draws := runDraws
+	if !rep.Plan.Drawn() {
+		draws = 1 // the dataloader's own stream: one run
+	}
+	rep.Draws = make([]*onnxmem.RunResult, draws)
 	rep.Draws[0] = rep.Run
-	err = parallel(runDraws-1, func(i int) error {
+	err = parallel(draws-1, func(i int) error {
 		p := rep.Plan
 		p.Seed = cmp.Or(p.Seed, onnxmem.DefaultSeed) + uint64(i) + 1
 		events, err := m.PlanRun(p)
@@ -121,7 +126,7 @@ func (rep *runReport) print(w io.Writer) error {
 	fmt.Fprintf(w, "run    python %s --batch %d --img %d in one process: %s, %s, EMA, GradScaler, clipping, mosaic\n"+
 		"       and mixup; %d epochs, each validated at batch %d on rectangles and saved (-step for one step alone)\n",
 		script(rep.model), sc.Batch, max(sc.Height, sc.Width), settingOf(sc).precision(), cmpOr(sc.Optimizer, "SGD"), cmp.Or(rep.Plan.Epochs, onnxmem.DefaultEpochs), 2*sc.Batch)
-	fmt.Fprintf(w, "data   %s\n\n", runSource(rep.Events, "", rep.Plan.Dataset(), 0, rep.Plan.Seed))
+	fmt.Fprintf(w, "data   %s\n\n", runSource(rep.Events, "", rep.Plan))
 
 	if d := rep.limit(); d == nil {
 		fmt.Fprintf(w, "the run at batch %d, without a limit (a card with room to spare):\n", sc.Batch)
@@ -194,7 +199,7 @@ func (rep *runReport) print(w io.Writer) error {
 }
 
 // runReportCmd is report's default: the whole run.
-func runReportCmd(f *flagSet, conf func(setting) (setting, error), m *onnxmem.Model, path string, isDefault bool, devices []onnxmem.Device, batch int64, img imageSize, data string, epochs int, seed uint64,
+func runReportCmd(f *flagSet, conf func(setting) (setting, error), m *onnxmem.Model, path string, isDefault bool, devices []onnxmem.Device, batch int64, img imageSize, data string, epochs int, loader func(*onnxmem.RunPlan) error,
 	svg string, batches []int64, asJSON, asCSV, verbose bool, stdout, stderr io.Writer) int {
 	st, err := conf(setting{AMP: true, Train: true, Optimizer: "SGD", EMA: true})
 	if err != nil {
@@ -211,7 +216,10 @@ func runReportCmd(f *flagSet, conf func(setting) (setting, error), m *onnxmem.Mo
 		sc.Device = devices[0].Name
 	}
 	rep := &runReport{Model: m.Name, Path: path, model: m, Default: isDefault, Devices: devices,
-		Plan: onnxmem.RunPlan{Epochs: epochs, Batch: batch, Height: sc.Height, Width: sc.Width, Seed: seed, Data: data}}
+		Plan: onnxmem.RunPlan{Epochs: epochs, Batch: batch, Height: sc.Height, Width: sc.Width, Data: data}}
+	if err := loader(&rep.Plan); err != nil {
+		return f.usageError(stderr, "%v", err)
+	}
 	if err := rep.simulate(sc, stderr, verbose); err != nil {
 		return fail(stderr, err)
 	}
@@ -298,7 +306,7 @@ type runReportDevice struct {
 
 func (rep *runReport) json() runReportJSON {
 	js := runReportJSON{Model: rep.Model, Path: rep.Path, Builtin: builtin(rep.Path),
-		Run: runJSON{Model: rep.Model, Fits: !rep.Run.OOM, Source: runSource(rep.Events, "", rep.Plan.Dataset(), 0, rep.Plan.Seed),
+		Run: runJSON{Model: rep.Model, Fits: !rep.Run.OOM, Source: runSource(rep.Events, "", rep.Plan),
 			Predicted: newRunPredicted(rep.Run)}}
 	for i, d := range rep.Devices {
 		dj := newDeviceJSON(d)

@@ -106,7 +106,10 @@ func (f *flagSet) runDefault(m *onnxmem.Model, st setting, step, data string) (s
 	if f.Lookup("amp") != nil && !f.isSet("amp") {
 		st.AMP = true // train_dual.py's default
 	}
-	st.Run = &runStep{m: m, plan: onnxmem.RunPlan{Data: data, Seed: 1}}
+	st.Run = &runStep{m: m, plan: onnxmem.RunPlan{Data: data}}
+	if st.Run.plan.Drawn() {
+		st.Run.plan.Seed = onnxmem.DefaultSeed
+	}
 	return st, m, nil
 }
 
@@ -132,6 +135,10 @@ func (st setting) printNote(w io.Writer) {
 	if p.Dataset() == onnxmem.BuiltinData {
 		assumed = ", its boxes assumed (-data FILE.yaml for yours)"
 	}
-	fmt.Fprintf(w, "\nthe step is train_dual.py's at the densest iteration of its run on %s%s, seed %d;\n-step model, train or eval for another\n",
-		p.Dataset(), assumed, cmp.Or(p.Seed, onnxmem.DefaultSeed))
+	drawn := fmt.Sprintf(", seed %d", cmp.Or(p.Seed, onnxmem.DefaultSeed))
+	if !p.Drawn() {
+		drawn = " (the dataloader's own batches)"
+	}
+	fmt.Fprintf(w, "\nthe step is train_dual.py's at the densest iteration of its run on %s%s%s;\n-step model, train or eval for another\n",
+		p.Dataset(), assumed, drawn)
 }

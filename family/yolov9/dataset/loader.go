@@ -62,12 +62,18 @@ const LoaderSeed = 6148914691236517205 - 1
 const DefaultWorkers = 8
 
 // Workers returns the number of dataloader workers create_dataloader
-// starts: min(CPUs per GPU, batch (none when it is 1), workers).
-func Workers(cpusPerGPU, batch, workers int) int {
+// starts at batch size batch, min(CPUs per GPU, batch, --workers) with
+// none at batch 1, on a machine where min(CPUs per GPU, --workers) is n
+// (0: DefaultWorkers), the N of train_dual.py's "Using N dataloader
+// workers" at a batch of N or more.
+func Workers(n, batch int) int {
 	if batch <= 1 {
 		return 0
 	}
-	return min(cpusPerGPU, batch, workers)
+	if n == 0 {
+		n = DefaultWorkers
+	}
+	return min(n, batch)
 }
 
 // NewLoader returns the stream of the training split of s at batch size
