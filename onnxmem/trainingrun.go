@@ -209,9 +209,9 @@ const valStride = dataset.Stride
 // counts drawn once for an image size and seed: the batch size only
 // groups them, so a search over batch sizes draws them once.
 type planData struct {
-	once   sync.Once // makes set (and err)
-	set    *dataset.Set
-	err    error
+	once    sync.Once // makes set (and err)
+	set     *dataset.Set
+	err     error
 	mu      sync.Mutex // guards epochs and loaders, not the draws in them
 	epochs  map[[2]uint64]*epochDraws
 	loaders map[[3]int64]*loaderEpochs
