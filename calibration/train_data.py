@@ -66,6 +66,28 @@ def box_count(rng):
     return 1 + int(rng.geometric(1 / 6.0)) - 1
 
 
+def write_dataset(root, spec):
+    """Write the JPEGs and label files of a dataset spec (calibration/dataset_spec.py's)."""
+    import numpy as np
+    import cv2
+    rng = np.random.default_rng(spec.get("seed", 0))
+    for split in ("train", "val"):
+        os.makedirs(os.path.join(root, "images", split), exist_ok=True)
+        os.makedirs(os.path.join(root, "labels", split), exist_ok=True)
+        for im in spec[split]:
+            w, h = im["w"], im["h"]
+            small = rng.integers(0, 256, size=(max(h // 16, 1), max(w // 16, 1), 3), dtype=np.uint8)
+            img = cv2.resize(small, (w, h), interpolation=cv2.INTER_LINEAR)
+            name = os.path.splitext(im["file"])[0]
+            cv2.imwrite(os.path.join(root, "images", split, name + ".jpg"), img, [cv2.IMWRITE_JPEG_QUALITY, 80])
+            with open(os.path.join(root, "labels", split, name + ".txt"), "w") as f:
+                f.write("\n".join(im["labels"]) + ("\n" if im["labels"] else ""))
+    names = "\n".join(f"  {i}: class{i}" for i in range(80))
+    with open(os.path.join(root, "data.yaml"), "w") as f:
+        f.write(f"path: {root}\ntrain: images/train\nval: images/val\nnc: 80\nnames:\n{names}\n")
+    return spec
+
+
 def make_dataset(root, n_train, n_val, seed):
     import numpy as np
     import cv2
@@ -155,6 +177,9 @@ def child(args):
     for font in ("Arial.ttf", "Arial.Unicode.ttf"):
         open(os.path.join(os.environ["YOLOV5_CONFIG_DIR"], font), "a").close()
     install_stubs()
+    import numpy
+    if not hasattr(numpy, "trapz"):  # numpy 2 renamed it; val's mAP calls np.trapz at this commit
+        numpy.trapz = numpy.trapezoid
     import torch
     import utils.general as general
     general.check_online = lambda: False
@@ -208,7 +233,7 @@ def child(args):
 
     argv = ["--cfg", f"models/detect/{args.cfg}.yaml", "--data", os.path.join(args.data, "data.yaml"),
             "--hyp", "data/hyps/hyp.scratch-high.yaml", "--epochs", str(args.epochs), "--batch-size", str(args.batch),
-            "--img", "640", "--workers", "8", "--noplots", "--exist-ok", "--project", args.project, "--name", args.name,
+            "--img", "640", "--workers", str(args.workers), "--noplots", "--exist-ok", "--project", args.project, "--name", args.name,
             "--close-mosaic", "0", "--min-items", "0", "--weights", ""]
     sys.argv = [args.trainer + ".py"] + argv
     opt = trainer.parse_opt()
@@ -222,6 +247,7 @@ def child(args):
     except Exception as e:  # recorded with the events so far
         status, err = "error", f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
     result = {"cfg": args.cfg, "trainer": args.trainer, "batch": args.batch, "epochs": args.epochs, "img": 640,
+              "workers": args.workers, "cpus": os.cpu_count(),
               "amp": True, "segments": args.segments, "fraction": args.fraction, "status": status, "error": err,
               "capacity_bytes": int(args.fraction * torch.cuda.get_device_properties(0).total_memory) if args.fraction else None,
               "total_memory": torch.cuda.get_device_properties(0).total_memory, "gpu": torch.cuda.get_device_name(0),
@@ -234,13 +260,13 @@ def child(args):
 
 
 # ----------------------------------------------------------------------------- driver
-def run(args, cfg, batch, fraction, tag):
+def run(args, cfg, batch, fraction, tag, workers=8):
     trainer = "train" if cfg.startswith("gelan") else "train_dual"
     res = os.path.join(args.out, f"run_{tag}.json")
     log = os.path.join(args.out, f"run_{tag}.log")
     cmd = [sys.executable, os.path.abspath(__file__), "--child", "--yolo", args.yolo, "--data", args.data_dir,
            "--cfg", cfg, "--batch", str(batch), "--epochs", str(args.epochs), "--trainer", trainer,
-           "--project", os.path.join(args.work, "runs"), "--name", tag, "--result", res]
+           "--project", os.path.join(args.work, "runs"), "--name", tag, "--result", res, "--workers", str(workers)]
     if fraction:
         cmd += ["--fraction", repr(fraction)]
     if args.segments > 1:
@@ -270,7 +296,7 @@ def main():
     ap.add_argument("--yolo", default=os.path.join(REPO, "third_party", "yolov9"))
     ap.add_argument("--out", default=os.path.join(REPO, "calibration", "results", "train_data"))
     ap.add_argument("--work", default="/tmp/onnxmem_train_data")
-    ap.add_argument("--runs", default="yolov9-s:16,gelan-c:8", help="uncapped runs, cfg:batch")
+    ap.add_argument("--runs", default="yolov9-s:16,gelan-c:8", help="uncapped runs, cfg:batch[:workers]")
     ap.add_argument("--search", default="yolov9-s:8GiB:8:40", help="cfg:limit:lo:hi[,…], the largest batch completing the run under each limit (GiB or MiB)")
     ap.add_argument("--after", default="yolov9-c:16", help="uncapped runs after the search")
     ap.add_argument("--epochs", type=int, default=2)
@@ -285,6 +311,8 @@ def main():
     ap.add_argument("--name")
     ap.add_argument("--result")
     ap.add_argument("--fraction", type=float, default=0.0)
+    ap.add_argument("--workers", type=int, default=8, help="train_dual.py's --workers (a run spec's third field)")
+    ap.add_argument("--dataset", help="write this dataset spec (calibration/dataset_spec.py's) instead of generating one")
     ap.add_argument("--segments", type=int, default=0, help="run docs/checkpointing.md's patch with this many segments")
     args = ap.parse_args()
     if args.child:
@@ -292,14 +320,19 @@ def main():
 
     os.makedirs(args.out, exist_ok=True)
     args.data_dir = os.path.join(args.work, "data")
-    ds = make_dataset(args.data_dir, args.train_images, args.val_images, seed=33)
+    if args.dataset:
+        with open(args.dataset) as f:
+            ds = write_dataset(args.data_dir, json.load(f))
+    else:
+        ds = make_dataset(args.data_dir, args.train_images, args.val_images, seed=33)
     with open(os.path.join(args.out, "dataset.json"), "w") as f:
         json.dump(ds, f)
     print(f"dataset: {len(ds['train'])} train and {len(ds['val'])} val images", flush=True)
 
     for spec in filter(None, args.runs.split(",")):
-        cfg, batch = spec.split(":")
-        run(args, cfg, int(batch), 0.0, f"{cfg}_b{batch}" + (f"_k{args.segments}" if args.segments > 1 else ""))
+        cfg, batch, *workers = spec.split(":")
+        w = int(workers[0]) if workers else 8
+        run(args, cfg, int(batch), 0.0, f"{cfg}_b{batch}" + (f"_k{args.segments}" if args.segments > 1 else "") + (f"_w{w}" if w != 8 else ""), w)
 
     for search in filter(None, args.search.split(",")):
         import torch
