@@ -2,7 +2,7 @@
 
 train_data.py --dataset FILE writes its JPEGs and label files on the GPU machine and runs the
 official code on it; onnxmem predicts the runs from the same file before they are measured
-(calibration §23). Its mix differs from train_data.py's own on purpose: sizes from 333x500
+(calibration §27). Its mix differs from train_data.py's own on purpose: sizes from 333x500
 to 1920x1080 (landscape, portrait, square), 2% of images without boxes, 8% dense (30 to 150
 boxes), the rest geometric of mean 5; box sides log-uniform from 1.5% to 90% of the image.
 

@@ -234,7 +234,7 @@ def child(args):
     argv = ["--cfg", f"models/detect/{args.cfg}.yaml", "--data", os.path.join(args.data, "data.yaml"),
             "--hyp", "data/hyps/hyp.scratch-high.yaml", "--epochs", str(args.epochs), "--batch-size", str(args.batch),
             "--img", "640", "--workers", str(args.workers), "--noplots", "--exist-ok", "--project", args.project, "--name", args.name,
-            "--close-mosaic", "0", "--min-items", "0", "--weights", ""]
+            "--close-mosaic", str(args.close_mosaic), "--min-items", "0", "--weights", ""]
     sys.argv = [args.trainer + ".py"] + argv
     opt = trainer.parse_opt()
     torch.cuda.reset_peak_memory_stats()
@@ -247,7 +247,9 @@ def child(args):
     except Exception as e:  # recorded with the events so far
         status, err = "error", f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
     result = {"cfg": args.cfg, "trainer": args.trainer, "batch": args.batch, "epochs": args.epochs, "img": 640,
-              "workers": args.workers, "cpus": os.cpu_count(),
+              "workers": args.workers, "cpus": os.cpu_count(), "close_mosaic": args.close_mosaic,
+              # create_dataloader's nw: min(CPUs per GPU, batch (none at 1), --workers)
+              "loader_workers": min(os.cpu_count() // max(torch.cuda.device_count(), 1), args.batch if args.batch > 1 else 0, args.workers),
               "amp": True, "segments": args.segments, "fraction": args.fraction, "status": status, "error": err,
               "capacity_bytes": int(args.fraction * torch.cuda.get_device_properties(0).total_memory) if args.fraction else None,
               "total_memory": torch.cuda.get_device_properties(0).total_memory, "gpu": torch.cuda.get_device_name(0),
@@ -266,7 +268,8 @@ def run(args, cfg, batch, fraction, tag, workers=8):
     log = os.path.join(args.out, f"run_{tag}.log")
     cmd = [sys.executable, os.path.abspath(__file__), "--child", "--yolo", args.yolo, "--data", args.data_dir,
            "--cfg", cfg, "--batch", str(batch), "--epochs", str(args.epochs), "--trainer", trainer,
-           "--project", os.path.join(args.work, "runs"), "--name", tag, "--result", res, "--workers", str(workers)]
+           "--project", os.path.join(args.work, "runs"), "--name", tag, "--result", res, "--workers", str(workers),
+           "--close-mosaic", str(args.close_mosaic)]
     if fraction:
         cmd += ["--fraction", repr(fraction)]
     if args.segments > 1:
@@ -312,6 +315,7 @@ def main():
     ap.add_argument("--result")
     ap.add_argument("--fraction", type=float, default=0.0)
     ap.add_argument("--workers", type=int, default=8, help="train_dual.py's --workers (a run spec's third field)")
+    ap.add_argument("--close-mosaic", type=int, default=0, help="train_dual.py's --close-mosaic (a plain DataLoader, a new iterator each epoch, when above 0)")
     ap.add_argument("--dataset", help="write this dataset spec (calibration/dataset_spec.py's) instead of generating one")
     ap.add_argument("--segments", type=int, default=0, help="run docs/checkpointing.md's patch with this many segments")
     args = ap.parse_args()

@@ -2,7 +2,7 @@ package onnxmem
 
 import "github.com/onnxmem/onnxmem/internal/cards"
 
-// Device is a card as PyTorch sees it, its context and workspace, sources.
+// Device is a card as PyTorch sees it, with where its figures come from.
 type Device struct {
 	Name, Long, Capability          string
 	Total, Context, CuBLASWorkspace int64

@@ -99,7 +99,7 @@ func (m *Model) As(family string) (*Model, error) {
 	return a, err
 }
 
-// WithClasses returns m with nc classes, Model(cfg, nc=nc): "NAME nc=N".
+// WithClasses returns m with nc classes, rebuilt as "NAME nc=N" if needed.
 func (m *Model) WithClasses(nc int64) (*Model, error) {
 	has, err := m.Classes()
 	switch {

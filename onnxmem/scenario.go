@@ -11,9 +11,8 @@ import (
 	"github.com/onnxmem/onnxmem/internal/sim"
 )
 
-// The defaults of a Scenario's zero fields, MaxBatch's limit and a
-// RunPlan's, the command line's too. NoBoxes: no boxes. BuiltinData:
-// COCO 2017's image counts and sizes, its boxes assumed.
+// The defaults of a Scenario, MaxBatch and a RunPlan, the command line's
+// too. NoBoxes: no boxes. BuiltinData: COCO's sizes, its boxes assumed.
 const (
 	DefaultBatch        = 16
 	DefaultImage        = 640

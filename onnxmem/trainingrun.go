@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"sync"
 
 	"github.com/onnxmem/onnxmem/family/yolov9/dataset"
@@ -95,27 +96,23 @@ func runRank(e *sim.Model, o sim.Options, evs []sim.RunEvent, sc Scenario) (*Run
 func (r *RunResult) fits() bool { return !r.OOM && (r.Others == nil || !r.Others.OOM) }
 
 // RunPlan is a run of Epochs of Data (a YOLO data yaml), of MeanBoxes and
-// ValImages, or BuiltinData; with GPUs, rank 0's. Workers: the loader's (8).
+// ValImages, or of BuiltinData, rank 0's over GPUs; Seed draws it if Drawn.
+// Workers (0: 8) and CloseMosaic are the script's --workers, --close-mosaic.
 type RunPlan struct {
-	Epochs, Iterations   int
-	Batch, Height, Width int64
-	ValImages            int64
-	MeanBoxes            float64
-	Seed                 uint64
-	Data                 string
-	GPUs, Workers        int
+	Epochs, Iterations         int
+	Batch, Height, Width       int64
+	ValImages                  int64
+	MeanBoxes                  float64
+	Seed                       uint64
+	Data                       string
+	GPUs, Workers, CloseMosaic int
 }
 
 // PlanRun returns the events of a run: a setup, per epoch its iterations,
 // its validation batches and the checkpoint save.
 func (m *Model) PlanRun(p RunPlan) ([]RunEvent, error) {
-	switch {
-	case p.Workers < 0:
-		return nil, fmt.Errorf("onnxmem: plan run: Workers %d: want the dataloader's workers, 0 or more (0: %d)", p.Workers, dataset.DefaultWorkers)
-	case p.Workers > 0 && p.Drawn():
-		return nil, fmt.Errorf("onnxmem: plan run: Workers %d: the workers decide the boxes of a data file's run on one GPU, which this plan is not; leave Workers 0", p.Workers)
-	case p.Seed != 0 && !p.Drawn():
-		return nil, fmt.Errorf("onnxmem: plan run: Seed %d with Data %s: a data file's run on one GPU is the dataloader's own stream, which no seed changes; leave Seed 0", p.Seed, p.Data)
+	if err := p.check(); err != nil {
+		return nil, err
 	}
 	d, err := p.data()
 	if err != nil {
@@ -136,8 +133,23 @@ func (p RunPlan) Drawn() bool {
 	// reproduced, draw for draw): the images of each batch and their boxes
 	// follow from the data, the batch and the workers, and no seed changes
 	// them. The built-in data, a synthetic run and the ranks of DDP
-	// (DistributedSampler) are drawn.
-	return p.Data == "" || p.GPUs > 1
+	// (DistributedSampler, RANK 0 on: -gpus 1 too) are drawn.
+	return p.Data == "" || p.GPUs > 0
+}
+
+// check reports why p is not a plan: a field that does not apply to it.
+func (p RunPlan) check() error {
+	switch {
+	case p.Workers < 0:
+		return fmt.Errorf("onnxmem: plan run: Workers %d: want the dataloader's workers, 1 or more (0: %d); with --workers 0 the main process loads, which onnxmem does not simulate", p.Workers, dataset.DefaultWorkers)
+	case p.CloseMosaic < 0:
+		return fmt.Errorf("onnxmem: plan run: CloseMosaic %d: want train_dual.py's --close-mosaic, 0 or more", p.CloseMosaic)
+	case (p.Workers > 0 || p.CloseMosaic > 0) && p.Drawn():
+		return fmt.Errorf("onnxmem: plan run: Workers %d, CloseMosaic %d: the dataloader's settings decide the boxes of a data file's run on one GPU without DDP, which this plan is not; leave them 0", p.Workers, p.CloseMosaic)
+	case p.Seed != 0 && !p.Drawn():
+		return fmt.Errorf("onnxmem: plan run: Seed %d with Data %s: a data file's run on one GPU is the dataloader's own stream, which no seed changes; leave Seed 0", p.Seed, p.Data)
+	}
+	return nil
 }
 
 // Dataset names p's dataset: Data, BuiltinData or "" (synthetic).
@@ -187,7 +199,7 @@ func (m *Model) planRun(p RunPlan, d *planData) ([]RunEvent, error) {
 	sp := sim.RunPlan{Epochs: cmp.Or(p.Epochs, DefaultEpochs), Iterations: p.Iterations, Batch: p.Batch, Height: p.Height, Width: p.Width,
 		ValImages: p.ValImages, MeanBoxes: p.MeanBoxes, Seed: cmp.Or(p.Seed, DefaultSeed)}
 	if d != nil {
-		if err := d.plan(&sp, m.Family, cmp.Or(p.Data, BuiltinData), p.GPUs, p.Workers); err != nil {
+		if err := d.plan(&sp, m.Family, cmp.Or(p.Data, BuiltinData), p); err != nil {
 			return nil, err
 		}
 	}
@@ -206,15 +218,17 @@ func (m *Model) planRun(p RunPlan, d *planData) ([]RunEvent, error) {
 const valStride = dataset.Stride
 
 // planData is the dataset of a run plan, with each epoch's per-image box
-// counts drawn once for an image size and seed: the batch size only
-// groups them, so a search over batch sizes draws them once.
+// counts drawn once for an image size and seed (the batch size only
+// groups the drawn ones, so a search over batch sizes draws them once),
+// and the dataloader streams made of it (one for each batch size and
+// loader setting: a search runs one stream per batch it tries).
 type planData struct {
 	once    sync.Once // makes set (and err)
 	set     *dataset.Set
 	err     error
 	mu      sync.Mutex // guards epochs and loaders, not the draws in them
 	epochs  map[[2]uint64]*epochDraws
-	loaders map[[3]int64]*loaderEpochs
+	loaders map[loaderKey]*loaderEpochs
 }
 
 // epochDraws is one image size's and seed's epochs, drawn in order from
@@ -243,18 +257,28 @@ func (le *loaderEpochs) epoch(e int) [][]int64 {
 }
 
 // loader returns the dataloader stream of d's training images at image
-// size side, batch size batch and workers workers, made once.
-func (d *planData) loader(side int64, batch, workers int) *loaderEpochs {
+// size side and batch size batch, the log's workers (0: the default) and
+// a new iterator each epoch when perEpoch (--close-mosaic), made once.
+func (d *planData) loader(side int64, batch, workers int, perEpoch bool) *loaderEpochs {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	key := [3]int64{side, int64(batch), int64(workers)}
+	key := loaderKey{side, batch, workers, perEpoch}
 	if d.loaders == nil {
-		d.loaders = map[[3]int64]*loaderEpochs{}
+		d.loaders = map[loaderKey]*loaderEpochs{}
 	}
 	if d.loaders[key] == nil {
-		d.loaders[key] = &loaderEpochs{l: d.set.NewLoader(batch, workers, side, dataset.ScratchHigh)}
+		// create_dataloader takes at most the dataset's images a batch.
+		b := min(batch, len(d.set.Train))
+		d.loaders[key] = &loaderEpochs{l: d.set.NewLoader(b, dataset.Workers(workers, b), side, dataset.ScratchHigh, perEpoch)}
 	}
 	return d.loaders[key]
+}
+
+// loaderKey names one dataloader stream of a dataset.
+type loaderKey struct {
+	side           int64
+	batch, workers int
+	perEpoch       bool
 }
 
 // cocoData is the built-in dataset's, shared by every plan.
@@ -284,7 +308,7 @@ func (d *planData) epoch(side int64, seed uint64, e int) []int64 {
 
 // plan fills p's iterations and validation batches from the dataset, for
 // a model of family fam; name says which dataset in errors.
-func (d *planData) plan(p *sim.RunPlan, fam, name string, gpus, workers int) error {
+func (d *planData) plan(p *sim.RunPlan, fam, name string, rp RunPlan) error {
 	switch {
 	case fam != "yolov9":
 		return fmt.Errorf("onnxmem: plan run: data %s: a %s model; the dataset's sampler is YOLOv9's dataloader (-family yolov9 if the model is trained with it)", name, fam)
@@ -302,21 +326,25 @@ func (d *planData) plan(p *sim.RunPlan, fam, name string, gpus, workers int) err
 		p.ValBatches = append(p.ValBatches, sim.RunEvent{Kind: sim.RunEventVal, Batch: int64(len(b.Boxes)), Height: b.H, Width: b.W, BoxCounts: b.Boxes})
 	}
 	batch, seed, epoch := int(p.Batch), p.Seed, 0
-	if d != cocoData && gpus <= 1 { // !RunPlan.Drawn
+	if !rp.Drawn() {
 		// The dataloader's own stream: which images a batch holds and how
 		// many boxes each keeps follow from the dataset, the batch and the
-		// workers alone.
-		l := d.loader(side, batch, dataset.Workers(workers, batch))
+		// loader's settings alone.
+		l := d.loader(side, batch, rp.Workers, rp.CloseMosaic > 0)
 		p.TrainBoxes = func(*rand.Rand) [][]int64 {
 			epoch++
-			return l.epoch(epoch - 1)
+			var out [][]int64 // the cached epoch's, copied: callers may change theirs
+			for _, b := range l.epoch(epoch - 1) {
+				out = append(out, slices.Clone(b))
+			}
+			return out
 		}
 		return nil
 	}
 	p.TrainBoxes = func(*rand.Rand) [][]int64 {
 		epoch++
 		counts := d.epoch(side, seed, epoch-1)
-		if gpus > 1 {
+		if gpus := rp.GPUs; gpus > 1 {
 			// DistributedSampler: rank 0 takes indices[0::GPUs] of the
 			// shuffled epoch.
 			var mine []int64
@@ -360,6 +388,10 @@ func (m *Model) MaxBatchRun(sc Scenario, p RunPlan, limit int64) (int64, *RunRes
 
 // maxBatchRun is MaxBatchRun over each rank's batch, at most limit.
 func (m *Model) maxBatchRun(sc Scenario, p RunPlan, limit, g, capacity int64, o sim.Options) (int64, *RunResult, error) {
+	p.GPUs = sc.GPUs
+	if err := p.check(); err != nil {
+		return 0, nil, err
+	}
 	d, err := p.data()
 	if err != nil {
 		return 0, nil, err

@@ -103,7 +103,7 @@
 //
 // # report
 //
-//	onnxmem report [-batch N] [-img N] [-step run|train|model] [-data FILE.yaml] [-epochs E] [-seed S] [-workers N] [-device NAME|SIZE] [-batches LIST]
+//	onnxmem report [-batch N] [-img N] [-step run|train|model] [-data FILE.yaml] [-epochs E] [-seed S] [-workers N] [-close-mosaic N] [-device NAME|SIZE] [-batches LIST]
 //	    [-train [-boxes N] [-optimizer NAME] [-ema=false] [-warm-steps N]] [-alloc-conf OPTS] [-json|-csv] [-svg FILE] [-v] [MODEL.onnx]
 //
 // By default, for a YOLOv9 model, the whole training run at -batch (16):
@@ -249,7 +249,7 @@
 //
 //	onnxmem run [-batch N] [-img N] [-amp] [-segments K] [-optimizer NAME] [-ema=false] [-alloc-conf OPTS]
 //	            [-epochs E] [-iters N] [-val-images N] [-mean-boxes M] [-data FILE.yaml] [-seed S] [-events FILE.json]
-//	            [-gpus N [-sync-bn]] [-device NAME|SIZE] [-json|-csv] [-svg FILE] [MODEL.onnx]
+//	            [-workers N] [-close-mosaic N] [-gpus N [-sync-bn]] [-device NAME|SIZE] [-json|-csv] [-svg FILE] [MODEL.onnx]
 //
 // A whole training run in one process (onnxmem.Model.Run): the setup, then
 // per epoch -iters iterations whose images hold box counts drawn from a
@@ -259,10 +259,13 @@
 // checkpoint save; under -amp the first three iterations' optimizer steps
 // are GradScaler's skipped ones, so the optimizer's state comes with the
 // fourth. -data FILE.yaml, the YOLO data file train_dual.py's --data
-// takes, trains on that dataset: each epoch every training image once, in
-// a shuffled order, its boxes drawn as the dataloader's load_mosaic,
-// random_perspective and mixup give them (a sample of the distribution,
-// not the run's own draw; -iters, if set, the first so many iterations),
+// takes, trains on that dataset: each epoch every training image once,
+// each batch's images and boxes as the official dataloader gives them, its
+// shuffle, load_mosaic, random_perspective and mixup draws reproduced
+// (family/yolov9/dataset's Loader; -workers and -close-mosaic set the
+// loader as train_dual.py's --workers and --close-mosaic do, and no seed
+// changes it; over -gpus the boxes are drawn from -seed instead; -iters,
+// if set, the first so many iterations),
 // the validation on the val images' rectangular batches exactly as
 // LoadImagesAndLabels(rect=True, pad=0.5) shapes them, and the head's
 // classes from the file's nc. -events reads the events from a file instead, in predict's
@@ -351,7 +354,7 @@
 //
 //	onnxmem maxbatch [-img N] [-budget GiB | -device NAME] [-step run|train|eval|model] [-limit N | -for-batch N] [-amp|-half] [-segments K] [-eval [-eval-float]] [-alloc-conf OPTS]
 //	    [-train [-boxes N] [-optimizer NAME] [-ema=false] [-warm-steps N]]
-//	    [-data FILE.yaml [-epochs E] [-iters N] [-seed S]] [-gpus N [-sync-bn]] [-json|-csv] MODEL.onnx
+//	    [-data FILE.yaml [-epochs E] [-iters N] [-seed S] [-workers N] [-close-mosaic N]] [-gpus N [-sync-bn]] [-json|-csv] MODEL.onnx
 //
 // By default, for a YOLOv9 model, finds the largest batch whose whole
 // training run completes (as with -data, on the built-in COCO-like data
@@ -387,9 +390,10 @@
 // (the setup, -epochs epochs (2, as run) of the training images with their drawn box
 // counts, each epoch's validation and checkpoint save, AMP unless
 // -amp=false): doubling from batch 1 to one that runs out of memory, then
-// bisecting. The runs draw their boxes from -seed, so run -data at the
-// answer with the same seed completes and at one more does not. JSON:
-// {"model", "data", "epochs", "iterations", "seed", "device" or "budget",
+// bisecting. The runs take the dataloader's own boxes (-workers,
+// -close-mosaic; drawn from -seed over -gpus), so run -data at the answer
+// completes and at one more does not. JSON: {"model", "data", "epochs",
+// "iterations", "seed" (a drawn run's) or "workers", "device" or "budget",
 // "limit", "max_batch", "peak", "peak_reserved", "next_oom_event"}.
 //
 // With -for-batch N maxbatch answers another question: the fewest checkpoint

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/onnxmem/onnxmem/family/yolov9/dataset"
 	"github.com/onnxmem/onnxmem/onnxmem"
 )
 
@@ -16,7 +17,7 @@ func cmdMaxBatch(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	f := newFlagSet("maxbatch",
 		"onnxmem maxbatch [-img N] [-budget GiB | -device NAME] [-step run|train|eval|model] [-limit N | -for-batch N] [-amp|-half] [-segments K] [-eval [-eval-float]] [-alloc-conf OPTS]\n"+
 			"                        [-train [-boxes N] [-optimizer NAME] [-ema=false] [-warm-steps N]]\n"+
-			"                        [-data FILE.yaml [-epochs E] [-iters N] [-seed S]] [-gpus N [-sync-bn]] [-json|-csv] MODEL.onnx",
+			"                        [-data FILE.yaml [-epochs E] [-iters N] [-seed S] [-workers N] [-close-mosaic N]] [-gpus N [-sync-bn]] [-json|-csv] MODEL.onnx",
 		"Maxbatch finds the largest batch size, up to -limit, whose step fits: the model\n"+
 			"step (fp32 unless -amp or -half, checkpointed with -segments), with -train a\n"+
 			"full training step of train_dual.py, or with -eval its validation step (which\n"+
@@ -33,9 +34,10 @@ func cmdMaxBatch(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 			"the largest batch with which the whole training run completes on that dataset,\n"+
 			"as onnxmem run -data simulates it: the setup, -epochs epochs (default 2) of its\n"+
 			"training images, each epoch's validation at twice the batch and the checkpoint\n"+
-			"save, in one process, under AMP unless -amp=false, each batch's boxes drawn\n"+
-			"from -seed. A run's peak follows its densest batch: another draw may move the\n"+
-			"answer by one. With -gpus N the run is DistributedDataParallel's over N cards\n"+
+			"save, in one process, under AMP unless -amp=false, each batch's images and\n"+
+			"boxes as the official dataloader gives them (-workers, -close-mosaic). With\n"+
+			"the built-in data, or over GPUs, they are drawn from -seed, and another draw\n"+
+			"may move the answer by one. With -gpus N the run is DistributedDataParallel's over N cards\n"+
 			"(see onnxmem run -h): the answer is the total batch, a multiple of N, with which\n"+
 			"every rank's run completes.\n\n"+
 			"-csv writes the answer as one CSV row (the -json fields, a result's prefixed\n"+
@@ -99,7 +101,7 @@ func cmdMaxBatch(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	}
 	runMode := *data != "" || wantsRun(m, *stepName, st.Train || st.Eval || f.isSet("for-batch") || st.Half)
 	if !runMode {
-		for _, name := range []string{"epochs", "iters", "seed", "workers", "gpus", "sync-bn"} {
+		for _, name := range []string{"epochs", "iters", "seed", "workers", "close-mosaic", "gpus", "sync-bn"} {
 			if f.isSet(name) {
 				return f.usageError(stderr, "-%s applies to a training run: drop -step, or add -data", name)
 			}
@@ -573,7 +575,10 @@ func runMaxBatchCmd(m *onnxmem.Model, c fitCriterion, st setting, img imageSize,
 	}
 	sc := c.scenario(st.scenario(max(lo, g), img))
 	if asJSON || asCSV {
-		js := runMaxBatchJSON{Model: m.Name, Data: p.Dataset(), Epochs: cmp.Or(p.Epochs, onnxmem.DefaultEpochs), Iterations: p.Iterations, Seed: p.Seed, Limit: limit, MaxBatch: lo, MaxBatchPossible: b.possiblePtr()}
+		js := runMaxBatchJSON{Model: m.Name, Data: p.Dataset(), Epochs: cmp.Or(p.Epochs, onnxmem.DefaultEpochs), Iterations: p.Iterations, Seed: p.Seed, CloseMosaic: p.CloseMosaic, Limit: limit, MaxBatch: lo, MaxBatchPossible: b.possiblePtr()}
+		if !p.Drawn() {
+			js.Workers = cmp.Or(p.Workers, dataset.DefaultWorkers)
+		}
 		c.setJSON(&js.Budget, &js.Device)
 		if r := tried[lo]; r != nil {
 			js.PeakReserved, js.Peak = r.PeakReserved, r.Peak
@@ -647,14 +652,18 @@ func runMaxBatchCmd(m *onnxmem.Model, c fitCriterion, st setting, img imageSize,
 type runMaxBatchJSON struct {
 	Model string `json:"model"`
 	Data  string `json:"data"`
-	// Epochs, Iterations (0: whole epochs) and Seed are the run's.
-	Epochs     int         `json:"epochs"`
-	Iterations int         `json:"iterations"`
-	Seed       uint64      `json:"seed"`
-	Budget     int64       `json:"budget,omitempty"`
-	Device     *deviceJSON `json:"device,omitempty"`
-	Limit      int64       `json:"limit"`
-	MaxBatch   int64       `json:"max_batch"`
+	// Epochs, Iterations (0: whole epochs) and Seed are the run's; Seed a
+	// drawn run's, Workers and CloseMosaic the loader's of a run that is
+	// the dataloader's own stream (onnxmem.RunPlan.Drawn).
+	Epochs      int         `json:"epochs"`
+	Iterations  int         `json:"iterations"`
+	Seed        uint64      `json:"seed,omitempty"`
+	Workers     int         `json:"workers,omitempty"`
+	CloseMosaic int         `json:"close_mosaic,omitempty"`
+	Budget      int64       `json:"budget,omitempty"`
+	Device      *deviceJSON `json:"device,omitempty"`
+	Limit       int64       `json:"limit"`
+	MaxBatch    int64       `json:"max_batch"`
 	// MaxBatchPossible: as maxBatchJSON's, on a card whose cuDNN
 	// workspaces were not measured.
 	MaxBatchPossible *int64 `json:"max_batch_possible,omitempty"`

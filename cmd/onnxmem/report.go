@@ -43,7 +43,7 @@ var detailSetting = setting{AMP: true}
 
 func cmdReport(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	f := newFlagSet("report",
-		"onnxmem report [-batch N] [-img N] [-step run|train|model] [-data FILE.yaml] [-epochs E] [-seed S] [-workers N] [-device NAME|SIZE] [-batches LIST]\n"+
+		"onnxmem report [-batch N] [-img N] [-step run|train|model] [-data FILE.yaml] [-epochs E] [-seed S] [-workers N] [-close-mosaic N] [-device NAME|SIZE] [-batches LIST]\n"+
 			"               [-train [-boxes N] [-optimizer NAME] [-ema=false] [-warm-steps N]] [-alloc-conf OPTS] [-json|-csv] [-svg FILE] [-v] [MODEL.onnx]",
 		"Report predicts the peak of the model step (with -train, the full train_dual.py\nstep) at common batch sizes in fp32 and AMP, each without checkpointing and\nwith 2 and 4 checkpoint segments; finds the largest batch of each that fits an\nRTX 4090 and an A100 of 40 and 80 GB (the profiles rtx4090, a100-40 and a100-80\nof onnxmem devices); and explains the AMP peak at one batch size: where it\nfalls, the largest tensors alive then and the totals by kind. MODEL.onnx is an\nONNX file or the name of a built-in model (onnxmem models lists them); without\nit, report uses the built-in "+defaultModel+", which needs no file.\n-csv writes one row for each setting and batch size: the setting, its largest\nbatch on each card (max_batch.CARD) and the prediction's -json fields.",
 		"onnxmem report -train -img 512 yolov9-s")
@@ -95,7 +95,7 @@ func cmdReport(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		}
 		return runReportCmd(f, conf, m, path, isDefault, devices, *batch, *img, *data, int(*epochs), loader, *svg, *batches, *asJSON, *asCSV, *verbose, stdout, stderr)
 	}
-	for _, name := range []string{"data", "epochs", "seed", "workers"} {
+	for _, name := range []string{"data", "epochs", "seed", "workers", "close-mosaic"} {
 		if f.isSet(name) {
 			return f.usageError(stderr, "-%s applies to the whole run: drop -step and -train", name)
 		}

@@ -19,17 +19,17 @@ func cmdRun(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	f := newFlagSet("run",
 		"onnxmem run [-batch N] [-img N] [-amp] [-segments K] [-optimizer NAME] [-ema=false] [-alloc-conf OPTS]\n"+
 			"            [-epochs E] [-iters N] [-val-images N] [-mean-boxes M] [-data FILE.yaml] [-seed S] [-events FILE.json]\n"+
-			"            [-gpus N [-sync-bn]] [-device NAME|SIZE] [-json|-csv] [-svg FILE] [MODEL.onnx]",
+			"            [-workers N] [-close-mosaic N] [-gpus N [-sync-bn]] [-device NAME|SIZE] [-json|-csv] [-svg FILE] [MODEL.onnx]",
 		"Run simulates a whole training run of train_dual.py in one process: the setup\n"+
 			"(model, optimizer, EMA), -epochs epochs of -iters iterations with per-image box\n"+
 			"counts drawn from a long-tailed distribution of mean -mean-boxes, each epoch's\n"+
 			"validation of -val-images images at twice the batch on rectangular images, and\n"+
 			"its checkpoint save. -data FILE.yaml (the YOLO data file train_dual.py's --data\n"+
-			"takes) trains on that dataset instead: every epoch its training images, shuffled,\n"+
-			"each with the boxes the dataloader's mosaic, perspective and mixup give it (drawn\n"+
-			"from -seed: a sample, not the run's own draw), -iters of them if set; validation\n"+
-			"on its images' rectangular batches, exactly as the dataloader shapes them; the\n"+
-			"head's classes from its nc. Under -amp GradScaler skips the optimizer step of the first\n"+
+			"takes) trains on that dataset instead: every epoch its training images, each\n"+
+			"batch's images and boxes as the official dataloader gives them (its shuffle,\n"+
+			"mosaic, perspective and mixup draws reproduced, which -workers and -close-mosaic\n"+
+			"decide and no seed changes), -iters of them if set; validation on its images'\n"+
+			"rectangular batches as the dataloader shapes them; the head's classes from its nc. Under -amp GradScaler skips the optimizer step of the first\n"+
 			"three iterations (its scale falls from 65536), so the optimizer's state comes\n"+
 			"with the fourth. -events FILE.json gives the events instead, as a JSON list in\n"+
 			"predict's train_run format (\"skipped\": true marks the iterations GradScaler\n"+
@@ -103,7 +103,7 @@ func cmdRun(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	var events []onnxmem.RunEvent
 	var p onnxmem.RunPlan
 	if *eventsFile != "" {
-		for _, name := range []string{"epochs", "iters", "val-images", "mean-boxes", "seed", "workers"} {
+		for _, name := range []string{"epochs", "iters", "val-images", "mean-boxes", "seed", "workers", "close-mosaic"} {
 			if f.isSet(name) {
 				return f.usageError(stderr, "-%s and -events exclude each other: the file gives the events", name)
 			}
@@ -235,23 +235,35 @@ type runJSON struct {
 	Ranks []rankRow `json:"ranks,omitempty"`
 }
 
-// runSource says where a run's box counts and validation batches come
-// from, and what of them is exact and what drawn.
-// loaderFlags adds to f -seed, whose help is seedHelp, and -workers: where a
-// run's box counts come from. It returns what sets a plan's Seed and
-// Workers once the flags are parsed: a -data run on one GPU is the
-// dataloader's own stream, which its workers decide and no seed changes;
-// any other run is drawn from the seed.
+// closeText says a plan's --close-mosaic, when it sets one.
+func closeText(p onnxmem.RunPlan) string {
+	if p.CloseMosaic == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", a new iterator each epoch: --close-mosaic %d", p.CloseMosaic)
+}
+
+// loaderFlags adds to f -seed, whose help is seedHelp, -workers and
+// -close-mosaic: where a run's box counts come from. It returns what sets
+// a plan's Seed, Workers and CloseMosaic once the flags are parsed: a -data
+// run on one GPU is the dataloader's own stream, which the loader's
+// settings decide and no seed changes; any other run is drawn from the
+// seed.
 func loaderFlags(f *flagSet, seedHelp string) func(p *onnxmem.RunPlan) error {
 	seed := f.Uint64("seed", onnxmem.DefaultSeed, seedHelp)
 	workers := f.Int("workers", 0, "the dataloader's `N` workers in a -data run, as train_dual.py's log says them (\"Using N dataloader workers\":\nmin(CPUs per GPU, --workers 8), the batch capping it) (default 8)")
+	closeMosaic := f.Int("close-mosaic", 0, "train_dual.py's --close-mosaic `N` of a -data run: above 0 its loader is a plain DataLoader, a new iterator\neach epoch (the official README's command passes 15); its last N epochs without mosaic are past those simulated")
 	return func(p *onnxmem.RunPlan) error {
-		p.Seed, p.Workers = *seed, *workers
+		p.Seed, p.Workers, p.CloseMosaic = *seed, *workers, *closeMosaic
 		switch {
-		case p.Drawn() && f.isSet("workers"):
-			return fmt.Errorf("-workers applies to a -data run on one GPU, whose boxes the dataloader's workers decide")
+		case f.isSet("workers") && *workers < 1:
+			return fmt.Errorf("-workers %d: with --workers 0 the main process loads the images, which onnxmem does not simulate; give 1 or more", *workers)
+		case *closeMosaic < 0:
+			return fmt.Errorf("-close-mosaic %d: want train_dual.py's --close-mosaic, 0 or more", *closeMosaic)
+		case p.Drawn() && (f.isSet("workers") || f.isSet("close-mosaic")):
+			return fmt.Errorf("-workers and -close-mosaic apply to a -data run on one GPU without -gpus, whose boxes the dataloader decides: drop them")
 		case !p.Drawn() && f.isSet("seed"):
-			return fmt.Errorf("-seed and -data: a -data run on one GPU is the dataloader's own stream (its shuffle and augmentation draws reproduced), which no seed changes")
+			return fmt.Errorf("-seed and -data: a -data run on one GPU is the dataloader's own stream (its shuffle and augmentation draws reproduced), which no seed changes: drop -seed")
 		case !p.Drawn():
 			p.Seed = 0
 		}
@@ -259,7 +271,8 @@ func loaderFlags(f *flagSet, seedHelp string) func(p *onnxmem.RunPlan) error {
 	}
 }
 
-// runSource says where a run's events come from: eventsFile, or p's plan.
+// runSource says where a run's box counts and validation batches come
+// from (eventsFile, or p's plan), and what of them is exact and what drawn.
 func runSource(events []onnxmem.RunEvent, eventsFile string, p onnxmem.RunPlan) string {
 	data, meanBoxes, seed := p.Dataset(), p.MeanBoxes, p.Seed
 	if eventsFile != "" {
@@ -294,8 +307,8 @@ func runSource(events []onnxmem.RunEvent, eventsFile string, p onnxmem.RunPlan) 
 		return fmt.Sprintf("%s: each image's boxes drawn as the dataloader's mosaic, perspective and mixup give them (seed %d: a sample, not the run's own draw), validation in the dataloader's rectangles (exact); %s", data, seed, count)
 	}
 	return fmt.Sprintf("%s: each batch's images and boxes as the official dataloader gives them, its shuffle, mosaic,\n"+
-		"       perspective and mixup draws reproduced (%d workers; exact where albumentations builds no transform);\n"+
-		"       validation in its rectangles (shapes exact, images of one aspect ratio in path order); %s", data, dataset.Workers(p.Workers, int(p.Batch)), count)
+		"       perspective and mixup draws reproduced (%d workers%s), exact where albumentations builds no\n"+
+		"       transform; validation in its rectangles (shapes exact, images of one aspect ratio in path order);\n       %s", data, dataset.Workers(p.Workers, int(p.Batch)), closeText(p), count)
 }
 
 func printRun(w io.Writer, model, source string, r, none *onnxmem.RunResult, events []onnxmem.RunEvent, d *onnxmem.Device) error {

@@ -318,6 +318,9 @@ func (rep *runReport) json() runReportJSON {
 		js.Detail = &rj
 	}
 	for i, d := range rep.Draws {
+		if !rep.Plan.Drawn() {
+			break // the dataloader's own stream: one run, no seed
+		}
 		js.Draws = append(js.Draws, runDrawJSON{Seed: cmp.Or(rep.Plan.Seed, onnxmem.DefaultSeed) + uint64(i), Peak: d.Peak, PeakReserved: d.PeakReserved})
 	}
 	return js

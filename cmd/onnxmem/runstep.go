@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/onnxmem/onnxmem/family/yolov9/dataset"
 	"github.com/onnxmem/onnxmem/onnxmem"
 )
 
@@ -137,7 +138,7 @@ func (st setting) printNote(w io.Writer) {
 	}
 	drawn := fmt.Sprintf(", seed %d", cmp.Or(p.Seed, onnxmem.DefaultSeed))
 	if !p.Drawn() {
-		drawn = " (the dataloader's own batches)"
+		drawn = fmt.Sprintf(" (the dataloader's own batches, %d workers)", dataset.DefaultWorkers)
 	}
 	fmt.Fprintf(w, "\nthe step is train_dual.py's at the densest iteration of its run on %s%s%s;\n-step model, train or eval for another\n",
 		p.Dataset(), assumed, drawn)

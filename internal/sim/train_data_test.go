@@ -28,6 +28,8 @@ type dataRun struct {
 	Epochs                    int
 	AMP                       bool
 	Segments                  int    // docs/checkpointing.md's patch, when above 1
+	Workers                   int    // train_dual.py's --workers (0: 8, before §27 recorded it)
+	CloseMosaic               int    `json:"close_mosaic"` // its --close-mosaic
 	Capacity                  *int64 `json:"capacity_bytes"`
 	Peak                      int64
 	PeakReserved              int64 `json:"peak_reserved"`
@@ -265,7 +267,7 @@ func TestDataRunsPredicted(t *testing.T) {
 		if run.Capacity != nil {
 			sc.Capacity = *run.Capacity
 		}
-		ev, err := m.PlanRun(onnxmem.RunPlan{Epochs: run.Epochs, Batch: run.Batch, Height: run.Img, Width: run.Img, Data: yamls[dir]})
+		ev, err := m.PlanRun(onnxmem.RunPlan{Epochs: run.Epochs, Batch: run.Batch, Height: run.Img, Width: run.Img, Data: yamls[dir], Workers: run.Workers, CloseMosaic: run.CloseMosaic})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -512,7 +514,7 @@ func TestLoaderMeasured(t *testing.T) {
 			sets[dir] = set
 		}
 		run := readDataRun(t, file)
-		l := sets[dir].NewLoader(int(run.Batch), dataset.DefaultWorkers, run.Img, dataset.ScratchHigh)
+		l := sets[dir].NewLoader(int(run.Batch), dataset.Workers(run.Workers, int(run.Batch)), run.Img, dataset.ScratchHigh, run.CloseMosaic > 0)
 		var want [][]int64
 		for _, e := range run.Events {
 			if e.Kind == "train" {

@@ -28,12 +28,17 @@ package dataset
 //     translation twice), random() < mixup and then randint(0, n−1) and a
 //     second load_mosaic, random() twice for the flips.
 //
+// With --close-mosaic N above 0 create_dataloader makes a plain
+// DataLoader instead (perEpoch): each epoch a new iterator draws a new base
+// seed, starts its workers afresh and gives batch 0 to worker 0 again.
 // Numpy's draws (mixup's beta ratio, the HSV gains) do not change a count.
 // Assumed: the Albumentations wrapper builds no transform (albumentations
 // not installed, or a version whose RandomResizedCrop refuses height and
 // width), so it draws nothing; labels are boxes, not segments (segments
-// run copy_paste, which draws); with no workers (batch 1) the main
-// process loads, its random seeded init_seeds(opt.seed + 1) = 1.
+// run copy_paste, which draws); mosaic is on in every epoch simulated
+// (--close-mosaic turns it off for the run's last N); with no workers
+// (batch 1) the main process loads, its random seeded by init_seeds(
+// opt.seed + 1 + RANK), 0 at --seed's default.
 //
 // Worked example: 256 images at batch 16 and 8 workers: the first epoch
 // shuffles with the generator's first randperm after the base seed,
@@ -43,15 +48,17 @@ package dataset
 // train_dual.py on such a dataset logged every image's count, and Loader
 // gives the same counts (TestLoaderMeasured).
 type Loader struct {
-	labels  [][]Box
-	sizes   [][2]int64
-	s       int64
-	hyp     Hyp
-	batch   int
-	workers []*pyRandom
-	gen     *torchGenerator
-	k       int // batches loaded so far, over epochs
-	buf     []xyxy
+	labels   [][]Box
+	sizes    [][2]int64
+	s        int64
+	hyp      Hyp
+	batch    int
+	workers  []*pyRandom
+	gen      *torchGenerator
+	k        int  // batches loaded so far by these workers
+	n        int  // workers
+	perEpoch bool // a plain DataLoader: a new iterator each epoch
+	buf      []xyxy
 }
 
 // LoaderSeed is the generator's seed in create_dataloader,
@@ -77,27 +84,38 @@ func Workers(n, batch int) int {
 }
 
 // NewLoader returns the stream of the training split of s at batch size
-// batch, image size imgsz and hyp, loaded by workers workers (Workers).
-func (s *Set) NewLoader(batch, workers int, imgsz int64, hyp Hyp) *Loader {
+// batch, image size imgsz and hyp, loaded by workers workers (Workers), a
+// new iterator each epoch when perEpoch (--close-mosaic above 0).
+func (s *Set) NewLoader(batch, workers int, imgsz int64, hyp Hyp, perEpoch bool) *Loader {
 	labels, sizes := make([][]Box, len(s.Train)), make([][2]int64, len(s.Train))
 	for i, im := range s.Train {
 		labels[i], sizes[i] = im.Labels, [2]int64{im.W, im.H}
 	}
-	return NewLoader(labels, sizes, batch, workers, imgsz, hyp)
+	return NewLoader(labels, sizes, batch, workers, imgsz, hyp, perEpoch)
 }
 
 // NewLoader returns the stream of the images whose boxes are labels and
-// whose sizes (width, height) are sizes, as Set.NewLoader does.
-func NewLoader(labels [][]Box, sizes [][2]int64, batch, workers int, imgsz int64, hyp Hyp) *Loader {
-	l := &Loader{labels: labels, sizes: sizes, s: imgsz, hyp: hyp, batch: max(batch, 1), gen: newTorchGenerator(LoaderSeed)}
-	base := l.gen.random64() % (1 << 63)
-	for w := range workers {
-		l.workers = append(l.workers, newPyRandom((base+uint64(w))%(1<<32)))
-	}
-	if workers == 0 {
-		l.workers = []*pyRandom{newPyRandom(1)}
+// whose sizes (width, height) are sizes, as Set.NewLoader does; a
+// negative workers is none.
+func NewLoader(labels [][]Box, sizes [][2]int64, batch, workers int, imgsz int64, hyp Hyp, perEpoch bool) *Loader {
+	l := &Loader{labels: labels, sizes: sizes, s: imgsz, hyp: hyp, batch: max(batch, 1), gen: newTorchGenerator(LoaderSeed),
+		n: max(workers, 0), perEpoch: perEpoch}
+	if !perEpoch {
+		l.start() // the InfiniteDataLoader's one iterator
 	}
 	return l
+}
+
+// start makes an iterator: its base seed, its workers' random.
+func (l *Loader) start() {
+	base := l.gen.random64() % (1 << 63)
+	l.workers, l.k = l.workers[:0], 0
+	for w := range l.n {
+		l.workers = append(l.workers, newPyRandom((base+uint64(w))%(1<<32)))
+	}
+	if l.n == 0 {
+		l.workers = append(l.workers, newPyRandom(0)) // the main process
+	}
 }
 
 // Epoch returns the box counts of every image of every batch of the next
@@ -107,6 +125,9 @@ func (l *Loader) Epoch() [][]int64 {
 	n := len(l.labels)
 	if n == 0 {
 		return nil
+	}
+	if l.perEpoch {
+		l.start()
 	}
 	perm := l.gen.randperm(n)
 	l.gen.randperm(n) // randperm(n)[:num_samples % n]
@@ -138,7 +159,7 @@ func (l *Loader) item(r *pyRandom, index int) int {
 
 // mosaic is load_mosaic's count of boxes, its draws from r.
 func (l *Loader) mosaic(r *pyRandom, index int) int {
-	border := -floorDiv(l.s, 2) // mosaic_border: -img_size // 2
+	border := floorDiv(-l.s, 2) // mosaic_border: -img_size // 2
 	yc := int64(r.uniform(float64(-border), float64(2*l.s+border)))
 	xc := int64(r.uniform(float64(-border), float64(2*l.s+border)))
 	n := len(l.labels)
