@@ -46,7 +46,11 @@ type dataRun struct {
 // results/train_data, or paths under results.
 var dataRunFiles = []string{"run_yolov9-s_b16.json", "run_gelan-c_b8.json", "run_yolov9-c_b16.json", "run_yolov9-s_cap8GiB_b16.json", "run_yolov9-s_cap8GiB_b17.json",
 	"run_yolov9-c_cap20GiB_b16.json", "run_yolov9-c_cap20GiB_b17.json", "run_gelan-c_cap10GiB_b13.json", "run_gelan-c_cap10GiB_b14.json",
-	"run_yolov9-c_cap12GiB_b9.json", "run_yolov9-c_cap12GiB_b10.json", "run_yolov9-s_b16_k2.json", "train_data_long/run_yolov9-s_b16.json"}
+	"run_yolov9-c_cap12GiB_b9.json", "run_yolov9-c_cap12GiB_b10.json", "run_yolov9-s_b16_k2.json", "train_data_long/run_yolov9-s_b16.json",
+	// §27: predicted before they ran, on the dataset of dataset_spec.py.
+	"train_data_v2/run_yolov9-t_b24.json", "train_data_v2/run_yolov9-m_b12_w3.json", "train_data_v2/run_gelan-s_b5.json",
+	"train_data_v2/run_yolov9-s_cap6GiB_b8.json", "train_data_v2/run_yolov9-s_cap6GiB_b9.json",
+	"train_data_v2/run_gelan-s_cap5GiB_b8.json", "train_data_v2/run_gelan-s_cap5GiB_b9.json", "train_data_v2/run_yolov9-t_b16.json"}
 
 // readDataRun reads one of calibration/train_data.py's runs: a file of
 // results/train_data, or a path under results.
@@ -396,44 +400,46 @@ func (r *dataRun) predicted(t *testing.T, m *onnxmem.Model, sc onnxmem.Scenario,
 // on the device, B completing its two epochs and B+1 out of memory), as
 // MaxBatchRun searches it: the answer must be the measured batch.
 func TestDataMaxBatchPredicted(t *testing.T) {
-	yaml := writeTrainData(t)
-	b, err := measured.Read("train_data/search.jsonl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-		var search struct {
-			Cfg, Limit string
-			Capacity   int64 `json:"capacity_bytes"`
-			Largest    int64 `json:"largest_completing"`
-		}
-		if err := json.Unmarshal([]byte(line), &search); err != nil {
+	for _, dir := range []string{"train_data", "train_data_v2"} {
+		yaml := writeTrainDataFrom(t, dir)
+		b, err := measured.Read(dir + "/search.jsonl")
+		if err != nil {
 			t.Fatal(err)
 		}
-		for _, batch := range []int64{search.Largest, search.Largest + 1} { // the runs behind the line
-			run := readDataRun(t, fmt.Sprintf("run_%s_cap%s_b%d.json", search.Cfg, search.Limit, batch))
-			if (run.Status == "ok") != (batch == search.Largest) {
-				t.Fatalf("%s under %s: batch %d ended %q", search.Cfg, search.Limit, batch, run.Status)
+		for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+			var search struct {
+				Cfg, Limit string
+				Capacity   int64 `json:"capacity_bytes"`
+				Largest    int64 `json:"largest_completing"`
 			}
-		}
-		m, err := onnxmem.Builtin(search.Cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sc := onnxmem.Scenario{Height: 640, Width: 640, Step: onnxmem.TrainStep, AMP: true, Capacity: search.Capacity}
-		n, _, err := m.MaxBatchRun(sc, onnxmem.RunPlan{Epochs: 2, Data: yaml}, 64)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("%s under %s: largest batch completing the run %d; measured %d", search.Cfg, search.Limit, n, search.Largest)
-		if n < search.Largest-1 || n > search.Largest+1 {
-			t.Errorf("%s under %s: largest batch completing the run %d; measured %d: want within one", search.Cfg, search.Limit, n, search.Largest)
+			if err := json.Unmarshal([]byte(line), &search); err != nil {
+				t.Fatal(err)
+			}
+			for _, batch := range []int64{search.Largest, search.Largest + 1} { // the runs behind the line
+				run := readDataRun(t, fmt.Sprintf("%s/run_%s_cap%s_b%d.json", dir, search.Cfg, search.Limit, batch))
+				if (run.Status == "ok") != (batch == search.Largest) {
+					t.Fatalf("%s under %s: batch %d ended %q", search.Cfg, search.Limit, batch, run.Status)
+				}
+			}
+			m, err := onnxmem.Builtin(search.Cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sc := onnxmem.Scenario{Height: 640, Width: 640, Step: onnxmem.TrainStep, AMP: true, Capacity: search.Capacity}
+			n, _, err := m.MaxBatchRun(sc, onnxmem.RunPlan{Epochs: 2, Data: yaml}, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%s: %s under %s: largest batch completing the run %d; measured %d", dir, search.Cfg, search.Limit, n, search.Largest)
+			if n < search.Largest-1 || n > search.Largest+1 {
+				t.Errorf("%s: %s under %s: largest batch completing the run %d; measured %d: want within one", dir, search.Cfg, search.Limit, n, search.Largest)
+			}
 		}
 	}
 }
 
 // writeTrainData writes calibration/train_data.py's dataset to a temporary
-// folder, as TestDataRunsSampled says, and returns its data yaml.
+// folder, as TestDataRunsPredicted says, and returns its data yaml.
 func writeTrainData(t *testing.T) string { return writeTrainDataFrom(t, "train_data") }
 
 // writeTrainDataFrom is writeTrainData of the dataset in results/dir.
@@ -495,10 +501,10 @@ func pngHeader(w, h int64) []byte {
 // TestLoaderMeasured checks dataset.Loader, the official dataloader's
 // stream reproduced draw for draw, against every image's box count that
 // calibration/train_data.py logged in the official train_dual.py and
-// train.py (8 workers): all 13 runs, batch sizes 8 to 17, the two epochs
-// of the 256-image dataset and the 400 iterations of the 6,400-image one,
-// and the iterations before an out-of-memory error; every count must be
-// equal.
+// train.py: all 21 runs, batch sizes 5 to 24, 3 to 8 workers, with and
+// without --close-mosaic, the two epochs of the 256- and 600-image
+// datasets and the 400 iterations of the 6,400-image one, and the
+// iterations before an out-of-memory error; every count must be equal.
 func TestLoaderMeasured(t *testing.T) {
 	sets := map[string]*dataset.Set{}
 	for _, file := range dataRunFiles {
