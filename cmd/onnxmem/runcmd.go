@@ -308,7 +308,7 @@ func runSource(events []onnxmem.RunEvent, eventsFile string, p onnxmem.RunPlan) 
 	}
 	return fmt.Sprintf("%s: each batch's images and boxes as the official dataloader gives them, its shuffle, mosaic,\n"+
 		"       perspective and mixup draws reproduced (%d workers%s), exact where albumentations builds no\n"+
-		"       transform; validation in its rectangles (shapes exact, images of one aspect ratio in path order);\n       %s", data, dataset.Workers(p.Workers, int(p.Batch)), closeText(p), count)
+		"       transform; validation in its rectangles (images of one aspect ratio in numpy's AVX-512 argsort order);\n       %s", data, dataset.Workers(p.Workers, int(p.Batch)), closeText(p), count)
 }
 
 func printRun(w io.Writer, model, source string, r, none *onnxmem.RunResult, events []onnxmem.RunEvent, d *onnxmem.Device) error {

@@ -244,12 +244,12 @@ func TestDataRuns(t *testing.T) {
 // validation batch, and so does the comparison); a run that completed
 // must complete under its cap, one that ran out of memory must not.
 //
-// Two things the dataset does not say are onnxmem's assumptions: how many
-// first iterations GradScaler skips (3; the runs' logs show 5 to 8), and
-// which images of one aspect ratio share a validation batch (numpy's
-// argsort orders ties as its SIMD sort does, dataset.Batches stably). A
-// run that misses must hit when fed the log's own skips or validation box
-// counts, which says which of the two it was; at most three runs may.
+// What the dataset does not say is onnxmem's assumption: how many first
+// iterations GradScaler skips (3; the runs' logs show 5 to 8). The
+// validation batches' images are numpy's argsort's on the device's CPU
+// (dataset.SIMDArgsort, TestBatchesMeasured). A run that misses must hit
+// when fed the log's own skips or validation box counts, which says which
+// it was; at most two runs may.
 func TestDataRunsPredicted(t *testing.T) {
 	yamls := map[string]string{}
 	var table strings.Builder
@@ -315,8 +315,8 @@ func TestDataRunsPredicted(t *testing.T) {
 		}
 	}
 	t.Logf("calibration/train_data.py's runs predicted from the dataset alone:\n%s", table.String())
-	if missed > 3 {
-		t.Errorf("%d of %d runs miss from the dataset alone: want at most 3", missed, len(dataRunFiles))
+	if missed > 2 {
+		t.Errorf("%d of %d runs miss from the dataset alone: want at most 2", missed, len(dataRunFiles))
 	}
 }
 

@@ -15,10 +15,11 @@
 // These shapes, and so the eval steps' workspaces and block sizes, follow
 // from the images' sizes alone, exactly. Which image falls in which batch
 // among images of one aspect ratio depends on numpy's argsort, which
-// orders ties as its sort kernel does (introsort, or AVX-512 on machines
-// that have it): Batches orders ties stably, so a batch's box counts are
-// those of images of its aspect ratio, not necessarily of the same
-// images.
+// orders ties as its sort kernel does: Batches orders them as numpy's
+// x86-simd-sort kernel does on an AVX-512 CPU (SIMDArgsort), the GPU
+// servers' kind; on a CPU without AVX-512 (its AVX2 networks, or numpy's
+// own introsort elsewhere) a batch's box counts are those of images of its
+// aspect ratio, not necessarily of the same images.
 package dataset
 
 import (
@@ -64,8 +65,10 @@ type Batch struct {
 
 // Batches returns the validation batches of images, batch at a time, as
 // LoadImagesAndLabels(rect=True, pad=0.5) makes them at image size imgsz
-// and stride: the images sorted by aspect ratio (ties in their given
-// order), each batch shaped by its extreme ratios.
+// and stride: the images sorted by aspect ratio h/w as numpy's argsort
+// orders them on an AVX-512 CPU (SIMDArgsort: images of one ratio in the
+// order its sorting networks leave them), each batch shaped by its extreme
+// ratios.
 func Batches(images []Image, batch, imgsz, stride int64) ([]Batch, error) {
 	if batch < 1 || imgsz < 1 || stride < 1 {
 		return nil, fmt.Errorf("dataset: batch %d, image size %d, stride %d: want each at least 1", batch, imgsz, stride)
@@ -75,18 +78,15 @@ func Batches(images []Image, batch, imgsz, stride int64) ([]Batch, error) {
 			return nil, fmt.Errorf("dataset: %s is %dx%d: an image has at least one pixel", im.Path, im.W, im.H)
 		}
 	}
-	sorted := slices.Clone(images)
 	ratio := func(im Image) float64 { return float64(im.H) / float64(im.W) }
-	slices.SortStableFunc(sorted, func(a, b Image) int {
-		ra, rb := ratio(a), ratio(b)
-		switch {
-		case ra < rb:
-			return -1
-		case ra > rb:
-			return 1
-		}
-		return 0
-	})
+	ar := make([]float64, len(images))
+	for i, im := range images {
+		ar[i] = ratio(im)
+	}
+	sorted := make([]Image, len(images))
+	for i, j := range SIMDArgsort(ar) {
+		sorted[i] = images[j]
+	}
 	var out []Batch
 	for start := int64(0); start < int64(len(sorted)); start += batch {
 		part := sorted[start:min(start+batch, int64(len(sorted)))]

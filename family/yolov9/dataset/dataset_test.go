@@ -23,74 +23,77 @@ import (
 
 // TestBatchesMeasured checks the rectangular validation batches against
 // the official dataloader's, as calibration/train_data.py recorded them on
-// the device: the validation images of its dataset (dataset.json: each
+// the device: the validation images of each dataset (dataset.json: each
 // image's size and box count) batched at twice each run's training batch
-// give the shapes that val_dual.run ran, batch for batch, exactly. The
-// box counts of a batch are those of images of its aspect ratios; which
-// images of one ratio share a batch follows numpy's argsort, whose ties
-// fall as its sort kernel lays them: the test reports how many batches
-// hold the measured counts.
+// give the shapes that val_dual.run ran and each image's box count, batch
+// for batch, exactly: the images of one aspect ratio fall in the order of
+// numpy's argsort on the device's AVX-512 CPU (SIMDArgsort).
 func TestBatchesMeasured(t *testing.T) {
-	b, err := measured.Read("train_data/dataset.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ds struct {
-		Val []struct {
-			File  string
-			W, H  int64
-			Boxes int64
-		}
-	}
-	if err := json.Unmarshal(b, &ds); err != nil {
-		t.Fatal(err)
-	}
-	var images []Image
-	for _, im := range ds.Val {
-		images = append(images, Image{Path: im.File, W: im.W, H: im.H, Boxes: im.Boxes})
-	}
-	slices.SortFunc(images, func(a, b Image) int { return strings.Compare(a.Path, b.Path) })
 	checked := 0
-	for _, run := range []string{"run_yolov9-s_b16.json", "run_gelan-c_b8.json", "run_yolov9-c_b16.json"} {
-		b, err := measured.Read("train_data/" + run)
+	for _, c := range []struct {
+		dir  string
+		runs []string
+	}{
+		{"train_data", []string{"run_yolov9-s_b16.json", "run_gelan-c_b8.json", "run_yolov9-c_b16.json"}},
+		{"train_data_long", []string{"run_yolov9-s_b16.json"}},
+		{"train_data_v2", []string{"run_yolov9-t_b24.json", "run_yolov9-m_b12_w3.json", "run_gelan-s_b5.json", "run_yolov9-t_b16.json"}},
+	} {
+		b, err := measured.Read(c.dir + "/dataset.json")
 		if err != nil {
 			t.Fatal(err)
 		}
-		var r struct {
-			Batch  int64
-			Events []struct {
-				Kind  string
-				Shape []int64
-				Boxes []int64
+		var ds struct {
+			Val []struct {
+				File  string
+				W, H  int64
+				Boxes int64
 			}
 		}
-		if err := json.Unmarshal(b, &r); err != nil {
+		if err := json.Unmarshal(b, &ds); err != nil {
 			t.Fatal(err)
 		}
-		var got []Batch
-		for _, e := range r.Events {
-			if e.Kind == "val" {
-				got = append(got, Batch{H: e.Shape[2], W: e.Shape[3], Boxes: e.Boxes})
-			}
+		var images []Image
+		for _, im := range ds.Val {
+			images = append(images, Image{Path: im.File, W: im.W, H: im.H, Boxes: im.Boxes})
 		}
-		want, err := Batches(images, 2*r.Batch, 640, 32)
-		if err != nil {
-			t.Fatal(err)
-		}
-		same := 0
-		for i, g := range got {
-			w := want[i%len(want)] // each validation of the run goes through the same batches
-			if g.H != w.H || g.W != w.W || len(g.Boxes) != len(w.Boxes) {
-				t.Errorf("%s: validation batch %d is %dx%d of %d images; Batches gives %dx%d of %d", run, i, g.H, g.W, len(g.Boxes), w.H, w.W, len(w.Boxes))
+		slices.SortFunc(images, func(a, b Image) int { return strings.Compare(a.Path, b.Path) })
+		for _, run := range c.runs {
+			b, err := measured.Read(c.dir + "/" + run)
+			if err != nil {
+				t.Fatal(err)
 			}
-			if slices.Equal(g.Boxes, w.Boxes) {
-				same++
+			var r struct {
+				Batch  int64
+				Events []struct {
+					Kind  string
+					Shape []int64
+					Boxes []int64
+				}
 			}
-			checked++
+			if err := json.Unmarshal(b, &r); err != nil {
+				t.Fatal(err)
+			}
+			var got []Batch
+			for _, e := range r.Events {
+				if e.Kind == "val" {
+					got = append(got, Batch{H: e.Shape[2], W: e.Shape[3], Boxes: e.Boxes})
+				}
+			}
+			want, err := Batches(images, 2*r.Batch, 640, 32)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, g := range got {
+				w := want[i%len(want)] // each validation of the run goes through the same batches
+				if g.H != w.H || g.W != w.W || !slices.Equal(g.Boxes, w.Boxes) {
+					t.Errorf("%s/%s: validation batch %d is %dx%d with box counts %v; Batches gives %dx%d with %v", c.dir, run, i, g.H, g.W, g.Boxes, w.H, w.W, w.Boxes)
+				}
+				checked++
+			}
+			t.Logf("%s/%s: %d validation batches", c.dir, run, len(got))
 		}
-		t.Logf("%s: %d validation batches, all shapes as measured; %d with the measured box counts", run, len(got), same)
 	}
-	if checked < 20 {
+	if checked < 60 {
 		t.Errorf("%d validation batches checked: the measurements lost them", checked)
 	}
 }
