@@ -124,3 +124,17 @@ func TestIntrosortSorts(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkSIMDArgsortCOCOVal orders the built-in COCO-like validation
+// split's 5,000 aspect ratios, as Batches does for every validation.
+func BenchmarkSIMDArgsortCOCOVal(b *testing.B) {
+	val := COCOLike().Val
+	ar := make([]float64, len(val))
+	for i, im := range val {
+		ar[i] = float64(im.H) / float64(im.W)
+	}
+	b.ResetTimer()
+	for range b.N {
+		SIMDArgsort(ar)
+	}
+}
