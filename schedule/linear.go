@@ -84,14 +84,18 @@ func linearForward(o *fwdOp) {
 	}
 	o.vst[y] = o.alloc(o.bytes(y), Activation, y)
 	o.setLayout(y, nil)
-	o.blasWorkspaces(gemmLt(n, o.s))
+	o.blasWorkspaces(gemmLt(n, o.s) && (len(o.s.Dims[x]) == 2 || len(o.s.Dims[x]) == 3 && o.contig[x]))
 }
 
 // gemmLt reports whether addmm runs a Gemm through cuBLASLt, as PyTorch
 // 2.11's isInputCompliesAddmmCudaLt decides: beta 1, a bias vector of the
 // output's columns, and mat2 (the weight, K×N) with more than one row and
 // column. mat1's rows do not matter: a batch of one goes through cuBLASLt
-// too.
+// too. A contiguous input of three dims (a transformer's [batch, tokens,
+// features]) is flattened to a matrix and goes through the same addmm
+// (aten::linear's _flatten_nd_linear), which its caller checks; a strided
+// one, or one of four dims (ConvNeXt's channels-last MLP), runs matmul and
+// add_ instead.
 func gemmLt(n *ir.Node, s *ir.Shapes) bool {
 	if len(n.Inputs) < 3 || n.Inputs[2] == ir.NoValue {
 		return false
@@ -100,14 +104,17 @@ func gemmLt(n *ir.Node, s *ir.Shapes) bool {
 		return false
 	}
 	a, y, c := s.Dims[n.Inputs[0]], s.Dims[n.Outputs[0]], s.Dims[n.Inputs[2]]
-	if len(a) != 2 || len(y) != 2 || len(c) != 1 || c[0] != y[1] {
+	if len(a) < 2 || len(y) != len(a) || len(c) != 1 || c[0] != y[len(y)-1] {
 		return false
 	}
-	k := a[1]
+	k := a[len(a)-1]
 	if n.IntAttr("transA", 0) != 0 {
+		if len(a) != 2 {
+			return false
+		}
 		k = a[0]
 	}
-	return k > 1 && y[1] > 1
+	return k > 1 && y[len(y)-1] > 1
 }
 
 // linearBackward emits AddmmBackward0 (MmBackward0 without a bias): mat1's

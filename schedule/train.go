@@ -111,6 +111,12 @@ type Train struct {
 	// script sets for its whole process (CUBLAS_WORKSPACE_CONFIG), on every
 	// card, in place of the card's default (Config.CuBLASWorkspace).
 	CuBLASWorkspace int64
+	// FirstGemmWorkspace says that no matrix product runs before the
+	// loop's first forward: the main thread's cuBLAS workspace is made by
+	// the warm-up's first Gemm, as in a model step (Config.CuBLASWorkspace),
+	// not found resident: a plain loop (load, optimizer, step) is so, a
+	// script that runs a matrix product before its loop is not.
+	FirstGemmWorkspace bool
 }
 
 // ParamGroup is one of the optimizer's parameter groups.
@@ -162,7 +168,7 @@ func (b *builder) trainResident(bnVar map[ir.ValueID]bool) error {
 	if t.EMA {
 		b.modelCopy(RoleCopy, b.s.Bytes, bnVar)
 	}
-	if b.cfg.CuBLASWorkspace > 0 {
+	if b.cfg.CuBLASWorkspace > 0 && !t.FirstGemmWorkspace {
 		b.addResident(RoleWorkspace, b.newBuf(b.cfg.CuBLASWorkspace, Workspace, ir.NoValue))
 		b.blasMade[blasMain] = true
 	}

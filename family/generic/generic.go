@@ -15,6 +15,7 @@
 package generic
 
 import (
+	"path"
 	"slices"
 	"strings"
 
@@ -267,8 +268,70 @@ func (Family) Holds(f *schedule.Flow) *schedule.Holds {
 	h := &schedule.Holds{Until: f.ArgumentHolds(last)}
 	f.LayerLoop(h)
 	embeddingLocals(f, h, last)
+	gpt2Locals(f, h, last)
 	h.InPlace = InPlace(f)
 	return h
+}
+
+// gpt2Locals holds what transformers' GPT2Block.forward keeps in its
+// locals (models/gpt2/modeling_gpt2.py): it writes hidden_states =
+// self.ln_1(hidden_states) and rebinds hidden_states only at
+// hidden_states = attn_output + residual, so ln_1's output lives through
+// the attention until that add has made its output (ln_2's likewise
+// until the MLP's residual add); and attn_output = attn_outputs[0], never
+// rebound, lives until the block returns. A block is GPT-2's when its
+// children are ln_1, attn, ln_2 and mlp. Under AMP the matmuls read
+// float16 copies of the norms' float32 outputs, and only these locals keep
+// them; in float32 the matmuls save them anyway. Other decoders (Llama's,
+// OPT's) rebind hidden_states to the attention's output, which frees the
+// norm's as the attention returns (ArgumentHolds), and add it at once.
+//
+// Worked example: GPT-2 at batch 8 and 512 tokens under AMP keeps ln_1's
+// float32 output, 12 MiB, through the attention, so the residual add takes
+// a new 12 MiB segment for its output, and the attention's 6 MiB output
+// through the MLP, so c_fc's float16 weight takes a new 20 MiB one
+// (calibration/results/hf_gpt2amp_warm_traces.jsonl.gz, segment by
+// segment).
+func gpt2Locals(f *schedule.Flow, h *schedule.Holds, last map[string]int32) {
+	g := f.Graph()
+	for i := range g.Nodes {
+		n := &g.Nodes[i]
+		if n.OpType != "LayerNormalization" || len(n.Inputs) == 0 || len(n.Outputs) == 0 || !f.Runs(int32(i)) {
+			continue
+		}
+		scope := schedule.ScopeOf(n.Name) // "/transformer/h.0/ln_1/"
+		parent, child := path.Split(strings.TrimSuffix(scope, "/"))
+		if child != "ln_1" && child != "ln_2" {
+			continue
+		}
+		end, ok := last[parent]
+		if !ok {
+			continue
+		}
+		if _, ok := last[parent+"attn/"]; !ok {
+			continue
+		}
+		if _, ok := last[parent+"mlp/"]; !ok {
+			continue
+		}
+		// The residual add that rebinds hidden_states: the first add of
+		// the block after the norm that reads the norm's input.
+		x := n.Inputs[0]
+		for j := i + 1; j <= int(end); j++ {
+			if m := &g.Nodes[j]; m.OpType == "Add" && f.Runs(int32(j)) && slices.Contains(m.Inputs, x) {
+				h.Until[i] = append(h.Until[i], schedule.Hold{V: n.Outputs[0], End: int32(j)})
+				break
+			}
+		}
+		if child != "ln_1" {
+			continue
+		}
+		// attn_output: the attention's output, read outside it.
+		a := last[parent+"attn/"]
+		if an := &g.Nodes[a]; len(an.Outputs) > 0 && end > a {
+			h.Until[a] = append(h.Until[a], schedule.Hold{V: an.Outputs[0], End: end})
+		}
+	}
 }
 
 // embeddingLocals holds the output of an embedding that the module running

@@ -204,9 +204,13 @@ func (crossEntropy) DenseGrad(in schedule.LossInput, i int) bool { return logits
 
 // Recipe returns the generic family's training step: the loss above,
 // GradScaler under AMP, one parameter group, the optimizer opt and, with
-// ema, an EMA copy (a generic training loop keeps none by default).
+// ema, an EMA copy (a generic training loop keeps none by default); its
+// first forward runs the process's first matrix product, which makes
+// cuBLAS's workspace (calibration/results/hf_distilbert_warm_traces.jsonl.gz:
+// DistilBERT's first linear under AMP takes a new 32 MiB segment for it
+// in the warm-up step).
 func (Family) Recipe(g *ir.Graph, opt schedule.Optimizer, ema bool, boxes int64) *schedule.Train {
-	return &schedule.Train{Loss: crossEntropy{upcast: causalLM(g)}, Boxes: boxes, Optimizer: opt, EMA: ema, GradScaler: true}
+	return &schedule.Train{Loss: crossEntropy{upcast: causalLM(g)}, Boxes: boxes, Optimizer: opt, EMA: ema, GradScaler: true, FirstGemmWorkspace: true}
 }
 
 // CheckTrain refuses a named training script: the generic family's step
