@@ -41,11 +41,6 @@ import (
 // stage's output and NCHW copy in Python locals until it returns, which
 // the graph cannot show).
 func TestTimmModelSteps(t *testing.T) {
-	f, err := os.Open(measured.Path("timm_models.jsonl"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
 	// bound is each network's largest |peak error| allowed: 1% where
 	// onnxmem's rules hold, today's error rounded up elsewhere.
 	bound := map[string]float64{"coat_lite_tiny": 0.044, "convmixer_768_32": 0.04, "tiny_vit_5m_224": 0.027, "levit_128s": 0.02,
@@ -53,34 +48,18 @@ func TestTimmModelSteps(t *testing.T) {
 	models := map[string]*sim.Model{}
 	var errs []float64
 	var out strings.Builder
-	sc := bufio.NewScanner(f)
 	seen := map[string]bool{}
-	for sc.Scan() {
-		var l struct {
-			Kind, Cfg, Model string
-			Batch            int64
-			Img              int64
-			H                int64 `json:"img_h"`
-			W                int64 `json:"img_w"`
-			AMP              bool
-			Measured         struct{ Peak int64 }
-		}
-		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
-			t.Fatal(err)
-		}
-		if l.Kind != "model_step" {
-			continue
-		}
+	for _, l := range timmSteps(t, "timm_models.jsonl") {
 		seen[l.Cfg] = true
 		m, ok := models[l.Cfg]
 		if !ok {
+			var err error
 			if m, err = sim.Load(measured.Path(l.Model)); err != nil {
 				t.Fatal(err)
 			}
 			models[l.Cfg] = m
 		}
-		h, w := cmp.Or(l.H, l.Img), cmp.Or(l.W, l.Img)
-		r, err := m.Simulate(sim.Options{Batch: l.Batch, Height: h, Width: w, AMP: l.AMP})
+		r, err := m.Simulate(sim.Options{Batch: l.Batch, Height: l.height(), Width: l.width(), AMP: l.AMP})
 		if err != nil {
 			t.Fatalf("%s batch %d: %v", l.Cfg, l.Batch, err)
 		}
@@ -90,9 +69,6 @@ func TestTimmModelSteps(t *testing.T) {
 		if b := cmp.Or(bound[l.Cfg], 0.01); math.Abs(e) > b {
 			t.Errorf("%s batch %d amp %v: peak %d, measured %d (%+.2f%%), beyond %.1f%%", l.Cfg, l.Batch, l.AMP, r.Peak, l.Measured.Peak, 100*e, 100*b)
 		}
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
 	}
 	if len(seen) != 24 || len(errs) != 24*6 {
 		t.Errorf("%d networks, %d steps simulated; want 24 and 144", len(seen), len(errs))
@@ -114,31 +90,12 @@ func TestTimmModelSteps(t *testing.T) {
 // misses by 18 KB to 485 KB (its buffers are the efficient kernel's
 // others), so the measurement ran the kernel it names.
 func TestAttentionNoFlashMeasured(t *testing.T) {
-	f, err := os.Open(measured.Path("timm_efficient.jsonl"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
 	m, err := sim.Load(measured.Path("timm/deit_tiny_patch16_224-train.onnx"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	steps := 0
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		var l struct {
-			Kind       string
-			Batch, Img int64
-			AMP        bool
-			Measured   struct{ Peak int64 }
-		}
-		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
-			t.Fatal(err)
-		}
-		if l.Kind != "model_step" {
-			continue
-		}
-		steps++
+	steps := timmSteps(t, "timm_efficient.jsonl")
+	for _, l := range steps {
 		var miss [2]int64 // flash, no flash
 		for i, noFlash := range []bool{false, true} {
 			r, err := m.Simulate(sim.Options{Batch: l.Batch, Height: l.Img, Width: l.Img, AMP: l.AMP, NoFlash: noFlash})
@@ -155,8 +112,8 @@ func TestAttentionNoFlashMeasured(t *testing.T) {
 			t.Errorf("batch %d amp: flash's peak is within 4 KiB too (%d B): the measurement does not tell the kernels apart", l.Batch, miss[0])
 		}
 	}
-	if steps != 6 {
-		t.Errorf("%d steps measured, want 6", steps)
+	if len(steps) != 6 {
+		t.Errorf("%d steps measured, want 6", len(steps))
 	}
 }
 
@@ -172,36 +129,13 @@ func TestAttentionNoFlashMeasured(t *testing.T) {
 // +12.5%), levit_128s, dla34, repvgg_a2 and nf_resnet50 (4 to 10%): an
 // open residual of issue 38.
 func TestTimmReservedInOrder(t *testing.T) {
-	f, err := os.Open(measured.Path("timm_models.jsonl"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
 	var (
 		process *sim.Process
 		model   string
 		errs    []float64
 		exact   int
 	)
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 0, 1<<20), 1<<26)
-	for sc.Scan() {
-		var l struct {
-			Kind, Cfg, Model string
-			Batch, Img       int64
-			H                int64 `json:"img_h"`
-			W                int64 `json:"img_w"`
-			AMP              bool
-			Measured         struct {
-				PeakReserved int64 `json:"peak_reserved"`
-			}
-		}
-		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
-			t.Fatal(err)
-		}
-		if l.Kind != "model_step" {
-			continue
-		}
+	for _, l := range timmSteps(t, "timm_models.jsonl") {
 		if l.Model != model {
 			m, err := sim.Load(measured.Path(l.Model))
 			if err != nil {
@@ -209,7 +143,7 @@ func TestTimmReservedInOrder(t *testing.T) {
 			}
 			model, process = l.Model, m.NewProcess()
 		}
-		r, err := process.Simulate(sim.Options{Batch: l.Batch, Height: cmp.Or(l.H, l.Img), Width: cmp.Or(l.W, l.Img), AMP: l.AMP, EmptyCache: sim.EmptyCacheWarmUp})
+		r, err := process.Simulate(sim.Options{Batch: l.Batch, Height: l.height(), Width: l.width(), AMP: l.AMP, EmptyCache: sim.EmptyCacheWarmUp})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -218,9 +152,6 @@ func TestTimmReservedInOrder(t *testing.T) {
 			exact++
 		}
 		errs = append(errs, e)
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
 	}
 	slices.Sort(errs)
 	within := 0
@@ -234,4 +165,50 @@ func TestTimmReservedInOrder(t *testing.T) {
 	if len(errs) != 144 || exact < 56 || within < 129 || median > 0.0025 || worst > 0.14 {
 		t.Errorf("%d steps: %d to the byte (want at least 56), %d within 3%% (want 129), median %.2f%% (want at most 0.25%%), worst %.2f%% (want at most 14%%)", len(errs), exact, within, 100*median, 100*worst)
 	}
+}
+
+// timmStep is one model step of a calibration/timm_models.py file.
+type timmStep struct {
+	Kind, Cfg, Model string
+	Batch, Img       int64
+	H                int64 `json:"img_h"`
+	W                int64 `json:"img_w"`
+	AMP              bool
+	Measured         struct {
+		Peak         int64
+		PeakReserved int64 `json:"peak_reserved"`
+	}
+}
+
+// height is the step's image height.
+func (l timmStep) height() int64 { return cmp.Or(l.H, l.Img) }
+
+// width is the step's image width.
+func (l timmStep) width() int64 { return cmp.Or(l.W, l.Img) }
+
+// timmSteps reads the model steps of a timm_models.py file of
+// calibration/results, in their order.
+func timmSteps(t *testing.T, file string) []timmStep {
+	t.Helper()
+	f, err := os.Open(measured.Path(file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []timmStep
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 1<<20), 1<<26)
+	for sc.Scan() {
+		var l timmStep
+		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+			t.Fatal(err)
+		}
+		if l.Kind == "model_step" {
+			out = append(out, l)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
