@@ -94,7 +94,9 @@ type Config struct {
 	// and stream (aten/src/ATen/cuda/CublasHandlePool.cpp), allocated by the
 	// first matrix product a thread runs and kept until the process ends.
 	// The train and eval steps start with the main thread's resident (an
-	// earlier matrix product of the training loop made it); in a model step
+	// earlier matrix product of the training loop made it; a train step
+	// whose recipe says Train.FirstGemmWorkspace makes it as a model step
+	// does); in a model step
 	// the warm-up makes it, at the first Gemm of the forward, and the
 	// autograd engine's device thread, which has a handle of its own, makes
 	// another at the first Gemm of the backward (Program.Persistent).

@@ -84,18 +84,18 @@ func linearForward(o *fwdOp) {
 	}
 	o.vst[y] = o.alloc(o.bytes(y), Activation, y)
 	o.setLayout(y, nil)
-	o.blasWorkspaces(gemmLt(n, o.s) && (len(o.s.Dims[x]) == 2 || len(o.s.Dims[x]) == 3 && o.contig[x]))
+	o.blasWorkspaces(gemmLt(n, o.s) && (len(o.s.Dims[x]) == 2 || o.contig[x]))
 }
 
 // gemmLt reports whether addmm runs a Gemm through cuBLASLt, as PyTorch
 // 2.11's isInputCompliesAddmmCudaLt decides: beta 1, a bias vector of the
 // output's columns, and mat2 (the weight, K×N) with more than one row and
 // column. mat1's rows do not matter: a batch of one goes through cuBLASLt
-// too. A contiguous input of three dims (a transformer's [batch, tokens,
-// features]) is flattened to a matrix and goes through the same addmm
-// (aten::linear's _flatten_nd_linear), which its caller checks; a strided
-// one, or one of four dims (ConvNeXt's channels-last MLP), runs matmul and
-// add_ instead.
+// too. A contiguous input of more dims (a transformer's [batch, tokens,
+// features], ConvNeXt's channels-last [N, H, W, C]) is flattened to a
+// matrix and goes through the same addmm (aten::linear's
+// _flatten_nd_linear; calibration §13), which its caller checks; a strided
+// one runs matmul and add_ instead.
 func gemmLt(n *ir.Node, s *ir.Shapes) bool {
 	if len(n.Inputs) < 3 || n.Inputs[2] == ir.NoValue {
 		return false

@@ -56,7 +56,7 @@ func printDevices(w io.Writer, ds []onnxmem.Device) error {
 	}
 	fmt.Fprint(w, "\nusable: total less the CUDA context, the limit of PyTorch's caching allocator; a\n"+
 		"step fits when it runs to its end under it. cuBLAS: PyTorch's default\n"+
-		"workspace, resident in train and eval steps. cuDNN: its workspaces measured on\n"+
+		"workspace, made by a step's first matrix product or found resident. cuDNN: its workspaces measured on\n"+
 		"the card, or a band (from none to the H200's) in every answer. bf16: bfloat16\n"+
 		"autocast runs there (sm 8.0 and newer). flash: scaled_dot_product_attention's\n"+
 		"flash kernel (sm 8.0 and newer); below, its memory-efficient kernel in every\n"+

@@ -260,9 +260,9 @@ func isIndex(s string) bool {
 
 // Holds returns what a plain forward keeps alive: the layer loop's
 // references (x = layer(x), with the outputs that later layers read kept),
-// every module's arguments until it returns and a transformers body's
-// embedding locals (embeddingLocals); and which ops run in place
-// (InPlace).
+// every module's arguments until it returns, a transformers body's
+// embedding locals (embeddingLocals) and GPT-2's block locals
+// (gpt2Locals); and which ops run in place (InPlace).
 func (Family) Holds(f *schedule.Flow) *schedule.Holds {
 	last := f.LastInScope()
 	h := &schedule.Holds{Until: f.ArgumentHolds(last)}
@@ -280,7 +280,9 @@ func (Family) Holds(f *schedule.Flow) *schedule.Holds {
 // the attention until that add has made its output (ln_2's likewise
 // until the MLP's residual add); and attn_output = attn_outputs[0], never
 // rebound, lives until the block returns. A block is GPT-2's when its
-// children are ln_1, attn, ln_2 and mlp. Under AMP the matmuls read
+// children are ln_1, attn, ln_2 and mlp and its residual adds take their
+// operands in GPT2Block's order (the residual second, then first); nanoGPT's
+// and CLIP's blocks of the same names add x first and keep no locals. Under AMP the matmuls read
 // float16 copies of the norms' float32 outputs, and only these locals keep
 // them; in float32 the matmuls save them anyway. Other decoders (Llama's,
 // OPT's) rebind hidden_states to the attention's output, which frees the
@@ -294,41 +296,57 @@ func (Family) Holds(f *schedule.Flow) *schedule.Holds {
 // segment).
 func gpt2Locals(f *schedule.Flow, h *schedule.Holds, last map[string]int32) {
 	g := f.Graph()
-	for i := range g.Nodes {
-		n := &g.Nodes[i]
-		if n.OpType != "LayerNormalization" || len(n.Inputs) == 0 || len(n.Outputs) == 0 || !f.Runs(int32(i)) {
-			continue
-		}
-		scope := schedule.ScopeOf(n.Name) // "/transformer/h.0/ln_1/"
-		parent, child := path.Split(strings.TrimSuffix(scope, "/"))
-		if child != "ln_1" && child != "ln_2" {
-			continue
-		}
-		end, ok := last[parent]
-		if !ok {
-			continue
-		}
-		if _, ok := last[parent+"attn/"]; !ok {
-			continue
-		}
-		if _, ok := last[parent+"mlp/"]; !ok {
-			continue
-		}
-		// The residual add that rebinds hidden_states: the first add of
-		// the block after the norm that reads the norm's input.
-		x := n.Inputs[0]
+	// The residual add that rebinds hidden_states after norm node i: the
+	// first add of the block that reads the norm's input, as operand k
+	// (attn_output + residual reads it second, residual + ff first); -1
+	// when there is none.
+	residual := func(i int, end int32, k int) int32 {
+		x := g.Nodes[i].Inputs[0]
 		for j := i + 1; j <= int(end); j++ {
 			if m := &g.Nodes[j]; m.OpType == "Add" && f.Runs(int32(j)) && slices.Contains(m.Inputs, x) {
-				h.Until[i] = append(h.Until[i], schedule.Hold{V: n.Outputs[0], End: int32(j)})
-				break
+				if len(m.Inputs) == 2 && m.Inputs[k] == x {
+					return int32(j)
+				}
+				return -1
 			}
 		}
-		if child != "ln_1" {
+		return -1
+	}
+	norm := map[string]int{} // "/transformer/h.0/ln_1/" → its LayerNormalization
+	for i := range g.Nodes {
+		n := &g.Nodes[i]
+		if n.OpType == "LayerNormalization" && len(n.Inputs) > 0 && len(n.Outputs) > 0 && f.Runs(int32(i)) {
+			if _, ok := norm[schedule.ScopeOf(n.Name)]; !ok {
+				norm[schedule.ScopeOf(n.Name)] = i
+			}
+		}
+	}
+	for i := range g.Nodes {
+		n := &g.Nodes[i]
+		scope := schedule.ScopeOf(n.Name)
+		parent, child := path.Split(strings.TrimSuffix(scope, "/"))
+		if child != "ln_1" || norm[scope] != i || n.OpType != "LayerNormalization" {
 			continue
 		}
-		// attn_output: the attention's output, read outside it.
-		a := last[parent+"attn/"]
-		if an := &g.Nodes[a]; len(an.Outputs) > 0 && end > a {
+		end, okEnd := last[parent]
+		a, okAttn := last[parent+"attn/"]
+		_, okMLP := last[parent+"mlp/"]
+		l2, okLn2 := norm[parent+"ln_2/"]
+		if !okEnd || !okAttn || !okMLP || !okLn2 {
+			continue
+		}
+		// GPT2Block's own order of operands, which nanoGPT's and CLIP's
+		// blocks (x = x + self.attn(self.ln_1(x)), the same names, no
+		// locals) do not share.
+		r1, r2 := residual(i, end, 1), residual(l2, end, 0)
+		if r1 < 0 || r2 < 0 {
+			continue
+		}
+		h.Until[i] = append(h.Until[i], schedule.Hold{V: n.Outputs[0], End: r1})
+		h.Until[l2] = append(h.Until[l2], schedule.Hold{V: g.Nodes[l2].Outputs[0], End: r2})
+		// attn_output: the attention's output, which the first residual
+		// add reads.
+		if an := &g.Nodes[a]; len(an.Outputs) > 0 && end > a && slices.Contains(g.Nodes[r1].Inputs, an.Outputs[0]) {
 			h.Until[a] = append(h.Until[a], schedule.Hold{V: an.Outputs[0], End: end})
 		}
 	}

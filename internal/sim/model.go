@@ -390,8 +390,9 @@ type Options struct {
 	// first WarmSteps-1.
 	WarmSteps int `json:",omitempty"`
 	// CuBLASWorkspace is the cuBLAS workspace left allocated by earlier work
-	// in the process, resident in train and eval steps; 0 means
-	// DefaultCuBLASWorkspace.
+	// in the process, resident in train and eval steps (made by the first
+	// forward's first Gemm in a family's train step that says so, and in a
+	// model step); 0 means DefaultCuBLASWorkspace.
 	CuBLASWorkspace int64
 	// AllocConf is the caching allocator's options as PYTORCH_CUDA_ALLOC_CONF
 	// gives them ("expandable_segments:True,max_split_size_mb:128"; see

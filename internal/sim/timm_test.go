@@ -84,7 +84,7 @@ func TestTimmModelSteps(t *testing.T) {
 // 8.0 run under AMP (Options.NoFlash: PyTorch's memory-efficient kernel,
 // flash needing sm 8.0) against deit_tiny_patch16_224's model steps
 // measured on an H100 with the kernel forced (calibration/timm_models.py
-// with TIMM_SDPA=efficient, calibration §27: batch 8, 32 and 128, fp32 and
+// with TIMM_SDPA=efficient, calibration §28: batch 8, 32 and 128, fp32 and
 // AMP, timm's own modules): every NoFlash peak within 4 KiB of the
 // measured one, where the flash kernel's prediction of the AMP steps
 // misses by 18 KB to 485 KB (its buffers are the efficient kernel's
@@ -98,7 +98,7 @@ func TestAttentionNoFlashMeasured(t *testing.T) {
 	for _, l := range steps {
 		var miss [2]int64 // flash, no flash
 		for i, noFlash := range []bool{false, true} {
-			r, err := m.Simulate(sim.Options{Batch: l.Batch, Height: l.Img, Width: l.Img, AMP: l.AMP, NoFlash: noFlash})
+			r, err := m.Simulate(sim.Options{Batch: l.Batch, Height: l.height(), Width: l.width(), AMP: l.AMP, NoFlash: noFlash})
 			if err != nil {
 				t.Fatal(err)
 			}

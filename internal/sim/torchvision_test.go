@@ -424,7 +424,12 @@ func TestTorchvisionFreshSteps(t *testing.T) {
 // history (§10, §11). torchvision_new.jsonl's twelve networks, predicted
 // before any of their steps was looked at (calibration §19): 54 of 120 to
 // the byte, median 0.08%, worst 13% (vgg16_bn AMP at batch 1, after
-// float32 at 128, which traced alone in a fresh process is exact).
+// float32 at 128, which traced alone in a fresh process is exact); 53
+// since a linear on a contiguous input of more than two dims makes
+// cuBLASLt's workspace, as aten::linear's flattened addmm does (a
+// transformer's 3-d inputs, calibration §28; ConvNeXt's 4-d ones, whose
+// convnext_base float32 step at batch 8 moved from exact to 0.07% while
+// torchvision_wide's convnext_small at batch 1 became exact).
 func TestTorchvisionReservedInOrder(t *testing.T) {
 	for _, c := range []struct {
 		file          string
@@ -434,7 +439,7 @@ func TestTorchvisionReservedInOrder(t *testing.T) {
 	}{
 		{"torchvision_wide.jsonl", sim.EmptyCacheWarmUp, 80, 0.0005, 0.28},
 		{"torchvision_more.jsonl", sim.EmptyCacheNever, 26, 0.0005, 0.04},
-		{"torchvision_new.jsonl", sim.EmptyCacheWarmUp, 54, 0.001, 0.14},
+		{"torchvision_new.jsonl", sim.EmptyCacheWarmUp, 53, 0.001, 0.14},
 	} {
 		b, err := measured.Read(c.file)
 		if err != nil {

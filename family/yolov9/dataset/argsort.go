@@ -6,7 +6,7 @@ import (
 )
 
 // SIMDArgsort returns the permutation that numpy's argsort gives a float64
-// array without NaNs (kind "quicksort", the default) on an x86-64 CPU with
+// array (kind "quicksort", the default) on an x86-64 CPU with
 // AVX-512: numpy hands it to x86-simd-sort (github.com/intel/x86-simd-sort,
 // src/xss-common-argsort.h, xss-network-keyvaluesort.hpp,
 // xss-reg-networks.hpp and avx512-64bit-common.h), whose key-index sorting
@@ -16,7 +16,8 @@ import (
 // ratio share a batch, and so each batch's box counts, follows from that
 // order.
 //
-// The algorithm, lane for lane: an array already sorted is left as it is;
+// The algorithm, lane for lane: an array with a NaN goes to std::sort with
+// NaNs last (std_argsort_withnan); an array already sorted is left as it is;
 // a range of at most 256 is loaded into the fewest vectors of 8 lanes (a
 // power of two) that hold it, the last ones padded with +Inf, each sorted
 // by a 6-step bitonic network of cmp_merge (a lane takes the min or the max
@@ -38,7 +39,21 @@ func SIMDArgsort(a []float64) []int {
 	for i := range arg {
 		arg[i] = i
 	}
-	if len(a) < 2 || slices.IsSorted(a) {
+	if len(a) < 2 {
+		return arg
+	}
+	if slices.ContainsFunc(a, math.IsNaN) {
+		// xss_argsort's std_argsort_withnan: std::sort with NaNs last.
+		introsort(arg, func(x, y int) bool {
+			nx, ny := math.IsNaN(a[x]), math.IsNaN(a[y])
+			if !nx && !ny {
+				return a[x] < a[y]
+			}
+			return !nx
+		})
+		return arg
+	}
+	if slices.IsSorted(a) {
 		return arg
 	}
 	s := argsorter{a: a, arg: arg}

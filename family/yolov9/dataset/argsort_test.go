@@ -2,6 +2,7 @@ package dataset
 
 import (
 	"encoding/json"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -86,6 +87,38 @@ func TestSIMDArgsortSorts(t *testing.T) {
 			seen[j] = true
 			if i > 0 && a[p[i-1]] > a[j] {
 				t.Fatalf("n %d: not sorted at %d", n, i)
+			}
+		}
+	}
+}
+
+// TestSIMDArgsortNaN checks that an array with NaNs gives a permutation,
+// the NaNs last, as numpy's std_argsort_withnan path does.
+func TestSIMDArgsortNaN(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	for range 200 {
+		a := make([]float64, rng.IntN(700))
+		for i := range a {
+			a[i] = float64(rng.IntN(5))
+			if rng.IntN(10) == 0 {
+				a[i] = math.NaN()
+			}
+		}
+		p := SIMDArgsort(a)
+		seen := make([]bool, len(a))
+		nan := false
+		for i, j := range p {
+			if seen[j] {
+				t.Fatalf("%d values: index %d twice", len(a), j)
+			}
+			seen[j] = true
+			switch {
+			case math.IsNaN(a[j]):
+				nan = true
+			case nan:
+				t.Fatalf("%d values: a number after a NaN at %d", len(a), i)
+			case i > 0 && a[p[i-1]] > a[j]:
+				t.Fatalf("%d values: not sorted at %d", len(a), i)
 			}
 		}
 	}
