@@ -309,3 +309,59 @@ func TestTransformerLayers(t *testing.T) {
 		}
 	}
 }
+
+// TestGPT2Locals checks gpt2Locals on the GPT-2 export of
+// calibration/hf_models.py: in each of its twelve blocks ln_1's output held
+// until the attention's residual add, ln_2's until the MLP's and the
+// attention's output to the block's end (36 holds); and, with each
+// block's first residual add taking x first, as nanoGPT's and CLIP's
+// blocks of the same module names write x = x + self.attn(self.ln_1(x)),
+// none: those blocks keep no locals.
+func TestGPT2Locals(t *testing.T) {
+	for _, nanoGPT := range []bool{false, true} {
+		g, err := ir.LoadFile(measured.Path("hf/gpt2-train.onnx"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g, err = (Family{}).Prepare(g); err != nil {
+			t.Fatal(err)
+		}
+		if nanoGPT {
+			swapped := 0
+			for i := range g.Nodes {
+				n := &g.Nodes[i]
+				if n.OpType != "LayerNormalization" || !strings.HasSuffix(schedule.ScopeOf(n.Name), "/ln_1/") {
+					continue
+				}
+				for j := i + 1; j < len(g.Nodes); j++ {
+					if m := &g.Nodes[j]; m.OpType == "Add" && slices.Contains(m.Inputs, n.Inputs[0]) {
+						m.Inputs[0], m.Inputs[1] = m.Inputs[1], m.Inputs[0]
+						swapped++
+						break
+					}
+				}
+			}
+			if swapped != 12 {
+				t.Fatalf("%d residual adds after ln_1, want 12", swapped)
+			}
+		}
+		s, err := g.Infer(ir.Binding{Batch: 2, Seq: 16})
+		if err != nil {
+			t.Fatal(err)
+		}
+		holds := 0
+		if _, err := schedule.Build(g, s, schedule.Config{Holder: holderFunc(func(f *schedule.Flow) *schedule.Holds {
+			h := &schedule.Holds{Until: make([][]schedule.Hold, len(f.Graph().Nodes))}
+			gpt2Locals(f, h, f.LastInScope())
+			for _, hs := range h.Until {
+				holds += len(hs)
+			}
+			return Family{}.Holds(f)
+		})}); err != nil {
+			t.Fatal(err)
+		}
+		if want := map[bool]int{false: 36, true: 0}[nanoGPT]; holds != want {
+			t.Errorf("nanoGPT's operand order %v: %d holds, want %d", nanoGPT, holds, want)
+		}
+	}
+}
