@@ -36,6 +36,13 @@ as ConvNeXt runs its convolutions after its LayerNorm2d; such configurations car
 padding as a tenth number (conv_configs.go -channels-last), and the rows keep it:
     go run calibration/conv_configs.go -onnx calibration/results/tv/convnext_tiny-train.onnx,calibration/results/tv/convnext_small-train.onnx -channels-last -o calibration/results/conv_configs_cl.json
     python3 calibration/conv_sweep.py --channels-last --configs calibration/results/conv_configs_cl.json --out calibration/results/cl
+
+--dfl measures, instead of CONFIGS, the 1x1 convolution of YOLOv9's DFL in eval mode
+(models/common.py: DFL.forward runs conv(16 -> 1) on the softmax of the box channels, a contiguous
+[N, 16, 4, A] for A anchors), which no graph holds: at every batch 1 to 128, for the anchors of
+square images of 320 to 1280 (every 32) and of 640-pixel letterboxed rectangles (640 by 256 to
+608; and 672x448 and 384x672, which calibration §23 validated), in float16 and float32:
+    python3 calibration/conv_sweep.py --dfl --out calibration/results/dfl
 """
 import argparse
 import json
@@ -91,6 +98,13 @@ def measure(n, cin, cout, h, w, k, s, g, e, pad=None):
     return [fwd, bwd_data, bwd_filter]
 
 
+def dfl_configs():
+    """The DFL convolution's configurations (--dfl): N, 16, 1, 4, A, 1, 1, 1, element size."""
+    sizes = {(s, s) for s in range(320, 1281, 32)} | {(640, r) for r in range(256, 640, 32)} | {(672, 448), (384, 672)}
+    anchors = sorted({sum((h // st) * (w // st) for st in (8, 16, 32)) for h, w in sizes})
+    return [[n, 16, 1, 4, a, 1, 1, 1, e] for e in (2, 4) for a in anchors for n in range(1, 129)]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--configs", default="calibration/results/conv_configs.json")
@@ -100,11 +114,12 @@ def main():
                     "(the heuristics are deterministic: two sweeps agreed on all 7812 shared rows)")
     ap.add_argument("--bf16", action="store_true", help="measure the 2-byte calls in bfloat16 (write to another --out)")
     ap.add_argument("--channels-last", action="store_true", help="channels-last inputs; configurations of ten numbers, the last the padding")
+    ap.add_argument("--dfl", action="store_true", help="the DFL's convolution at batch 1 to 128 instead of --configs")
     a = ap.parse_args()
     global BF16, CHANNELS_LAST
     BF16, CHANNELS_LAST = a.bf16, a.channels_last
     torch.backends.cudnn.benchmark = False
-    configs = json.load(open(a.configs))
+    configs = dfl_configs() if a.dfl else json.load(open(a.configs))
     width = 10 if CHANNELS_LAST else 9
     kept = {}
     if a.keep:
@@ -124,7 +139,7 @@ def main():
             print("%d/%d %.0fs" % (i, len(configs), time.time() - t0), file=sys.stderr, flush=True)
     env = {"torch": torch.__version__, "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(),
            "gpu": torch.cuda.get_device_name(DEV), "benchmark": torch.backends.cudnn.benchmark, "bf16": BF16,
-           "channels_last": CHANNELS_LAST,
+           "channels_last": CHANNELS_LAST, "dfl": a.dfl,
            "configs": len(configs), "measured": len(rows), "kept": sum(1 for c in configs if tuple(c) in kept),
            "elapsed_s": round(time.time() - t0, 1)}
     os.makedirs(a.out, exist_ok=True)

@@ -7,14 +7,17 @@
 // bwd-filter pad", tab-separated, or "N fwd bwd-data bwd-filter" when all
 // but N is the line before's (a shape's batches, measured one after
 // another: the text is half as long), in the sweep's order (padding k/2), then
-// patchify_sweep.py's (padding 0), after a header of # comments naming the
+// patchify_sweep.py's (padding 0), then conv_sweep.py --dfl's (YOLOv9's DFL
+// convolution in eval mode, which no graph holds; measured on an H100 with
+// the same stack, whose cuDNN gives every call the H200's workspace,
+// calibration §16, §29), after a header of # comments naming the
 // environment; the same sweep gives the same bytes. It is embedded as
 // text, not gzipped: inflating it took two fifths of the decode that the
 // first simulation in a process waits for.
 //
 //	go run calibration/conv_table.go
-//	go run calibration/conv_table.go -in calibration/results/conv_sweep_bf16.json -pad0 '' -o internal/cudnn/h200_bf16.tsv
-//	go run calibration/conv_table.go -in calibration/results/cl/conv_sweep.json -pad0 '' -o internal/cudnn/h200_cl.tsv
+//	go run calibration/conv_table.go -in calibration/results/conv_sweep_bf16.json -pad0 '' -dfl '' -o internal/cudnn/h200_bf16.tsv
+//	go run calibration/conv_table.go -in calibration/results/cl/conv_sweep.json -pad0 '' -dfl '' -o internal/cudnn/h200_cl.tsv
 package main
 
 import (
@@ -29,6 +32,7 @@ import (
 func main() {
 	in := flag.String("in", "calibration/results/conv_sweep.json", "the sweep's `file` (padding k/2)")
 	pad0 := flag.String("pad0", "calibration/results/patchify_sweep.json", "a sweep `file` of convolutions without padding (calibration/patchify_sweep.py)")
+	dfl := flag.String("dfl", "calibration/results/dfl/conv_sweep.json", "a sweep `file` of the DFL's convolution (conv_sweep.py --dfl)")
 	out := flag.String("o", "internal/cudnn/h200.tsv", "the table's `file`")
 	flag.Parse()
 	b, err := os.ReadFile(*in)
@@ -96,6 +100,26 @@ func main() {
 			row(r, 0)
 		}
 		n += len(p.Rows)
+	}
+	if *dfl != "" {
+		b, err := os.ReadFile(*dfl)
+		if err != nil {
+			log.Fatal(err)
+		}
+		var d struct {
+			Env  map[string]any `json:"env"`
+			Rows [][12]int64    `json:"rows"`
+		}
+		if err := json.Unmarshal(b, &d); err != nil || d.Env["dfl"] != true {
+			log.Fatalf("%s: want the rows of conv_sweep.py --dfl: %v", *dfl, err)
+		}
+		for _, r := range d.Rows {
+			row(r, 0)
+		}
+		n += len(d.Rows)
+		head := fmt.Sprintf("# the DFL's convolution (conv_sweep.py --dfl, the last %d rows): %v, cuDNN %v\n", len(d.Rows), d.Env["gpu"], d.Env["cudnn"])
+		i := bytes.Index(txt.Bytes(), []byte("# N\t"))
+		txt = *bytes.NewBuffer(append(append(append([]byte(nil), txt.Bytes()[:i]...), head...), txt.Bytes()[i:]...))
 	}
 	if err := os.WriteFile(*out, txt.Bytes(), 0o644); err != nil {
 		log.Fatal(err)

@@ -22,6 +22,12 @@ results. Rerun on a GPU machine, from the repository root, with the official cod
 third_party/yolov9:
     python3 calibration/eval_official.py --out DIR
 
+--harness before_step empties the cache again between the warm-up and the measured forward, as the
+ground truth's harness does (onnxmem's EmptyCacheStep; the default, before_warmup, empties it before
+the warm-up only); --trace-warmup records the allocator's history from the model's build on, so that
+the trace holds the residents' setup, the warm-up and the measured forward ("resident_events" and
+"warmup_events" count the events before the warm-up and before the measured forward).
+
 --maxbatch cfg:img:cap:lo:hi runs max_batch.py's eval_step search on the official modules
 instead: each trial a fresh process capped at cap bytes (set_per_process_memory_fraction right
 after CUDA init, before any allocation) running the sequence above; bisection between lo and
@@ -54,7 +60,7 @@ def frames_of(e, yolo):
     return own, inner
 
 
-def child(spec, yolo, out_path, cap=0):
+def child(spec, yolo, out_path, cap=0, harness="before_warmup", trace_warmup=False):
     sys.path.insert(0, HERE)
     import train_run
     train_run.install_stubs()
@@ -73,16 +79,23 @@ def child(spec, yolo, out_path, cap=0):
         total = torch.cuda.get_device_properties(0).total_memory
         torch.cuda.set_per_process_memory_fraction(cap / total, 0)
         try:
-            capped_sequence(torch, Model, yolo, cfg, b, h, w, dev)
-            res = {"spec": spec, "cap": cap, "ok": True, "peak": torch.cuda.max_memory_allocated(),
+            capped_sequence(torch, Model, yolo, cfg, b, h, w, dev, harness)
+            res = {"spec": spec, "cap": cap, "harness": harness, "ok": True, "peak": torch.cuda.max_memory_allocated(),
+                   "peak_reserved": torch.cuda.max_memory_reserved(),
                    "num_ooms": torch.cuda.memory_stats()["num_ooms"]}
         except torch.OutOfMemoryError as e:
-            res = {"spec": spec, "cap": cap, "ok": False, "error": str(e).splitlines()[0][:200],
+            res = {"spec": spec, "cap": cap, "harness": harness, "ok": False, "error": str(e).splitlines()[0][:200],
                    "num_ooms": torch.cuda.memory_stats()["num_ooms"]}
         with open(out_path, "w") as f:
             json.dump(res, f)
         return
+    def traced():
+        return sum(1 for e in torch.cuda.memory._snapshot()["device_traces"][0] if e["action"] in ("alloc", "free_completed"))
+
+    if trace_warmup:
+        torch.cuda.memory._record_memory_history(enabled="all", context="all", stacks="python", max_entries=2000000)
     model, half = resident(torch, Model, yolo, cfg, dev)
+    resident_events = traced() if trace_warmup else 0
 
     def segments():
         return sorted([[sg["total_size"], sg["allocated_size"], sg["segment_type"]] for sg in torch.cuda.memory_snapshot()],
@@ -97,9 +110,16 @@ def child(spec, yolo, out_path, cap=0):
     del o, x
     stages["after_warmup"] = [torch.cuda.memory_allocated(), torch.cuda.memory_reserved()]
     seg_warm = segments()
+    if harness == "before_step":
+        torch.cuda.empty_cache()
+        stages["after_empty"] = [torch.cuda.memory_allocated(), torch.cuda.memory_reserved()]
     x = torch.randn(b, 3, h, w, device=dev, dtype=torch.float16)
     torch.cuda.synchronize()
-    torch.cuda.memory._record_memory_history(enabled="all", context="all", stacks="python", max_entries=2000000)
+    warm_events = 0
+    if trace_warmup:
+        warm_events = traced()
+    else:
+        torch.cuda.memory._record_memory_history(enabled="all", context="all", stacks="python", max_entries=2000000)
     torch.cuda.reset_peak_memory_stats()
     m0 = torch.cuda.memory_allocated()
     with torch.no_grad():
@@ -118,6 +138,8 @@ def child(spec, yolo, out_path, cap=0):
     # The live set at the allocated peak.
     live, cur, best, at = {}, m0, m0, None
     for i, (act, addr, size, own, inner) in enumerate(ev):
+        if i < warm_events:
+            continue
         if act == "a":
             live[addr] = (size, own, inner, i)
             cur += size
@@ -132,7 +154,8 @@ def child(spec, yolo, out_path, cap=0):
            "m0": m0, "after_fwd": after, "peak": st["allocated_bytes.all.peak"],
            "peak_req": st["requested_bytes.all.peak"], "peak_reserved": st["reserved_bytes.all.peak"],
            "trace_peak": best, "live_at_peak": top, "events": len(ev),
-           "stages": stages, "segments_after_warmup": seg_warm, "segments_after": segments()}
+           "stages": stages, "segments_after_warmup": seg_warm, "segments_after": segments(),
+           "harness": harness, "resident_events": resident_events, "warmup_events": warm_events}
     with open(out_path, "w") as f:
         json.dump({"result": out, "events": ev}, f)
     print("%s b%d %dx%d: m0 %.1f peak %.1f reserved %.1f MiB" % (cfg, b, h, w, m0 / 2**20, out["peak"] / 2**20,
@@ -152,10 +175,12 @@ def resident(torch, Model, yolo, cfg, dev):
     return model, half
 
 
-def capped_sequence(torch, Model, yolo, cfg, b, h, w, dev):
+def capped_sequence(torch, Model, yolo, cfg, b, h, w, dev, harness):
     """The eval step's sequence, as child runs it, without the trace."""
     model, half = resident(torch, Model, yolo, cfg, dev)
-    for _ in range(2):  # the warm-up, then the measured forward
+    for k in range(2):  # the warm-up, then the measured forward
+        if k == 1 and harness == "before_step":
+            torch.cuda.empty_cache()
         x = torch.randn(b, 3, h, w, device=dev, dtype=torch.float16)
         with torch.no_grad():
             o = half(x)
@@ -163,7 +188,7 @@ def capped_sequence(torch, Model, yolo, cfg, b, h, w, dev):
         del o, x
 
 
-def max_batch(spec, yolo, out):
+def max_batch(spec, yolo, out, harness):
     """The largest batch whose eval sequence runs under cap bytes, by
     bisection between lo (runs) and hi (does not), each trial a fresh
     process; spec is cfg:img:cap:lo:hi."""
@@ -174,7 +199,7 @@ def max_batch(spec, yolo, out):
     def ok(b):
         tmp = os.path.join(out, "eval_official_tmp.json")
         subprocess.run([sys.executable, __file__, "--yolo", yolo, "--out", out, "--child", "%s:%d:%s:%s" % (cfg, b, img, img),
-                        "--child-out", tmp, "--cap", str(cap)], capture_output=True, text=True, timeout=600)
+                        "--child-out", tmp, "--cap", str(cap), "--harness", harness], capture_output=True, text=True, timeout=600)
         with open(tmp) as f:
             r = json.load(f)
         os.remove(tmp)
@@ -192,7 +217,7 @@ def max_batch(spec, yolo, out):
             hi = mid
     ok(lo)  # confirmed: lo runs again, lo+1 fails again
     ok(lo + 1)
-    return {"spec": spec, "cfg": cfg, "img": int(img), "capacity_bytes": cap, "max_batch": lo, "trials": trials}
+    return {"spec": spec, "cfg": cfg, "img": int(img), "capacity_bytes": cap, "harness": harness, "max_batch": lo, "trials": trials}
 
 
 def main():
@@ -205,22 +230,28 @@ def main():
     ap.add_argument("--cap", type=int, default=0, help="the child's allocator cap in bytes")
     ap.add_argument("--maxbatch", help="cfg:img:cap:lo:hi,... max batch searches instead of the scenarios")
     ap.add_argument("--jobs", type=int, default=1, help="scenarios run at once, each its own process")
-    ap.add_argument("--name", default="eval_official", help="the results' file name: NAME.json and NAME_traces.jsonl.gz")
+    ap.add_argument("--name", default="eval_official", help="the results' file name: NAME.json and NAME_traces.jsonl.gz"
+                    " (with --maxbatch NAME.json; default eval_official_maxbatch)")
+    ap.add_argument("--harness", default="before_warmup", choices=["before_warmup", "before_step"],
+                    help="where the cache is emptied: before the warm-up only, or also before the measured forward")
+    ap.add_argument("--trace-warmup", action="store_true", help="record the warm-up's allocations too")
     a = ap.parse_args()
     yolo = os.path.abspath(a.yolo)
     if a.child:
-        child(a.child, yolo, a.child_out, a.cap)
+        child(a.child, yolo, a.child_out, a.cap, a.harness, a.trace_warmup)
         return
     if a.maxbatch:
-        res = [max_batch(s, yolo, a.out) for s in a.maxbatch.split(",")]
-        with open(os.path.join(a.out, "eval_official_maxbatch.json"), "w") as f:
+        res = [max_batch(s, yolo, a.out, a.harness) for s in a.maxbatch.split(",")]
+        name = a.name if a.name != "eval_official" else "eval_official_maxbatch"
+        with open(os.path.join(a.out, name + ".json"), "w") as f:
             json.dump(res, f, indent=1)
         return
     specs = a.scenarios.split(",")
 
     def run(spec):
         tmp = os.path.join(a.out, "eval_official_tmp_%s.json" % spec.replace(":", "_"))
-        p = subprocess.run([sys.executable, __file__, "--yolo", yolo, "--out", a.out, "--child", spec, "--child-out", tmp],
+        p = subprocess.run([sys.executable, __file__, "--yolo", yolo, "--out", a.out, "--child", spec, "--child-out", tmp,
+                            "--harness", a.harness] + (["--trace-warmup"] if a.trace_warmup else []),
                            capture_output=True, text=True, timeout=600)
         sys.stderr.write(p.stdout + p.stderr[-3000:])
         if p.returncode != 0 or not os.path.exists(tmp):

@@ -98,7 +98,17 @@ type Head interface {
 	Resident(outs []Output) []int64
 	// Decode records the decode on t, after the forward, and returns the
 	// buffers it hands back to the caller, which live to the end of the step.
-	Decode(t Tape, outs []Output) (keep []Buf)
+	Decode(t HeadTape, outs []Output) (keep []Buf)
+}
+
+// HeadTape is the Tape of a head's decode, which may also run a
+// convolution that no graph node holds.
+type HeadTape interface {
+	Tape
+	// Conv records a cuDNN convolution call of the forward: its workspace,
+	// the card's for the call (Config.Workspace), made and freed at once, as
+	// a graph convolution's is. The caller allocates the call's output.
+	Conv(c ConvCall)
 }
 
 // outputs describes the graph's outputs in the types eager PyTorch gives

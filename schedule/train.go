@@ -219,6 +219,15 @@ func (t tape) Alloc(bytes int64, what string) Buf {
 
 func (t tape) Free(x Buf) { t.b.unref(int32(x)) }
 
+var _ HeadTape = tape{}
+
+// Conv records the workspace of a convolution call that no graph node
+// makes, in the builder's phase.
+func (t tape) Conv(c ConvCall) {
+	c.Phase = t.b.phase
+	t.b.workspace(c)
+}
+
 // lossInput describes the graph's outputs for the loss.
 func (b *builder) lossInput() LossInput {
 	var batch int64

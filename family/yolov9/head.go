@@ -48,7 +48,7 @@ func (Head) Resident(outs []schedule.Output) []int64 {
 // graph's outputs: maps of shape [B, 4·regMax+nc, H, W], one branch after
 // the other, each branch with one map per stride (the spatial size shrinks
 // within a branch and starts over at the next).
-func (Head) Decode(tp schedule.Tape, outs []schedule.Output) []schedule.Buf {
+func (Head) Decode(tp schedule.HeadTape, outs []schedule.Output) []schedule.Buf {
 	branches := Branches(outs)
 	if len(branches) == 0 {
 		return nil
@@ -68,14 +68,17 @@ func (Head) Decode(tp schedule.Tape, outs []schedule.Output) []schedule.Buf {
 		t := func(ch int64) int64 { return sh.n * ch * sh.a * sh.es }
 		cat := alloc(t(4*regMax + sh.nc))
 		// DFL: x.view(b, 4, 16, a).transpose(2, 1).softmax(1) softmaxes a
-		// contiguous copy of the transposed view; the 1×1 conv of the 16
-		// bins to their expectation takes a cuDNN workspace of its input
-		// and 16 bytes (measured, calibration/eval_step.py).
+		// contiguous copy of the transposed view into a contiguous
+		// [b, 16, 4, a]; the 1×1 conv of the 16 bins to their expectation
+		// takes the workspace cuDNN's heuristics give that call, which the
+		// card's tables hold (conv_sweep.py --dfl: none at small batches,
+		// its input and 16 bytes, or 272 bytes at large ones).
 		tr := alloc(t(4 * regMax))
 		soft := alloc(t(4 * regMax)) // softmax over the bins
 		tp.Free(tr)
 		dist := alloc(t(4)) // the DFL conv's expectation
-		tp.Free(alloc(t(4*regMax) + 16))
+		tp.Conv(schedule.ConvCall{Which: "fwd", N: sh.n, Cin: regMax, Cout: 1, H: 4, W: sh.a, OutH: 4, OutW: sh.a,
+			KH: 1, KW: 1, StrideH: 1, StrideW: 1, DilationH: 1, DilationW: 1, Groups: 1, ElemSize: sh.es})
 		tp.Free(soft)
 		// dist2bbox: x1y1 = anchor - lt; x2y2 = anchor + rb;
 		// c_xy = (x1y1 + x2y2) / 2; wh = x2y2 - x1y1; cat((c_xy, wh)).
@@ -86,7 +89,10 @@ func (Head) Decode(tp schedule.Tape, outs []schedule.Output) []schedule.Buf {
 		tp.Free(sum)
 		wh := alloc(t(2))
 		boxes := alloc(t(4))
-		for _, b := range []schedule.Buf{x1y1, x2y2, cxy, wh, dist} {
+		// dist2bbox's frame drops its locals in order: distance (the
+		// DFL's output, whose last views lt and rb go next), then x1y1,
+		// x2y2, c_xy and wh (the official traces, calibration §29).
+		for _, b := range []schedule.Buf{dist, x1y1, x2y2, cxy, wh} {
 			tp.Free(b)
 		}
 		dbox := alloc(t(4)) // * strides

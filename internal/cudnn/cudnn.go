@@ -573,6 +573,23 @@ func Rule(c schedule.ConvCall) int64 {
 		return 0
 	case c.Groups > 1 && c.Groups == c.Cin:
 		return 0
+	case c.KH == 1 && c.KW == 1 && c.Cout == 1 && c.Which == "fwd" && c.StrideH == 1 && c.StrideW == 1:
+		// A 1×1 convolution to one channel, as YOLOv9's DFL runs in eval
+		// mode (conv_sweep.py --dfl, 5,760 calls in each type): in float16
+		// none below batch 15, its input and 16 bytes to batch 60, then
+		// 272 bytes, or none where the output's row is odd; in float32
+		// none below batch 7, then its input and a quarter more, and 403.
+		switch {
+		case half && c.N < 15, !half && c.N < 7:
+			return 0
+		case !half:
+			return in + in/4 + 403
+		case c.N <= 60:
+			return in + 16
+		case c.OutH*c.OutW%2 == 0:
+			return 272
+		}
+		return 0
 	case c.KH == 1 && c.KW == 1:
 		switch {
 		case c.StrideH > 1 || c.StrideW > 1:

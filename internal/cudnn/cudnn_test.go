@@ -13,13 +13,13 @@ import (
 	"github.com/onnxmem/onnxmem/schedule"
 )
 
-// sweepRows reads calibration/results/conv_sweep.json and
-// patchify_sweep.json, in the table's order: [N, Cin, Cout, H, W, K, stride,
+// sweepRows reads calibration/results/conv_sweep.json, patchify_sweep.json
+// and dfl/conv_sweep.json, in the table's order: [N, Cin, Cout, H, W, K, stride,
 // groups, element size, fwd, bwd-data, bwd-filter, padding] per row.
 func sweepRows(t testing.TB) [][13]int64 {
 	t.Helper()
 	var rows [][13]int64
-	for _, f := range []string{"conv_sweep.json", "patchify_sweep.json"} {
+	for _, f := range []string{"conv_sweep.json", "patchify_sweep.json", "dfl/conv_sweep.json"} {
 		b, err := measured.Read(f)
 		if err != nil {
 			t.Fatal(err)
