@@ -439,7 +439,7 @@ type Allocator struct {
 	spare        []int32 // indices of merged-away blocks, for reuse
 	live         []int32 // by ID: the block, or -1 once freed
 	nextAddr     int64   // the next expandable segment's address range
-	down         int64   // the bytes of cudaMalloc segments made, top down
+	down         int64   // the bytes of cudaMalloc segments made (Placement)
 	st           Stats
 	// Capacity, when positive, is the device memory available for segments;
 	// a request that would need more makes TryMalloc report ErrOutOfMemory
@@ -462,11 +462,36 @@ type Allocator struct {
 	// Only the default allocator reports (not a Config's).
 	Observe func(action string, addr, size int64)
 
+	// Placement is where cudaMalloc puts each new segment relative to those
+	// before it (TopDown unless set). Reset sets it to TopDown again.
+	Placement Placement
+
 	// addrHint, when not 0, is where the next segment created (a cudaMalloc,
 	// or an expandable segment's address space) starts; tests that replay a
 	// device recording set it to the address the device returned.
 	addrHint int64
 }
+
+// Placement is the order of the addresses that cudaMalloc gives new
+// segments. The allocator serves a request from the smallest free block
+// that holds it and, among blocks of that size, from the one at the lowest
+// address, so the order of the segments' addresses decides which block a
+// request gets when several of one size are free, and with it how the
+// cache fragments. Where the driver puts a segment depends on what else
+// the process mapped (cuDNN's and cuBLAS's modules, loaded lazily), which
+// a simulation does not see (calibration §11, §29); the two placements
+// bound it.
+type Placement uint8
+
+const (
+	// TopDown puts each new segment below every earlier one, as the
+	// driver puts a new chunk of address space at the top of the free
+	// range below the last.
+	TopDown Placement = iota
+	// BottomUp puts each new segment above every earlier one, as the
+	// driver does where it packs segments into a range it reserved.
+	BottomUp
+)
 
 // New returns an empty allocator with PyTorch's default settings.
 func New() *Allocator { return &Allocator{} }
@@ -485,7 +510,7 @@ func NewWithConfig(c Config) *Allocator {
 
 // Reset empties the allocator and sets its configuration to c, as
 // NewWithConfig(c) makes it, keeping the memory of its tables for the next
-// simulation. Its Capacity is 0 again.
+// simulation. Its Capacity is 0 and its Placement TopDown again.
 func (a *Allocator) Reset(c Config) {
 	a.small.reset()
 	a.large.reset()
@@ -517,20 +542,21 @@ func (a *Allocator) CopyFrom(src *Allocator) {
 	}
 	base, unmapped := cs.base, cs.unmapped
 	*a = Allocator{
-		small:    small,
-		large:    large,
-		blocks:   append(a.blocks[:0], src.blocks...),
-		spare:    append(a.spare[:0], src.spare...),
-		live:     append(a.live[:0], src.live...),
-		nextAddr: src.nextAddr,
-		down:     src.down,
-		st:       src.st,
-		Capacity: src.Capacity,
-		conf:     src.conf,
-		cfg:      src.cfg,
-		cs:       src.cs,
-		addrHint: src.addrHint,
-		Observe:  observe,
+		small:     small,
+		large:     large,
+		blocks:    append(a.blocks[:0], src.blocks...),
+		spare:     append(a.spare[:0], src.spare...),
+		live:      append(a.live[:0], src.live...),
+		nextAddr:  src.nextAddr,
+		down:      src.down,
+		st:        src.st,
+		Capacity:  src.Capacity,
+		conf:      src.conf,
+		cfg:       src.cfg,
+		cs:        src.cs,
+		addrHint:  src.addrHint,
+		Placement: src.Placement,
+		Observe:   observe,
 	}
 	a.cs.base, a.cs.unmapped = base, unmapped
 }
@@ -716,13 +742,16 @@ func (a *Allocator) segmentAddr(size int64) int64 {
 const mallocTop = 1 << 50
 
 // mallocAddr returns the address of a new cudaMalloc segment of size
-// bytes: just below the last one.
+// bytes: just below the last one, or with BottomUp just above it.
 func (a *Allocator) mallocAddr(size int64) int64 {
 	if h := a.addrHint; h != 0 {
 		a.addrHint = 0
 		return h
 	}
 	a.down += size
+	if a.Placement == BottomUp {
+		return mallocTop + a.down - size
+	}
 	return mallocTop - a.down
 }
 

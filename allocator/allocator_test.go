@@ -195,6 +195,50 @@ func TestCapacity(t *testing.T) {
 	}
 }
 
+// TestPlacement checks that the segments' address order decides which of
+// two free blocks of one size a request gets, the lower one: the last
+// segment made with TopDown, the first with BottomUp; and that the
+// placement survives CopyFrom and goes with Reset.
+func TestPlacement(t *testing.T) {
+	for _, tc := range []struct {
+		place Placement
+		want  int // the segment, in the order made, that serves the third request
+	}{{TopDown, 1}, {BottomUp, 0}} {
+		a := New()
+		a.Placement = tc.place
+		x := a.Malloc(20 * mib)
+		b := New()
+		b.CopyFrom(a)
+		y := b.Malloc(20 * mib)
+		segs := b.Segments()
+		if len(segs) != 2 {
+			t.Fatalf("placement %d: %d segments, want 2", tc.place, len(segs))
+		}
+		// Segments are listed by address: the one made first is the lower
+		// one with BottomUp.
+		first := 0
+		if tc.place == TopDown {
+			first = 1
+		}
+		made := []int64{segs[first].Addr, segs[1-first].Addr}
+		b.Free(x)
+		b.Free(y)
+		b.Malloc(20 * mib)
+		var got int64 = -1
+		for _, sg := range b.Segments() {
+			if sg.Blocks[0].Allocated {
+				got = sg.Addr
+			}
+		}
+		if got != made[tc.want] {
+			t.Errorf("placement %d: the request took the segment at %#x, want %#x (made %d)", tc.place, got, made[tc.want], tc.want)
+		}
+		if b.Reset(Config{}); b.Placement != TopDown {
+			t.Errorf("placement %d: Reset kept it", tc.place)
+		}
+	}
+}
+
 // TestPanics checks the documented panics of Malloc and Free.
 func TestPanics(t *testing.T) {
 	for name, fn := range map[string]func(a *Allocator){

@@ -1,6 +1,7 @@
 package sim_test
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -30,9 +31,13 @@ func TestEvalOfficial(t *testing.T) {
 		W            int64 `json:"img_w"`
 		Peak         int64 `json:"peak"`
 		PeakReserved int64 `json:"peak_reserved"`
+		// Harness is where the script emptied the cache (eval_official.py
+		// --harness): before the warm-up only (ownHarness, the default)
+		// or again before the measured step.
+		Harness sim.EmptyCache
 	}
 	var steps []step
-	for _, file := range []string{"eval_official.json", "eval_official_segments.json", "eval_official_sweep.json"} {
+	for _, file := range []string{"eval_official.json", "eval_official_segments.json", "eval_official_sweep.json", "eval_official_warm.json", "eval_official_step.json"} {
 		b, err := measured.Read(file)
 		if err != nil {
 			t.Fatal(err)
@@ -47,23 +52,28 @@ func TestEvalOfficial(t *testing.T) {
 	models := builtins{}
 	var table strings.Builder
 	for _, s := range steps {
-		r, err := models.get(t, s.Cfg).Simulate(sim.Options{Batch: s.B, Height: s.H, Width: s.W, Eval: true, EmptyCache: ownHarness})
+		r, err := models.get(t, s.Cfg).Simulate(sim.Options{Batch: s.B, Height: s.H, Width: s.W, Eval: true, EmptyCache: cmp.Or(s.Harness, ownHarness)})
 		if err != nil {
 			t.Fatal(err)
 		}
 		p, res := pct(r.Peak, s.Peak), pct(r.PeakReserved, s.PeakReserved)
-		fmt.Fprintf(&table, "%-9s %3d %4dx%-4d  peak %+6.2f%%  reserved %+6.2f%%\n", s.Cfg, s.B, s.H, s.W, p, res)
+		fmt.Fprintf(&table, "%-9s %3d %4dx%-4d %-13s peak %+6.2f%%  reserved %+6.2f%%\n", s.Cfg, s.B, s.H, s.W, cmp.Or(s.Harness, ownHarness), p, res)
 		tol, ptol := 1.0, 0.1
 		switch {
-		case s.Cfg == "yolov9-t" && s.B == 61:
-			// The warm-up leaves other segments than the official run's
-			// at 61 (calibration §22), 3.3% more reserved; open in
-			// issue 35.
-			tol = 3.5
-		case s.Cfg == "yolov9-s" && s.B == 64 && s.H == 672 && s.W == 448, s.Cfg == "yolov9-m" && s.B == 2, s.Cfg == "gelan-t" && s.B == 2:
-			// The sweep's three reserved misses, one segment each
-			// (-4.3%, +3.2%, -2.0%; calibration §23): open.
+		case s.Cfg == "yolov9-t" && s.B >= 60 && s.B <= 63 && s.Harness != sim.EmptyCacheStep,
+			s.Cfg == "yolov9-s" && s.B == 64 && s.H == 672 && s.W == 448, s.Cfg == "yolov9-m" && s.B == 2:
+			// A warm-up from the fresh process's cache lays its segments
+			// out as cudaMalloc placed them: the device's trace replayed
+			// with its addresses gives the measured reserved peak to the
+			// byte, with onnxmem's placement one segment more or less
+			// (-3.1% to +3.3%; calibration §29). From an emptied cache
+			// (before_step) the same batches are exact.
 			tol = 4.5
+		case s.Cfg == "gelan-t" && s.B == 2:
+			// One small segment fewer (-2.0%): the deepcopy's 0-d
+			// tensors and the head's stride tensors, which the copy's
+			// load leaves out (calibration §29).
+			tol = 2.1
 		case s.Cfg == "gelan-e" && s.B == 2:
 			ptol = 0.2 // +0.19%: the DFL's transient at the smallest batch
 		}
@@ -71,28 +81,37 @@ func TestEvalOfficial(t *testing.T) {
 			t.Errorf("%s batch %d at %dx%d: peak %+.2f%%, reserved %+.2f%% against the official code", s.Cfg, s.B, s.H, s.W, p, res)
 		}
 	}
-	if len(steps) != 50 {
-		t.Errorf("%d eval steps, want the 8 of eval_official.json, the 2 of eval_official_segments.json and the 40 of eval_official_sweep.json", len(steps))
+	if len(steps) != 61 {
+		t.Errorf("%d eval steps, want the 8 of eval_official.json, the 2 of eval_official_segments.json, the 40 of eval_official_sweep.json, the 8 of eval_official_warm.json and the 3 of eval_official_step.json", len(steps))
 	}
-	b, err := measured.Read("eval_official_maxbatch.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var searches []struct {
+	type search struct {
 		Cfg           string
 		Img           int64
 		CapacityBytes int64 `json:"capacity_bytes"`
 		MaxBatch      int64 `json:"max_batch"`
+		Harness       sim.EmptyCache
 	}
-	if err := json.Unmarshal(b, &searches); err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range searches {
-		n, _, err := models.get(t, s.Cfg).MaxBatch(sim.Options{Height: s.Img, Width: s.Img, Eval: true, EmptyCache: ownHarness}, s.CapacityBytes, 1024)
+	var searches []search
+	for _, file := range []string{"eval_official_maxbatch.json", "eval_official_maxbatch_warmup.json", "eval_official_maxbatch_step.json"} {
+		b, err := measured.Read(file)
 		if err != nil {
 			t.Fatal(err)
 		}
-		fmt.Fprintf(&table, "%-9s max batch under %d bytes: %d, measured %d\n", s.Cfg, s.CapacityBytes, n, s.MaxBatch)
+		var more []search
+		if err := json.Unmarshal(b, &more); err != nil {
+			t.Fatalf("%s: %v", file, err)
+		}
+		searches = append(searches, more...)
+	}
+	if len(searches) != 3 {
+		t.Errorf("%d max batch searches, want 3", len(searches))
+	}
+	for _, s := range searches {
+		n, _, err := models.get(t, s.Cfg).MaxBatch(sim.Options{Height: s.Img, Width: s.Img, Eval: true, EmptyCache: cmp.Or(s.Harness, ownHarness)}, s.CapacityBytes, 1024)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(&table, "%-9s max batch under %d bytes, %s: %d, measured %d\n", s.Cfg, s.CapacityBytes, cmp.Or(s.Harness, ownHarness), n, s.MaxBatch)
 		if n != s.MaxBatch {
 			t.Errorf("%s under %d bytes: max batch %d, the official code's %d", s.Cfg, s.CapacityBytes, n, s.MaxBatch)
 		}

@@ -23,10 +23,24 @@ import (
 // program that schedule.Build
 // made: Run panics on one whose events are not balanced, a broken invariant,
 // and on a scenario whose allocator options Supported refuses.
+//
+// Under a limit (Options.Capacity) the step fits only when it fits
+// whichever way cudaMalloc orders the segments' addresses (allocator.
+// Placement), which decides which of several free blocks of one size a
+// request gets: Run replays it with each new segment below the earlier
+// ones and, when that fits, again with each above them, and returns the
+// replay that ran out, if one did (calibration §29: a validation that fits
+// at two more batches in the first order only runs out on the device where
+// the second order does).
 func Run(p *schedule.Program, sc Options) *Result {
 	s := scratches.Get().(*scratch)
 	defer scratches.Put(s)
-	r, _ := runInto(s, p, sc, nil, nil, false)
+	r, _ := runInto(s, p, sc, nil, nil, false, allocator.TopDown)
+	if sc.Capacity > 0 && r.Fits() {
+		if up, _ := runInto(s, p, sc, nil, nil, false, allocator.BottomUp); !up.Fits() {
+			return up
+		}
+	}
 	return r
 }
 
@@ -83,13 +97,13 @@ var scratches = sync.Pool{New: func() any { return new(scratch) }}
 // the measured step and observe after each of its events, and returns the
 // Result with the liveness analysis of the step.
 func run(p *schedule.Program, sc Options, begin func(*allocator.Allocator), observe func(int, allocator.Stats)) (*Result, *liveness.Analysis) {
-	return runInto(new(scratch), p, sc, begin, observe, true)
+	return runInto(new(scratch), p, sc, begin, observe, true, allocator.TopDown)
 }
 
-// runInto is run with its memory taken from s. It returns the liveness
-// analysis of the step only when analyze is set; the Result does not need
-// it.
-func runInto(s *scratch, p *schedule.Program, sc Options, begin func(*allocator.Allocator), observe func(int, allocator.Stats), analyze bool) (*Result, *liveness.Analysis) {
+// runInto is run with its memory taken from s and the allocator's segments
+// placed as place says. It returns the liveness analysis of the step only
+// when analyze is set; the Result does not need it.
+func runInto(s *scratch, p *schedule.Program, sc Options, begin func(*allocator.Allocator), observe func(int, allocator.Stats), analyze bool, place allocator.Placement) (*Result, *liveness.Analysis) {
 	how, err := replayOf(sc, p)
 	if err != nil {
 		panic(fmt.Sprintf("onnxmem: Run of a scenario that Supported refuses: %v", err))
@@ -97,7 +111,7 @@ func runInto(s *scratch, p *schedule.Program, sc Options, begin func(*allocator.
 	a := allocators.Get().(*allocator.Allocator)
 	defer allocators.Put(a)
 	a.Reset(how.conf)
-	a.Capacity = how.capacity
+	a.Capacity, a.Placement = how.capacity, place
 	ps := session{rp: replayer{a: a}, mode: how.mode, skips: how.skips}
 	ids := s.ids[:0]
 	ids = append(ids, make([]allocator.ID, len(p.Buffers))...)
@@ -522,6 +536,7 @@ func atPeak(p *schedule.Program, live []bool, conf allocator.Config) ([]Tensor, 
 // residents again.
 type residentState struct {
 	conf     allocator.Config
+	place    allocator.Placement
 	capacity int64
 	emptied  bool // the cache emptied after loading
 	lazy     bool // the optimizer's state left out (loadResidents)
@@ -546,7 +561,7 @@ var residentStates struct {
 // after loadResidents(p), and EmptyCache when emptied is set, and ids[buf]
 // for each resident buffer, and reports whether loading ran out of memory.
 func residentsInto(a *allocator.Allocator, p *schedule.Program, conf allocator.Config, capacity int64, ids []allocator.ID, emptied bool) bool {
-	st := residentStateOf(p, conf, capacity, emptied)
+	st := residentStateOf(p, conf, capacity, emptied, a.Placement)
 	a.CopyFrom(st.a)
 	for i, buf := range p.Resident {
 		ids[buf] = st.ids[i]
@@ -555,10 +570,10 @@ func residentsInto(a *allocator.Allocator, p *schedule.Program, conf allocator.C
 }
 
 // residentStateOf returns the resident state of p, kept or made.
-func residentStateOf(p *schedule.Program, conf allocator.Config, capacity int64, emptied bool) *residentState {
+func residentStateOf(p *schedule.Program, conf allocator.Config, capacity int64, emptied bool, place allocator.Placement) *residentState {
 	lazy := len(p.StateOrder) > 0
 	same := func(st *residentState) bool {
-		if st.conf != conf || st.emptied != emptied || st.lazy != lazy || st.capacity != capacity || len(st.sizes) != len(p.Resident) || !slices.Equal(st.roles, p.ResidentRoles) ||
+		if st.conf != conf || st.place != place || st.emptied != emptied || st.lazy != lazy || st.capacity != capacity || len(st.sizes) != len(p.Resident) || !slices.Equal(st.roles, p.ResidentRoles) ||
 			!slices.Equal(st.load, p.ResidentLoad) {
 			return false
 		}
@@ -579,9 +594,9 @@ func residentStateOf(p *schedule.Program, conf allocator.Config, capacity int64,
 		}
 	}
 	rs.mu.Unlock()
-	st := &residentState{conf: conf, capacity: capacity, emptied: emptied, lazy: lazy, roles: slices.Clone(p.ResidentRoles), load: slices.Clone(p.ResidentLoad), a: allocator.New()}
+	st := &residentState{conf: conf, place: place, capacity: capacity, emptied: emptied, lazy: lazy, roles: slices.Clone(p.ResidentRoles), load: slices.Clone(p.ResidentLoad), a: allocator.New()}
 	st.a.Reset(conf)
-	st.a.Capacity = capacity
+	st.a.Capacity, st.a.Placement = capacity, place
 	ids := make([]allocator.ID, len(p.Buffers))
 	st.oom = loadResidents(st.a, p, ids, lazy) != nil
 	if emptied {

@@ -180,6 +180,21 @@ func (m *Model) Run(sc Options, events []RunEvent) (*RunResult, error) {
 	if rank > 0 && loop.RankZeroOnly {
 		sc.EMA = false // the copy is rank 0's
 	}
+	// Under a limit the run fits only when it fits whichever way cudaMalloc
+	// orders the segments (allocator.Placement), as a step does (Run).
+	res, err := runOnce(m, sc, events, conf, pr, loop, world, rank, syncBN, allocator.TopDown)
+	if err != nil || sc.Capacity <= 0 || res.OOM {
+		return res, err
+	}
+	if up, err := runOnce(m, sc, events, conf, pr, loop, world, rank, syncBN, allocator.BottomUp); err != nil || up.OOM {
+		return up, err
+	}
+	return res, nil
+}
+
+// runOnce runs the checked events of m.Run with the allocator's segments
+// placed as place says.
+func runOnce(m *Model, sc Options, events []RunEvent, conf allocator.Config, pr *prepared, loop *schedule.Loop, world, rank int64, syncBN bool, place allocator.Placement) (*RunResult, error) {
 	r := &runner{m: m, sc: sc.Defaults(), loop: loop, a: allocator.NewWithConfig(conf), res: &RunResult{Scenario: sc, OOMEvent: -1},
 		world: world, rank: rank, fam: pr.fam}
 	r.res.Scenario.GPUs, r.res.Scenario.Rank, r.res.Scenario.SyncBN = world, rank, syncBN
@@ -190,7 +205,7 @@ func (m *Model) Run(sc Options, events []RunEvent) (*RunResult, error) {
 	if w := recipe.CuBLASWorkspace; w > 0 { // the script's, for its validation too
 		r.sc.CuBLASWorkspace = w
 	}
-	r.a.Capacity = sc.Capacity
+	r.a.Capacity, r.a.Placement = sc.Capacity, place
 	for i, e := range events {
 		r.a.ResetPeaks()
 		var err error
