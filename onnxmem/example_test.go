@@ -44,7 +44,7 @@ func ExampleModel_Simulate() {
 	}
 	fmt.Printf("peak %.2f GiB allocated, %.2f GiB reserved, GPU_mem %s\n", float64(r.Peak)/(1<<30), float64(r.PeakReserved)/(1<<30), r.GPUMem())
 	// Output:
-	// peak 6.03 GiB allocated, 6.47 GiB reserved, GPU_mem 6.95G
+	// peak 6.03 GiB allocated, 6.47 GiB reserved, GPU_mem 6.94G
 }
 
 // Find the largest batch of a yolov9-c train step under AMP that fits an

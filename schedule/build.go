@@ -90,6 +90,11 @@ type Config struct {
 	// Holder says what the model's Python forward keeps alive beyond each
 	// op's reads; nil means LayerLoopOnly.
 	Holder Holder
+	// OffGraph are the float32 tensors that the model moves to the device
+	// beyond the graph's (a family's frozen parameters and tensor
+	// attributes): resident after the graph's in the model and in each
+	// copy (Program.OffGraph).
+	OffGraph []OffGraph
 	// CuBLASWorkspace is the bytes of a cuBLAS workspace: one per handle
 	// and stream (aten/src/ATen/cuda/CublasHandlePool.cpp), allocated by the
 	// first matrix product a thread runs and kept until the process ends.
@@ -302,7 +307,7 @@ func newBuilder(g *ir.Graph, s *ir.Shapes, cfg Config) (*builder, error) {
 	if cfg.Holder == nil {
 		cfg.Holder = LayerLoopOnly
 	}
-	b := &builder{emitter: &emitter{p: &Program{Graph: g, Shapes: s}}, Flow: &Flow{graph: g, shapes: s}, g: g, s: s, cfg: cfg}
+	b := &builder{emitter: &emitter{p: &Program{Graph: g, Shapes: s, OffGraph: cfg.OffGraph}}, Flow: &Flow{graph: g, shapes: s}, g: g, s: s, cfg: cfg}
 	b.fw, b.bw, b.cp = &forwardPass{builder: b}, &backwardPass{builder: b}, &checkpoints{builder: b}
 	nv, nn := len(g.Values), len(g.Nodes)
 	b.data = make([]bool, nv)
@@ -449,11 +454,15 @@ func (b *builder) resident() error {
 		copies = []func(ir.ValueID) int64{b.s.Bytes, b.bytes}
 	}
 	for c, size := range copies {
-		role := RoleModel
+		role, elem := RoleModel, int64(4)
+		switch {
+		case c > 0 && !b.cfg.Eval.Float, c == 0 && b.cfg.Precision == Half && b.cfg.Eval == nil && b.cfg.Train == nil:
+			elem = 2 // the eval copy's .half(), a half model step's model.half()
+		}
 		if c > 0 {
 			role = RoleCopy
 		}
-		b.modelCopy(role, size, bnVar)
+		b.modelCopy(role, size, bnVar, elem)
 	}
 	if b.cfg.Eval != nil {
 		if b.cfg.CuBLASWorkspace > 0 {
@@ -506,6 +515,9 @@ func (b *builder) halvedLoad() {
 		if v := b.p.Buffers[buf].Value; b.p.ResidentRoles[i] == RoleModel && v >= 0 {
 			load[i] = b.s.Bytes(v)
 		}
+		if k := b.p.ResidentOff[i]; b.p.ResidentRoles[i] == RoleModel && k > 0 {
+			load[i] = b.cfg.OffGraph[k-1].Bytes
+		}
 	}
 	b.p.ResidentLoad = load
 }
@@ -515,13 +527,14 @@ func (b *builder) addResident(r Role, buf int32) {
 	b.p.Resident = append(b.p.Resident, buf)
 	b.p.ResidentRoles = append(b.p.ResidentRoles, r)
 	b.p.ResidentBuffer = append(b.p.ResidentBuffer, false)
+	b.p.ResidentOff = append(b.p.ResidentOff, 0)
 }
 
 // modelCopy appends the model's parameters and buffers as resident
 // buffers of a role, each size(v) bytes, in the order the model moves them
 // to the device, with each training-mode batch norm's num_batches_tracked
 // after its running variance.
-func (b *builder) modelCopy(r Role, size func(ir.ValueID) int64, bnVar map[ir.ValueID]bool) {
+func (b *builder) modelCopy(r Role, size func(ir.ValueID) int64, bnVar map[ir.ValueID]bool, elem int64) {
 	for i := range b.g.Values {
 		if !b.param[i] && !b.buffer[i] {
 			continue
@@ -533,6 +546,14 @@ func (b *builder) modelCopy(r Role, size func(ir.ValueID) int64, bnVar map[ir.Va
 			b.addResident(r, b.newBuf(8, Param, ir.NoValue))
 			b.p.ResidentBuffer[len(b.p.ResidentBuffer)-1] = true
 		}
+	}
+	// What the model moves beyond the graph's tensors, after them (its
+	// float32 tensors in elem bytes an element); a plain tensor is not a
+	// Parameter, so deepcopy copies it as it copies a buffer.
+	for k, o := range b.cfg.OffGraph {
+		b.addResident(r, b.newBuf(o.Elems*elem, Param, ir.NoValue))
+		b.p.ResidentBuffer[len(b.p.ResidentBuffer)-1] = !o.Param
+		b.p.ResidentOff[len(b.p.ResidentOff)-1] = k + 1
 	}
 }
 

@@ -137,6 +137,14 @@ type Program struct {
 	// running statistics and num_batches_tracked, a register_buffer's
 	// table (what module.buffers() lists).
 	ResidentBuffer []bool
+	// ResidentOff says, for each buffer of Resident, which tensor of
+	// OffGraph it is (1 + its index), or 0 for a graph's tensor or
+	// anything else.
+	ResidentOff []int
+	// OffGraph are the tensors that the model moves to the device beyond
+	// the graph's (Config.OffGraph): resident after the graph's parameters
+	// and buffers in the model and in each copy of it.
+	OffGraph []OffGraph
 	// ResidentLoad, when not nil, holds for each buffer of Resident the
 	// bytes it had when it was loaded, before model.half() converted it: a
 	// model step in half precision loads the model in float32 and then

@@ -166,7 +166,7 @@ func (b *builder) uses(v ir.ValueID) iter.Seq2[*ir.Node, int] {
 func (b *builder) trainResident(bnVar map[ir.ValueID]bool) error {
 	t := b.cfg.Train
 	if t.EMA {
-		b.modelCopy(RoleCopy, b.s.Bytes, bnVar)
+		b.modelCopy(RoleCopy, b.s.Bytes, bnVar, 4)
 	}
 	if b.cfg.CuBLASWorkspace > 0 && !t.FirstGemmWorkspace {
 		b.addResident(RoleWorkspace, b.newBuf(b.cfg.CuBLASWorkspace, Workspace, ir.NoValue))

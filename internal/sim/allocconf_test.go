@@ -16,8 +16,9 @@ import (
 // 4.99 default, 5.73 and 6.16 with the split limits) and the allocated peak
 // by up to a tenth (the roundings); onnxmem's allocator follows them to the
 // byte: the reserved peak equal, and the requested, allocated and after-forward
-// bytes within the 1 KiB that the measuring script's model holds beyond the
-// built-in one (TestOwnMeasurements shows the same).
+// bytes within the one 512-byte block of the head's stride, which the
+// official model moves to the device and the measuring script's
+// re-implementation keeps on the CPU (calibration §29).
 func TestAllocConfSteps(t *testing.T) {
 	runs := ownRuns(t, "alloc_conf_steps.json")
 	if len(runs) != 20 {
@@ -38,7 +39,7 @@ func TestAllocConfSteps(t *testing.T) {
 			name      string
 			got, want int64
 		}{{"peak", r.Peak, me["peak"]}, {"requested peak", r.PeakRequested, me["peak_req"]}, {"after the forward", r.AfterForward, me["after_fwd"]}} {
-			if d := c.got - c.want; d < -1024 || d > 0 {
+			if d := c.got - c.want; d < 0 || d > 512 {
 				t.Errorf("%s: %s %d, measured %d (%+d B)", what, c.name, c.got, c.want, d)
 			}
 		}

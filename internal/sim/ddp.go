@@ -125,8 +125,8 @@ func newDDP(p *schedule.Program, off []schedule.OffGraph) (*ddp, error) {
 	// (the resident buffers without a graph value).
 	var params, bufs [2][]int64
 	for i, b := range p.Resident {
-		if p.ResidentRoles[i] != schedule.RoleModel {
-			continue
+		if p.ResidentRoles[i] != schedule.RoleModel || p.ResidentOff[i] > 0 {
+			continue // an off-graph tensor comes below, by its kind
 		}
 		buf := p.Buffers[b]
 		t := 0

@@ -736,6 +736,7 @@ func (m *Model) build(p *prepared, sc Options, workspace func(schedule.ConvCall)
 		}
 	}
 	cfg := schedule.Config{CuBLASWorkspace: sc.CuBLASWorkspace, CuBLASLtWorkspace: CuBLASLtWorkspace, Holder: p, NoFlash: sc.NoFlash,
+		OffGraph: family.OffGraph(p.fam, outputsOf(p.graph, s)),
 		Workspace: func(c schedule.ConvCall) int64 {
 			ws := workspace(c)
 			calls = append(calls, convCall{c, ws})
@@ -1040,10 +1041,6 @@ func (m *Model) Footprint(sc Options) (*Footprint, error) {
 	if err != nil {
 		return nil, err
 	}
-	pr, err := m.forScenario(sc)
-	if err != nil {
-		return nil, err
-	}
 	a := allocator.NewWithConfig(conf)
 	var f Footprint
 	for i, b := range p.Resident {
@@ -1052,22 +1049,22 @@ func (m *Model) Footprint(sc Options) (*Footprint, error) {
 		}
 		buf := p.Buffers[b]
 		a.Malloc(buf.Bytes)
+		if k := p.ResidentOff[i]; k > 0 {
+			switch u := p.OffGraph[k-1]; {
+			case u.Param:
+				f.ParamBytes += u.Bytes
+				f.Params += u.Elems
+			case u.Buffer:
+				f.BufferBytes += u.Bytes
+			}
+			continue
+		}
 		if p.ResidentBuffer[i] || !p.Graph.Values[buf.Value].DType.IsFloat() {
 			f.BufferBytes += buf.Bytes
 			continue
 		}
 		f.ParamBytes += buf.Bytes
 		f.Params += p.Buffers[b].Bytes / int64(p.Graph.Values[buf.Value].DType.Size())
-	}
-	for _, u := range family.OffGraph(pr.fam, p.Outputs) {
-		a.Malloc(u.Bytes)
-		switch {
-		case u.Param:
-			f.ParamBytes += u.Bytes
-			f.Params += u.Elems
-		case u.Buffer:
-			f.BufferBytes += u.Bytes
-		}
 	}
 	f.Allocated = a.Stats().Allocated
 	return &f, nil

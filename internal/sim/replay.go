@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/onnxmem/onnxmem/allocator"
+	"github.com/onnxmem/onnxmem/ir"
 	"github.com/onnxmem/onnxmem/liveness"
 	"github.com/onnxmem/onnxmem/schedule"
 )
@@ -333,7 +334,10 @@ func (s *scratch) liveAt(p *schedule.Program, at int) []bool {
 // loadResidents allocates p's resident buffers on a as the harness loads
 // them, in order, and sets ids[buf] to each one's allocation. The model's
 // copy (RoleCopy, after the model's own buffers, in the same order) is
-// copy.deepcopy(model): a clone of every tensor first; when the copy is
+// copy.deepcopy(model): a clone of every tensor first, and for each buffer
+// (a plain tensor, not a Parameter) Tensor.__deepcopy__'s 0-d new_empty of
+// its type, made after the clone and dropped at once (calibration §29's
+// traces); when the copy is
 // smaller (the eval step's copy.deepcopy(model).eval().half()), .half()
 // then converts each floating tensor in turn, in Module._apply's order,
 // allocating the half tensor before it frees the clone, and an integer one
@@ -370,6 +374,11 @@ func loadResidents(a *allocator.Allocator, p *schedule.Program, ids []allocator.
 				return err
 			}
 			ids[p.Resident[i]] = id
+			if p.ResidentRoles[i] == schedule.RoleCopy {
+				if err := zeroDim(a, p, i); err != nil {
+					return err
+				}
+			}
 			continue
 		}
 		// The whole copy, from here.
@@ -377,6 +386,9 @@ func loadResidents(a *allocator.Allocator, p *schedule.Program, ids []allocator.
 		for j := range copied {
 			var err error
 			if clones[j], err = a.TryMalloc(p.Buffers[model[j]].Bytes); err != nil {
+				return err
+			}
+			if err := zeroDim(a, p, i+j); err != nil {
 				return err
 			}
 		}
@@ -395,6 +407,26 @@ func loadResidents(a *allocator.Allocator, p *schedule.Program, ids []allocator.
 		i += len(copied) - 1
 	}
 	return nil
+}
+
+// zeroDim makes and drops the 0-d tensor that Tensor.__deepcopy__ makes
+// (self.new_empty([]), whose storage it then replaces with the clone's)
+// when resident i, a copy's tensor, is a buffer or a plain tensor: a block
+// of its element's size (num_batches_tracked's 8 bytes where a buffer has
+// no graph value).
+func zeroDim(a *allocator.Allocator, p *schedule.Program, i int) error {
+	if !p.ResidentBuffer[i] {
+		return nil
+	}
+	size := int64(8)
+	switch v := p.Buffers[p.Resident[i]].Value; {
+	case p.ResidentOff[i] > 0:
+		size = 4 // an off-graph float32 tensor
+	case v != ir.NoValue:
+		size = int64(p.Graph.Values[v].DType.Size())
+	}
+	_, err := a.Transient(size)
+	return err
 }
 
 // loadHalved loads p's residents as model.to('cuda').half() makes them:

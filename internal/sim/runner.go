@@ -360,16 +360,26 @@ func residents(p *schedule.Program, ro schedule.Role) []int32 {
 // module.half() (2) and module.float() (4) do: the new tensor is made,
 // then the old one freed.
 func (r *runner) convert(p *schedule.Program, ro schedule.Role, ids []allocator.ID, size int64) {
-	for i, b := range residents(p, ro) {
-		buf := p.Buffers[b]
-		if buf.Value == ir.NoValue {
-			continue // num_batches_tracked, an int64
-		}
-		dt := p.Graph.Values[buf.Value].DType
-		if !dt.IsFloat() {
+	k := 0
+	for j, b := range p.Resident {
+		if p.ResidentRoles[j] != ro {
 			continue
 		}
-		id := r.malloc(buf.Bytes / dt.Size() * size)
+		i := k
+		k++
+		buf := p.Buffers[b]
+		elems := int64(0)
+		switch {
+		case p.ResidentOff[j] > 0:
+			elems = p.OffGraph[p.ResidentOff[j]-1].Elems // float32 when loaded
+		case buf.Value == ir.NoValue:
+			continue // num_batches_tracked, an int64
+		case p.Graph.Values[buf.Value].DType.IsFloat():
+			elems = buf.Bytes / p.Graph.Values[buf.Value].DType.Size()
+		default:
+			continue
+		}
+		id := r.malloc(elems * size)
 		r.free(ids[i])
 		ids[i] = id
 	}
