@@ -115,9 +115,11 @@
 // Addresses are simulated: each new segment lies just below the last, as
 // cudaMalloc's addresses fall on the H200 (the segments that
 // calibration/allocator_conf.py recorded), so ties between equal free blocks
-// go to the newest segment, as they do there. The driver also reuses the
-// ranges of released segments, which the simulation does not; that can
-// change which of two equal blocks is taken after an empty_cache.
+// go to the newest segment, as they do there; or, with Placement BottomUp,
+// just above it. The driver also reuses the ranges of released segments
+// and packs segments into ranges it reserved, which the simulation does
+// not; that can change which of two equal blocks is taken (calibration
+// §11, §29).
 package allocator
 
 import (
@@ -738,7 +740,8 @@ func (a *Allocator) segmentAddr(size int64) int64 {
 }
 
 // mallocTop is the simulated address below which cudaMalloc's segments
-// are placed, top down; expandable segments' address ranges rise from 0.
+// are placed, top down (above which, with BottomUp); expandable segments'
+// address ranges rise from 0.
 const mallocTop = 1 << 50
 
 // mallocAddr returns the address of a new cudaMalloc segment of size

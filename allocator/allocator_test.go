@@ -195,46 +195,35 @@ func TestCapacity(t *testing.T) {
 	}
 }
 
-// TestPlacement checks that the segments' address order decides which of
-// two free blocks of one size a request gets, the lower one: the last
-// segment made with TopDown, the first with BottomUp; and that the
-// placement survives CopyFrom and goes with Reset.
+// TestPlacement checks that Placement orders the segments' addresses
+// (each new one below the earlier ones, or above them), that a copy keeps
+// it and Reset drops it, and that of two free blocks of one size a request
+// gets the lower one: the segment made last with TopDown, first with
+// BottomUp.
 func TestPlacement(t *testing.T) {
-	for _, tc := range []struct {
-		place Placement
-		want  int // the segment, in the order made, that serves the third request
-	}{{TopDown, 1}, {BottomUp, 0}} {
+	for _, place := range []Placement{TopDown, BottomUp} {
 		a := New()
-		a.Placement = tc.place
+		a.Placement = place
 		x := a.Malloc(20 * mib)
 		b := New()
 		b.CopyFrom(a)
+		if b.Placement != place {
+			t.Fatalf("placement %d: CopyFrom made %d", place, b.Placement)
+		}
 		y := b.Malloc(20 * mib)
-		segs := b.Segments()
-		if len(segs) != 2 {
-			t.Fatalf("placement %d: %d segments, want 2", tc.place, len(segs))
+		addrX, addrY := b.blocks[b.live[x]].addr, b.blocks[b.live[y]].addr
+		if up := addrY > addrX; up != (place == BottomUp) {
+			t.Errorf("placement %d: the first segment at %#x, the second at %#x", place, addrX, addrY)
 		}
-		// Segments are listed by address: the one made first is the lower
-		// one with BottomUp.
-		first := 0
-		if tc.place == TopDown {
-			first = 1
-		}
-		made := []int64{segs[first].Addr, segs[1-first].Addr}
 		b.Free(x)
 		b.Free(y)
-		b.Malloc(20 * mib)
-		var got int64 = -1
-		for _, sg := range b.Segments() {
-			if sg.Blocks[0].Allocated {
-				got = sg.Addr
-			}
-		}
-		if got != made[tc.want] {
-			t.Errorf("placement %d: the request took the segment at %#x, want %#x (made %d)", tc.place, got, made[tc.want], tc.want)
+		z := b.Malloc(20 * mib)
+		want := min(addrX, addrY)
+		if got := b.blocks[b.live[z]].addr; got != want {
+			t.Errorf("placement %d: the request took the block at %#x, want the lower one at %#x", place, got, want)
 		}
 		if b.Reset(Config{}); b.Placement != TopDown {
-			t.Errorf("placement %d: Reset kept it", tc.place)
+			t.Errorf("placement %d: Reset kept it", place)
 		}
 	}
 }

@@ -119,6 +119,9 @@ func main() {
 		n += len(d.Rows)
 		head := fmt.Sprintf("# the DFL's convolution (conv_sweep.py --dfl, the last %d rows): %v, cuDNN %v\n", len(d.Rows), d.Env["gpu"], d.Env["cudnn"])
 		i := bytes.Index(txt.Bytes(), []byte("# N\t"))
+		if i < 0 {
+			log.Fatal("the table has no column header to put the DFL's line before")
+		}
 		txt = *bytes.NewBuffer(append(append(append([]byte(nil), txt.Bytes()[:i]...), head...), txt.Bytes()[i:]...))
 	}
 	if err := os.WriteFile(*out, txt.Bytes(), 0o644); err != nil {

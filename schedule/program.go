@@ -135,7 +135,9 @@ type Program struct {
 	// ResidentBuffer says, for each buffer of Resident, whether it is one
 	// of the model's buffers rather than a parameter: a batch norm's
 	// running statistics and num_batches_tracked, a register_buffer's
-	// table (what module.buffers() lists).
+	// table (what module.buffers() lists), or a plain tensor attribute
+	// that the model moves with them (an OffGraph tensor that is no
+	// Parameter).
 	ResidentBuffer []bool
 	// ResidentOff says, for each buffer of Resident, which tensor of
 	// OffGraph it is (1 + its index), or 0 for a graph's tensor or

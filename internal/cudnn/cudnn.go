@@ -573,12 +573,13 @@ func Rule(c schedule.ConvCall) int64 {
 		return 0
 	case c.Groups > 1 && c.Groups == c.Cin:
 		return 0
-	case c.KH == 1 && c.KW == 1 && c.Cout == 1 && c.Which == "fwd" && c.StrideH == 1 && c.StrideW == 1:
-		// A 1×1 convolution to one channel, as YOLOv9's DFL runs in eval
-		// mode (conv_sweep.py --dfl, 5,760 calls in each type): in float16
+	case c.KH == 1 && c.KW == 1 && c.Cin == 16 && c.Cout == 1 && c.H == 4 && c.Which == "fwd" && c.StrideH == 1 && c.StrideW == 1:
+		// The 1×1 convolution of 16 bins to one channel on [N, 16, 4, A]
+		// that YOLOv9's DFL runs in eval mode, at anchor counts the sweep
+		// lacks (conv_sweep.py --dfl, 5,760 calls in each type): in float16
 		// none below batch 15, its input and 16 bytes to batch 60, then
-		// 272 bytes, or none where the output's row is odd; in float32
-		// none below batch 7, then its input and a quarter more, and 403.
+		// 272 bytes, or none where A is odd; in float32 none below batch
+		// 7, then its input and a quarter more, and 403.
 		switch {
 		case half && c.N < 15, !half && c.N < 7:
 			return 0
@@ -586,7 +587,7 @@ func Rule(c schedule.ConvCall) int64 {
 			return in + in/4 + 403
 		case c.N <= 60:
 			return in + 16
-		case c.OutH*c.OutW%2 == 0:
+		case c.OutW%2 == 0:
 			return 272
 		}
 		return 0

@@ -374,7 +374,8 @@ func sameStructure(a, b classPoint) bool {
 		!slices.Equal(p.ParamGrads, q.ParamGrads) || !slices.Equal(p.LayerEnds, q.LayerEnds) || len(a.calls) != len(b.calls) ||
 		!slices.Equal(p.PrevPred, q.PrevPred) || !slices.Equal(p.PrevPredFrom, q.PrevPredFrom) ||
 		!slices.Equal(p.Persistent, q.Persistent) || !slices.Equal(p.PersistentAt, q.PersistentAt) || !slices.Equal(p.ResidentRoles, q.ResidentRoles) ||
-		!slices.Equal(p.StateOrder, q.StateOrder) || !slices.Equal(p.StateAt, q.StateAt) {
+		!slices.Equal(p.StateOrder, q.StateOrder) || !slices.Equal(p.StateAt, q.StateAt) ||
+		!slices.Equal(p.ResidentBuffer, q.ResidentBuffer) || !slices.Equal(p.ResidentOff, q.ResidentOff) || !slices.Equal(p.OffGraph, q.OffGraph) {
 		return false
 	}
 	for i := range p.Buffers {

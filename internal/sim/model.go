@@ -871,10 +871,25 @@ func (m *Model) Fit(sc Options, capacity int64) (*Result, bool, error) {
 		return nil, false, err
 	}
 	switch {
-	case capacity <= 0 || r.PeakReserved <= capacity:
+	case capacity <= 0:
 		return r, true, nil
 	case r.PeakRequested > capacity:
 		return r, false, nil
+	case r.PeakReserved <= capacity:
+		// It fits placed top down without touching the limit; placed
+		// bottom up it must too (Run), else it is simulated under it.
+		sc.Capacity = capacity
+		if !bothPlacements(sc) {
+			return r, true, nil
+		}
+		sc.Capacity = 0
+		up, err := simulatePlaced(m, sc, allocator.BottomUp)
+		if err != nil {
+			return nil, false, err
+		}
+		if up.PeakReserved <= capacity {
+			return r, true, nil
+		}
 	}
 	sc.Capacity = capacity
 	capped, err := m.Simulate(sc)
@@ -911,9 +926,11 @@ func (m *Model) MaxBatch(sc Options, capacity, limit int64) (int64, *Result, err
 	// lo fits (0 trivially) and hi does not (limit+1 by assumption).
 	lo, hi := int64(0), limit+1
 	var best *Result
+	// The search places the segments top down; its answer is then checked
+	// the other way too, as Run checks a step (below).
 	probe := func(b int64) (*Result, bool, error) {
 		sc.Batch = b
-		r, err := m.Simulate(sc)
+		r, err := simulatePlaced(m, sc, allocator.TopDown)
 		var big *ErrTooLarge
 		if errors.As(err, &big) {
 			hi = b // beyond any limit: it does not fit
@@ -971,7 +988,37 @@ func (m *Model) MaxBatch(sc Options, capacity, limit int64) (int64, *Result, err
 			return 0, nil, err
 		}
 	}
-	return lo, best, nil
+	// The largest batch that fits placed top down must fit placed bottom
+	// up too; where it does not, the batch below is the candidate.
+	for ; lo > 0; lo-- {
+		sc.Batch = lo
+		var err error
+		var up *Result // placed bottom up, where that can differ
+		if bothPlacements(sc) {
+			if up, err = simulatePlaced(m, sc, allocator.BottomUp); err != nil {
+				return 0, nil, err
+			}
+		}
+		if best == nil || best.Scenario.Batch != lo {
+			if best, err = simulatePlaced(m, sc, allocator.TopDown); err != nil {
+				return 0, nil, err
+			}
+		}
+		if best.Fits() && (up == nil || up.Fits()) {
+			return lo, best, nil
+		}
+	}
+	return 0, nil, nil
+}
+
+// simulatePlaced is m.Simulate with the segments placed as place says
+// only.
+func simulatePlaced(m *Model, sc Options, place allocator.Placement) (*Result, error) {
+	p, err := m.program(sc)
+	if err != nil {
+		return nil, err
+	}
+	return runPlaced(p, sc, place), nil
 }
 
 // Layers returns the number of top-level layers of the detected family's

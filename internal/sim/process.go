@@ -25,6 +25,10 @@ import (
 // scenario alone), and those of its torchvision steps to 0.00% (1.4%
 // alone): TestGroundTruthHistory.
 //
+// Its one allocator places the segments top down (allocator.Placement):
+// under a limit a scenario that Simulate answers as running out only when
+// placed bottom up fits here.
+//
 // A Process is not safe for concurrent use.
 type Process struct {
 	m     *Model

@@ -34,14 +34,20 @@ import (
 // at two more batches in the first order only runs out on the device where
 // the second order does).
 func Run(p *schedule.Program, sc Options) *Result {
-	s := scratches.Get().(*scratch)
-	defer scratches.Put(s)
-	r, _ := runInto(s, p, sc, nil, nil, false, allocator.TopDown)
-	if sc.Capacity > 0 && r.Fits() {
-		if up, _ := runInto(s, p, sc, nil, nil, false, allocator.BottomUp); !up.Fits() {
+	r := runPlaced(p, sc, allocator.TopDown)
+	if bothPlacements(sc) && r.Fits() {
+		if up := runPlaced(p, sc, allocator.BottomUp); !up.Fits() {
 			return up
 		}
 	}
+	return r
+}
+
+// runPlaced is Run with the segments placed as place says only.
+func runPlaced(p *schedule.Program, sc Options, place allocator.Placement) *Result {
+	s := scratches.Get().(*scratch)
+	defer scratches.Put(s)
+	r, _ := runInto(s, p, sc, nil, nil, false, place)
 	return r
 }
 
@@ -96,9 +102,30 @@ var scratches = sync.Pool{New: func() any { return new(scratch) }}
 
 // run replays p as Run says, calling begin with the allocator just before
 // the measured step and observe after each of its events, and returns the
-// Result with the liveness analysis of the step.
+// Result with the liveness analysis of the step: under a limit, of the
+// placement that runs out of memory where one does (as Run answers).
 func run(p *schedule.Program, sc Options, begin func(*allocator.Allocator), observe func(int, allocator.Stats)) (*Result, *liveness.Analysis) {
-	return runInto(new(scratch), p, sc, begin, observe, true, allocator.TopDown)
+	return runInto(new(scratch), p, sc, begin, observe, true, placementOf(p, sc))
+}
+
+// placementOf returns the placement whose replay Run answers with: TopDown,
+// or under a limit BottomUp when only that one runs out of memory.
+func placementOf(p *schedule.Program, sc Options) allocator.Placement {
+	if bothPlacements(sc) && runPlaced(p, sc, allocator.TopDown).Fits() && !runPlaced(p, sc, allocator.BottomUp).Fits() {
+		return allocator.BottomUp
+	}
+	return allocator.TopDown
+}
+
+// bothPlacements reports whether sc's replay under its limit depends on the
+// placement of the segments: with cudaMalloc's segments, not with
+// expandable segments, which map pages into one address range.
+func bothPlacements(sc Options) bool {
+	if sc.Capacity <= 0 {
+		return false
+	}
+	conf, err := sc.allocConfig()
+	return err == nil && !conf.ExpandableSegments
 }
 
 // runInto is run with its memory taken from s and the allocator's segments
@@ -415,18 +442,26 @@ func loadResidents(a *allocator.Allocator, p *schedule.Program, ids []allocator.
 // of its element's size (num_batches_tracked's 8 bytes where a buffer has
 // no graph value).
 func zeroDim(a *allocator.Allocator, p *schedule.Program, i int) error {
-	if !p.ResidentBuffer[i] {
-		return nil
+	if n := zeroDimBytes(p, i); n > 0 {
+		_, err := a.Transient(n)
+		return err
 	}
-	size := int64(8)
+	return nil
+}
+
+// zeroDimBytes returns the bytes of zeroDim's 0-d tensor for resident i,
+// or 0 when it is a Parameter, which deepcopy clones without one.
+func zeroDimBytes(p *schedule.Program, i int) int64 {
+	if !p.ResidentBuffer[i] {
+		return 0
+	}
 	switch v := p.Buffers[p.Resident[i]].Value; {
 	case p.ResidentOff[i] > 0:
-		size = 4 // an off-graph float32 tensor
+		return 4 // an off-graph float32 tensor
 	case v != ir.NoValue:
-		size = int64(p.Graph.Values[v].DType.Size())
+		return int64(p.Graph.Values[v].DType.Size())
 	}
-	_, err := a.Transient(size)
-	return err
+	return 8 // num_batches_tracked
 }
 
 // loadHalved loads p's residents as model.to('cuda').half() makes them:
@@ -575,6 +610,8 @@ type residentState struct {
 	sizes    []int64
 	roles    []schedule.Role
 	load     []int64 // Program.ResidentLoad
+	buffer   []bool  // Program.ResidentBuffer
+	off      []int   // Program.ResidentOff
 	a        *allocator.Allocator
 	ids      []allocator.ID // by index of Program.Resident
 	oom      bool
@@ -606,7 +643,7 @@ func residentStateOf(p *schedule.Program, conf allocator.Config, capacity int64,
 	lazy := len(p.StateOrder) > 0
 	same := func(st *residentState) bool {
 		if st.conf != conf || st.place != place || st.emptied != emptied || st.lazy != lazy || st.capacity != capacity || len(st.sizes) != len(p.Resident) || !slices.Equal(st.roles, p.ResidentRoles) ||
-			!slices.Equal(st.load, p.ResidentLoad) {
+			!slices.Equal(st.load, p.ResidentLoad) || !slices.Equal(st.buffer, p.ResidentBuffer) || !slices.Equal(st.off, p.ResidentOff) {
 			return false
 		}
 		for i, buf := range p.Resident {
@@ -626,7 +663,8 @@ func residentStateOf(p *schedule.Program, conf allocator.Config, capacity int64,
 		}
 	}
 	rs.mu.Unlock()
-	st := &residentState{conf: conf, place: place, capacity: capacity, emptied: emptied, lazy: lazy, roles: slices.Clone(p.ResidentRoles), load: slices.Clone(p.ResidentLoad), a: allocator.New()}
+	st := &residentState{conf: conf, place: place, capacity: capacity, emptied: emptied, lazy: lazy, roles: slices.Clone(p.ResidentRoles), load: slices.Clone(p.ResidentLoad),
+		buffer: slices.Clone(p.ResidentBuffer), off: slices.Clone(p.ResidentOff), a: allocator.New()}
 	st.a.Reset(conf)
 	st.a.Capacity, st.a.Placement = capacity, place
 	ids := make([]allocator.ID, len(p.Buffers))

@@ -183,7 +183,7 @@ func (m *Model) Run(sc Options, events []RunEvent) (*RunResult, error) {
 	// Under a limit the run fits only when it fits whichever way cudaMalloc
 	// orders the segments (allocator.Placement), as a step does (Run).
 	res, err := runOnce(m, sc, events, conf, pr, loop, world, rank, syncBN, allocator.TopDown)
-	if err != nil || sc.Capacity <= 0 || res.OOM {
+	if err != nil || !bothPlacements(sc) || res.OOM {
 		return res, err
 	}
 	if up, err := runOnce(m, sc, events, conf, pr, loop, world, rank, syncBN, allocator.BottomUp); err != nil || up.OOM {
@@ -355,6 +355,23 @@ func residents(p *schedule.Program, ro schedule.Role) []int32 {
 	return out
 }
 
+// deepcopy allocates a copy.deepcopy of the resident tensors of p with the
+// role, in order: each clone, and beside a buffer's the 0-d tensor that
+// Tensor.__deepcopy__ makes and drops (zeroDim).
+func (r *runner) deepcopy(p *schedule.Program, ro schedule.Role) []allocator.ID {
+	var ids []allocator.ID
+	for i, b := range p.Resident {
+		if p.ResidentRoles[i] != ro {
+			continue
+		}
+		ids = append(ids, r.malloc(p.Buffers[b].Bytes))
+		if n := zeroDimBytes(p, i); n > 0 {
+			r.free(r.malloc(n))
+		}
+	}
+	return ids
+}
+
 // convert replaces each float tensor of ids (the model's buffers of p with
 // the role, in order) by a copy with elements of size bytes, as
 // module.half() (2) and module.float() (4) do: the new tensor is made,
@@ -393,7 +410,7 @@ func (r *runner) setup() error {
 	}
 	r.ref = p
 	if r.world > 0 {
-		if r.ddp, err = newDDP(p, family.OffGraph(r.fam, p.Outputs)); err != nil {
+		if r.ddp, err = newDDP(p, p.OffGraph); err != nil {
 			return err
 		}
 		if r.loop.SetupBarriers > 0 {
@@ -403,9 +420,7 @@ func (r *runner) setup() error {
 	for _, b := range residents(p, schedule.RoleModel) {
 		r.model = append(r.model, r.malloc(p.Buffers[b].Bytes))
 	}
-	for _, b := range residents(p, schedule.RoleCopy) {
-		r.copy = append(r.copy, r.malloc(p.Buffers[b].Bytes))
-	}
+	r.copy = r.deepcopy(p, schedule.RoleCopy)
 	if r.ddp != nil {
 		for range r.loop.SetupBarriers - 1 {
 			r.barrier() // after the copy
@@ -709,13 +724,9 @@ func (r *runner) ckpt() {
 	p := r.ref
 	copies := [][]allocator.ID{}
 	for _, ro := range []schedule.Role{schedule.RoleModel, schedule.RoleCopy} {
-		bufs := residents(p, ro)
-		if len(bufs) == 0 {
+		ids := r.deepcopy(p, ro)
+		if len(ids) == 0 {
 			continue
-		}
-		ids := make([]allocator.ID, len(bufs))
-		for i, b := range bufs {
-			ids[i] = r.malloc(p.Buffers[b].Bytes)
 		}
 		r.convert(p, ro, ids, 2)
 		copies = append(copies, ids)
