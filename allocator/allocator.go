@@ -428,6 +428,10 @@ func (a *Allocator) newBlock(b block) int32 {
 type Stats struct {
 	Allocated, Requested, Reserved             int64
 	PeakAllocated, PeakRequested, PeakReserved int64
+	// Retries is num_alloc_retries: the requests that the allocator could
+	// serve only after releasing its cache (or that it could not serve
+	// then), under Capacity.
+	Retries int64
 }
 
 // ID names a live allocation.
@@ -704,6 +708,7 @@ func (a *Allocator) Transient(n int64) (int64, error) {
 func (a *Allocator) newSegment(n, size int64, small bool) (int32, error) {
 	seg := SegmentSize(size)
 	if a.Capacity > 0 && a.st.Reserved+seg > a.Capacity {
+		a.st.Retries++
 		a.EmptyCache()
 		if a.st.Reserved+seg > a.Capacity {
 			if a.Observe != nil {

@@ -116,6 +116,7 @@ func (a configured) tryMallocConf(n int64) (ID, error) {
 			id, ok = a.allocBlock(p, small, size, seg)
 		}
 		if !ok {
+			a.st.Retries++
 			a.releaseCached()
 			id, ok = a.allocBlock(p, small, size, seg)
 		}

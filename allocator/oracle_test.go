@@ -166,6 +166,7 @@ func (r *refAllocator) malloc(n int64) (ID, error) {
 			seg, at = r.allocBlock(small, size, segSize)
 		}
 		if seg == nil {
+			r.st.Retries++ // num_alloc_retries: the retry after release_cached_blocks
 			r.emptyCache()
 			seg, at = r.allocBlock(small, size, segSize)
 		}

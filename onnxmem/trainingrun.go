@@ -48,48 +48,58 @@ type RunResult struct {
 
 // Run simulates a run of the train step sc as the family's script runs it.
 func (m *Model) Run(sc Scenario, events []RunEvent) (*RunResult, error) {
+	r, _, err := runEvents(m, sc, events, (*sim.Model).Run)
+	return r, err
+}
+
+// runEvents is Model.Run with each rank simulated by run (sim.Model.Run, or
+// sim.RunPlaced for a search's probe); it also returns the larger
+// num_alloc_retries of rank 0 and the others.
+func runEvents(m *Model, sc Scenario, events []RunEvent, run func(*sim.Model, sim.Options, []sim.RunEvent) (*sim.RunResult, error)) (*RunResult, int64, error) {
 	switch sc.Step {
 	case "":
 		sc.Step = TrainStep
 	case TrainStep:
 	default:
-		return nil, fmt.Errorf("onnxmem: run: Step %s: a run trains; give TrainStep, or leave Step empty", sc.Step)
+		return nil, 0, fmt.Errorf("onnxmem: run: Step %s: a run trains; give TrainStep, or leave Step empty", sc.Step)
 	}
 	e, sc, o, err := m.decode(sc)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	evs := make([]sim.RunEvent, len(events))
 	for i, ev := range events {
 		evs[i] = sim.RunEvent(ev)
 	}
-	out, err := runRank(e, o, evs, sc)
+	out, retries, err := runRank(e, o, evs, sc, run)
 	if err != nil || sc.GPUs < 1 {
-		return out, err
+		return out, retries, err
 	}
 	out.NCCL = cards.NCCL
 	if sc.GPUs > 1 {
 		o.Rank = 1 // every rank but 0 runs the same
-		if out.Others, err = runRank(e, o, evs, sc); err != nil {
-			return nil, err
+		var others int64
+		if out.Others, others, err = runRank(e, o, evs, sc, run); err != nil {
+			return nil, 0, err
 		}
+		retries = max(retries, others)
 		out.Others.NCCL = cards.NCCL
 	}
-	return out, nil
+	return out, retries, nil
 }
 
 // runRank simulates the run of one rank (o.Rank).
-func runRank(e *sim.Model, o sim.Options, evs []sim.RunEvent, sc Scenario) (*RunResult, error) {
-	r, err := e.Run(o, evs)
+func runRank(e *sim.Model, o sim.Options, evs []sim.RunEvent, sc Scenario, run func(*sim.Model, sim.Options, []sim.RunEvent) (*sim.RunResult, error)) (*RunResult, int64, error) {
+	r, err := run(e, o, evs)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	out := &RunResult{Scenario: sc, Steps: make([]RunStep, len(r.Steps)), Peak: r.Peak, PeakReserved: r.PeakReserved,
 		OOM: r.OOM, OOMEvent: r.OOMEvent}
 	for i, s := range r.Steps {
 		out.Steps[i] = RunStep(s)
 	}
-	return out, nil
+	return out, r.Retries, nil
 }
 
 // fits reports whether every rank's run ran to its end under its limit.
@@ -399,7 +409,11 @@ func (m *Model) maxBatchRun(sc Scenario, p RunPlan, limit, g, capacity int64, o 
 	// A run's memory grows with its batch: doubling from 1 finds one that
 	// does not complete, bisection the last that does.
 	tried := map[int64]*RunResult{}
-	completes := func(b int64) (bool, error) {
+	retried := map[int64]int64{}
+	// The search's probes place the segments top down; its answer is then
+	// checked bottom up where it was at the limit, as Run answers
+	// (verified).
+	try := func(b int64, bottomUp bool) (*RunResult, int64, error) {
 		s, q := sc, p
 		s.Batch, q.Batch, q.GPUs = b*g, b, sc.GPUs
 		if q.Height == 0 && q.Width == 0 {
@@ -407,14 +421,42 @@ func (m *Model) maxBatchRun(sc Scenario, p RunPlan, limit, g, capacity int64, o 
 		}
 		events, err := m.planRun(q, d)
 		if err != nil {
-			return false, err
+			return nil, 0, err
 		}
-		r, err := m.Run(s, events)
+		return runEvents(m, s, events, func(e *sim.Model, o sim.Options, evs []sim.RunEvent) (*sim.RunResult, error) {
+			return sim.RunPlaced(e, o, evs, bottomUp)
+		})
+	}
+	completes := func(b int64) (bool, error) {
+		r, n, err := try(b, false)
 		if err != nil {
 			return false, err
 		}
-		tried[b] = r
+		tried[b], retried[b] = r, n
 		return r.fits(), nil
+	}
+	verified := func(lo int64) (int64, *RunResult, error) {
+		for ; lo > 0; lo-- {
+			if _, ok := tried[lo]; !ok {
+				if _, err := completes(lo); err != nil {
+					return 0, nil, err
+				}
+			}
+			if !tried[lo].fits() {
+				continue
+			}
+			if retried[lo] == 0 {
+				return lo, tried[lo], nil // it never touched the limit
+			}
+			up, _, err := try(lo, true)
+			if err != nil {
+				return 0, nil, err
+			}
+			if up.fits() {
+				return lo, tried[lo], nil
+			}
+		}
+		return 0, nil, nil
 	}
 	// The first try is a small batch; the allocated peak grows about in
 	// proportion to the batch, so its peak gives a guess at the answer,
@@ -444,7 +486,7 @@ func (m *Model) maxBatchRun(sc Scenario, p RunPlan, limit, g, capacity int64, o 
 		if ok {
 			lo, guess = guess, min(limit, guess+step)
 			if lo == limit {
-				return lo, tried[lo], nil
+				return verified(lo)
 			}
 		} else {
 			hi, guess = guess, max(1, guess-step)
@@ -456,7 +498,7 @@ func (m *Model) maxBatchRun(sc Scenario, p RunPlan, limit, g, capacity int64, o 
 			return 0, nil, err
 		}
 		if ok {
-			return limit, tried[limit], nil
+			return verified(limit)
 		}
 		hi = limit
 	}
@@ -472,5 +514,5 @@ func (m *Model) maxBatchRun(sc Scenario, p RunPlan, limit, g, capacity int64, o 
 			hi = mid
 		}
 	}
-	return lo, tried[lo], nil
+	return verified(lo)
 }

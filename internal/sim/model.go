@@ -586,6 +586,10 @@ type Result struct {
 	FellBack int
 	// Events is the number of allocation events in the step.
 	Events int
+	// Retries counts the requests of the replay, warm-up included, that
+	// the allocator served (or failed) only after releasing its cache
+	// under Capacity: torch.cuda.memory_stats()'s num_alloc_retries.
+	Retries int64 `json:",omitempty"`
 }
 
 // allocConfig returns the caching allocator's options of the scenario.
@@ -871,25 +875,10 @@ func (m *Model) Fit(sc Options, capacity int64) (*Result, bool, error) {
 		return nil, false, err
 	}
 	switch {
-	case capacity <= 0:
-		return r, true, nil
+	case capacity <= 0 || r.PeakReserved <= capacity:
+		return r, true, nil // it never touches the limit (Run)
 	case r.PeakRequested > capacity:
 		return r, false, nil
-	case r.PeakReserved <= capacity:
-		// It fits placed top down without touching the limit; placed
-		// bottom up it must too (Run), else it is simulated under it.
-		sc.Capacity = capacity
-		if !bothPlacements(sc) {
-			return r, true, nil
-		}
-		sc.Capacity = 0
-		up, err := simulatePlaced(m, sc, allocator.BottomUp)
-		if err != nil {
-			return nil, false, err
-		}
-		if up.PeakReserved <= capacity {
-			return r, true, nil
-		}
 	}
 	sc.Capacity = capacity
 	capped, err := m.Simulate(sc)
@@ -989,22 +978,23 @@ func (m *Model) MaxBatch(sc Options, capacity, limit int64) (int64, *Result, err
 		}
 	}
 	// The largest batch that fits placed top down must fit placed bottom
-	// up too; where it does not, the batch below is the candidate.
+	// up too where it is at the limit (Run); where it does not, the batch
+	// below is the candidate.
 	for ; lo > 0; lo-- {
 		sc.Batch = lo
 		var err error
-		var up *Result // placed bottom up, where that can differ
-		if bothPlacements(sc) {
-			if up, err = simulatePlaced(m, sc, allocator.BottomUp); err != nil {
-				return 0, nil, err
-			}
-		}
 		if best == nil || best.Scenario.Batch != lo {
 			if best, err = simulatePlaced(m, sc, allocator.TopDown); err != nil {
 				return 0, nil, err
 			}
 		}
-		if best.Fits() && (up == nil || up.Fits()) {
+		up := best // placed bottom up, where that can differ (Run)
+		if atLimit(sc, best) {
+			if up, err = simulatePlaced(m, sc, allocator.BottomUp); err != nil {
+				return 0, nil, err
+			}
+		}
+		if best.Fits() && up.Fits() {
 			return lo, best, nil
 		}
 	}

@@ -109,6 +109,9 @@ type RunResult struct {
 	// at event OOMEvent.
 	OOM      bool
 	OOMEvent int
+	// Retries counts the requests that the allocator served (or failed)
+	// only after releasing its cache under Capacity (num_alloc_retries).
+	Retries int64 `json:",omitempty"`
 }
 
 // Run simulates a training run of the model: sc is the training scenario
@@ -126,6 +129,23 @@ type RunResult struct {
 // of a row of val events also halves the copy it validates (the EMA, or the
 // model without EMA) when AMP is on, and the last returns it to float32.
 func (m *Model) Run(sc Options, events []RunEvent) (*RunResult, error) {
+	return runPlacements(m, sc, events, allocator.TopDown, true)
+}
+
+// RunPlaced is m.Run with the segments placed one way only
+// (allocator.Placement): top down, as a search's probe, cheaper by a
+// replay, or with bottomUp the other way, as the check of its answer.
+func RunPlaced(m *Model, sc Options, events []RunEvent, bottomUp bool) (*RunResult, error) {
+	place := allocator.TopDown
+	if bottomUp {
+		place = allocator.BottomUp
+	}
+	return runPlacements(m, sc, events, place, false)
+}
+
+// runPlacements is m.Run placing the segments as place says, and under a
+// limit also bottom up where that run was at the limit, when both is set.
+func runPlacements(m *Model, sc Options, events []RunEvent, place allocator.Placement, both bool) (*RunResult, error) {
 	if !sc.Train {
 		return nil, fmt.Errorf("onnxmem: run: the scenario is not a train step: a run trains (set Train)")
 	}
@@ -180,11 +200,12 @@ func (m *Model) Run(sc Options, events []RunEvent) (*RunResult, error) {
 	if rank > 0 && loop.RankZeroOnly {
 		sc.EMA = false // the copy is rank 0's
 	}
-	// Under a limit the run fits only when it fits whichever way cudaMalloc
-	// orders the segments (allocator.Placement), as a step does (Run).
-	res, err := runOnce(m, sc, events, conf, pr, loop, world, rank, syncBN, allocator.TopDown)
-	if err != nil || !bothPlacements(sc) || res.OOM {
-		return res, err
+	// Under a limit a run that fits only after releasing its cache fits
+	// only when it fits whichever way cudaMalloc orders the segments
+	// (allocator.Placement), as a step does (Run).
+	res, err := runOnce(m, sc, events, conf, pr, loop, world, rank, syncBN, place)
+	if err != nil || !both || !bothPlacements(sc) || res.OOM || res.Retries == 0 {
+		return res, err // no limit, or it never touched it (atLimit)
 	}
 	if up, err := runOnce(m, sc, events, conf, pr, loop, world, rank, syncBN, allocator.BottomUp); err != nil || up.OOM {
 		return up, err
@@ -236,6 +257,7 @@ func runOnce(m *Model, sc Options, events []RunEvent, conf allocator.Config, pr 
 			break
 		}
 	}
+	r.res.Retries = r.a.Stats().Retries
 	return r.res, nil
 }
 
