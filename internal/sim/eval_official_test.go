@@ -2,12 +2,10 @@ package sim_test
 
 import (
 	"cmp"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
 
-	"github.com/onnxmem/onnxmem/internal/measured"
 	"github.com/onnxmem/onnxmem/internal/sim"
 )
 
@@ -36,18 +34,7 @@ func TestEvalOfficial(t *testing.T) {
 		// or again before the measured step.
 		Harness sim.EmptyCache
 	}
-	var steps []step
-	for _, file := range []string{"eval_official.json", "eval_official_segments.json", "eval_official_sweep.json", "eval_official_warm.json", "eval_official_step.json"} {
-		b, err := measured.Read(file)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var more []step
-		if err := json.Unmarshal(b, &more); err != nil {
-			t.Fatalf("%s: %v", file, err)
-		}
-		steps = append(steps, more...)
-	}
+	steps := jsonArrays[step](t, "eval_official.json", "eval_official_segments.json", "eval_official_sweep.json", "eval_official_warm.json", "eval_official_step.json")
 	pct := func(got, want int64) float64 { return 100 * float64(got-want) / float64(want) }
 	models := builtins{}
 	var table strings.Builder
@@ -90,18 +77,7 @@ func TestEvalOfficial(t *testing.T) {
 			OK   bool
 		}
 	}
-	var searches []search
-	for _, file := range []string{"eval_official_maxbatch.json", "eval_official_maxbatch_warmup.json", "eval_official_maxbatch_step.json"} {
-		b, err := measured.Read(file)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var more []search
-		if err := json.Unmarshal(b, &more); err != nil {
-			t.Fatalf("%s: %v", file, err)
-		}
-		searches = append(searches, more...)
-	}
+	searches := jsonArrays[search](t, "eval_official_maxbatch.json", "eval_official_maxbatch_warmup.json", "eval_official_maxbatch_step.json")
 	if len(searches) != 3 {
 		t.Errorf("%d max batch searches, want 3", len(searches))
 	}

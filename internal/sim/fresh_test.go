@@ -94,6 +94,25 @@ func scenarioFile[T any](t *testing.T, name string) (gpu string, scenarios []T) 
 	return f.GPU, f.Scenarios
 }
 
+// jsonArrays reads calibration scripts' JSON outputs in results/ that hold
+// one array of records each, and returns the records of all in order.
+func jsonArrays[T any](t *testing.T, names ...string) []T {
+	t.Helper()
+	var out []T
+	for _, name := range names {
+		b, err := measured.Read(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var more []T
+		if err := json.Unmarshal(b, &more); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		out = append(out, more...)
+	}
+	return out
+}
+
 // TestOwnMeasurements compares the built-in models with the model steps that
 // calibration/yolov9_segments.py measured on the H200 (the ground truth's
 // harness rewritten from its README), which need no ../shared.
