@@ -423,8 +423,9 @@ func (a *Allocator) newBlock(b block) int32 {
 	return int32(len(a.blocks) - 1)
 }
 
-// Stats are the counters of torch.cuda.memory_stats that the simulation keeps,
-// all in bytes: current values and peaks since the last ResetPeaks.
+// Stats are the counters of torch.cuda.memory_stats that the simulation keeps:
+// bytes, current and peak since the last ResetPeaks, and a count of
+// retries since the allocator was made.
 type Stats struct {
 	Allocated, Requested, Reserved             int64
 	PeakAllocated, PeakRequested, PeakReserved int64

@@ -413,13 +413,19 @@ func (m *Model) maxBatchRun(sc Scenario, p RunPlan, limit, g, capacity int64, o 
 	// The search's probes place the segments top down; its answer is then
 	// checked bottom up where it was at the limit, as Run answers
 	// (verified).
-	try := func(b int64, bottomUp bool) (*RunResult, int64, error) {
+	// at returns the run's scenario and events at batch b a rank.
+	at := func(b int64) (Scenario, []RunEvent, error) {
 		s, q := sc, p
 		s.Batch, q.Batch, q.GPUs = b*g, b, sc.GPUs
 		if q.Height == 0 && q.Width == 0 {
 			q.Height, q.Width = o.Height, o.Width
 		}
 		events, err := m.planRun(q, d)
+		return s, events, err
+	}
+	// try runs batch b with the segments placed one way (sim.RunPlaced).
+	try := func(b int64, bottomUp bool) (*RunResult, int64, error) {
+		s, events, err := at(b)
 		if err != nil {
 			return nil, 0, err
 		}
@@ -448,7 +454,19 @@ func (m *Model) maxBatchRun(sc Scenario, p RunPlan, limit, g, capacity int64, o 
 			if retried[lo] == 0 {
 				return lo, tried[lo], nil // it never touched the limit
 			}
-			up, _, err := try(lo, true)
+			// Placed bottom up; over GPUs each rank as Run checks it,
+			// only where that rank touched the limit.
+			var up *RunResult
+			var err error
+			if sc.GPUs > 1 {
+				var s Scenario
+				var events []RunEvent
+				if s, events, err = at(lo); err == nil {
+					up, err = m.Run(s, events)
+				}
+			} else {
+				up, _, err = try(lo, true)
+			}
 			if err != nil {
 				return 0, nil, err
 			}

@@ -939,8 +939,11 @@ func (m *Model) MaxBatch(sc Options, capacity, limit int64) (int64, *Result, err
 	var one *Result
 	for b := int64(1); b <= 2 && b < hi; b++ {
 		r, ok, err := probe(b)
-		if err != nil || !ok {
-			return lo, best, err
+		if err != nil {
+			return 0, nil, err
+		}
+		if !ok {
+			break // lo is the answer, checked below
 		}
 		if b == 1 {
 			one = r

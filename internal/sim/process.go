@@ -95,6 +95,7 @@ func (pr *Process) Simulate(sc Options) (*Result, error) {
 	pr.ps.skips = how.skips
 	pr.ps.warmUp(p, pr.conf, how.capacity, ids)
 	r, _ := pr.s.measure(p, sc, pr.conf, &pr.ps.rp, ids, nil, nil, false)
+	r.Retries = pr.ps.rp.a.Stats().Retries
 	pr.ps.ended(p, ids)
 	if r.OOM {
 		pr.oom = pr.steps
