@@ -420,9 +420,11 @@ func tokenModel(g *ir.Graph) bool {
 //     nn.Hardswish(inplace=True) after their norm layers (and resnet's
 //     relu after out += identity, RegNet's after its sum), AlexNet's,
 //     SqueezeNet's and VGG's plain convolutions and Linears are followed by
-//     nn.ReLU(inplace=True). The exception is the squeeze-excitation
+//     nn.ReLU(inplace=True). The exceptions are the squeeze-excitation
 //     block's ReLU, after a Conv of a globally pooled value (pooledInput):
-//     torchvision.ops.SqueezeExcitation builds it out of place;
+//     torchvision.ops.SqueezeExcitation builds it out of place; and a ReLU
+//     between a Conv and a BatchNormalization (normed), as timm's
+//     ConvMixer builds nn.ReLU() out of place;
 //   - a LeakyRelu runs in place when its input is a BatchNormalization
 //     output that nothing else reads: timm's ConvNormAct and
 //     BatchNormAct2d (Darknet's and CSPNet's layers) build it with
@@ -492,7 +494,7 @@ func InPlace(f *schedule.Flow) []bool {
 		switch n.OpType {
 		case "Relu", "HardSwish":
 			ip[i] = from == "BatchNormalization" || from == "Gemm" || from == "Add" || ip[p] ||
-				(n.OpType == "Relu" && from == "Conv" && !pooledInput(g, p))
+				(n.OpType == "Relu" && from == "Conv" && !pooledInput(g, p) && !normed(g, n))
 		case "LeakyRelu":
 			// timm's ConvNormAct and BatchNormAct2d build their
 			// activation with inplace=True; a block's activation after
@@ -548,6 +550,19 @@ func branch(name, inner string) string {
 		return ""
 	}
 	return child
+}
+
+// normed reports whether a BatchNormalization reads node n's output: an
+// activation between a convolution and its norm, as timm's ConvMixer
+// builds nn.ReLU() (out of place: calibration §29's trace of its AMP step
+// makes the activation's output and then frees the convolution's).
+func normed(g *ir.Graph, n *ir.Node) bool {
+	for _, c := range g.Values[n.Outputs[0]].Consumers {
+		if g.Nodes[c].OpType == "BatchNormalization" {
+			return true
+		}
+	}
+	return false
 }
 
 // pooledInput reports whether node p reads a globally pooled value.
