@@ -198,16 +198,19 @@ func (f *Flow) fromParam(v ir.ValueID) bool {
 }
 
 // indexBuffer reports whether value v is an integer buffer of the model
-// that indexes a parameter: an integer initializer that a Gather of a
-// parameter, or of a float table computed from parameters alone (Swin V2's
-// bias MLP's output; fromInput false), takes as its indices, directly or
-// through a reshape (the relative_position_index of Swin's and MaxViT's
-// attention, a [49, 49] int64 each, which model.to() moves as it moves the
-// parameters). Other integer initializers are an exporter's shape
+// that indexes a parameter: an integer initializer, or a Constant node's
+// table, that a Gather of a parameter, or of a float table computed from
+// parameters alone (Swin V2's bias MLP's output; fromInput false), takes as
+// its indices, directly or through a reshape (the relative_position_index
+// of Swin's and MaxViT's attention, a [49, 49] int64 each, which
+// model.to() moves as it moves the parameters; TinyViT's and LeViT's
+// attention_bias_idxs, registered with persistent=False, which the
+// exporter writes as Constant nodes: calibration §30, their buffer bytes
+// as measured). Other integer initializers are an exporter's shape
 // constants.
 func (f *Flow) indexBuffer(v ir.ValueID, fromInput []bool) bool {
 	val := &f.graph.Values[v]
-	if val.Kind != ir.Initializer || isFloat(val.DType) {
+	if val.Kind != ir.Initializer && val.Kind != ir.Constant || isFloat(val.DType) {
 		return false
 	}
 	var indexes func(v ir.ValueID, depth int) bool

@@ -32,7 +32,10 @@ import (
 // packed projection put deit_tiny's within 0.1% (4.2% high before);
 // TinyViT's attention with its bias, which transformers-style exports add
 // to the scores before the softmax, fused back into one kernel, put
-// tiny_vit's within 2.7% (17% high before); the cuDNN workspaces of the 24
+// tiny_vit's within 2.7% (17% high before), and its and LeViT's
+// attention_bias_idxs, int64 tables the exporter writes as Constant nodes,
+// resident as model buffers (calibration §30), within 1.9% and 1.5% (2.7%
+// and 2.0% before); the cuDNN workspaces of the 24
 // networks' own convolutions, measured (calibration §26), put RepVGG's,
 // HRNet's, DLA's, FastViT's, CS3Darknet's, ResNeSt's and EfficientFormer's
 // within 1% (up to 4.4% off before, the workspaces of shapes the table
@@ -43,7 +46,7 @@ import (
 func TestTimmModelSteps(t *testing.T) {
 	// bound is each network's largest |peak error| allowed: 1% where
 	// onnxmem's rules hold, today's error rounded up elsewhere.
-	bound := map[string]float64{"coat_lite_tiny": 0.044, "convmixer_768_32": 0.04, "tiny_vit_5m_224": 0.027, "levit_128s": 0.02,
+	bound := map[string]float64{"coat_lite_tiny": 0.044, "convmixer_768_32": 0.04, "tiny_vit_5m_224": 0.019, "levit_128s": 0.015,
 		"nf_resnet50": 0.015, "mobilevit_s": 0.011}
 	models := map[string]*sim.Model{}
 	var errs []float64
