@@ -215,3 +215,39 @@ func timmSteps(t *testing.T, file string) []timmStep {
 	}
 	return out
 }
+
+// TestTimmFootprint holds what each timm network holds once loaded to what
+// calibration/timm_models.py measured (param_bytes, buffer_bytes and
+// memory_allocated() after model.to('cuda')): to the byte for all 24,
+// TinyViT's and LeViT's attention_bias_idxs included, which the exporter
+// writes as Constant nodes (calibration §30).
+func TestTimmFootprint(t *testing.T) {
+	lines := jsonLines[struct {
+		Kind, Cfg, Model string
+		ParamBytes       int64 `json:"param_bytes"`
+		BufferBytes      int64 `json:"buffer_bytes"`
+		Allocated        int64 `json:"alloc_after_load"`
+	}](t, "timm_models.jsonl")
+	n := 0
+	for _, l := range lines {
+		if l.Kind != "model" {
+			continue
+		}
+		n++
+		m, err := sim.Load(measured.Path(l.Model))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := m.Footprint(sim.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f.ParamBytes != l.ParamBytes || f.BufferBytes != l.BufferBytes || f.Allocated != l.Allocated {
+			t.Errorf("%s: parameters %d B, buffers %d B, allocated %d B; measured %d, %d, %d", l.Cfg,
+				f.ParamBytes, f.BufferBytes, f.Allocated, l.ParamBytes, l.BufferBytes, l.Allocated)
+		}
+	}
+	if n != 24 {
+		t.Errorf("%d timm networks, want 24", n)
+	}
+}
