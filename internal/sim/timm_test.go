@@ -1,12 +1,9 @@
 package sim_test
 
 import (
-	"bufio"
 	"cmp"
-	"encoding/json"
 	"fmt"
 	"math"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -193,25 +190,11 @@ func (l timmStep) width() int64 { return cmp.Or(l.W, l.Img) }
 // calibration/results, in their order.
 func timmSteps(t *testing.T, file string) []timmStep {
 	t.Helper()
-	f, err := os.Open(measured.Path(file))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
 	var out []timmStep
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 0, 1<<20), 1<<26)
-	for sc.Scan() {
-		var l timmStep
-		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
-			t.Fatal(err)
-		}
+	for _, l := range jsonLines[timmStep](t, file) {
 		if l.Kind == "model_step" {
 			out = append(out, l)
 		}
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
 	}
 	return out
 }
