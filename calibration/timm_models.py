@@ -19,7 +19,10 @@ torch.nn.attention.sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION): scaled_dot_produ
 its memory-efficient kernel in float16 too, as on a card without flash attention (below sm 8.0).
 Networks run --jobs at a time, each in its own process (the caching allocator is per process);
 a network that fails to build, export or run is recorded with its error.
-Usage: python3 calibration/timm_models.py --out DIR [--models a,b] [--batches 1,8,32] [--jobs 6]
+With --fresh every scenario runs in a fresh process of its own (nothing exported; the models'
+exports must exist), as a user's single run would: the reserved peak of a step then carries no
+segment of an earlier scenario.
+Usage: python3 calibration/timm_models.py --out DIR [--models a,b] [--batches 1,8,32] [--jobs 6] [--fresh]
 Writes DIR/timm_models.jsonl (the ground truth's line format, "img_h"/"img_w" for a non-square
 input) and DIR/timm/MODEL-train.onnx.
 """
@@ -29,6 +32,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -45,6 +49,8 @@ sys.path.insert(0, %(here)r)
 import torch, timm
 from torchvision_more import strip_model
 name, out_dir, batches = sys.argv[1], sys.argv[2], [int(b) for b in sys.argv[3].split(",")]
+amps = [a == "amp" for a in sys.argv[4].split(",")]
+export = sys.argv[5] == "export"
 rec = []
 try:
     model = timm.create_model(name, pretrained=False)
@@ -52,19 +58,20 @@ try:
     c, h, w = model.default_cfg["input_size"]
     x = torch.randn(2, c, h, w)  # a train-mode batch norm over 1x1 maps needs two images
     with torch.no_grad():
-        o = model(x)
-    n = len(o) if isinstance(o, (tuple, list)) else 1
-    outs = ["output"] if n == 1 else ["output%%d" %% i for i in range(n)]
-    axes = {"images": {0: "batch"}}
-    axes.update({k: {0: "batch"} for k in outs})
-    buf = io.BytesIO()
-    path = os.path.join(out_dir, "timm", name + "-train.onnx")
+        o = model(x)  # on the CPU, as before the export (a module may make its caches here)
+    export_error = None
     try:
-        torch.onnx.export(model, (x,), buf, training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
-                          dynamo=False, opset_version=17, input_names=["images"], output_names=outs, dynamic_axes=axes)
-        with open(path, "wb") as f:
-            f.write(strip_model(buf.getvalue()))
-        export_error = None
+        if export:
+            n = len(o) if isinstance(o, (tuple, list)) else 1
+            outs = ["output"] if n == 1 else ["output%%d" %% i for i in range(n)]
+            axes = {"images": {0: "batch"}}
+            axes.update({k: {0: "batch"} for k in outs})
+            buf = io.BytesIO()
+            path = os.path.join(out_dir, "timm", name + "-train.onnx")
+            torch.onnx.export(model, (x,), buf, training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
+                              dynamo=False, opset_version=17, input_names=["images"], output_names=outs, dynamic_axes=axes)
+            with open(path, "wb") as f:
+                f.write(strip_model(buf.getvalue()))
     except Exception as e:
         export_error = repr(e)[:500]
     torch.backends.cudnn.benchmark = False
@@ -98,7 +105,7 @@ try:
         loss.backward()
         del o, outs, t, s, loss
         return fwd
-    for amp in (False, True):
+    for amp in amps:
         for B in [b for b in batches if b > 0]:
             try:
                 torch.cuda.empty_cache()
@@ -135,9 +142,10 @@ print(json.dumps(rec))
 '''
 
 
-def one(name, out, batches, timeout):
+def one(name, out, batches, timeout, amps="fp32,amp", export=True):
     try:
-        p = subprocess.run([sys.executable, "-c", CHILD % {"here": HERE}, name, out, batches],
+        p = subprocess.run([sys.executable, "-c", CHILD % {"here": HERE}, name, out, batches, amps,
+                            "export" if export else "measure"],
                            capture_output=True, text=True, timeout=timeout)
         return json.loads(p.stdout.strip().splitlines()[-1])
     except Exception as e:  # noqa
@@ -156,13 +164,45 @@ def main():
     ap.add_argument("--timeout", type=int, default=400)
     ap.add_argument("--jsonl", default="timm_models.jsonl")
     ap.add_argument("--export-only", action="store_true", help="export the networks, measure nothing; tar them into DIR/timm.tgz")
+    ap.add_argument("--precisions", default="fp32,amp", help="with --fresh, the precisions measured: fp32, amp or both")
+    ap.add_argument("--no-export", action="store_true", help="measure only; the exports exist")
+    ap.add_argument("--fresh", action="store_true",
+                    help="each scenario in its own fresh process (nothing exported)")
     a = ap.parse_args()
     os.makedirs(os.path.join(a.out, "timm"), exist_ok=True)
     names = a.models.split(",")
     if a.export_only:
         a.batches = "0"  # no scenario: the child exports and stops at its first step
-    with concurrent.futures.ThreadPoolExecutor(max_workers=a.jobs) as pool:
-        results = list(pool.map(lambda n: one(n, a.out, a.batches, a.timeout), names))
+    # Each finished process's lines go at once to DIR/JSONL.partial, in the order they finish, so
+    # that a call cut short keeps what it measured; DIR/JSONL gets them in the networks' order.
+    lock = threading.Lock()
+    partial = open(os.path.join(a.out, a.jsonl + ".partial"), "w")
+
+    def keep(got):
+        with lock:
+            for r in got:
+                if r["kind"] != "trace":
+                    partial.write(json.dumps(r) + "\n")
+            partial.flush()
+        return got
+    if a.fresh:
+        # One process per (network, precision, batch), in the order the shared process would run them.
+        jobs = [(n, b, amp) for n in names for amp in a.precisions.split(",") for b in a.batches.split(",")]
+
+        def fresh(j):
+            got = one(j[0], a.out, j[1], a.timeout, j[2], export=False)
+            if j[1] == "1" and any("more than 1 value per channel" in r.get("error", "") for r in got):
+                # A train-mode batch norm over 1x1 maps refuses one image: two, in a fresh process.
+                got = one(j[0], a.out, "2", a.timeout, j[2], export=False)
+            return keep(got)
+        with concurrent.futures.ThreadPoolExecutor(max_workers=a.jobs) as pool:
+            got = list(pool.map(fresh, jobs))
+        results = [[r for (n, b, amp), g in zip(jobs, got) if n == name for r in g
+                    if r["kind"] != "model" or (b, amp) == jobs[0][1:]] for name in names]
+    else:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=a.jobs) as pool:
+            results = list(pool.map(lambda n: keep(one(n, a.out, a.batches, a.timeout, export=not a.no_export)), names))
+    partial.close()
     traces = [r for got in results for r in got if r["kind"] == "trace"]
     results = [[r for r in got if r["kind"] != "trace"] for got in results]
     if traces:
