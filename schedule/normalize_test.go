@@ -119,3 +119,53 @@ func liveAt(p *schedule.Program, i int, name string) bool {
 	}
 	return live
 }
+
+// TestAutocastOff checks that under autocast a matmul whose operands the
+// code cast to float32 itself (x.float(), a Cast to FLOAT in the export,
+// seen through a transpose), and a matmul of such a matmul's output, run
+// in float32 (a region with autocast disabled: timm's EfficientViT linear
+// attention), while a matmul of the float16 operands themselves runs in
+// float16 and one with a single cast operand stays lowered.
+func TestAutocastOff(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		castA       bool
+		castB       bool
+		first, next int64 // bytes per element of the two matmuls' outputs
+	}{
+		{"both cast", true, true, 4, 4},
+		{"one cast", true, false, 2, 2},
+		{"none cast", false, false, 2, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := onnxbuild.New("autocastoff")
+			c := b.Module("conv").Conv(b.Input("x", 3), 8, 3, 1)
+			m := b.Module("attn")
+			operand := func(cast bool) string {
+				if cast {
+					return m.Node("Cast", []string{c.Name}, 1, onnxbuild.IntAttr("to", 1))[0]
+				}
+				return c.Name
+			}
+			a := operand(tc.castA)
+			kt := m.Node("Transpose", []string{operand(tc.castB)}, 1, onnxbuild.IntsAttr("perm", 0, 1, 3, 2))[0]
+			kv := m.Node("MatMul", []string{kt, a}, 1)[0]
+			out := m.Node("MatMul", []string{a, kv}, 1)[0]
+			b.Output(onnxbuild.T{Name: out, C: 8})
+			g := load(t, b)
+			p := program(t, g, 2, schedule.Config{Precision: schedule.AMP})
+			got := map[string]int64{}
+			for _, e := range p.Events {
+				buf := p.Buffers[e.Buf]
+				if buf.Value >= 0 && buf.Kind == schedule.Activation && !e.Free {
+					got[g.Values[buf.Value].Name] = buf.Bytes
+				}
+			}
+			// conv(x) is [2, 8, 16, 16]: both products are [2, 8, 16, 16].
+			elems := int64(2 * 8 * 16 * 16)
+			if got[kv] != elems*tc.first || got[out] != elems*tc.next {
+				t.Errorf("matmul outputs of %d and %d bytes, want %d and %d", got[kv], got[out], elems*tc.first, elems*tc.next)
+			}
+		})
+	}
+}
