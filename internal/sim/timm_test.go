@@ -45,11 +45,74 @@ func TestTimmModelSteps(t *testing.T) {
 	// onnxmem's rules hold, today's error rounded up elsewhere.
 	bound := map[string]float64{"coat_lite_tiny": 0.044, "convmixer_768_32": 0.04, "tiny_vit_5m_224": 0.019, "levit_128s": 0.015,
 		"nf_resnet50": 0.015, "mobilevit_s": 0.011}
+	timmPeaks(t, "timm_models.jsonl", 24, bound, 0.002)
+}
+
+// TestTimmHeldOut simulates the model steps of fourteen timm networks
+// measured only after onnxmem's rules were set on the first 24
+// (calibration/timm_models.py --no-export, calibration §31, an H100: batch
+// 1, 8 and 32, fp32 and AMP, each network in its own process; fifteen were
+// chosen, mobilenetv4_conv_small's train-mode batch norm refuses one image).
+// Predicted before any was looked at, with the workspaces of their
+// convolutions from cudnn.Rule, 67 of the 84 allocated peaks were within
+// 1% (median 0.15%) and the worst 4.5% off: the Rule's workspaces
+// (visformer_tiny +4.5%, hgnetv2_b0 +4.2%, dpn68 -3.1%) and EfficientViT's linear attention, which
+// timm computes in float32 inside an autocast-disabled region (-3.6%
+// under AMP). With their convolutions' workspaces measured
+// (conv_sweep.py, 3,206 calls) and the region found from the graph
+// (schedule.Flow's autocastOff), 81 within 1% (median 0.04%), the worst
+// convnextv2_atto's float32 step at batch 8, +2.8%.
+func TestTimmHeldOut(t *testing.T) {
+	timmPeaks(t, "timm_heldout.jsonl", 14, map[string]float64{"convnextv2_atto": 0.029, "hgnetv2_b0": 0.011}, 0.002)
+}
+
+// TestTimmFreshReserved simulates AMP model steps at batch 1 (2 for the
+// networks whose train-mode batch norm needs two images) of all 39 timm
+// networks, each measured in a fresh process of its own
+// (calibration/timm_models.py --fresh --precisions amp --batches 1,
+// calibration §31, an H100), as a user's single run is: the reserved peak
+// carries no segment of an earlier scenario. Run in sequence after float32
+// steps, the same steps' reserved peaks read up to 13.7% off
+// (TestTimmReservedInOrder); fresh, 29 of the 39 are exact to the byte and
+// all within one segment: convmixer_768_32 -4.8% (its allocated peak is
+// -3.8%, TestTimmModelSteps) and mixer_b16_224 +3.1%, the rest within 1.3%.
+func TestTimmFreshReserved(t *testing.T) {
+	var errs []float64
+	exact := 0
+	for _, l := range timmSteps(t, "timm_fresh_amp1.jsonl") {
+		m, err := sim.Load(measured.Path(l.Model))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := m.Simulate(sim.Options{Batch: l.Batch, Height: l.height(), Width: l.width(), AMP: l.AMP})
+		if err != nil {
+			t.Fatalf("%s batch %d: %v", l.Cfg, l.Batch, err)
+		}
+		e := float64(r.PeakReserved-l.Measured.PeakReserved) / float64(l.Measured.PeakReserved)
+		if e == 0 {
+			exact++
+		}
+		errs = append(errs, math.Abs(e))
+		if b := 0.013; math.Abs(e) > b && l.Cfg != "convmixer_768_32" && l.Cfg != "mixer_b16_224" || math.Abs(e) > 0.048 {
+			t.Errorf("%s batch %d: reserved %d, measured %d (%+.2f%%)", l.Cfg, l.Batch, r.PeakReserved, l.Measured.PeakReserved, 100*e)
+		}
+	}
+	if len(errs) != 39 || exact < 29 {
+		t.Errorf("%d steps, %d reserved peaks to the byte; want 39 and at least 29", len(errs), exact)
+	}
+}
+
+// timmPeaks simulates every model step of a timm_models.py file and
+// checks each allocated peak against the measured one: within bound[cfg]
+// (1% where a network has none), the median error within median, and the
+// file's networks numbering want, each with its six steps.
+func timmPeaks(t *testing.T, file string, want int, bound map[string]float64, median float64) {
+	t.Helper()
 	models := map[string]*sim.Model{}
 	var errs []float64
 	var out strings.Builder
 	seen := map[string]bool{}
-	for _, l := range timmSteps(t, "timm_models.jsonl") {
+	for _, l := range timmSteps(t, file) {
 		seen[l.Cfg] = true
 		m, ok := models[l.Cfg]
 		if !ok {
@@ -70,12 +133,12 @@ func TestTimmModelSteps(t *testing.T) {
 			t.Errorf("%s batch %d amp %v: peak %d, measured %d (%+.2f%%), beyond %.1f%%", l.Cfg, l.Batch, l.AMP, r.Peak, l.Measured.Peak, 100*e, 100*b)
 		}
 	}
-	if len(seen) != 24 || len(errs) != 24*6 {
-		t.Errorf("%d networks, %d steps simulated; want 24 and 144", len(seen), len(errs))
+	if len(seen) != want || len(errs) != want*6 {
+		t.Errorf("%d networks, %d steps simulated; want %d and %d", len(seen), len(errs), want, want*6)
 	}
 	slices.Sort(errs)
-	if med := errs[len(errs)/2]; med > 0.002 {
-		t.Errorf("median |peak error| %.2f%%, want within 0.2%%", 100*med)
+	if med := errs[len(errs)/2]; med > median {
+		t.Errorf("median |peak error| %.2f%%, want within %.2f%%", 100*med, 100*median)
 	}
 	t.Log("\n" + out.String())
 }
