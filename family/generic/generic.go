@@ -424,7 +424,10 @@ func tokenModel(g *ir.Graph) bool {
 //     block's ReLU, after a Conv of a globally pooled value (pooledInput):
 //     torchvision.ops.SqueezeExcitation builds it out of place; and a ReLU
 //     between a Conv and a BatchNormalization (normed), as timm's
-//     ConvMixer builds nn.ReLU() out of place;
+//     ConvMixer builds nn.ReLU() out of place; and an activation of its
+//     module's argument (argument), which no torchvision module runs in
+//     place: timm's NormFreeBlock applies act1 = nn.ReLU() to its input
+//     x out of place (traced: calibration/results/timm_nf_traces.jsonl.gz);
 //   - a LeakyRelu runs in place when its input is a BatchNormalization
 //     output that nothing else reads: timm's ConvNormAct and
 //     BatchNormAct2d (Darknet's and CSPNet's layers) build it with
@@ -473,6 +476,12 @@ func InPlace(f *schedule.Flow) []bool {
 	if tokenModel(g) {
 		return ip
 	}
+	scopes := make(map[string]int) // running nodes per scope
+	for i := range g.Nodes {
+		if f.Runs(int32(i)) {
+			scopes[schedule.ScopeOf(g.Nodes[i].Name)]++
+		}
+	}
 	for i := range g.Nodes {
 		n := &g.Nodes[i]
 		if !f.Runs(int32(i)) {
@@ -493,8 +502,9 @@ func InPlace(f *schedule.Flow) []bool {
 		}
 		switch n.OpType {
 		case "Relu", "HardSwish":
-			ip[i] = from == "BatchNormalization" || from == "Gemm" || from == "Add" || ip[p] ||
-				(n.OpType == "Relu" && from == "Conv" && !pooledInput(g, p) && !normed(g, n))
+			ip[i] = (from == "BatchNormalization" || from == "Gemm" || from == "Add" || ip[p] ||
+				(n.OpType == "Relu" && from == "Conv" && !pooledInput(g, p) && !normed(g, n))) &&
+				!argument(f, scopes, int32(i), p)
 		case "LeakyRelu":
 			// timm's ConvNormAct and BatchNormAct2d build their
 			// activation with inplace=True; a block's activation after
@@ -510,6 +520,24 @@ func InPlace(f *schedule.Flow) []bool {
 		}
 	}
 	return ip
+}
+
+// argument reports whether activation node i reads the output of node p
+// as an argument of the module whose forward applies it: p ran outside the
+// module that holds node i's own scope (its activation module's parent,
+// when node i is the only op of its scope that runs, scopes counting them). torchvision's
+// in-place activations read what their own block computed; timm's
+// NormFreeBlock applies act1 = nn.ReLU() to its argument x out of place,
+// and the caller's reference keeps x alive besides (ArgumentHolds).
+func argument(f *schedule.Flow, scopes map[string]int, i, p int32) bool {
+	g := f.Graph()
+	scope := schedule.ScopeOf(g.Nodes[i].Name)
+	if scopes[scope] == 1 {
+		if j := strings.LastIndexByte(strings.TrimSuffix(scope, "/"), '/'); j >= 0 {
+			scope = scope[:j+1]
+		}
+	}
+	return scope != "/" && !strings.HasPrefix(g.Nodes[p].Name, scope)
 }
 
 // projection reports whether batch norm node p, whose output is added to

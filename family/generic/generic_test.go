@@ -128,6 +128,10 @@ func TestInPlaceTorchvision(t *testing.T) {
 		// timm's Darknet: every LeakyReLU after its norm in place
 		// (ConvNormAct's inplace=True).
 		{"../timm/cspdarknet53", map[string]int{"LeakyRelu": 67}, nil},
+		// timm's NFNet: each block's act1, an nn.ReLU() on the block's
+		// argument, out of place (16 of its 49 ReLUs); the 33 after its
+		// convs in place.
+		{"../timm/nf_resnet50", map[string]int{"Relu": 33}, nil},
 	} {
 		path := measured.Path("tv/") + c.file + "-train.onnx"
 		if c.file == "resnet18" || c.file == "mobilenet_v3_large" { // the ground truth's

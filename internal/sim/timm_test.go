@@ -25,6 +25,8 @@ import (
 // InstanceNormalization, Reshape, Mul, Add (schedule.Flow's groupNorms);
 // NFNet's standardised weights, a new tensor every step that each conv
 // saves, put nf_resnet50 within 1.6% (it read 8% low without them), and
+// its blocks' act1, an nn.ReLU() out of place on the block's argument
+// (which the caller keeps), within 1.5% (-1.5% to -0.4% at batch 32), and
 // the flash kernel's output laid out (B, L, H, D) for a q sliced from a
 // packed projection put deit_tiny's within 0.1% (4.2% high before);
 // TinyViT's attention with its bias, which transformers-style exports add
@@ -44,7 +46,7 @@ func TestTimmModelSteps(t *testing.T) {
 	// bound is each network's largest |peak error| allowed: 1% where
 	// onnxmem's rules hold, today's error rounded up elsewhere.
 	bound := map[string]float64{"coat_lite_tiny": 0.044, "convmixer_768_32": 0.04, "tiny_vit_5m_224": 0.019, "levit_128s": 0.015,
-		"nf_resnet50": 0.015, "mobilevit_s": 0.011}
+		"nf_resnet50": 0.0145, "mobilevit_s": 0.011}
 	timmPeaks(t, "timm_models.jsonl", 24, bound, 0.002)
 }
 
@@ -186,11 +188,11 @@ func TestAttentionNoFlashMeasured(t *testing.T) {
 // warm-up, so that a step's reserved peak carries the segments that the
 // steps before pinned (cuBLAS's workspaces among their blocks). Simulated
 // each as a fresh process instead, AMP at batch 1 reads up to 68% low
-// (its measured process had run float32 at 32 first). In order, 56 of the
-// 144 are exact to the byte, the median 0.21%, 129 within 3%; the worst
+// (its measured process had run float32 at 32 first). In order, 58 of the
+// 144 are exact to the byte, the median 0.19%, 128 within 3%; the worst
 // are ghostnet_100 (AMP at batch 1, +13.7%), resnest26d (AMP at batch 2,
-// +12.5%), levit_128s, dla34, repvgg_a2 and nf_resnet50 (4 to 10%): an
-// open residual of issue 38.
+// +12.5%), nf_resnet50 (+11.5%), levit_128s, dla34 and repvgg_a2 (4 to
+// 10%): an open residual of issue 38.
 func TestTimmReservedInOrder(t *testing.T) {
 	var (
 		process *sim.Process
@@ -225,8 +227,8 @@ func TestTimmReservedInOrder(t *testing.T) {
 	}
 	median, worst := errs[len(errs)/2], errs[len(errs)-1]
 	t.Logf("%d steps in their processes' order: %d to the byte, %d within 3%%, median %.2f%%, worst %.2f%%", len(errs), exact, within, 100*median, 100*worst)
-	if len(errs) != 144 || exact < 56 || within < 129 || median > 0.0025 || worst > 0.14 {
-		t.Errorf("%d steps: %d to the byte (want at least 56), %d within 3%% (want 129), median %.2f%% (want at most 0.25%%), worst %.2f%% (want at most 14%%)", len(errs), exact, within, 100*median, 100*worst)
+	if len(errs) != 144 || exact < 58 || within < 128 || median > 0.0025 || worst > 0.14 {
+		t.Errorf("%d steps: %d to the byte (want at least 58), %d within 3%% (want 128), median %.2f%% (want at most 0.25%%), worst %.2f%% (want at most 14%%)", len(errs), exact, within, 100*median, 100*worst)
 	}
 }
 
