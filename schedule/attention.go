@@ -34,13 +34,33 @@ func attentionForward(o *fwdOp) {
 	for _, x := range []ir.ValueID{q, k, v} {
 		o.save(x)
 	}
-	flash := o.lower && !o.cfg.NoFlash
+	learned := learnedBias(o.derived, n)
+	flash := o.lower && !o.cfg.NoFlash && !learned
 	if o.lower {
 		o.dt[y] = o.low()
 	}
 	if flash {
 		for range 2 {
 			o.own(o.alloc(8, Stats, ir.NoValue))
+		}
+	}
+	if learned {
+		// The flash kernel takes no attn_mask: a learned bias runs
+		// memory-efficient attention, which wants the bias's rows
+		// aligned to 8 elements: preprocess_mask pads a bias whose
+		// last dim is not a multiple of 8 into a new tensor (pad_bias),
+		// and the kernel saves that for its backward
+		// (aten/src/ATen/native/transformers/attention.cpp; TinyViT's
+		// [heads, 49, 49] float32 bias at batch 1 became [heads, 49, 56],
+		// calibration/results/timm_tinyvit_traces.jsonl.gz).
+		m := n.Inputs[3]
+		d := s.Dims[m]
+		if last := d[len(d)-1]; last%8 != 0 {
+			size := o.dt[m].Size()
+			if o.lower {
+				size = o.low().Size()
+			}
+			o.own(o.alloc(s.Elems(m)/last*(last+8-last%8)*size, Activation, ir.NoValue))
 		}
 	}
 	o.newOut(0, Activation)
@@ -84,7 +104,8 @@ func attentionBackward(o *bwdOp) {
 	y := o.outs[0]
 	q := n.Inputs[0]
 	rows := s.Elems(q) / max(s.Dims[q][len(s.Dims[q])-1], 1)
-	flash := o.autocast() && !o.cfg.NoFlash
+	learned := learnedBias(o.derived, n)
+	flash := o.autocast() && !o.cfg.NoFlash && !learned
 	gqa := n.IntAttr("gqa", 0) != 0
 	if gqa && !flash && o.dt[q] == ir.Float32 {
 		mathAttentionBackward(o)
@@ -101,6 +122,21 @@ func attentionBackward(o *bwdOp) {
 	}
 	for _, v := range n.Inputs {
 		o.fresh(v)
+	}
+	if learned {
+		// Memory-efficient attention's backward writes the bias's
+		// gradient at the broadcast size, [B, H, L, S] with S aligned
+		// to 16 (grad_bias = at::empty(sz).slice(-1, 0, S)), which
+		// autograd sums back to the bias's own shape.
+		d := s.Dims[q]
+		sk := s.Dims[n.Inputs[1]]
+		size := o.dt[n.Inputs[3]].Size()
+		if o.autocast() {
+			size = o.low().Size()
+		}
+		l := sk[len(sk)-2]
+		rows := s.Elems(q) / max(d[len(d)-1], 1)
+		defer o.freeScratch(o.scratch(rows*((l+15)/16*16)*size, Grad))
 	}
 	var expanded []int32
 	if gqa {
@@ -130,6 +166,14 @@ func attentionBackward(o *bwdOp) {
 		o.freeScratch(e)
 	}
 	o.freeScratch(c)
+}
+
+// learnedBias reports whether attention node n adds a bias computed from
+// parameters (TinyViT's and BEiT's relative position biases, passed as
+// the kernel's attn_mask), not a mask of positions made from shapes,
+// which transformers turn into is_causal or drop.
+func learnedBias(derived []bool, n *ir.Node) bool {
+	return len(n.Inputs) > 3 && n.Inputs[3] != ir.NoValue && derived[n.Inputs[3]]
 }
 
 // groups returns the query heads a key head of grouped-query attention

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/onnxmem/onnxmem/internal/onnxbuild"
 	"github.com/onnxmem/onnxmem/ir"
 )
 
@@ -49,6 +50,63 @@ func TestAttentionNoFlash(t *testing.T) {
 		}
 		if diff := cmp.Diff(tc.want, got); diff != "" {
 			t.Errorf("NoFlash %v: the attention's own buffers differ (-want +got):\n%s", tc.noFlash, diff)
+		}
+	}
+}
+
+// TestAttentionLearnedBias checks the fused attention with a bias computed
+// from parameters (TinyViT's relative position bias, its attn_mask): q, k
+// and v of [2 4 12 16] and a [4 12 12] bias. Memory-efficient attention
+// runs it in float32 and under autocast alike (flash takes no mask: no
+// seeds), padding the bias's rows of 12 to 16 elements in a tensor it
+// saves (4·12·16 elements, float16 under autocast), with the logsumexp's
+// rows padded to 32; its backward writes the bias's gradient at the
+// broadcast size with rows aligned to 16 (2·4·12·16 elements), freed once
+// summed back, beside the rows' delta (and, under autocast, q's float32
+// gradient accumulator).
+func TestAttentionLearnedBias(t *testing.T) {
+	bd := onnxbuild.New("learnedbias")
+	x := bd.Input("x", 4)
+	a, c, d := bd.Module("a").Conv(x, 4, 1, 1), bd.Module("c").Conv(x, 4, 1, 1), bd.Module("d").Conv(x, 4, 1, 1)
+	m := bd.Module("op")
+	p := m.Param("bias", 4, 12, 12)
+	bias := m.Node("Mul", []string{p, p}, 1)[0]
+	bd.Output(onnxbuild.T{Name: m.Node("ScaledDotProductAttention", []string{a.Name, c.Name, d.Name, bias}, 1)[0]})
+	data, err := bd.Bytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := ir.Load(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := g.Infer(ir.Binding{Batch: 2, Height: 12, Width: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		prec Precision
+		want []string
+	}{
+		{FP32, []string{"forward activation 3072", "forward stats 1024", "backward grad 6144", "backward stats 384"}},
+		{AMP, []string{"forward activation 1536", "forward stats 1024", "backward grad 3072", "backward stats 384", "backward grad 6144"}},
+	} {
+		p, err := Build(g, s, Config{Precision: tc.prec})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, e := range p.Events {
+			buf := p.Buffers[e.Buf]
+			if e.Free || buf.Node < 0 || g.Nodes[buf.Node].Name != "/op/ScaledDotProductAttention" || buf.Value != ir.NoValue {
+				continue
+			}
+			if buf.Kind != Copy {
+				got = append(got, fmt.Sprintf("%s %s %d", e.Phase, buf.Kind, buf.Bytes))
+			}
+		}
+		if diff := cmp.Diff(tc.want, got); diff != "" {
+			t.Errorf("%v: the attention's own buffers differ (-want +got):\n%s", tc.prec, diff)
 		}
 	}
 }

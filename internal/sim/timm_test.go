@@ -34,7 +34,9 @@ import (
 // tiny_vit's within 2.7% (17% high before), and its and LeViT's
 // attention_bias_idxs, int64 tables the exporter writes as Constant nodes,
 // resident as model buffers (calibration §30), within 1.9% and 1.5% (2.7%
-// and 2.0% before); the cuDNN workspaces of the 24
+// and 2.0% before), and the padded copy of its bias that memory-efficient
+// attention saves (calibration §31), tiny_vit's within 0.3%; the cuDNN
+// workspaces of the 24
 // networks' own convolutions, measured (calibration §26), put RepVGG's,
 // HRNet's, DLA's, FastViT's, CS3Darknet's, ResNeSt's and EfficientFormer's
 // within 1% (up to 4.4% off before, the workspaces of shapes the table
@@ -45,7 +47,7 @@ import (
 func TestTimmModelSteps(t *testing.T) {
 	// bound is each network's largest |peak error| allowed: 1% where
 	// onnxmem's rules hold, today's error rounded up elsewhere.
-	bound := map[string]float64{"coat_lite_tiny": 0.044, "convmixer_768_32": 0.04, "tiny_vit_5m_224": 0.019, "levit_128s": 0.015,
+	bound := map[string]float64{"coat_lite_tiny": 0.044, "convmixer_768_32": 0.04, "levit_128s": 0.015,
 		"nf_resnet50": 0.0145, "mobilevit_s": 0.011}
 	timmPeaks(t, "timm_models.jsonl", 24, bound, 0.002)
 }
@@ -75,7 +77,7 @@ func TestTimmHeldOut(t *testing.T) {
 // calibration §31, an H100), as a user's single run is: the reserved peak
 // carries no segment of an earlier scenario. Run in sequence after float32
 // steps, the same steps' reserved peaks read up to 13.7% off
-// (TestTimmReservedInOrder); fresh, 29 of the 39 are exact to the byte and
+// (TestTimmReservedInOrder); fresh, 32 of the 39 are exact to the byte and
 // all within one segment: convmixer_768_32 -4.8% (its allocated peak is
 // -3.8%, TestTimmModelSteps) and mixer_b16_224 +3.1%, the rest within 1.3%.
 func TestTimmFreshReserved(t *testing.T) {
@@ -99,8 +101,9 @@ func TestTimmFreshReserved(t *testing.T) {
 			t.Errorf("%s batch %d: reserved %d, measured %d (%+.2f%%)", l.Cfg, l.Batch, r.PeakReserved, l.Measured.PeakReserved, 100*e)
 		}
 	}
-	if len(errs) != 39 || exact < 29 {
-		t.Errorf("%d steps, %d reserved peaks to the byte; want 39 and at least 29", len(errs), exact)
+	t.Logf("%d steps, %d reserved peaks to the byte", len(errs), exact)
+	if len(errs) != 39 || exact < 32 {
+		t.Errorf("%d steps, %d reserved peaks to the byte; want 39 and at least 32", len(errs), exact)
 	}
 }
 
@@ -188,8 +191,8 @@ func TestAttentionNoFlashMeasured(t *testing.T) {
 // warm-up, so that a step's reserved peak carries the segments that the
 // steps before pinned (cuBLAS's workspaces among their blocks). Simulated
 // each as a fresh process instead, AMP at batch 1 reads up to 68% low
-// (its measured process had run float32 at 32 first). In order, 58 of the
-// 144 are exact to the byte, the median 0.19%, 128 within 3%; the worst
+// (its measured process had run float32 at 32 first). In order, 61 of the
+// 144 are exact to the byte, the median 0.16%, 128 within 3%; the worst
 // are ghostnet_100 (AMP at batch 1, +13.7%), resnest26d (AMP at batch 2,
 // +12.5%), nf_resnet50 (+11.5%), levit_128s, dla34 and repvgg_a2 (4 to
 // 10%): an open residual of issue 38.
@@ -227,8 +230,8 @@ func TestTimmReservedInOrder(t *testing.T) {
 	}
 	median, worst := errs[len(errs)/2], errs[len(errs)-1]
 	t.Logf("%d steps in their processes' order: %d to the byte, %d within 3%%, median %.2f%%, worst %.2f%%", len(errs), exact, within, 100*median, 100*worst)
-	if len(errs) != 144 || exact < 58 || within < 128 || median > 0.0025 || worst > 0.14 {
-		t.Errorf("%d steps: %d to the byte (want at least 58), %d within 3%% (want 128), median %.2f%% (want at most 0.25%%), worst %.2f%% (want at most 14%%)", len(errs), exact, within, 100*median, 100*worst)
+	if len(errs) != 144 || exact < 61 || within < 128 || median > 0.0025 || worst > 0.14 {
+		t.Errorf("%d steps: %d to the byte (want at least 61), %d within 3%% (want 128), median %.2f%% (want at most 0.25%%), worst %.2f%% (want at most 14%%)", len(errs), exact, within, 100*median, 100*worst)
 	}
 }
 
