@@ -453,8 +453,10 @@ func tokenModel(g *ir.Graph) bool {
 //     first conv too; RegNet's
 //     proj(x) + f(x), whose first operand normalizes a Conv of the block's
 //     input, which the other branch reads too (projection); and MNASNet's
-//     self.layers(input) + input, told by the scope of the norm, its
-//     branch module named layers (branch);
+//     self.layers(input) + input and timm's Residual (ConvMixer's
+//     self.fn(x) + x, traced: calibration/results/timm_b1amp_traces.jsonl.gz),
+//     told by the scope of the norm, its branch module named layers or fn
+//     (branch);
 //   - everything else is out of place: MobileNetV2's ReLU6(inplace=True)
 //     (Clip) keeps, measured, as much as out of place; the
 //     squeeze-excitation block's Hardsigmoid and Sigmoid.
@@ -513,7 +515,7 @@ func InPlace(f *schedule.Flow) []bool {
 		case "Dropout":
 			ip[i] = from == "HardSwish" && ip[p]
 		case "Add":
-			into := from == "BatchNormalization" && !projection(f, p, n.Inputs[1]) && branch(n.Name, g.Nodes[p].Name) != "layers" ||
+			into := from == "BatchNormalization" && !projection(f, p, n.Inputs[1]) && !slices.Contains([]string{"layers", "fn"}, branch(n.Name, g.Nodes[p].Name)) ||
 				from == "Mul" && scaled(f, p)
 			ip[i] = into && len(n.Inputs) == 2 && f.Data(n.Inputs[1]) &&
 				slices.Equal(f.Shapes().Dims[x], f.Shapes().Dims[n.Outputs[0]])

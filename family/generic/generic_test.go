@@ -132,6 +132,9 @@ func TestInPlaceTorchvision(t *testing.T) {
 		// argument, out of place (16 of its 49 ReLUs); the 33 after its
 		// convs in place.
 		{"../timm/nf_resnet50", map[string]int{"Relu": 33}, nil},
+		// timm's ConvMixer: its ReLUs between conv and norm and its
+		// Residual's fn(x) + x out of place, nothing in place.
+		{"../timm/convmixer_768_32", nil, nil},
 	} {
 		path := measured.Path("tv/") + c.file + "-train.onnx"
 		if c.file == "resnet18" || c.file == "mobilenet_v3_large" { // the ground truth's

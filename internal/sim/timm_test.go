@@ -40,14 +40,16 @@ import (
 // networks' own convolutions, measured (calibration §26), put RepVGG's,
 // HRNet's, DLA's, FastViT's, CS3Darknet's, ResNeSt's and EfficientFormer's
 // within 1% (up to 4.4% off before, the workspaces of shapes the table
-// lacked estimated); the rest are bounded where they stand today, worst
-// coat_lite_tiny at 4.3% (issue 38: its forward_features keeps each
-// stage's output and NCHW copy in Python locals until it returns, which
-// the graph cannot show).
+// lacked estimated); ConvMixer's residual sum, out of place as timm's
+// Residual writes it, put convmixer_768_32's AMP step at batch 1 from
+// -3.8% to +0.1% (calibration §31); the rest are bounded where they stand
+// today, worst coat_lite_tiny at 4.3% (issue 38: its forward_features
+// keeps each stage's output and NCHW copy in Python locals until it
+// returns, which the graph cannot show).
 func TestTimmModelSteps(t *testing.T) {
 	// bound is each network's largest |peak error| allowed: 1% where
 	// onnxmem's rules hold, today's error rounded up elsewhere.
-	bound := map[string]float64{"coat_lite_tiny": 0.044, "convmixer_768_32": 0.04, "levit_128s": 0.015,
+	bound := map[string]float64{"coat_lite_tiny": 0.044, "levit_128s": 0.015,
 		"nf_resnet50": 0.0145, "mobilevit_s": 0.011}
 	timmPeaks(t, "timm_models.jsonl", 24, bound, 0.002)
 }
@@ -77,9 +79,10 @@ func TestTimmHeldOut(t *testing.T) {
 // calibration §31, an H100), as a user's single run is: the reserved peak
 // carries no segment of an earlier scenario. Run in sequence after float32
 // steps, the same steps' reserved peaks read up to 13.7% off
-// (TestTimmReservedInOrder); fresh, 32 of the 39 are exact to the byte and
-// all within one segment: convmixer_768_32 -4.8% (its allocated peak is
-// -3.8%, TestTimmModelSteps) and mixer_b16_224 +3.1%, the rest within 1.3%.
+// (TestTimmReservedInOrder); fresh, 33 of the 39 are exact to the byte
+// (29 before TinyViT's attention bias, NFNet's act1 and ConvMixer's
+// residual sum were simulated as timm runs them) and all within one
+// segment: mixer_b16_224 +3.1% (a 20 MiB segment), the rest within 1.3%.
 func TestTimmFreshReserved(t *testing.T) {
 	var errs []float64
 	exact := 0
@@ -97,13 +100,13 @@ func TestTimmFreshReserved(t *testing.T) {
 			exact++
 		}
 		errs = append(errs, math.Abs(e))
-		if b := 0.013; math.Abs(e) > b && l.Cfg != "convmixer_768_32" && l.Cfg != "mixer_b16_224" || math.Abs(e) > 0.048 {
+		if b := 0.013; math.Abs(e) > b && l.Cfg != "mixer_b16_224" || math.Abs(e) > 0.032 {
 			t.Errorf("%s batch %d: reserved %d, measured %d (%+.2f%%)", l.Cfg, l.Batch, r.PeakReserved, l.Measured.PeakReserved, 100*e)
 		}
 	}
 	t.Logf("%d steps, %d reserved peaks to the byte", len(errs), exact)
-	if len(errs) != 39 || exact < 32 {
-		t.Errorf("%d steps, %d reserved peaks to the byte; want 39 and at least 32", len(errs), exact)
+	if len(errs) != 39 || exact < 33 {
+		t.Errorf("%d steps, %d reserved peaks to the byte; want 39 and at least 33", len(errs), exact)
 	}
 }
 
@@ -191,7 +194,7 @@ func TestAttentionNoFlashMeasured(t *testing.T) {
 // warm-up, so that a step's reserved peak carries the segments that the
 // steps before pinned (cuBLAS's workspaces among their blocks). Simulated
 // each as a fresh process instead, AMP at batch 1 reads up to 68% low
-// (its measured process had run float32 at 32 first). In order, 61 of the
+// (its measured process had run float32 at 32 first). In order, 62 of the
 // 144 are exact to the byte, the median 0.16%, 128 within 3%; the worst
 // are ghostnet_100 (AMP at batch 1, +13.7%), resnest26d (AMP at batch 2,
 // +12.5%), nf_resnet50 (+11.5%), levit_128s, dla34 and repvgg_a2 (4 to
@@ -230,8 +233,8 @@ func TestTimmReservedInOrder(t *testing.T) {
 	}
 	median, worst := errs[len(errs)/2], errs[len(errs)-1]
 	t.Logf("%d steps in their processes' order: %d to the byte, %d within 3%%, median %.2f%%, worst %.2f%%", len(errs), exact, within, 100*median, 100*worst)
-	if len(errs) != 144 || exact < 61 || within < 128 || median > 0.0025 || worst > 0.14 {
-		t.Errorf("%d steps: %d to the byte (want at least 61), %d within 3%% (want 128), median %.2f%% (want at most 0.25%%), worst %.2f%% (want at most 14%%)", len(errs), exact, within, 100*median, 100*worst)
+	if len(errs) != 144 || exact < 62 || within < 128 || median > 0.0025 || worst > 0.14 {
+		t.Errorf("%d steps: %d to the byte (want at least 62), %d within 3%% (want 128), median %.2f%% (want at most 0.25%%), worst %.2f%% (want at most 14%%)", len(errs), exact, within, 100*median, 100*worst)
 	}
 }
 
