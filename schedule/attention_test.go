@@ -65,25 +65,11 @@ func TestAttentionNoFlash(t *testing.T) {
 // summed back, beside the rows' delta (and, under autocast, q's float32
 // gradient accumulator).
 func TestAttentionLearnedBias(t *testing.T) {
-	bd := onnxbuild.New("learnedbias")
-	x := bd.Input("x", 4)
-	a, c, d := bd.Module("a").Conv(x, 4, 1, 1), bd.Module("c").Conv(x, 4, 1, 1), bd.Module("d").Conv(x, 4, 1, 1)
-	m := bd.Module("op")
-	p := m.Param("bias", 4, 12, 12)
-	bias := m.Node("Mul", []string{p, p}, 1)[0]
-	bd.Output(onnxbuild.T{Name: m.Node("ScaledDotProductAttention", []string{a.Name, c.Name, d.Name, bias}, 1)[0]})
-	data, err := bd.Bytes()
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := ir.Load(data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := g.Infer(ir.Binding{Batch: 2, Height: 12, Width: 16})
-	if err != nil {
-		t.Fatal(err)
-	}
+	g, s, _, _, _ := oneOpGraphAt(t, oneOp{op: "ScaledDotProductAttention", build: func(m onnxbuild.Scope, _, a, c, d onnxbuild.T) []string {
+		p := m.Param("bias", 4, 12, 12)
+		bias := m.Node("Mul", []string{p, p}, 1)[0]
+		return m.Node("ScaledDotProductAttention", []string{a.Name, c.Name, d.Name, bias}, 1)
+	}}, ir.Binding{Batch: 2, Height: 12, Width: 16})
 	for _, tc := range []struct {
 		prec Precision
 		want []string

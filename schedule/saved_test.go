@@ -195,6 +195,12 @@ type savedBuf struct {
 // outputs; shaped at batch 2 and 16×16.
 func oneOpGraph(t *testing.T, tc oneOp) (g *ir.Graph, s *ir.Shapes, a, c, d onnxbuild.T) {
 	t.Helper()
+	return oneOpGraphAt(t, tc, ir.Binding{Batch: 2, Height: 16, Width: 16})
+}
+
+// oneOpGraphAt is oneOpGraph with the input's dims bound to at.
+func oneOpGraphAt(t *testing.T, tc oneOp, at ir.Binding) (g *ir.Graph, s *ir.Shapes, a, c, d onnxbuild.T) {
+	t.Helper()
 	bd := onnxbuild.New(tc.op)
 	x := bd.Input("x", 4)
 	a, c, d = bd.Module("a").Conv(x, 4, 1, 1), bd.Module("c").Conv(x, 4, 1, 1), bd.Module("d").Conv(x, 4, 1, 1)
@@ -208,7 +214,7 @@ func oneOpGraph(t *testing.T, tc oneOp) (g *ir.Graph, s *ir.Shapes, a, c, d onnx
 	if g, err = ir.Load(data); err != nil {
 		t.Fatal(err)
 	}
-	if s, err = g.Infer(ir.Binding{Batch: 2, Height: 16, Width: 16}); err != nil {
+	if s, err = g.Infer(at); err != nil {
 		t.Fatal(err)
 	}
 	return g, s, a, c, d
