@@ -27,6 +27,7 @@ import (
 	"fmt"
 	"log"
 	"os"
+	"slices"
 )
 
 func main() {
@@ -50,6 +51,18 @@ func main() {
 	fmt.Fprintf(&txt, "# cuDNN workspaces measured by calibration/conv_sweep.py (do not edit; go run calibration/conv_table.go)\n")
 	fmt.Fprintf(&txt, "# torch %v, CUDA %v, cuDNN %v, %v, cudnn.benchmark %v\n",
 		sweep.Env["torch"], sweep.Env["cuda"], sweep.Env["cudnn"], sweep.Env["gpu"], sweep.Env["benchmark"])
+	// Sweeps appended to the file (env's sub-objects) that ran on another
+	// card, named in the order of their keys.
+	var keys []string
+	for k := range sweep.Env {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		if sub, ok := sweep.Env[k].(map[string]any); ok && sub["gpu"] != nil && sub["gpu"] != sweep.Env["gpu"] {
+			fmt.Fprintf(&txt, "# the rows of %s (%v rows): %v, cuDNN %v\n", k, sub["added"], sub["gpu"], sub["cudnn"])
+		}
+	}
 	if sweep.Env["bf16"] == true {
 		fmt.Fprintf(&txt, "# conv_sweep.py --bf16: elemsize 2 is bfloat16 (autocast's amp_dtype bfloat16)\n")
 	}

@@ -22,7 +22,8 @@ a network that fails to build, export or run is recorded with its error.
 With --fresh every scenario runs in a fresh process of its own (nothing exported; the models'
 exports must exist), as a user's single run would: the reserved peak of a step then carries no
 segment of an earlier scenario.
-Usage: python3 calibration/timm_models.py --out DIR [--models a,b] [--batches 1,8,32] [--jobs 6] [--fresh]
+Usage: python3 calibration/timm_models.py --out DIR [--models a,b] [--batches 1,8,32] [--jobs 6]
+       [--no-export] [--fresh [--precisions fp32,amp]] [--jsonl NAME]
 Writes DIR/timm_models.jsonl (the ground truth's line format, "img_h"/"img_w" for a non-square
 input) and DIR/timm/MODEL-train.onnx.
 """
@@ -164,19 +165,26 @@ def main():
     ap.add_argument("--timeout", type=int, default=400)
     ap.add_argument("--jsonl", default="timm_models.jsonl")
     ap.add_argument("--export-only", action="store_true", help="export the networks, measure nothing; tar them into DIR/timm.tgz")
-    ap.add_argument("--precisions", default="fp32,amp", help="with --fresh, the precisions measured: fp32, amp or both")
+    ap.add_argument("--precisions", default="fp32,amp", help="with --fresh, the precisions measured: fp32, amp or fp32,amp")
     ap.add_argument("--no-export", action="store_true", help="measure only; the exports exist")
     ap.add_argument("--fresh", action="store_true",
                     help="each scenario in its own fresh process (nothing exported)")
     a = ap.parse_args()
+    if not set(a.precisions.split(",")) <= {"fp32", "amp"}:
+        ap.error("--precisions: fp32, amp or fp32,amp, not %r" % a.precisions)
+    if a.precisions != "fp32,amp" and not a.fresh:
+        ap.error("--precisions needs --fresh")
+    if a.fresh and a.export_only:
+        ap.error("--fresh measures exports that exist; --export-only makes them: run them one after the other")
     os.makedirs(os.path.join(a.out, "timm"), exist_ok=True)
     names = a.models.split(",")
     if a.export_only:
         a.batches = "0"  # no scenario: the child exports and stops at its first step
-    # Each finished process's lines go at once to DIR/JSONL.partial, in the order they finish, so
-    # that a call cut short keeps what it measured; DIR/JSONL gets them in the networks' order.
+    # Each finished process's lines go at once to DIR/JSONL.partial (appended, in the order they
+    # finish; with --fresh a model line per process), so that a call cut short keeps what it
+    # measured; DIR/JSONL gets them in the networks' order.
     lock = threading.Lock()
-    partial = open(os.path.join(a.out, a.jsonl + ".partial"), "w")
+    partial = open(os.path.join(a.out, a.jsonl + ".partial"), "a")  # a rerun keeps what a cut-short run kept
 
     def keep(got):
         with lock:
@@ -197,8 +205,11 @@ def main():
             return keep(got)
         with concurrent.futures.ThreadPoolExecutor(max_workers=a.jobs) as pool:
             got = list(pool.map(fresh, jobs))
-        results = [[r for (n, b, amp), g in zip(jobs, got) if n == name for r in g
-                    if r["kind"] != "model" or (b, amp) == jobs[0][1:]] for name in names]
+        results = []
+        for name in names:
+            lines = [r for (n, _, _), g in zip(jobs, got) if n == name for r in g]
+            model = [r for r in lines if r["kind"] == "model"][:1]  # one model line, from the first process that wrote one
+            results.append(model + [r for r in lines if r["kind"] != "model"])
     else:
         with concurrent.futures.ThreadPoolExecutor(max_workers=a.jobs) as pool:
             results = list(pool.map(lambda n: keep(one(n, a.out, a.batches, a.timeout, export=not a.no_export)), names))

@@ -4,13 +4,16 @@ import "github.com/onnxmem/onnxmem/ir"
 
 // scaled_dot_product_attention on a CUDA device, fused (the generic
 // family's ScaledDotProductAttention): under autocast the flash kernel
-// (_scaled_dot_product_flash_attention, half inputs), in float32, and on
-// a card without flash attention (below sm 8.0, Config.NoFlash) in any
+// (_scaled_dot_product_flash_attention, half inputs), in float32, on a
+// card without flash attention (below sm 8.0, Config.NoFlash) and with a
+// learned bias as attn_mask (learnedBias: flash takes no mask) in any
 // type, memory-efficient attention
 // (_scaled_dot_product_efficient_attention).
 // Both save query, key, value, the output and a float32 logsumexp for
 // their backward; the flash kernel also saves the philox seed and offset
-// it drew. calibration/convnext_vit_ops.py measured both, in ViT's encoder.
+// it drew, memory-efficient attention a learned bias padded to rows of 8.
+// calibration/convnext_vit_ops.py measured both, in ViT's encoder;
+// calibration/results/timm_tinyvit_traces.jsonl.gz the padded bias.
 //
 // Worked example, vit_b_16's attention at batch 8 under autocast: q, k and
 // v of [8 12 197 64] in float16 (2.3 MiB each); the forward draws the two
@@ -34,7 +37,7 @@ func attentionForward(o *fwdOp) {
 	for _, x := range []ir.ValueID{q, k, v} {
 		o.save(x)
 	}
-	learned := learnedBias(o.derived, n)
+	learned := learnedBias(o.builder, n)
 	flash := o.lower && !o.cfg.NoFlash && !learned
 	if o.lower {
 		o.dt[y] = o.low()
@@ -54,8 +57,8 @@ func attentionForward(o *fwdOp) {
 		// [heads, 49, 49] float32 bias at batch 1 became [heads, 49, 56],
 		// calibration/results/timm_tinyvit_traces.jsonl.gz).
 		m := n.Inputs[3]
-		d := s.Dims[m]
-		if last := d[len(d)-1]; last%8 != 0 {
+		if d := s.Dims[m]; len(d) > 0 && d[len(d)-1]%8 != 0 {
+			last := d[len(d)-1]
 			size := o.dt[m].Size()
 			if o.lower {
 				size = o.low().Size()
@@ -91,7 +94,8 @@ func attentionForward(o *fwdOp) {
 }
 
 // attentionBackward emits the fused attention's backward: the gradients
-// of q, k and v, and float32 scratch, freed when the kernel returns.
+// of q, k and v (and of a learned bias, written at the broadcast size
+// first), and float32 scratch, freed when the kernel returns.
 // Memory-efficient attention (float32) makes the output's gradient
 // contiguous first and takes the rows' delta; the flash kernel (autocast)
 // reads a dense gradient in any order of its dims (MultiheadAttention's
@@ -104,10 +108,12 @@ func attentionBackward(o *bwdOp) {
 	y := o.outs[0]
 	q := n.Inputs[0]
 	rows := s.Elems(q) / max(s.Dims[q][len(s.Dims[q])-1], 1)
-	learned := learnedBias(o.derived, n)
+	learned := learnedBias(o.builder, n)
 	flash := o.autocast() && !o.cfg.NoFlash && !learned
 	gqa := n.IntAttr("gqa", 0) != 0
-	if gqa && !flash && o.dt[q] == ir.Float32 {
+	if gqa && !o.autocast() && o.dt[q] == ir.Float32 {
+		// As the forward decided: float32 grouped-query attention
+		// outside autocast runs the math kernel.
 		mathAttentionBackward(o)
 		return
 	}
@@ -128,14 +134,12 @@ func attentionBackward(o *bwdOp) {
 		// gradient at the broadcast size, [B, H, L, S] with S aligned
 		// to 16 (grad_bias = at::empty(sz).slice(-1, 0, S)), which
 		// autograd sums back to the bias's own shape.
-		d := s.Dims[q]
 		sk := s.Dims[n.Inputs[1]]
 		size := o.dt[n.Inputs[3]].Size()
 		if o.autocast() {
 			size = o.low().Size()
 		}
 		l := sk[len(sk)-2]
-		rows := s.Elems(q) / max(d[len(d)-1], 1)
 		defer o.freeScratch(o.scratch(rows*((l+15)/16*16)*size, Grad))
 	}
 	var expanded []int32
@@ -168,12 +172,17 @@ func attentionBackward(o *bwdOp) {
 	o.freeScratch(c)
 }
 
-// learnedBias reports whether attention node n adds a bias computed from
-// parameters (TinyViT's and BEiT's relative position biases, passed as
-// the kernel's attn_mask), not a mask of positions made from shapes,
-// which transformers turn into is_causal or drop.
-func learnedBias(derived []bool, n *ir.Node) bool {
-	return len(n.Inputs) > 3 && n.Inputs[3] != ir.NoValue && derived[n.Inputs[3]]
+// learnedBias reports whether attention node n adds a bias that is a
+// parameter or is computed from parameters (TinyViT's and BEiT's relative
+// position biases, passed as the kernel's attn_mask), not a mask of
+// positions made from shapes, which transformers turn into is_causal or
+// drop.
+func learnedBias(b *builder, n *ir.Node) bool {
+	if len(n.Inputs) < 4 || n.Inputs[3] == ir.NoValue {
+		return false
+	}
+	m := n.Inputs[3]
+	return b.param[m] || b.derived[m]
 }
 
 // groups returns the query heads a key head of grouped-query attention

@@ -218,6 +218,9 @@ type forwardPass struct {
 	decoded   []int32 // the eval head's decoded outputs, alive to the end of the step
 	lossSaved []Buf   // what the training loss keeps for its backward
 	op        fwdOp   // the node that run runs
+	// off[i] says that matmul node i ran in float32 under autocast, its
+	// operands the code's own float32 casts (float32Region).
+	off []bool
 }
 
 // backwardPass is the state of the autograd engine: the gradients each

@@ -352,65 +352,7 @@ func (f *Flow) classify() error {
 		}
 	}
 	f.groupNorms()
-	f.autocastOff()
 	return nil
-}
-
-// autocastOff finds the ops that autocast lowers whose every floating
-// input the code cast to float32 itself, directly or through views
-// (x.float() or x.to(torch.float32), which the exporter writes as a Cast
-// to FLOAT even on a float32 tensor), or is the float32 output of such an
-// op. Under an enabled autocast a matmul of x.float() would cast it back
-// to float16 at once, so code writes those casts inside a region with
-// autocast disabled, where the op computes in float32:
-//
-//	with torch.autocast(device_type="cuda", enabled=False):
-//	    kv = k.float().transpose(-1, -2) @ v.float()  # float32 out
-//	    out = q.float() @ kv
-//
-// as timm's EfficientViT linear attention (efficientvit_mit.py's
-// LiteMLA) and transformers' rotary embeddings do. The graph does not
-// show the region; those ops run in their inputs' type (AutocastNone).
-func (f *Flow) autocastOff() {
-	g := f.graph
-	off := make([]bool, len(g.Nodes))
-	var float32In func(v ir.ValueID) bool
-	float32In = func(v ir.ValueID) bool {
-		p := g.Values[v].Producer
-		if p < 0 || f.shapes.DTypes[v] != ir.Float32 {
-			return false
-		}
-		switch n := &g.Nodes[p]; {
-		case off[p]:
-			return true
-		case n.OpType == "Cast":
-			return true
-		case f.kind[p] == ir.EagerView || n.OpType == "Transpose" || n.OpType == "Reshape" || n.OpType == "Expand":
-			return f.data[n.Inputs[0]] && float32In(n.Inputs[0])
-		}
-		return false
-	}
-	for i := range g.Nodes {
-		n := &g.Nodes[i]
-		if f.kind[i] == ir.EagerMeta || f.class[i] != ir.AutocastLower {
-			continue
-		}
-		all := false
-		for _, v := range n.Inputs {
-			if v == ir.NoValue || !f.data[v] || !isFloat(f.shapes.DTypes[v]) {
-				continue
-			}
-			if !float32In(v) {
-				all = false
-				break
-			}
-			all = true
-		}
-		if all {
-			off[i] = true
-			f.class[i] = ir.AutocastNone
-		}
-	}
 }
 
 // groupNorms finds the GroupNorms that torch.onnx exports as

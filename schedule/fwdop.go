@@ -55,7 +55,7 @@ func (fp *forwardPass) run(n *ir.Node, k ir.Eager) {
 	o := &fp.op
 	*o = fwdOp{forwardPass: fp, n: n, i: i, k: k, reads: fp.readsOf(i)}
 	// Under autocast the op's class says its compute type.
-	o.lower = fp.autocast() && fp.class[i] == ir.AutocastLower
+	o.lower = fp.autocast() && fp.class[i] == ir.AutocastLower && !fp.float32Region(i)
 	o.fp32 = fp.autocast() && fp.class[i].Float32()
 	o.ip = fp.inplace != nil && fp.inplace[i]
 	for _, v := range o.reads {
@@ -115,6 +115,60 @@ func (fp *forwardPass) run(n *ir.Node, k ir.Eager) {
 			fp.noData(v)
 		}
 	}
+}
+
+// float32Region reports whether matmul node i, under autocast, reads only
+// activations that the code cast up to float32 itself, directly or through
+// views (x.float() of a float16 tensor, which the exporter writes as a
+// Cast to FLOAT), or that such a matmul wrote. Under an enabled autocast
+// the matmul would cast them straight back to float16, so code writes
+// those casts inside a region with autocast disabled, where the matmul
+// computes in float32:
+//
+//	with torch.autocast(device_type="cuda", enabled=False):
+//	    kv = k.float().transpose(-1, -2) @ v.float()  # float32 out
+//	    out = q.float() @ kv
+//
+// as timm's EfficientViT linear attention (efficientvit_mit.py's LiteMLA)
+// does. The graph does not show the region. A Cast to FLOAT of a tensor
+// that is float32 already (x.to(orig_dtype) after a float32 computation)
+// does not count, nor does an op with a parameter operand (a Linear or a
+// Conv, whose weight autocast would cast).
+func (fp *forwardPass) float32Region(i int32) bool {
+	if fp.kind[i] != ir.EagerEinsum {
+		return false
+	}
+	if fp.off == nil {
+		fp.off = make([]bool, len(fp.g.Nodes))
+	}
+	var castUp func(v ir.ValueID) bool
+	castUp = func(v ir.ValueID) bool {
+		p := fp.g.Values[v].Producer
+		if p < 0 || fp.dt[v] != ir.Float32 {
+			return false
+		}
+		switch n := &fp.g.Nodes[p]; {
+		case fp.off[p]:
+			return true
+		case n.OpType == "Cast":
+			return fp.dt[n.Inputs[0]].Size() == 2
+		case fp.kind[p] == ir.EagerView || n.OpType == "Transpose" || n.OpType == "Reshape" || n.OpType == "Expand":
+			return fp.data[n.Inputs[0]] && castUp(n.Inputs[0])
+		}
+		return false
+	}
+	any := false
+	for _, v := range fp.g.Nodes[i].Inputs {
+		if v == ir.NoValue || !isFloat(fp.s.DTypes[v]) {
+			continue
+		}
+		if !fp.data[v] || !castUp(v) {
+			return false
+		}
+		any = true
+	}
+	fp.off[i] = any
+	return any
 }
 
 // fwdOp is the forward of one node as its kind's forward runs it.

@@ -121,34 +121,40 @@ func liveAt(p *schedule.Program, i int, name string) bool {
 }
 
 // TestAutocastOff checks that under autocast a matmul whose operands the
-// code cast to float32 itself (x.float(), a Cast to FLOAT in the export,
-// seen through a transpose), and a matmul of such a matmul's output, run
-// in float32 (a region with autocast disabled: timm's EfficientViT linear
-// attention), while a matmul of the float16 operands themselves runs in
-// float16 and one with a single cast operand stays lowered.
+// code cast up to float32 itself (x.float() of a float16 tensor, a Cast
+// to FLOAT in the export, seen through a transpose), and a matmul of such
+// a matmul's output, run in float32 (a region with autocast disabled:
+// timm's EfficientViT linear attention), while a matmul of the float16
+// operands themselves runs in float16, and so does one with a single cast
+// operand, or whose casts are of float32 tensors (a softmax's output,
+// x.to(orig_dtype) after a float32 computation).
 func TestAutocastOff(t *testing.T) {
 	for _, tc := range []struct {
 		name        string
-		castA       bool
-		castB       bool
-		first, next int64 // bytes per element of the two matmuls' outputs
+		a, b        string // each operand: "cast" conv(x).float(), "cast32" softmax(conv(x)).float(), or "plain" conv(x)
+		first, next int64  // bytes per element of the two matmuls' outputs
 	}{
-		{"both cast", true, true, 4, 4},
-		{"one cast", true, false, 2, 2},
-		{"none cast", false, false, 2, 2},
+		{"both cast", "cast", "cast", 4, 4},
+		{"one cast", "cast", "plain", 2, 2},
+		{"none cast", "plain", "plain", 2, 2},
+		{"casts of float32", "cast32", "cast32", 2, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := onnxbuild.New("autocastoff")
 			c := b.Module("conv").Conv(b.Input("x", 3), 8, 3, 1)
 			m := b.Module("attn")
-			operand := func(cast bool) string {
-				if cast {
+			operand := func(kind string) string {
+				switch kind {
+				case "cast":
 					return m.Node("Cast", []string{c.Name}, 1, onnxbuild.IntAttr("to", 1))[0]
+				case "cast32":
+					sm := m.Node("Softmax", []string{c.Name}, 1, onnxbuild.IntAttr("axis", -1))[0]
+					return m.Node("Cast", []string{sm}, 1, onnxbuild.IntAttr("to", 1))[0]
 				}
 				return c.Name
 			}
-			a := operand(tc.castA)
-			kt := m.Node("Transpose", []string{operand(tc.castB)}, 1, onnxbuild.IntsAttr("perm", 0, 1, 3, 2))[0]
+			a := operand(tc.a)
+			kt := m.Node("Transpose", []string{operand(tc.b)}, 1, onnxbuild.IntsAttr("perm", 0, 1, 3, 2))[0]
 			kv := m.Node("MatMul", []string{kt, a}, 1)[0]
 			out := m.Node("MatMul", []string{a, kv}, 1)[0]
 			b.Output(onnxbuild.T{Name: out, C: 8})
