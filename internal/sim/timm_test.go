@@ -62,11 +62,11 @@ func TestTimmModelSteps(t *testing.T) {
 // Predicted before any was looked at, with the workspaces of their
 // convolutions from cudnn.Rule, 67 of the 84 allocated peaks were within
 // 1% (median 0.15%) and the worst 4.5% off: the Rule's workspaces
-// (visformer_tiny +4.5%, hgnetv2_b0 +4.2%, dpn68 -3.1%) and EfficientViT's linear attention, which
-// timm computes in float32 inside an autocast-disabled region (-3.6%
-// under AMP). With their convolutions' workspaces measured
+// (visformer_tiny +4.5%, hgnetv2_b0 +4.2%, dpn68 -3.1%) and EfficientViT's
+// linear attention, which timm computes in float32 inside an
+// autocast-disabled region (-3.6% under AMP). With their convolutions' workspaces measured
 // (conv_sweep.py, 3,206 calls) and the region found from the graph
-// (schedule.Flow's autocastOff), 81 within 1% (median 0.04%), the worst
+// (schedule's float32Region), 81 within 1% (median 0.04%), the worst
 // convnextv2_atto's float32 step at batch 8, +2.8%.
 func TestTimmHeldOut(t *testing.T) {
 	timmPeaks(t, "timm_heldout.jsonl", 14, map[string]float64{"convnextv2_atto": 0.029, "hgnetv2_b0": 0.011}, 0.002)
