@@ -60,7 +60,7 @@ func main() {
 	slices.Sort(keys)
 	for _, k := range keys {
 		if sub, ok := sweep.Env[k].(map[string]any); ok && sub["gpu"] != nil && sub["gpu"] != sweep.Env["gpu"] {
-			fmt.Fprintf(&txt, "# the rows of %s (%v rows): %v, cuDNN %v\n", k, sub["added"], sub["gpu"], sub["cudnn"])
+			fmt.Fprintf(&txt, "# the rows of %s: %v, cuDNN %v\n", k, sub["gpu"], sub["cudnn"])
 		}
 	}
 	if sweep.Env["bf16"] == true {

@@ -157,18 +157,19 @@ func (fp *forwardPass) float32Region(i int32) bool {
 		}
 		return false
 	}
-	any := false
+	read := false
 	for _, v := range fp.g.Nodes[i].Inputs {
 		if v == ir.NoValue || !isFloat(fp.s.DTypes[v]) {
 			continue
 		}
 		if !fp.data[v] || !castUp(v) {
-			return false
+			read = false
+			break
 		}
-		any = true
+		read = true
 	}
-	fp.off[i] = any
-	return any
+	fp.off[i] = read
+	return read
 }
 
 // fwdOp is the forward of one node as its kind's forward runs it.
