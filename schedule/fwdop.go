@@ -123,7 +123,8 @@ func (fp *forwardPass) run(n *ir.Node, k ir.Eager) {
 // Cast to FLOAT), or that such a matmul wrote. Under an enabled autocast
 // the matmul would cast them straight back to float16, so code writes
 // those casts inside a region with autocast disabled, where the matmul
-// computes in float32:
+// computes in float32 (a view of a cast shares its storage, so the test
+// looks at the storage's maker):
 //
 //	with torch.autocast(device_type="cuda", enabled=False):
 //	    kv = k.float().transpose(-1, -2) @ v.float()  # float32 out
@@ -141,21 +142,18 @@ func (fp *forwardPass) float32Region(i int32) bool {
 	if fp.off == nil {
 		fp.off = make([]bool, len(fp.g.Nodes))
 	}
-	var castUp func(v ir.ValueID) bool
-	castUp = func(v ir.ValueID) bool {
-		p := fp.g.Values[v].Producer
-		if p < 0 || fp.dt[v] != ir.Float32 {
+	// castUp reports whether v is float32 and its storage, which views
+	// share, was made by such a cast or by a matmul of the region.
+	castUp := func(v ir.ValueID) bool {
+		if fp.dt[v] != ir.Float32 || fp.vst[v] < 0 {
 			return false
 		}
-		switch n := &fp.g.Nodes[p]; {
-		case fp.off[p]:
-			return true
-		case n.OpType == "Cast":
-			return fp.dt[n.Inputs[0]].Size() == 2
-		case fp.kind[p] == ir.EagerView || n.OpType == "Transpose" || n.OpType == "Reshape" || n.OpType == "Expand":
-			return fp.data[n.Inputs[0]] && castUp(n.Inputs[0])
+		p := fp.p.Buffers[fp.st[fp.vst[v]].buf].Node
+		if p < 0 {
+			return false
 		}
-		return false
+		n := &fp.g.Nodes[p]
+		return fp.off[p] || n.OpType == "Cast" && fp.dt[n.Inputs[0]].Size() == 2
 	}
 	read := false
 	for _, v := range fp.g.Nodes[i].Inputs {
