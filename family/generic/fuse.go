@@ -1,6 +1,8 @@
 package generic
 
 import (
+	"strings"
+
 	"github.com/onnxmem/onnxmem/ir"
 )
 
@@ -30,7 +32,14 @@ import (
 //     the export drops, gets it back as a Contiguous node after the
 //     Squeeze: one copy of the packed q, k and v, of which the three are
 //     views (calibration/results/vit_steps.json), instead of a copy of
-//     each third where its reshape merges dims.
+//     each third where its reshape merges dims;
+//   - timm CoaT's forward_features, which turns each serial stage's
+//     tokens into the next patch embedding's NCHW input as
+//     remove_cls(x1).reshape(B, H1, W1, -1).permute(0, 3, 1, 2)
+//     .contiguous() (timm/models/coat.py), gets that .contiguous() back
+//     as a Contiguous node after the Transpose (coatNoCLS): the copy is
+//     the local x1_nocls, which the conv saves in float32 and which lives
+//     until forward_features returns (generic's coatLocals).
 //
 // Example: convnext_tiny's CNBlock has two linears and a GELU between them:
 // 12 nodes of the export become 3.
@@ -102,6 +111,22 @@ func fuse(g *ir.Graph) (*ir.Graph, error) {
 	replace := map[int]ir.Node{} // by node index: the node that takes its place
 	after := map[int]ir.Node{}   // by node index: a node to insert after it
 	var values []ir.Value        // new values, after g's
+	// contiguous puts x.contiguous(), which the export drops, after node
+	// i: i writes a new strided value that a Contiguous node copies into
+	// i's output.
+	contiguous := func(i int) {
+		n := &g.Nodes[i]
+		out := n.Outputs[0]
+		v := g.Values[out]
+		mid := ir.Value{Name: v.Name + "_strided", Kind: v.Kind, DType: v.DType}
+		mid.ID = ir.ValueID(len(g.Values) + len(values))
+		values = append(values, mid)
+		sq := *n
+		sq.Outputs = []ir.ValueID{mid.ID}
+		replace[i] = sq
+		after[i] = ir.Node{Name: n.Name + "_contiguous", OpType: "Contiguous", Inputs: []ir.ValueID{mid.ID}, Outputs: []ir.ValueID{out},
+			Layer: n.Layer, Scopes: n.Scopes}
+	}
 	for i := range g.Nodes {
 		n := &g.Nodes[i]
 		switch n.OpType {
@@ -231,19 +256,13 @@ func fuse(g *ir.Graph) (*ir.Graph, error) {
 			replace[int(next)] = ir.Node{Name: pv.Name, OpType: "ScaledDotProductAttention", Inputs: ins,
 				Outputs: pv.Outputs, Layer: pv.Layer, Scopes: pv.Scopes, Attrs: attrs}
 		case "Squeeze":
-			if !packedProjection(g, n) {
-				continue
+			if packedProjection(g, n) {
+				contiguous(i)
 			}
-			out := n.Outputs[0]
-			v := g.Values[out]
-			mid := ir.Value{Name: v.Name + "_strided", Kind: v.Kind, DType: v.DType}
-			mid.ID = ir.ValueID(len(g.Values) + len(values))
-			values = append(values, mid)
-			sq := *n
-			sq.Outputs = []ir.ValueID{mid.ID}
-			replace[i] = sq
-			after[i] = ir.Node{Name: n.Name + "_contiguous", OpType: "Contiguous", Inputs: []ir.ValueID{mid.ID}, Outputs: []ir.ValueID{out},
-				Layer: n.Layer, Scopes: n.Scopes}
+		case "Transpose":
+			if _, ok := coatNoCLS(g, n); ok {
+				contiguous(i)
+			}
 		case "Div":
 			// x / √2 → erf → + 1 → x · → · 0.5
 			x := n.Inputs[0]
@@ -357,4 +376,36 @@ func packedProjection(g *ir.Graph, n *ir.Node) bool {
 		}
 	}
 	return true
+}
+
+// coatNoCLS reports whether Transpose node t is the permute of timm
+// CoaT's forward_features that makes a serial stage's x_nocls
+// (remove_cls(x).reshape(B, H, W, -1).permute(0, 3, 1, 2)): written in the
+// model's own forward (the graph's root scope), reading a Reshape of a
+// Slice of a serial block's output, and read by the next stage's patch
+// embedding alone, or by the Contiguous node that fuse put after it. It
+// returns the stage's output x, the Slice's input.
+func coatNoCLS(g *ir.Graph, t *ir.Node) (ir.ValueID, bool) {
+	if t.OpType != "Transpose" || len(t.Inputs) != 1 || len(t.Outputs) != 1 || strings.Count(t.Name, "/") != 1 {
+		return ir.NoValue, false
+	}
+	c := g.Values[t.Outputs[0]].Consumers
+	if len(c) == 1 && g.Nodes[c[0]].OpType == "Contiguous" {
+		c = g.Values[g.Nodes[c[0]].Outputs[0]].Consumers
+	}
+	if len(c) != 1 || g.Nodes[c[0]].OpType != "Conv" || !strings.HasPrefix(g.Nodes[c[0]].Name, "/patch_embed") {
+		return ir.NoValue, false
+	}
+	v := t.Inputs[0]
+	for _, op := range []string{"Reshape", "Slice"} {
+		p := g.Values[v].Producer
+		if p < 0 || g.Nodes[p].OpType != op || strings.Count(g.Nodes[p].Name, "/") != 1 {
+			return ir.NoValue, false
+		}
+		v = g.Nodes[p].Inputs[0]
+	}
+	if p := g.Values[v].Producer; p < 0 || !strings.HasPrefix(g.Nodes[p].Name, "/serial_blocks") {
+		return ir.NoValue, false
+	}
+	return v, true
 }

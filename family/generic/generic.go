@@ -269,6 +269,7 @@ func (Family) Holds(f *schedule.Flow) *schedule.Holds {
 	f.LayerLoop(h)
 	embeddingLocals(f, h, last)
 	gpt2Locals(f, h, last)
+	coatLocals(f, h, last)
 	h.InPlace = InPlace(f)
 	return h
 }
@@ -348,6 +349,55 @@ func gpt2Locals(f *schedule.Flow, h *schedule.Holds, last map[string]int32) {
 		// add reads.
 		if an := &g.Nodes[a]; len(an.Outputs) > 0 && end > a && slices.Contains(g.Nodes[r1].Inputs, an.Outputs[0]) {
 			h.Until[a] = append(h.Until[a], schedule.Hold{V: an.Outputs[0], End: end})
+		}
+	}
+}
+
+// coatLocals holds what timm CoaT's forward_features keeps in its locals
+// (timm/models/coat.py): each serial stage's output x1, x2, x3 and its NCHW
+// copy x1_nocls, x2_nocls, x3_nocls (the Contiguous nodes that fuse put
+// back, coatNoCLS) are never rebound, so they live until forward_features
+// returns, after norm4 (and, with parallel blocks, the aggregate of the
+// class tokens). With parallel blocks, x1 … x4 are rebound by the first
+// parallel block (x1, x2, x3, x4 = blk(…)), so only the copies are held.
+//
+// Worked example: coat_lite_tiny at batch 32 under AMP keeps x1 (32 × 3137
+// × 64 float32, 25.7 MB), x1_nocls (25.7 MB), x2 and x2_nocls (12.9 MB
+// each), x3 and x3_nocls (8.1 MB each) to the end of the forward, where its
+// peak falls: 93 MB that the measured step frees only when
+// forward_features returns (calibration/results/timm_amp32_traces.jsonl.gz,
+// events 787–791; calibration §26). The next patch embedding's conv saves
+// its float16 cast of the copy under autocast, the copy itself in float32.
+// (x4_nocls, made the same way but read by nothing, is not in the export.)
+func coatLocals(f *schedule.Flow, h *schedule.Holds, last map[string]int32) {
+	g := f.Graph()
+	end, ok := last["/aggregate/"]
+	if !ok {
+		end, ok = last["/norm4/"]
+	}
+	if !ok {
+		return
+	}
+	_, parallel := last["/parallel_blocks/"]
+	for i := range g.Nodes {
+		n := &g.Nodes[i]
+		if n.OpType != "Contiguous" || !f.Runs(int32(i)) || int32(i) >= end {
+			continue
+		}
+		p := g.Values[n.Inputs[0]].Producer
+		if p < 0 {
+			continue
+		}
+		x, ok := coatNoCLS(g, &g.Nodes[p])
+		if !ok {
+			continue
+		}
+		h.Until[i] = append(h.Until[i], schedule.Hold{V: n.Outputs[0], End: end})
+		if !parallel {
+			// Taken as remove_cls reads x, before its views let it go.
+			s := g.Values[g.Nodes[p].Inputs[0]].Producer // the Reshape
+			s = g.Values[g.Nodes[s].Inputs[0]].Producer  // the Slice
+			h.Until[s] = append(h.Until[s], schedule.Hold{V: x, End: end})
 		}
 	}
 }

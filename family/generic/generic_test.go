@@ -374,3 +374,67 @@ func TestGPT2Locals(t *testing.T) {
 		}
 	}
 }
+
+// TestCoatLocals checks CoaT's locals on timm's coat_lite_tiny export
+// (calibration/timm_models.py): fuse puts .contiguous() back after each of
+// the three permutes of forward_features that feed the next patch
+// embedding (x1_nocls … x3_nocls), and coatLocals holds each copy and each
+// serial stage's output x1 … x3 until norm4's last node: six holds. With
+// parallel blocks (a node renamed into /parallel_blocks/), which rebind
+// x1 … x4, only the three copies are held.
+func TestCoatLocals(t *testing.T) {
+	for _, parallel := range []bool{false, true} {
+		g, err := ir.LoadFile(measured.Path("timm/coat_lite_tiny-train.onnx"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g, err = (Family{}).Prepare(g); err != nil {
+			t.Fatal(err)
+		}
+		copies := 0
+		for _, n := range g.Nodes {
+			if n.OpType == "Contiguous" {
+				copies++
+			}
+		}
+		if copies != 3 {
+			t.Fatalf("%d Contiguous nodes after Prepare, want 3", copies)
+		}
+		if parallel {
+			// The head's linear stands for a parallel block: only its
+			// scope is asked.
+			for i := range g.Nodes {
+				if strings.HasPrefix(g.Nodes[i].Name, "/head/") {
+					g.Nodes[i].Name = "/parallel_blocks/parallel_blocks.0" + g.Nodes[i].Name
+				}
+			}
+		}
+		s, err := g.Infer(ir.Binding{Batch: 2, Height: 224, Width: 224})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []schedule.Hold
+		var end int32
+		if _, err := schedule.Build(g, s, schedule.Config{Holder: holderFunc(func(f *schedule.Flow) *schedule.Holds {
+			h := &schedule.Holds{Until: make([][]schedule.Hold, len(f.Graph().Nodes))}
+			last := f.LastInScope()
+			end = last["/norm4/"]
+			coatLocals(f, h, last)
+			for _, hs := range h.Until {
+				got = append(got, hs...)
+			}
+			return Family{}.Holds(f)
+		})}); err != nil {
+			t.Fatal(err)
+		}
+		want := map[bool]int{false: 6, true: 3}[parallel]
+		if len(got) != want {
+			t.Errorf("parallel blocks %v: %d holds, want %d", parallel, len(got), want)
+		}
+		for _, h := range got {
+			if h.End != end {
+				t.Errorf("parallel blocks %v: %s held until node %d, want norm4's last, %d", parallel, g.Values[h.V].Name, h.End, end)
+			}
+		}
+	}
+}

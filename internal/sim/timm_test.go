@@ -42,14 +42,15 @@ import (
 // within 1% (up to 4.4% off before, the workspaces of shapes the table
 // lacked estimated); ConvMixer's residual sum, out of place as timm's
 // Residual writes it, put convmixer_768_32's AMP step at batch 1 from
-// -3.8% to +0.1% (calibration §31); the rest are bounded where they stand
-// today, worst coat_lite_tiny at 4.3% (issue 38: its forward_features
-// keeps each stage's output and NCHW copy in Python locals until it
-// returns, which the graph cannot show).
+// -3.8% to +0.1% (calibration §31); CoaT's forward_features, which keeps
+// each serial stage's output and its NCHW copy (a .contiguous() that the
+// export drops) in Python locals until it returns, simulated so
+// (generic's coatLocals), put coat_lite_tiny's within 0.2% (-4.3% under
+// AMP at batch 32 before); the rest are bounded where they stand today.
 func TestTimmModelSteps(t *testing.T) {
 	// bound is each network's largest |peak error| allowed: 1% where
 	// onnxmem's rules hold, today's error rounded up elsewhere.
-	bound := map[string]float64{"coat_lite_tiny": 0.044, "levit_128s": 0.015,
+	bound := map[string]float64{"levit_128s": 0.015,
 		"nf_resnet50": 0.0145, "mobilevit_s": 0.011}
 	timmPeaks(t, "timm_models.jsonl", 24, bound, 0.002)
 }
