@@ -81,7 +81,7 @@ const (
 	EagerCat                        // cat and stack
 	EagerMaxPool                    // max_pool2d_with_indices
 	EagerAvgPool                    // avg_pool2d
-	EagerUpsample                   // upsample_nearest2d
+	EagerUpsample                   // upsample_nearest2d, upsample_bilinear2d, upsample_bicubic2d
 	EagerSum                        // sum over dims
 	EagerSoftmax                    // softmax and log_softmax along a dim
 	EagerView                       // a view in the same layout: the same tensor, squeeze, unsqueeze
@@ -322,7 +322,7 @@ var opTable = []Op{
 	{Type: "Relu", shape: opSameShape, Eager: EagerSavesResult, FLOPs: elementwise, Saves: []Saved{savedResult()},
 		Source: "relu: result (threshold_backward); relu_ in place: the modified input, the same storage"},
 	{Type: "Reshape", shape: opReshape, Eager: EagerReshape, FLOPs: free, Source: "view: nothing; a view of a contiguous tensor, else reshape's copy"},
-	{Type: "Resize", shape: opResize, Eager: EagerUpsample, Autocast: AutocastFP32, FLOPs: resizeFLOPs, Source: "upsample_nearest2d: nothing (the sizes)"},
+	{Type: "Resize", shape: opResize, Eager: EagerUpsample, Autocast: AutocastFP32, FLOPs: resizeFLOPs, Source: "upsample_nearest2d, upsample_bilinear2d, upsample_bicubic2d: nothing (the sizes)"},
 	{Type: "ScaledDotProductAttention", shape: opAttention, Eager: EagerAttention, Autocast: AutocastLower, FLOPs: attentionFLOPs,
 		Saves: []Saved{savedInput(0), savedInput(1), savedInput(2),
 			{Of: SavedSeed, DType: Int64, If: SaveUnderAutocast}, {Of: SavedSeed, DType: Int64, If: SaveUnderAutocast},

@@ -110,26 +110,55 @@ func avgPoolBackward(o *bwdOp) {
 }
 
 // upsampleBackward emits upsample_nearest2d_backward, which reads a
-// strided (even expanded) gradient as it is. Under autocast it computes
-// the float32 gradient of the float32 copy, which ToCopyBackward
+// strided (even expanded) gradient as it is, or upsample_bilinear2d's and
+// upsample_bicubic2d's backward, which take a contiguous copy of it first
+// (grad_output_.contiguous(), UpSampleBilinear2d.cu and
+// UpSampleBicubic2d.cu), freed when the kernel returns. Under autocast it
+// computes the float32 gradient of the float32 copy, which ToCopyBackward
 // converts.
 func upsampleBackward(o *bwdOp) {
 	x, y := o.n.Inputs[0], o.outs[0]
+	c := int32(-1)
+	if interpolating(o.n) {
+		c = o.contiguous()
+	}
 	if o.dt[x] != o.dt[y] && o.rg[x] {
 		o.later(o.alloc(o.s.Elems(x)*o.dt[y].Size(), Grad, x), x, false)
-		return
+	} else {
+		o.fresh(x)
 	}
-	o.fresh(x)
+	o.freeScratch(c)
+}
+
+// interpolating reports whether Resize node n interpolates (mode "linear"
+// or "cubic": F.interpolate's bilinear and bicubic modes) rather than
+// copying the nearest pixel.
+func interpolating(n *ir.Node) bool {
+	a, ok := n.Attr("mode")
+	return ok && (a.Str == "linear" || a.Str == "cubic")
 }
 
 // sumBackward passes the incoming gradient on, expanded to the input's
 // sizes: a view.
 func sumBackward(o *bwdOp) { o.pass(o.n.Inputs[0], false, false) }
 
-// upsampleCheck accepts a Resize in nearest mode.
-func upsampleCheck(_ *Flow, n *ir.Node) (ir.Eager, error) {
-	if a, ok := n.Attr("mode"); ok && a.Str != "nearest" {
-		return 0, fmt.Errorf("schedule: node %s: Resize mode %q is not supported: only nearest upsampling has a memory rule; open an issue with the graph to add %s", n.Name, a.Str, a.Str)
+// upsampleCheck accepts a Resize in nearest mode, and in linear or cubic
+// mode over the two spatial dims of a 4-d input (F.interpolate's bilinear
+// and bicubic; antialias, which the exporter writes as its own attribute,
+// is refused: its kernels keep weight buffers of their own).
+func upsampleCheck(f *Flow, n *ir.Node) (ir.Eager, error) {
+	a, ok := n.Attr("mode")
+	if !ok || a.Str == "nearest" {
+		return ir.EagerUpsample, nil
+	}
+	if !interpolating(n) {
+		return 0, fmt.Errorf("schedule: node %s: Resize mode %q is not supported: nearest, linear and cubic have memory rules", n.Name, a.Str)
+	}
+	if aa, ok := n.Attr("antialias"); ok && aa.Int != 0 {
+		return 0, fmt.Errorf("schedule: node %s: Resize with antialias is not supported (F.interpolate(..., antialias=True)); open an issue with the graph to add it", n.Name)
+	}
+	if d := f.Shapes().Dims[n.Inputs[0]]; len(d) != 4 {
+		return 0, fmt.Errorf("schedule: node %s: Resize mode %q of a %d-d input is not supported: only 4-d inputs (bilinear, bicubic) have memory rules", n.Name, a.Str, len(d))
 	}
 	return ir.EagerUpsample, nil
 }
