@@ -30,7 +30,7 @@ func attentionForward(o *fwdOp) {
 	n, s := o.n, o.s
 	y := o.out(0)
 	q, k, v := n.Inputs[0], n.Inputs[1], n.Inputs[2]
-	if n.IntAttr("gqa", 0) != 0 && !o.lower && o.dt[q] == ir.Float32 {
+	if mathKernel(n, s, o.lower, o.dt[q]) {
 		mathAttentionForward(o)
 		return
 	}
@@ -110,10 +110,8 @@ func attentionBackward(o *bwdOp) {
 	rows := s.Elems(q) / max(s.Dims[q][len(s.Dims[q])-1], 1)
 	learned := learnedBias(o.builder, n)
 	flash := o.autocast() && !o.cfg.NoFlash && !learned
-	gqa := n.IntAttr("gqa", 0) != 0
-	if gqa && !o.autocast() && o.dt[q] == ir.Float32 {
-		// As the forward decided: float32 grouped-query attention
-		// outside autocast runs the math kernel.
+	if mathKernel(n, s, o.autocast(), o.dt[q]) {
+		// As the forward decided.
 		mathAttentionBackward(o)
 		return
 	}
@@ -143,7 +141,7 @@ func attentionBackward(o *bwdOp) {
 		defer o.freeScratch(o.scratch(rows*((l+15)/16*16)*size, Grad))
 	}
 	var expanded []int32
-	if gqa {
+	if n.IntAttr("gqa", 0) != 0 {
 		// The flash kernel writes the gradients of k and v at q's
 		// heads (dk_expanded, dv_expanded) and sums each group into
 		// the grouped ones after it.
@@ -211,56 +209,181 @@ func groups(s *ir.Shapes, n *ir.Node) int {
 // (1.5 MiB each) and the softmax (12 MiB); the scores before it (12 MiB)
 // and the mask's bias (1 MiB) go when the op returns.
 
-// mathBytes are the sizes of the math kernel's tensors: q scaled, k and v
-// repeated to q's heads, the L×S scores, the mask's bias.
-type mathBytes struct{ q, k, v, scores, bias int64 }
-
-// mathSizes returns the math kernel's tensor sizes for node n in types dt.
-func mathSizes(n *ir.Node, s *ir.Shapes, dt []ir.DType) mathBytes {
-	q, k, v := n.Inputs[0], n.Inputs[1], n.Inputs[2]
-	rep, el := int64(groups(s, n)), dt[q].Size()
-	dq, sk := s.Dims[q], s.Dims[k][len(s.Dims[k])-2]
-	rows := s.Elems(q) / max(dq[len(dq)-1], 1)
-	return mathBytes{q: s.Elems(q) * el, k: s.Elems(k) * rep * el, v: s.Elems(v) * rep * el,
-		scores: rows * sk * el, bias: dq[len(dq)-2] * sk * el}
+// mathKernel reports whether scaled_dot_product_attention node n runs
+// _scaled_dot_product_attention_math: grouped-query attention in float32
+// outside autocast (above), or q, k and v of other than four dims (timm's
+// Twins runs its windows' attention on [B, windows, heads, L, D]): every
+// fused kernel takes 4-d inputs only (check_tensor_shapes,
+// aten/src/ATen/native/transformers/sdp_utils_cpp.h). autocast says
+// whether the node runs under it, dq is q's type.
+func mathKernel(n *ir.Node, s *ir.Shapes, autocast bool, dq ir.DType) bool {
+	if n.IntAttr("gqa", 0) != 0 && !autocast && dq == ir.Float32 {
+		return true
+	}
+	for _, v := range n.Inputs[:3] {
+		if len(s.Dims[v]) != 4 {
+			return true
+		}
+	}
+	return false
 }
 
-// mathAttentionForward emits the math kernel's forward.
+// mathBytes are the sizes of the math kernel's tensors: q scaled, k and v
+// repeated to q's heads, the L×S scores, the mask's bias, the output; el
+// the bytes of their elements.
+type mathBytes struct{ q, k, v, scores, bias, out, el int64 }
+
+// mathSizes returns the math kernel's tensor sizes for node n in types dt.
+// On half inputs the kernel computes in float32: unless
+// torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(True) was set,
+// it casts q, k and v up first (query_.to(at::kFloat), attention.cpp) and
+// casts the output back to their type at the end.
+func mathSizes(n *ir.Node, s *ir.Shapes, dt []ir.DType) mathBytes {
+	q, k, v := n.Inputs[0], n.Inputs[1], n.Inputs[2]
+	rep, el := int64(groups(s, n)), int64(4)
+	if dt[q] == ir.Float64 {
+		el = 8
+	}
+	dq, sk := s.Dims[q], s.Dims[k][len(s.Dims[k])-2]
+	rows := s.Elems(q) / max(dq[len(dq)-1], 1)
+	dv := s.Dims[v]
+	return mathBytes{q: s.Elems(q) * el, k: s.Elems(k) * rep * el, v: s.Elems(v) * rep * el,
+		scores: rows * sk * el, bias: dq[len(dq)-2] * sk * el, out: rows * dv[len(dv)-1] * el, el: el}
+}
+
+// upcast reports whether the math kernel casts node n's inputs up: they
+// are half.
+func upcast(n *ir.Node, dt []ir.DType) bool { return dt[n.Inputs[0]].Size() == 2 }
+
+// mathAttentionForward emits the math kernel's forward: on half inputs
+// their float32 copies (q_acc, k_acc, v_acc, locals until it returns),
+// q·√s and k·√s (saved by the scores' matmul), the scores, the softmax
+// (saved), the float32 output and its cast back, and the softmax's cast
+// (the tuple's second tensor, which scaled_dot_product_attention drops);
+// in float32 the same without the casts, v itself saved; with grouped
+// heads, k and v repeated first.
+//
+// Worked example, Twins-SVT-S's first windowed attention at batch 8 under
+// autocast: q, k and v [8 64 2 49 32] float16 (1.6 MiB each). The kernel
+// casts each to float32 (3.2 MiB), keeps q·√s, k·√s, v's copy and the
+// float32 softmax [8 64 2 49 49] (4.9 MiB) for its backward, where the
+// flash kernel would have kept the float16 inputs, output and a logsumexp.
 func mathAttentionForward(o *fwdOp) {
-	m := mathSizes(o.n, o.s, o.dt)
+	n := o.n
+	q, k, v, y := n.Inputs[0], n.Inputs[1], n.Inputs[2], o.out(0)
+	m := mathSizes(n, o.s, o.dt)
+	up := upcast(n, o.dt)
+	o.dt[y] = o.dt[q]
+	var acc []int32 // q_acc, k_acc
+	va := int32(-1)
+	if up {
+		acc = append(acc, o.alloc(m.q, Cast, q), o.alloc(m.k/int64(groups(o.s, n)), Cast, k))
+		va = o.alloc(m.v/int64(groups(o.s, n)), Cast, v)
+	}
 	var bias int32 = -1
-	if o.n.IntAttr("masked", 0) != 0 {
+	if n.IntAttr("masked", 0) != 0 {
 		bias = o.alloc(m.bias, Activation, ir.NoValue)
 	}
 	o.own(o.alloc(m.q, Activation, ir.NoValue)) // q·√s
-	kr := o.alloc(m.k, Activation, ir.NoValue)
-	o.own(o.alloc(m.k, Activation, ir.NoValue)) // k·√s
-	o.unref(kr)
-	o.own(o.alloc(m.v, Activation, ir.NoValue)) // v repeated
+	if groups(o.s, n) > 1 {
+		kr := o.alloc(m.k, Activation, ir.NoValue)
+		o.own(o.alloc(m.k, Activation, ir.NoValue)) // k·√s
+		o.unref(kr)
+		o.own(o.alloc(m.v, Activation, ir.NoValue)) // v repeated
+		if va >= 0 {
+			o.unref(va)
+		}
+	} else {
+		o.own(o.alloc(m.k, Activation, ir.NoValue)) // k·√s
+		switch {
+		case va >= 0:
+			o.own(va)
+		case o.contig[v]:
+			o.save(v)
+		default:
+			// matmul folds v's batch dims for bmm: a strided v (a
+			// view of a packed projection) is copied (reshape), and
+			// bmm saves the copy, not v.
+			o.own(o.alloc(m.v, Activation, ir.NoValue))
+		}
+	}
 	sc := o.alloc(m.scores, Activation, ir.NoValue)
 	o.own(o.alloc(m.scores, Activation, ir.NoValue)) // the softmax
 	o.unref(sc)
-	o.newOut(0, Activation)
+	if up {
+		// make_tuple(matmul(attn, v).to(origin), attn.to(origin)):
+		// its arguments evaluated right to left, as GCC does.
+		a := o.alloc(m.scores/m.el*o.dt[q].Size(), Cast, ir.NoValue)
+		y32 := o.alloc(m.out, Activation, ir.NoValue)
+		o.newOut(0, Activation)
+		o.unref(y32)
+		o.unref(a)
+		for _, st := range acc {
+			o.unref(st)
+		}
+	} else {
+		o.newOut(0, Activation)
+	}
 	if bias >= 0 {
 		o.unref(bias)
 	}
 }
 
-// mathAttentionBackward emits the math kernel's backward: the gradient of
-// the softmax and of the scores, the repeated heads' gradients, summed
-// back to k's and v's.
+// mathAttentionBackward emits the math kernel's backward, its ops' own in
+// autograd's order: the output's cast back (on half inputs), the gradients
+// of the softmax and of v (the second matmul), of the scores, of q·√s and
+// k·√s (the first matmul), of k and then q (the scalings), and the casts
+// down to v's, k's and q's types; with grouped heads, the repeated heads'
+// gradients summed back to k's and v's.
 func mathAttentionBackward(o *bwdOp) {
-	q, k, v := o.n.Inputs[0], o.n.Inputs[1], o.n.Inputs[2]
-	m := mathSizes(o.n, o.s, o.dt)
+	n := o.n
+	q, k, v := n.Inputs[0], n.Inputs[1], n.Inputs[2]
+	m := mathSizes(n, o.s, o.dt)
+	if groups(o.s, n) > 1 {
+		ga := o.scratch(m.scores, Grad)
+		gv := o.scratch(m.v, Grad)
+		gs := o.scratch(m.scores, Grad)
+		o.freeScratch(ga)
+		gk := o.scratch(m.k, Grad)
+		o.fresh(q)
+		o.freeScratch(gs)
+		o.fresh(k)
+		o.freeScratch(gk)
+		o.fresh(v)
+		o.freeScratch(gv)
+		return
+	}
+	if !upcast(n, o.dt) {
+		ga := o.scratch(m.scores, Grad)
+		o.fresh(v)
+		gs := o.scratch(m.scores, Grad)
+		o.freeScratch(ga)
+		gq := o.scratch(m.q, Grad)
+		gk := o.scratch(m.k, Grad)
+		o.freeScratch(gs)
+		o.fresh(k)
+		o.freeScratch(gk)
+		o.fresh(q)
+		o.freeScratch(gq)
+		return
+	}
+	g32 := o.scratch(m.out, Grad)
 	ga := o.scratch(m.scores, Grad)
 	gv := o.scratch(m.v, Grad)
+	o.freeScratch(g32)
 	gs := o.scratch(m.scores, Grad)
 	o.freeScratch(ga)
-	gk := o.scratch(m.k, Grad)
-	o.fresh(q)
+	gqs := o.scratch(m.q, Grad)
+	gks := o.scratch(m.k, Grad)
 	o.freeScratch(gs)
-	o.fresh(k)
-	o.freeScratch(gk)
+	gk := o.scratch(m.k, Grad)
+	o.freeScratch(gks)
+	gq := o.scratch(m.q, Grad)
+	o.freeScratch(gqs)
 	o.fresh(v)
 	o.freeScratch(gv)
+	o.fresh(k)
+	o.freeScratch(gk)
+	o.fresh(q)
+	o.freeScratch(gq)
 }

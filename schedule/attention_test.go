@@ -96,3 +96,54 @@ func TestAttentionLearnedBias(t *testing.T) {
 		}
 	}
 }
+
+// TestAttentionMath checks scaled_dot_product_attention on 5-d q, k and
+// v ([2 2 2 12 16], Twins' windows: batch, windows, heads, tokens, dims),
+// which no fused kernel takes: the math kernel. In float32 it keeps q·√s
+// and k·√s (6,144 bytes each) and the softmax of the 2·2·2·12 rows of 12
+// scores (4,608 bytes), the scores themselves going as the softmax is
+// made; v, contiguous here, is saved as it is. Under autocast it casts q,
+// k and v up to float32 first (6,144 bytes each, float16 inputs), keeps
+// the float32 copies of v, q·√s, k·√s and the softmax, and casts the
+// softmax (2,304 bytes) and the float32 output (6,144 bytes) back down.
+// Its backward makes, in float32 both ways, the softmax's and v's
+// gradients, the scores', q·√s's and k·√s's, then k's and q's; under
+// autocast the output's gradient cast up first and the three inputs'
+// gradients cast down last.
+func TestAttentionMath(t *testing.T) {
+	g, s, _, _, _ := oneOpGraphAt(t, oneOp{op: "ScaledDotProductAttention", build: func(m onnxbuild.Scope, _, a, c, d onnxbuild.T) []string {
+		shape := m.Ints(2, 2, 2, 12, 16)
+		var in []string
+		for _, x := range []onnxbuild.T{a, c, d} {
+			in = append(in, m.Node("Reshape", []string{x.Name, shape}, 1)[0])
+		}
+		return m.Node("ScaledDotProductAttention", in, 1)
+	}}, ir.Binding{Batch: 2, Height: 12, Width: 16})
+	for _, tc := range []struct {
+		prec Precision
+		want []string
+	}{
+		{FP32, []string{"forward activation 6144", "forward activation 6144", "forward activation 4608", "forward activation 4608",
+			"backward grad 4608", "backward grad 4608", "backward grad 6144", "backward grad 6144"}},
+		{AMP, []string{"forward cast 6144", "forward cast 6144", "forward cast 6144", "forward activation 6144", "forward activation 6144",
+			"forward activation 4608", "forward activation 4608", "forward cast 2304", "forward activation 6144",
+			"backward grad 6144", "backward grad 4608", "backward grad 6144", "backward grad 4608", "backward grad 6144",
+			"backward grad 6144", "backward grad 6144", "backward grad 6144"}},
+	} {
+		p, err := Build(g, s, Config{Precision: tc.prec})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, e := range p.Events {
+			buf := p.Buffers[e.Buf]
+			if e.Free || buf.Node < 0 || g.Nodes[buf.Node].Name != "/op/ScaledDotProductAttention" || buf.Value != ir.NoValue && buf.Kind != Cast {
+				continue
+			}
+			got = append(got, fmt.Sprintf("%s %s %d", e.Phase, buf.Kind, buf.Bytes))
+		}
+		if diff := cmp.Diff(tc.want, got); diff != "" {
+			t.Errorf("%v: the math kernel's own buffers differ (-want +got):\n%s", tc.prec, diff)
+		}
+	}
+}

@@ -73,6 +73,26 @@ func TestTimmHeldOut(t *testing.T) {
 	timmPeaks(t, "timm_heldout.jsonl", 14, map[string]float64{"convnextv2_atto": 0.029, "hgnetv2_b0": 0.011}, 0.002)
 }
 
+// TestTimmHeldOut2 simulates the model steps of a second held-out sample,
+// ten timm networks measured after every rule above was set
+// (calibration/timm_models.py, calibration §33, an H100: batch 1, 8 and 32,
+// fp32 and AMP, each network in its own process): ViT, Swin, RegNetY,
+// MobileNetV3, BiT's ResNetV2 (weight-standardised convs, group norm),
+// EfficientFormerV2, DaViT, Twins-SVT, SE-ResNeXt and PiT. Predicted
+// before any was looked at, EfficientFormerV2 was refused (its bilinear
+// Resize had no rule) and Twins' AMP steps read up to 9.6% low: its
+// windows' attention on 5-d q, k and v, which no fused kernel takes, runs
+// the math kernel, in float32 under autocast too (schedule's mathKernel).
+// With both simulated, 56 of the 60 within 1%; off: resnetv2_50x1_bit's
+// small steps (-10.6% under AMP at batch 1, -3.2% in float32, the peak in
+// the backward's first ops, where the forward's end matches the measured
+// to 0.1%: the cuDNN workspaces of shapes no table held) and
+// vit_small's float32 step at batch 1 (-1.7%, the requested peak exact:
+// the allocator's blocks).
+func TestTimmHeldOut2(t *testing.T) {
+	timmPeaks(t, "timm_heldout2.jsonl", 10, map[string]float64{"resnetv2_50x1_bit": 0.106, "vit_small_patch16_224": 0.017}, 0.002)
+}
+
 // TestTimmFreshReserved simulates AMP model steps at batch 1 (2 for the
 // networks whose train-mode batch norm needs two images) of all 39 timm
 // networks, each measured in a fresh process of its own
@@ -108,6 +128,44 @@ func TestTimmFreshReserved(t *testing.T) {
 	t.Logf("%d steps, %d reserved peaks to the byte", len(errs), exact)
 	if len(errs) != 39 || exact < 33 {
 		t.Errorf("%d steps, %d reserved peaks to the byte; want 39 and at least 33", len(errs), exact)
+	}
+}
+
+// TestTimmFresh32 simulates the batch-32 model steps, fp32 and AMP, of
+// the first eleven timm networks (alphabetically) measured each in a
+// fresh process of its own (calibration/timm_models.py --fresh
+// --precisions amp,fp32 --batches 32, calibration §33, an H100; the call
+// ran out of time after eleven networks, coat_lite_tiny's AMP step among
+// the lost): every allocated peak within 0.5%, 12 of the 20 reserved
+// peaks to the byte and all within 2% but two float32 ones, each off by
+// segments whose placement differs: convnextv2_atto (-7.5%) and dla34
+// (-4.1%).
+func TestTimmFresh32(t *testing.T) {
+	steps := timmSteps(t, "timm_fresh32.jsonl")
+	exact := 0
+	for _, l := range steps {
+		m, err := sim.Load(measured.Path(l.Model))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := m.Simulate(sim.Options{Batch: l.Batch, Height: l.height(), Width: l.width(), AMP: l.AMP})
+		if err != nil {
+			t.Fatalf("%s batch %d: %v", l.Cfg, l.Batch, err)
+		}
+		e := float64(r.Peak-l.Measured.Peak) / float64(l.Measured.Peak)
+		er := float64(r.PeakReserved-l.Measured.PeakReserved) / float64(l.Measured.PeakReserved)
+		if er == 0 {
+			exact++
+		}
+		if math.Abs(e) > 0.005 {
+			t.Errorf("%s batch %d amp %v: peak %d, measured %d (%+.2f%%), beyond 0.5%%", l.Cfg, l.Batch, l.AMP, r.Peak, l.Measured.Peak, 100*e)
+		}
+		if b := cmp.Or(map[string]float64{"convnextv2_atto": 0.076, "dla34": 0.041}[l.Cfg], 0.02); math.Abs(er) > b {
+			t.Errorf("%s batch %d amp %v: reserved %d, measured %d (%+.2f%%), beyond %.1f%%", l.Cfg, l.Batch, l.AMP, r.PeakReserved, l.Measured.PeakReserved, 100*er, 100*b)
+		}
+	}
+	if len(steps) != 20 || exact < 12 {
+		t.Errorf("%d steps, %d reserved peaks to the byte; want 20 and at least 12", len(steps), exact)
 	}
 }
 
