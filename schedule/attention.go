@@ -240,7 +240,7 @@ type mathBytes struct{ q, k, v, scores, bias, out, el int64 }
 // casts the output back to their type at the end.
 func mathSizes(n *ir.Node, s *ir.Shapes, dt []ir.DType) mathBytes {
 	q, k, v := n.Inputs[0], n.Inputs[1], n.Inputs[2]
-	rep, el := int64(groups(s, n)), int64(4)
+	rep, el := int64(mathGroups(s, n)), int64(4)
 	if dt[q] == ir.Float64 {
 		el = 8
 	}
@@ -251,9 +251,22 @@ func mathSizes(n *ir.Node, s *ir.Shapes, dt []ir.DType) mathBytes {
 		scores: rows * sk * el, bias: dq[len(dq)-2] * sk * el, out: rows * dv[len(dv)-1] * el, el: el}
 }
 
+// mathGroups returns the query heads that a key head serves in the math
+// kernel: groups' for grouped-query attention (enable_gqa), else 1 (a k
+// of fewer batch rows is broadcast as a view, not repeated).
+func mathGroups(s *ir.Shapes, n *ir.Node) int {
+	if n.IntAttr("gqa", 0) == 0 {
+		return 1
+	}
+	return groups(s, n)
+}
+
 // upcast reports whether the math kernel casts node n's inputs up: they
-// are half.
-func upcast(n *ir.Node, dt []ir.DType) bool { return dt[n.Inputs[0]].Size() == 2 }
+// are half, or the node runs under autocast, whose wrapper casts them to
+// float16 first (those casts are not simulated).
+func upcast(n *ir.Node, dt []ir.DType, autocast bool) bool {
+	return autocast || dt[n.Inputs[0]].Size() == 2
+}
 
 // mathAttentionForward emits the math kernel's forward: on half inputs
 // their float32 copies (q_acc, k_acc, v_acc, locals until it returns),
@@ -272,26 +285,30 @@ func mathAttentionForward(o *fwdOp) {
 	n := o.n
 	q, k, v, y := n.Inputs[0], n.Inputs[1], n.Inputs[2], o.out(0)
 	m := mathSizes(n, o.s, o.dt)
-	up := upcast(n, o.dt)
+	up := upcast(n, o.dt, o.lower)
 	o.dt[y] = o.dt[q]
-	var acc []int32 // q_acc, k_acc
+	if o.lower {
+		o.dt[y] = o.low()
+	}
+	rep := int64(mathGroups(o.s, n))
+	var acc []int32 // q_acc, k_acc (and v_acc where repeated): locals until it returns
 	va := int32(-1)
 	if up {
-		acc = append(acc, o.alloc(m.q, Cast, q), o.alloc(m.k/int64(groups(o.s, n)), Cast, k))
-		va = o.alloc(m.v/int64(groups(o.s, n)), Cast, v)
+		acc = append(acc, o.alloc(m.q, Cast, q), o.alloc(m.k/rep, Cast, k))
+		va = o.alloc(m.v/rep, Cast, v)
 	}
 	var bias int32 = -1
 	if n.IntAttr("masked", 0) != 0 {
 		bias = o.alloc(m.bias, Activation, ir.NoValue)
 	}
 	o.own(o.alloc(m.q, Activation, ir.NoValue)) // q·√s
-	if groups(o.s, n) > 1 {
+	if rep > 1 {
 		kr := o.alloc(m.k, Activation, ir.NoValue)
 		o.own(o.alloc(m.k, Activation, ir.NoValue)) // k·√s
 		o.unref(kr)
 		o.own(o.alloc(m.v, Activation, ir.NoValue)) // v repeated
 		if va >= 0 {
-			o.unref(va)
+			acc = append(acc, va)
 		}
 	} else {
 		o.own(o.alloc(m.k, Activation, ir.NoValue)) // k·√s
@@ -313,7 +330,7 @@ func mathAttentionForward(o *fwdOp) {
 	if up {
 		// make_tuple(matmul(attn, v).to(origin), attn.to(origin)):
 		// its arguments evaluated right to left, as GCC does.
-		a := o.alloc(m.scores/m.el*o.dt[q].Size(), Cast, ir.NoValue)
+		a := o.alloc(m.scores/m.el*o.dt[y].Size(), Cast, ir.NoValue)
 		y32 := o.alloc(m.out, Activation, ir.NoValue)
 		o.newOut(0, Activation)
 		o.unref(y32)
@@ -339,7 +356,7 @@ func mathAttentionBackward(o *bwdOp) {
 	n := o.n
 	q, k, v := n.Inputs[0], n.Inputs[1], n.Inputs[2]
 	m := mathSizes(n, o.s, o.dt)
-	if groups(o.s, n) > 1 {
+	if mathGroups(o.s, n) > 1 {
 		ga := o.scratch(m.scores, Grad)
 		gv := o.scratch(m.v, Grad)
 		gs := o.scratch(m.scores, Grad)
@@ -353,7 +370,7 @@ func mathAttentionBackward(o *bwdOp) {
 		o.freeScratch(gv)
 		return
 	}
-	if !upcast(n, o.dt) {
+	if !upcast(n, o.dt, o.autocast()) {
 		ga := o.scratch(m.scores, Grad)
 		o.fresh(v)
 		gs := o.scratch(m.scores, Grad)

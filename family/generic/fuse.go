@@ -260,8 +260,12 @@ func fuse(g *ir.Graph) (*ir.Graph, error) {
 				contiguous(i)
 			}
 		case "Transpose":
-			if _, ok := coatNoCLS(g, n); ok {
-				contiguous(i)
+			// Read by the conv itself: a Contiguous that an earlier
+			// fuse put there is not put again.
+			if c := g.Values[n.Outputs[0]].Consumers; len(c) == 1 && g.Nodes[c[0]].OpType == "Conv" {
+				if _, ok := coatNoCLS(g, n); ok {
+					contiguous(i)
+				}
 			}
 		case "Div":
 			// x / √2 → erf → + 1 → x · → · 0.5

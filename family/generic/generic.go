@@ -357,9 +357,10 @@ func gpt2Locals(f *schedule.Flow, h *schedule.Holds, last map[string]int32) {
 // (timm/models/coat.py): each serial stage's output x1, x2, x3 and its NCHW
 // copy x1_nocls, x2_nocls, x3_nocls (the Contiguous nodes that fuse put
 // back, coatNoCLS) are never rebound, so they live until forward_features
-// returns, after norm4 (and, with parallel blocks, the aggregate of the
-// class tokens). With parallel blocks, x1 … x4 are rebound by the first
-// parallel block (x1, x2, x3, x4 = blk(…)), so only the copies are held.
+// returns, after norm4 (with parallel blocks too: it returns [x2, x3, x4]
+// normed, and forward_head aggregates them). With parallel blocks, x1 …
+// x4 are rebound by the first parallel block (x1, x2, x3, x4 = blk(…)), so
+// only the copies are held.
 //
 // Worked example: coat_lite_tiny at batch 32 under AMP keeps x1 (32 × 3137
 // × 64 float32, 25.7 MB), x1_nocls (25.7 MB), x2 and x2_nocls (12.9 MB
@@ -371,10 +372,7 @@ func gpt2Locals(f *schedule.Flow, h *schedule.Holds, last map[string]int32) {
 // (x4_nocls, made the same way but read by nothing, is not in the export.)
 func coatLocals(f *schedule.Flow, h *schedule.Holds, last map[string]int32) {
 	g := f.Graph()
-	end, ok := last["/aggregate/"]
-	if !ok {
-		end, ok = last["/norm4/"]
-	}
+	end, ok := last["/norm4/"]
 	if !ok {
 		return
 	}

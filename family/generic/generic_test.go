@@ -400,6 +400,14 @@ func TestCoatLocals(t *testing.T) {
 		if copies != 3 {
 			t.Fatalf("%d Contiguous nodes after Prepare, want 3", copies)
 		}
+		// Fusing again puts no second copy after the first.
+		again, err := fuse(g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := len(again.Nodes) - len(g.Nodes); n != 0 {
+			t.Errorf("fusing a fused graph added %d nodes", n)
+		}
 		if parallel {
 			// The head's linear stands for a parallel block: only its
 			// scope is asked.

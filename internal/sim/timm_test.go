@@ -93,6 +93,17 @@ func TestTimmHeldOut2(t *testing.T) {
 	timmPeaks(t, "timm_heldout2.jsonl", 10, map[string]float64{"resnetv2_50x1_bit": 0.106, "vit_small_patch16_224": 0.017}, 0.002)
 }
 
+// TestTimmHeldOut2b simulates the four networks of the second held-out
+// sample measured last (calibration/timm_models.py, calibration §33, an
+// H200: densenet121, res2net50_26w_4s, ghostnetv2_100, starnet_s1; convit_tiny
+// exported but its timm module failed on the device), compared only after
+// every rule of this file was set: 22 of the 24 peaks within 1%, off
+// res2net50_26w_4s's AMP step at batch 1 (-2.6%) and starnet_s1's at 32
+// (-1.3%).
+func TestTimmHeldOut2b(t *testing.T) {
+	timmPeaks(t, "timm_heldout2b.jsonl", 4, map[string]float64{"res2net50_26w_4s": 0.027, "starnet_s1": 0.013}, 0.002)
+}
+
 // TestTimmFreshReserved simulates AMP model steps at batch 1 (2 for the
 // networks whose train-mode batch norm needs two images) of all 39 timm
 // networks, each measured in a fresh process of its own
