@@ -81,16 +81,7 @@ func TestAttentionLearnedBias(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var got []string
-		for _, e := range p.Events {
-			buf := p.Buffers[e.Buf]
-			if e.Free || buf.Node < 0 || g.Nodes[buf.Node].Name != "/op/ScaledDotProductAttention" || buf.Value != ir.NoValue {
-				continue
-			}
-			if buf.Kind != Copy {
-				got = append(got, fmt.Sprintf("%s %s %d", e.Phase, buf.Kind, buf.Bytes))
-			}
-		}
+		got := attentionBuffers(p, func(b Buffer) bool { return b.Value == ir.NoValue && b.Kind != Copy })
 		if diff := cmp.Diff(tc.want, got); diff != "" {
 			t.Errorf("%v: the attention's own buffers differ (-want +got):\n%s", tc.prec, diff)
 		}
@@ -134,16 +125,24 @@ func TestAttentionMath(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var got []string
-		for _, e := range p.Events {
-			buf := p.Buffers[e.Buf]
-			if e.Free || buf.Node < 0 || g.Nodes[buf.Node].Name != "/op/ScaledDotProductAttention" || buf.Value != ir.NoValue && buf.Kind != Cast {
-				continue
-			}
-			got = append(got, fmt.Sprintf("%s %s %d", e.Phase, buf.Kind, buf.Bytes))
-		}
+		got := attentionBuffers(p, func(b Buffer) bool { return b.Value == ir.NoValue || b.Kind == Cast })
 		if diff := cmp.Diff(tc.want, got); diff != "" {
 			t.Errorf("%v: the math kernel's own buffers differ (-want +got):\n%s", tc.prec, diff)
 		}
 	}
+}
+
+// attentionBuffers lists, as "phase kind bytes", the buffers that the
+// node /op/ScaledDotProductAttention of p allocates and keep accepts, in
+// event order.
+func attentionBuffers(p *Program, keep func(Buffer) bool) []string {
+	var got []string
+	for _, e := range p.Events {
+		buf := p.Buffers[e.Buf]
+		if e.Free || buf.Node < 0 || p.Graph.Nodes[buf.Node].Name != "/op/ScaledDotProductAttention" || !keep(buf) {
+			continue
+		}
+		got = append(got, fmt.Sprintf("%s %s %d", e.Phase, buf.Kind, buf.Bytes))
+	}
+	return got
 }

@@ -116,30 +116,7 @@ func TestTimmHeldOut2b(t *testing.T) {
 // residual sum were simulated as timm runs them) and all within one
 // segment: mixer_b16_224 +3.1% (a 20 MiB segment), the rest within 1.3%.
 func TestTimmFreshReserved(t *testing.T) {
-	var errs []float64
-	exact := 0
-	for _, l := range timmSteps(t, "timm_fresh_amp1.jsonl") {
-		m, err := sim.Load(measured.Path(l.Model))
-		if err != nil {
-			t.Fatal(err)
-		}
-		r, err := m.Simulate(sim.Options{Batch: l.Batch, Height: l.height(), Width: l.width(), AMP: l.AMP})
-		if err != nil {
-			t.Fatalf("%s batch %d: %v", l.Cfg, l.Batch, err)
-		}
-		e := float64(r.PeakReserved-l.Measured.PeakReserved) / float64(l.Measured.PeakReserved)
-		if e == 0 {
-			exact++
-		}
-		errs = append(errs, math.Abs(e))
-		if b := 0.013; math.Abs(e) > b && l.Cfg != "mixer_b16_224" || math.Abs(e) > 0.032 {
-			t.Errorf("%s batch %d: reserved %d, measured %d (%+.2f%%)", l.Cfg, l.Batch, r.PeakReserved, l.Measured.PeakReserved, 100*e)
-		}
-	}
-	t.Logf("%d steps, %d reserved peaks to the byte", len(errs), exact)
-	if len(errs) != 39 || exact < 33 {
-		t.Errorf("%d steps, %d reserved peaks to the byte; want 39 and at least 33", len(errs), exact)
-	}
+	timmFresh(t, "timm_fresh_amp1.jsonl", 39, 33, nil, 0.01, map[string]float64{"mixer_b16_224": 0.032}, 0.013)
 }
 
 // TestTimmFresh32 simulates the batch-32 model steps, fp32 and AMP, of
@@ -153,8 +130,19 @@ func TestTimmFreshReserved(t *testing.T) {
 // segments whose placement differs: convnextv2_atto (-7.5%) and dla34
 // (-4.1%).
 func TestTimmFresh32(t *testing.T) {
-	steps := timmSteps(t, "timm_fresh32.jsonl")
-	exact := 0
+	timmFresh(t, "timm_fresh32.jsonl", 20, 12, map[string]float64{"convnextv2_atto": 0.01}, 0.005,
+		map[string]float64{"convnextv2_atto": 0.076, "dla34": 0.041}, 0.02)
+}
+
+// timmFresh simulates every model step of a file of steps measured each
+// in a fresh process and checks the allocated peaks within peak[cfg] (or
+// peakAll) and the reserved ones within reserved[cfg] (or reservedAll),
+// the file's steps numbering want, at least exact reserved peaks to the
+// byte.
+func timmFresh(t *testing.T, file string, want, exact int, peak map[string]float64, peakAll float64, reserved map[string]float64, reservedAll float64) {
+	t.Helper()
+	steps := timmSteps(t, file)
+	n := 0
 	for _, l := range steps {
 		m, err := sim.Load(measured.Path(l.Model))
 		if err != nil {
@@ -167,17 +155,18 @@ func TestTimmFresh32(t *testing.T) {
 		e := float64(r.Peak-l.Measured.Peak) / float64(l.Measured.Peak)
 		er := float64(r.PeakReserved-l.Measured.PeakReserved) / float64(l.Measured.PeakReserved)
 		if er == 0 {
-			exact++
+			n++
 		}
-		if b := cmp.Or(map[string]float64{"convnextv2_atto": 0.01}[l.Cfg], 0.005); math.Abs(e) > b {
+		if b := cmp.Or(peak[l.Cfg], peakAll); math.Abs(e) > b {
 			t.Errorf("%s batch %d amp %v: peak %d, measured %d (%+.2f%%), beyond %.1f%%", l.Cfg, l.Batch, l.AMP, r.Peak, l.Measured.Peak, 100*e, 100*b)
 		}
-		if b := cmp.Or(map[string]float64{"convnextv2_atto": 0.076, "dla34": 0.041}[l.Cfg], 0.02); math.Abs(er) > b {
+		if b := cmp.Or(reserved[l.Cfg], reservedAll); math.Abs(er) > b {
 			t.Errorf("%s batch %d amp %v: reserved %d, measured %d (%+.2f%%), beyond %.1f%%", l.Cfg, l.Batch, l.AMP, r.PeakReserved, l.Measured.PeakReserved, 100*er, 100*b)
 		}
 	}
-	if len(steps) != 20 || exact < 12 {
-		t.Errorf("%d steps, %d reserved peaks to the byte; want 20 and at least 12", len(steps), exact)
+	t.Logf("%s: %d steps, %d reserved peaks to the byte", file, len(steps), n)
+	if len(steps) != want || n < exact {
+		t.Errorf("%s: %d steps, %d reserved peaks to the byte; want %d and at least %d", file, len(steps), n, want, exact)
 	}
 }
 
