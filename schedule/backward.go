@@ -101,6 +101,10 @@ func (bp *backwardPass) backward() error {
 			}
 			bp.back(n, k, outs)
 			bp.derivedGrads(n)
+			for _, st := range bp.untilDerived {
+				bp.freeScratch(st)
+			}
+			bp.untilDerived = bp.untilDerived[:0]
 		}
 		if c >= 0 && bp.cp.chunks[c].nodes[0] == int32(i) {
 			bp.node = int32(i)
@@ -211,7 +215,8 @@ func (bp *backwardPass) paramGradAdd(v ir.ValueID, view bool) {
 // computed from parameters alone (Swin V2's logit_scale.exp() and bias
 // MLP, a weight-normed convolution's weight) its .grad, once: the gradient
 // that reaches such an input flows back through its ops to them. The ops'
-// own transients, of the parameters' sizes, are not counted.
+// own transients, of the parameters' sizes, are not counted, but for a
+// convolution's standardised weight (convBackward's untilDerived).
 func (bp *backwardPass) derivedGrads(n *ir.Node) {
 	var seen []ir.ValueID // the values walked: a table's subgraph is small
 	var walk func(v ir.ValueID)

@@ -238,6 +238,10 @@ type backwardPass struct {
 	op         bwdOp   // the node that back runs
 	lossSt     int32
 	seed       int32 // the storage of loss = Σ o.sum()'s expanded seed gradient, or -1
+	// untilDerived are the node's gradients of values computed from
+	// parameters alone (a standardised weight's), freed once
+	// derivedGrads has made the parameters' own.
+	untilDerived []int32
 }
 
 // checkpoints are the checkpointed ranges of the forward (checkpoint.go).

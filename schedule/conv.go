@@ -140,6 +140,30 @@ func convBackward(o *bwdOp) {
 		o.workspace(o.convCall(n, Backward, "bwd-data"))
 		o.freeScratch(c)
 	}
+	if w := n.Inputs[1]; o.derived[w] && !o.param[w] && !o.data[w] && len(s.Dims[w]) == 4 {
+		// A standardised weight (StdConv2d's F.batch_norm over the
+		// weight, made in the forward): the backward-filter pass
+		// writes its gradient in the conv's type, which, under
+		// autocast, ToCopyBackward makes float32; batch_norm's
+		// backward then makes the parameter's .grad (derivedGrads)
+		// while that gradient is alive
+		// (calibration/results/timm_rv_traces.jsonl.gz: two float32
+		// gradients of a 2048×1024 weight at once).
+		c := o.contiguous()
+		size := o.dt[w].Size()
+		if o.autocast() {
+			size = o.low().Size()
+		}
+		gw := o.scratch(s.Elems(w)*size, Grad)
+		o.workspace(o.convCall(n, Backward, "bwd-filter"))
+		o.freeScratch(c)
+		if o.autocast() {
+			g32 := o.scratch(s.Elems(w)*4, Grad)
+			o.freeScratch(gw)
+			gw = g32
+		}
+		o.untilDerived = append(o.untilDerived, gw)
+	}
 	for j, w := range n.Inputs[1:] {
 		if w == ir.NoValue || !o.param[w] {
 			continue
