@@ -176,6 +176,10 @@ type builder struct {
 	// bias MLP): a tensor that needs a gradient and takes part in type
 	// promotion, too small for onnxmem to count its bytes.
 	derived []bool
+	// trained[v]: v is derived from a parameter that training updates
+	// (not only from model buffers or batch norm statistics), so an op
+	// that reads it needs a gradient.
+	trained []bool
 
 	vst    []int32 // by value: storage index, or -1
 	contig []bool  // by value: a contiguous tensor
@@ -394,10 +398,23 @@ func (b *builder) autocast() bool {
 // input's (clamp, gather, reshape); without autocast, the export's.
 func (b *builder) markDerived() {
 	b.derived = make([]bool, len(b.g.Values))
+	b.trained = make([]bool, len(b.g.Values))
+	stat := make(map[ir.ValueID]bool) // batch norms' running statistics
+	for i := range b.g.Nodes {
+		if n := &b.g.Nodes[i]; n.OpType == "BatchNormalization" && len(n.Inputs) == 5 {
+			stat[n.Inputs[3]], stat[n.Inputs[4]] = true, true
+		}
+	}
 	for i := range b.g.Nodes {
 		n := &b.g.Nodes[i]
 		if b.kind[i] != ir.EagerMeta {
 			continue
+		}
+		trained := false
+		for _, v := range n.Inputs {
+			if v != ir.NoValue && (b.param[v] && !b.buffer[v] && !stat[v] || b.trained[v]) {
+				trained = true
+			}
 		}
 		wide := ir.Undefined
 		for _, v := range n.Inputs {
@@ -419,6 +436,7 @@ func (b *builder) markDerived() {
 		for _, v := range n.Outputs {
 			if v != ir.NoValue && isFloat(b.dt[v]) {
 				b.derived[v] = true
+				b.trained[v] = trained
 				// A Cast keeps the type it casts to.
 				if b.autocast() && n.OpType != "Cast" {
 					b.dt[v] = wide

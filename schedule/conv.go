@@ -150,19 +150,26 @@ func convBackward(o *bwdOp) {
 		// (calibration/results/timm_rv_traces.jsonl.gz: two float32
 		// gradients of a 2048×1024 weight at once).
 		c := o.contiguous()
+		cast := o.autocast() && o.dt[w] != o.low()
 		size := o.dt[w].Size()
-		if o.autocast() {
+		if cast {
 			size = o.low().Size()
 		}
 		gw := o.scratch(s.Elems(w)*size, Grad)
 		o.workspace(o.convCall(n, Backward, "bwd-filter"))
 		o.freeScratch(c)
-		if o.autocast() {
-			g32 := o.scratch(s.Elems(w)*4, Grad)
-			o.freeScratch(gw)
-			gw = g32
+		if cast {
+			// ToCopyBackward runs once the node has let its incoming
+			// gradient and saved casts go, after the input cast's
+			// (the trace's order).
+			o.post = append(o.post, func() {
+				g32 := o.scratch(s.Elems(w)*o.dt[w].Size(), Grad)
+				o.freeScratch(gw)
+				o.untilDerived = append(o.untilDerived, g32)
+			})
+		} else {
+			o.untilDerived = append(o.untilDerived, gw)
 		}
-		o.untilDerived = append(o.untilDerived, gw)
 	}
 	for j, w := range n.Inputs[1:] {
 		if w == ir.NoValue || !o.param[w] {

@@ -65,10 +65,10 @@ func (fp *forwardPass) run(n *ir.Node, k ir.Eager) {
 		}
 	}
 	for _, v := range n.Inputs {
-		// A parameter, or a value computed from parameters alone (a
-		// standardised weight: BiT's StdConv2d, NFNet's ScaledStdConv2d),
-		// makes the output need a gradient.
-		if v != ir.NoValue && (fp.param[v] || fp.derived[v]) {
+		// A parameter, or a value computed from parameters alone that
+		// training updates (a standardised weight: BiT's StdConv2d,
+		// NFNet's ScaledStdConv2d), makes the output need a gradient.
+		if v != ir.NoValue && (fp.param[v] || fp.trained[v]) {
 			fp.markRG(n)
 		}
 	}
