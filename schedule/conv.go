@@ -113,6 +113,7 @@ func convBackward(o *bwdOp) {
 	// weight's gradient before the input's
 	// (calibration/torchvision_steps.json).
 	if o.nativeDepthwise() {
+		o.standardisedGrad(false)
 		var params []int32 // pairs of a low-precision gradient and its parameter
 		for _, w := range n.Inputs[1:] {
 			switch {
@@ -140,37 +141,7 @@ func convBackward(o *bwdOp) {
 		o.workspace(o.convCall(n, Backward, "bwd-data"))
 		o.freeScratch(c)
 	}
-	if w := n.Inputs[1]; o.derived[w] && !o.param[w] && !o.data[w] && len(s.Dims[w]) == 4 {
-		// A standardised weight (StdConv2d's F.batch_norm over the
-		// weight, made in the forward): the backward-filter pass
-		// writes its gradient in the conv's type, which, under
-		// autocast, ToCopyBackward makes float32; batch_norm's
-		// backward then makes the parameter's .grad (derivedGrads)
-		// while that gradient is alive
-		// (calibration/results/timm_rv_traces.jsonl.gz: two float32
-		// gradients of a 2048×1024 weight at once).
-		c := o.contiguous()
-		cast := o.autocast() && o.dt[w] != o.low()
-		size := o.dt[w].Size()
-		if cast {
-			size = o.low().Size()
-		}
-		gw := o.scratch(s.Elems(w)*size, Grad)
-		o.workspace(o.convCall(n, Backward, "bwd-filter"))
-		o.freeScratch(c)
-		if cast {
-			// ToCopyBackward runs once the node has let its incoming
-			// gradient and saved casts go, after the input cast's
-			// (the trace's order).
-			o.post = append(o.post, func() {
-				g32 := o.scratch(s.Elems(w)*o.dt[w].Size(), Grad)
-				o.freeScratch(gw)
-				o.untilDerived = append(o.untilDerived, g32)
-			})
-		} else {
-			o.untilDerived = append(o.untilDerived, gw)
-		}
-	}
+	o.standardisedGrad(true)
 	for j, w := range n.Inputs[1:] {
 		if w == ir.NoValue || !o.param[w] {
 			continue
@@ -205,6 +176,46 @@ func convBackward(o *bwdOp) {
 		}
 	}
 	o.freeScratch(xc)
+}
+
+// standardisedGrad emits the gradient of a convolution's weight that the
+// forward computed from its parameter (StdConv2d's F.batch_norm over the
+// weight), if it has one: the backward-filter pass (with cuDNN's workspace
+// when cudnn) writes it in the conv's type, which, under autocast,
+// ToCopyBackward makes float32 once the node has let its incoming gradient
+// and saved casts go, after the input cast's; batch_norm's backward then
+// makes the parameter's .grad (derivedGrads) while that gradient is alive
+// (calibration/results/timm_rv_traces.jsonl.gz: two float32 gradients of a
+// 2048×1024 weight at once).
+func (o *bwdOp) standardisedGrad(cudnn bool) {
+	n, s := o.n, o.s
+	w := n.Inputs[1]
+	if !o.derived[w] || o.param[w] || o.data[w] || len(s.Dims[w]) != 4 {
+		return
+	}
+	c := int32(-1)
+	if cudnn {
+		c = o.contiguous()
+	}
+	cast := o.autocast() && o.dt[w] != o.low()
+	size := o.dt[w].Size()
+	if cast {
+		size = o.low().Size()
+	}
+	gw := o.scratch(s.Elems(w)*size, Grad)
+	if cudnn {
+		o.workspace(o.convCall(n, Backward, "bwd-filter"))
+	}
+	o.freeScratch(c)
+	if !cast {
+		o.untilDerived = append(o.untilDerived, gw)
+		return
+	}
+	o.post = append(o.post, func() {
+		g32 := o.scratch(s.Elems(w)*o.dt[w].Size(), Grad)
+		o.freeScratch(gw)
+		o.untilDerived = append(o.untilDerived, g32)
+	})
 }
 
 // nativeDepthwise reports whether the conv is a depthwise convolution (a

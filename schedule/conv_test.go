@@ -15,20 +15,24 @@ import (
 // which needs no gradient: its output needs one all the same, so the
 // backward reaches it, and the backward-filter pass writes the derived
 // weight's gradient in the conv's type (float32 under autocast, after the
-// float16 one), alive while the parameter's .grad is made.
+// float16 one), alive while the parameter's .grad is made; a depthwise
+// conv that PyTorch runs with its own kernels (float32) alike.
 func TestConvStandardisedWeight(t *testing.T) {
-	g, s, _, _, _ := oneOpGraphAt(t, oneOp{op: "Conv", build: func(m onnxbuild.Scope, x, _, _, _ onnxbuild.T) []string {
-		w := m.Param("w", 8, 4, 3, 3)
-		return m.Node("Conv", []string{x.Name, m.Node("Mul", []string{w, w}, 1)[0]}, 1, onnxbuild.IntsAttr("pads", 1, 1, 1, 1))
-	}}, ir.Binding{Batch: 2, Height: 16, Width: 16})
-	const w = 8 * 4 * 3 * 3
 	for _, tc := range []struct {
-		prec Precision
-		want []string
+		groups int64 // 4: depthwise, which PyTorch runs with its own kernels in float32
+		prec   Precision
+		want   []string
 	}{
-		{FP32, []string{"alloc grad 1152", "alloc param-grad 1152", "free grad 1152"}},
-		{AMP, []string{"alloc grad 576", "alloc grad 1152", "free grad 576", "alloc param-grad 1152", "free grad 1152"}},
+		{1, FP32, []string{"alloc grad 1152", "alloc param-grad 1152", "free grad 1152"}},
+		{1, AMP, []string{"alloc grad 576", "alloc grad 1152", "free grad 576", "alloc param-grad 1152", "free grad 1152"}},
+		{4, FP32, []string{"alloc grad 288", "alloc param-grad 288", "free grad 288"}},
 	} {
+		g, s, _, _, _ := oneOpGraphAt(t, oneOp{op: "Conv", build: func(m onnxbuild.Scope, x, _, _, _ onnxbuild.T) []string {
+			w := m.Param("w", 8, 4/tc.groups, 3, 3)
+			return m.Node("Conv", []string{x.Name, m.Node("Mul", []string{w, w}, 1)[0]}, 1,
+				onnxbuild.IntsAttr("pads", 1, 1, 1, 1), onnxbuild.IntAttr("group", tc.groups))
+		}}, ir.Binding{Batch: 2, Height: 16, Width: 16})
+		w := 8 * 4 / tc.groups * 3 * 3
 		p, err := Build(g, s, Config{Precision: tc.prec})
 		if err != nil {
 			t.Fatal(err)
@@ -46,7 +50,7 @@ func TestConvStandardisedWeight(t *testing.T) {
 			got = append(got, fmt.Sprintf("%s %s %d", verb, buf.Kind, buf.Bytes))
 		}
 		if diff := cmp.Diff(tc.want, got); diff != "" {
-			t.Errorf("%v: the weight's gradients differ (-want +got):\n%s", tc.prec, diff)
+			t.Errorf("groups %d %v: the weight's gradients differ (-want +got):\n%s", tc.groups, tc.prec, diff)
 		}
 	}
 }
