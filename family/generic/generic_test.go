@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/onnxmem/onnxmem/internal/measured"
 	"github.com/onnxmem/onnxmem/internal/onnxbuild"
 	"github.com/onnxmem/onnxmem/ir"
@@ -444,5 +445,61 @@ func TestCoatLocals(t *testing.T) {
 				t.Errorf("parallel blocks %v: %s held until node %d, want norm4's last, %d", parallel, g.Values[h.V].Name, h.End, end)
 			}
 		}
+	}
+}
+
+// TestArgumentLocals builds timm's DlaTree (shortcut = self.project(bottom);
+// x1 = self.tree1(x, shortcut); x = self.root(self.tree2(x1), x1)): the
+// project's output is a local of the tree's forward, held until the tree
+// returns, not only until tree1 does; and a Sequential whose blocks pass two
+// tensors along (DPN's (resid, dense)) holds nothing more.
+func TestArgumentLocals(t *testing.T) {
+	bd := onnxbuild.New("dla")
+	x := bd.Input("images", 8)
+	stem := bd.Module("stem").Conv(x, 16, 3, 1)
+	lv := bd.Module("level2")
+	bottom := lv.Sub("downsample").MaxPool(stem, 2, 2, 0)
+	shortcut := lv.Sub("project").Conv(bottom, 32, 1, 1)
+	tree1 := lv.Sub("tree1")
+	x1 := tree1.Add(tree1.Sub("conv1").Conv(stem, 32, 3, 2), shortcut)
+	x2 := lv.Sub("tree2").Conv(x1, 32, 3, 1)
+	root := lv.Sub("root")
+	out := root.Sub("conv").Conv(root.Concat(x2, x1), 32, 1, 1)
+	// A Sequential of two blocks that take and return two tensors.
+	seq := bd.Module("features")
+	b0, b1 := seq.Sub("block0"), seq.Sub("block1")
+	r0 := b0.Sub("c").Conv(out, 32, 1, 1)
+	d0 := b0.Sub("d").Conv(out, 32, 1, 1)
+	r1 := b1.Add(b1.Sub("c").Conv(r0, 32, 1, 1), d0)
+	bd.Output(bd.Module("head").Conv(r1, 8, 1, 1))
+	data, err := bd.Bytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := ir.Load(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := g.Infer(ir.Binding{Batch: 2, Height: 32, Width: 32})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	if _, err := schedule.Build(g, s, schedule.Config{Holder: holderFunc(func(f *schedule.Flow) *schedule.Holds {
+		h := &schedule.Holds{Until: make([][]schedule.Hold, len(g.Nodes))}
+		last := f.LastInScope()
+		argumentLocals(f, h, last)
+		for i, hs := range h.Until {
+			for _, x := range hs {
+				got = append(got, g.Nodes[g.Values[x.V].Producer].Name+" read by "+g.Nodes[i].Name+" until "+g.Nodes[x.End].Name)
+			}
+		}
+		return Family{}.Holds(f)
+	})}); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"/level2/project/Conv read by /level2/tree1/Add until /level2/root/conv/Conv"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("holds (-want +got):\n%s", diff)
 	}
 }

@@ -133,13 +133,14 @@ func TestTimmFreshReserved(t *testing.T) {
 // amp,fp32 --batches 32, calibration §33 and §34, an H100; the first call
 // ran out of time after eleven networks, the second measured the rest):
 // every allocated peak within 1% but mobilevit_s's AMP step (-1.03%);
-// 38 of the 77 reserved peaks to the byte and 71 within 2.1%, off by
+// 39 of the 77 reserved peaks to the byte and 73 within 2.1%, off by
 // segments whose placement differs: nf_resnet50 under AMP (+9.3%) and in
-// float32 (+2.9%), dla34's float32 step (-4.1%), levit_128s's (-3.6%) and
-// resmlp_12_224's (-3.1%) AMP steps.
+// float32 (+2.9%), levit_128s's (-3.6%) and resmlp_12_224's (-3.1%) AMP
+// steps. dla34's float32 step read 4.1% low until the locals of its trees
+// were held (generic's argumentLocals, calibration §34).
 func TestTimmFresh32(t *testing.T) {
-	timmFresh(t, "timm_fresh32.jsonl", 77, 38, map[string]float64{"mobilevit_s": 0.011}, 0.01,
-		map[string]float64{"nf_resnet50": 0.093, "dla34": 0.041, "levit_128s": 0.036, "resmlp_12_224": 0.032}, 0.021)
+	timmFresh(t, "timm_fresh32.jsonl", 77, 39, map[string]float64{"mobilevit_s": 0.011}, 0.01,
+		map[string]float64{"nf_resnet50": 0.093, "levit_128s": 0.036, "resmlp_12_224": 0.032}, 0.021)
 }
 
 // timmFresh simulates every model step of a file of steps measured each
