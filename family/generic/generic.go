@@ -273,6 +273,7 @@ func (Family) Holds(f *schedule.Flow) *schedule.Holds {
 	gpt2Locals(f, h, last)
 	coatLocals(f, h, last)
 	argumentLocals(f, h, last)
+	nfBlockLocals(f, h, last)
 	h.InPlace = InPlace(f)
 	return h
 }
@@ -494,6 +495,83 @@ func argumentLocals(f *schedule.Flow, h *schedule.Holds, last map[string]int32) 
 	}
 }
 
+// nfAct3 returns the last node of conv3 when node i is the activation of
+// module act3 of timm's NormFreeBlock (timm/models/nfnet.py: children act1,
+// conv1, act2, conv2, act3, conv3), and -1 otherwise. The block builds
+// act2 = act_layer(inplace=True) and act3 = act_layer(), out of place, and
+// writes out = self.conv3(self.act3(out)), so act3 makes a new tensor and
+// the local out, conv2's output, lives until conv3 returns.
+func nfAct3(f *schedule.Flow, i int32) int32 {
+	g := f.Graph()
+	scope := schedule.ScopeOf(g.Nodes[i].Name)
+	block, child := path.Split(strings.TrimSuffix(scope, "/"))
+	if child != "act3" {
+		return -1
+	}
+	var seen [6]bool
+	conv3 := int32(-1)
+	for j := range g.Nodes {
+		if !f.Runs(int32(j)) {
+			continue
+		}
+		rest, ok := strings.CutPrefix(g.Nodes[j].Name, block)
+		if !ok {
+			continue
+		}
+		name, _, _ := strings.Cut(rest, "/")
+		if k := slices.Index([]string{"act1", "conv1", "act2", "conv2", "act3", "conv3"}, name); k >= 0 {
+			seen[k] = true
+		}
+		if name == "conv3" {
+			conv3 = int32(j)
+		}
+	}
+	if slices.Contains(seen[:], false) || conv3 < i {
+		return -1
+	}
+	return conv3
+}
+
+// nfBlockLocals holds the locals of timm's NormFreeBlock that its
+// statements keep past their last read: act3's input, conv2's output,
+// until conv3 returns (nfAct3), and conv3's output, the local out that
+// out = out * self.alpha + shortcut rebinds only once the sum is made,
+// until the block's last op (when nothing but that product reads it: no
+// attn_last in between).
+//
+// Worked example: nf_resnet50 at batch 32 under AMP keeps conv2's 16 MiB
+// output through conv3 in each block of its first stage, act3 makes a
+// 16 MiB output of its own, and conv3's 64 MiB output lives until the
+// residual sum is made: the measured step frees conv2's output only after
+// conv3's, and conv3's after the sum's (calibration/results/
+// timm_fresh32_traces.jsonl.gz, events 44, 50, 57, 64, 65, 66 and 70).
+func nfBlockLocals(f *schedule.Flow, h *schedule.Holds, last map[string]int32) {
+	g := f.Graph()
+	for i := range g.Nodes {
+		if !f.Runs(int32(i)) || len(g.Nodes[i].Inputs) == 0 {
+			continue
+		}
+		conv3 := nfAct3(f, int32(i))
+		if conv3 <= int32(i) {
+			continue
+		}
+		h.Until[i] = append(h.Until[i], schedule.Hold{V: g.Nodes[i].Inputs[0], End: conv3})
+		block, _ := path.Split(strings.TrimSuffix(schedule.ScopeOf(g.Nodes[i].Name), "/"))
+		out := g.Nodes[conv3].Outputs[0]
+		end, ok := last[block]
+		var readers []int32
+		for _, c := range g.Values[out].Consumers {
+			if f.Runs(c) {
+				readers = append(readers, c)
+			}
+		}
+		if ok && len(readers) == 1 && g.Nodes[readers[0]].OpType == "Mul" &&
+			schedule.ScopeOf(g.Nodes[readers[0]].Name) == block && end > readers[0] {
+			h.Until[readers[0]] = append(h.Until[readers[0]], schedule.Hold{V: out, End: end})
+		}
+	}
+}
+
 // embeddingLocals holds the output of an embedding that the module running
 // a model's blocks calls itself until that module's last op: transformers'
 // GPT2Model, LlamaModel, Qwen2Model and OPTDecoder write inputs_embeds =
@@ -569,7 +647,8 @@ func tokenModel(g *ir.Graph) bool {
 //     ConvMixer builds nn.ReLU() out of place; and an activation of its
 //     module's argument (argument), which no torchvision module runs in
 //     place: timm's NormFreeBlock applies act1 = nn.ReLU() to its input
-//     x out of place (traced: calibration/results/timm_nf_traces.jsonl.gz);
+//     x out of place (traced: calibration/results/timm_nf_traces.jsonl.gz),
+//     and its act3 too (nfAct3), where act2 runs in place;
 //   - a LeakyRelu runs in place when its input is a BatchNormalization
 //     output that nothing else reads: timm's ConvNormAct and
 //     BatchNormAct2d (Darknet's and CSPNet's layers) build it with
@@ -648,7 +727,7 @@ func InPlace(f *schedule.Flow) []bool {
 		case "Relu", "HardSwish":
 			ip[i] = (from == "BatchNormalization" || from == "Gemm" || from == "Add" || ip[p] ||
 				(n.OpType == "Relu" && from == "Conv" && !pooledInput(g, p) && !normed(g, n))) &&
-				!argument(f, scopes, int32(i), p)
+				!argument(f, scopes, int32(i), p) && nfAct3(f, int32(i)) < 0
 		case "LeakyRelu":
 			// timm's ConvNormAct and BatchNormAct2d build their
 			// activation with inplace=True; a block's activation after

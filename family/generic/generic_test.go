@@ -503,3 +503,52 @@ func TestArgumentLocals(t *testing.T) {
 		t.Errorf("holds (-want +got):\n%s", diff)
 	}
 }
+
+// TestNFBlockLocals checks timm's NormFreeBlock on nf_resnet50's export:
+// act2 runs in place and act3 out of place, act3's input (conv2's
+// output) is held until conv3's Conv and conv3's output until the
+// block's residual sum, in each of the 16 blocks.
+func TestNFBlockLocals(t *testing.T) {
+	g, err := ir.LoadFile(measured.Path("timm/nf_resnet50-train.onnx"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g, err = (Family{}).Prepare(g); err != nil {
+		t.Fatal(err)
+	}
+	s, err := g.Infer(ir.Binding{Batch: 2, Height: 256, Width: 256})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var holds []string
+	inPlace := map[string]int{}
+	if _, err := schedule.Build(g, s, schedule.Config{Holder: holderFunc(func(f *schedule.Flow) *schedule.Holds {
+		h := &schedule.Holds{Until: make([][]schedule.Hold, len(g.Nodes))}
+		nfBlockLocals(f, h, f.LastInScope())
+		for i, hs := range h.Until {
+			for _, x := range hs {
+				holds = append(holds, g.Nodes[g.Values[x.V].Producer].OpType+" read by "+g.Nodes[i].OpType+" until "+g.Nodes[x.End].Name[strings.LastIndexByte(g.Nodes[x.End].Name[:strings.LastIndexByte(g.Nodes[x.End].Name, '/')], '/')+1:])
+			}
+		}
+		for i, ip := range InPlace(f) {
+			if name := g.Nodes[i].Name; ip && strings.HasSuffix(name, "/Relu") {
+				inPlace[name[strings.LastIndexByte(name[:len(name)-len("/Relu")], '/')+1:]]++
+			}
+		}
+		return Family{}.Holds(f)
+	})}); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int{"Conv read by Relu until conv3/Conv": 16, "Conv read by Mul until stages.0.0/Add": 1}
+	got := map[string]int{}
+	for _, h := range holds {
+		got[h]++
+	}
+	if got["Conv read by Relu until conv3/Conv"] != 16 || got["Conv read by Mul until stages.0.0/Add"] != 1 || len(holds) != 32 {
+		t.Errorf("holds %v, want 32 with %v among them", got, want)
+	}
+	// The network's final_act is built with inplace=True as well.
+	if diff := cmp.Diff(map[string]int{"act2/Relu": 16, "final_act/Relu": 1}, inPlace); diff != "" {
+		t.Errorf("in-place ReLUs (-want +got):\n%s", diff)
+	}
+}

@@ -137,14 +137,16 @@ func TestTimmFreshReserved(t *testing.T) {
 // amp,fp32 --batches 32, calibration §33 and §34, an H100; the first call
 // ran out of time after eleven networks, the second measured the rest):
 // every allocated peak within 1% but mobilevit_s's AMP step (-1.03%);
-// 39 of the 77 reserved peaks to the byte and 73 within 2.1%, off by
-// segments whose placement differs: nf_resnet50 under AMP (+9.3%) and in
-// float32 (+2.9%), levit_128s's (-3.6%) and resmlp_12_224's (-3.1%) AMP
-// steps. dla34's float32 step read 4.1% low until the locals of its trees
-// were held (generic's argumentLocals, calibration §34).
+// 39 of the 77 reserved peaks to the byte and 74 within 2.1%, off by
+// segments whose placement differs: nf_resnet50 under AMP (+5.1%),
+// levit_128s's (-3.6%) and resmlp_12_224's (-3.1%) AMP steps. dla34's
+// float32 step read 4.1% low until the locals of its trees were held
+// (generic's argumentLocals, calibration §34), nf_resnet50's +9.3% (AMP)
+// and +2.9% (float32) until NormFreeBlock's were (nfBlockLocals: float32
+// now -1.1%).
 func TestTimmFresh32(t *testing.T) {
 	timmFresh(t, "timm_fresh32.jsonl", 77, 39, map[string]float64{"mobilevit_s": 0.011}, 0.01,
-		map[string]float64{"nf_resnet50": 0.093, "levit_128s": 0.036, "resmlp_12_224": 0.032}, 0.021)
+		map[string]float64{"nf_resnet50": 0.052, "levit_128s": 0.036, "resmlp_12_224": 0.032}, 0.021)
 }
 
 // TestTimmFreshHeldOut2 simulates the fourteen networks of the second
@@ -292,11 +294,14 @@ func TestAttentionNoFlashMeasured(t *testing.T) {
 // warm-up, so that a step's reserved peak carries the segments that the
 // steps before pinned (cuBLAS's workspaces among their blocks). Simulated
 // each as a fresh process instead, AMP at batch 1 reads up to 68% low
-// (its measured process had run float32 at 32 first). In order, 62 of the
-// 144 are exact to the byte, the median 0.16%, 128 within 3%; the worst
-// are ghostnet_100 (AMP at batch 1, +13.7%), resnest26d (AMP at batch 2,
-// +12.5%), nf_resnet50 (+11.5%), levit_128s, dla34 and repvgg_a2 (4 to
-// 10%): an open residual of issue 38.
+// (its measured process had run float32 at 32 first). In order, 64 of the
+// 144 are exact to the byte, the median 0.15%, 131 within 3%; the worst
+// are nf_resnet50's AMP step at batch 1 (-18.1%: it carries what the
+// float32 step at 32 pinned, whose segments read 5% off fresh too),
+// ghostnet_100 (AMP at batch 1, +13.7%), resnest26d (AMP at batch 2,
+// +12.5%), levit_128s, dla34 and repvgg_a2 (4 to 10%): an open residual of
+// issue 38. (Before NormFreeBlock's locals were simulated, nf_resnet50's
+// worst was +11.5% and 128 were within 3%.)
 func TestTimmReservedInOrder(t *testing.T) {
 	var (
 		process *sim.Process
@@ -331,8 +336,8 @@ func TestTimmReservedInOrder(t *testing.T) {
 	}
 	median, worst := errs[len(errs)/2], errs[len(errs)-1]
 	t.Logf("%d steps in their processes' order: %d to the byte, %d within 3%%, median %.2f%%, worst %.2f%%", len(errs), exact, within, 100*median, 100*worst)
-	if len(errs) != 144 || exact < 62 || within < 128 || median > 0.0025 || worst > 0.14 {
-		t.Errorf("%d steps: %d to the byte (want at least 62), %d within 3%% (want 128), median %.2f%% (want at most 0.25%%), worst %.2f%% (want at most 14%%)", len(errs), exact, within, 100*median, 100*worst)
+	if len(errs) != 144 || exact < 64 || within < 131 || median > 0.0025 || worst > 0.19 {
+		t.Errorf("%d steps: %d to the byte (want at least 64), %d within 3%% (want 131), median %.2f%% (want at most 0.25%%), worst %.2f%% (want at most 19%%)", len(errs), exact, within, 100*median, 100*worst)
 	}
 }
 
