@@ -1,6 +1,10 @@
 package schedule
 
-import "github.com/onnxmem/onnxmem/ir"
+import (
+	"slices"
+
+	"github.com/onnxmem/onnxmem/ir"
+)
 
 // scaled_dot_product_attention on a CUDA device, fused (the generic
 // family's ScaledDotProductAttention): under autocast the flash kernel
@@ -34,11 +38,16 @@ func attentionForward(o *fwdOp) {
 		mathAttentionForward(o)
 		return
 	}
-	for _, x := range []ir.ValueID{q, k, v} {
-		o.save(x)
-	}
 	learned := learnedBias(o.builder, n)
 	flash := o.lower && !o.cfg.NoFlash && !learned
+	for _, x := range []ir.ValueID{q, k, v} {
+		if flash && padded(s, x) {
+			// pad_last_dim's copy, which the kernel saves instead.
+			o.own(o.alloc(paddedElems(s, x)*o.low().Size(), Activation, ir.NoValue))
+			continue
+		}
+		o.save(x)
+	}
 	if o.lower {
 		o.dt[y] = o.low()
 	}
@@ -65,6 +74,19 @@ func attentionForward(o *fwdOp) {
 			}
 			o.own(o.alloc(s.Elems(m)/last*(last+8-last%8)*size, Activation, ir.NoValue))
 		}
+	}
+	if flash && padded(s, v) {
+		// The kernel writes a padded output, contiguous, and
+		// post_process_flash_output returns its slice to the head
+		// dim: the view keeps the padded storage, and a reshape of it
+		// copies.
+		o.vst[y] = o.alloc(paddedElems(s, y)*o.low().Size(), Activation, y)
+		o.save(y)
+		d := s.Dims[y]
+		st := rowMajor(slices.Concat(d[:len(d)-1], []int64{padTo8(d[len(d)-1])}))
+		o.setLayout(y, st)
+		o.own(o.alloc(s.Elems(q)/max(s.Dims[q][len(s.Dims[q])-1], 1)*4, Stats, ir.NoValue))
+		return
 	}
 	o.newOut(0, Activation)
 	o.save(y)
@@ -113,6 +135,10 @@ func attentionBackward(o *bwdOp) {
 	if mathKernel(n, s, o.autocast(), o.dt[q]) {
 		// As the forward decided.
 		mathAttentionBackward(o)
+		return
+	}
+	if flash && (padded(s, q) || padded(s, n.Inputs[1]) || padded(s, n.Inputs[2])) {
+		paddedFlashBackward(o)
 		return
 	}
 	c := int32(-1)
@@ -168,6 +194,74 @@ func attentionBackward(o *bwdOp) {
 		o.freeScratch(e)
 	}
 	o.freeScratch(c)
+}
+
+// Flash attention on a head dim that is not a multiple of 8
+// (aten/src/ATen/native/transformers/attention.cpp,
+// scaled_dot_product_attention's flash case): pad_last_dim<8, false> pads
+// q, k and v with zeros to the next multiple of 8 (at::pad, a new
+// contiguous tensor each), the kernel runs on the padded copies and saves
+// them, not q, k and v, and post_process_flash_output slices its padded
+// output back to the head dim, a view that keeps the padded storage. In
+// the backward, SliceBackward writes the output's gradient into a padded
+// zero tensor, the kernel makes padded gradients of q, k and v, and
+// ConstantPadNdBackward narrows each into a new tensor of its own dims.
+//
+// Worked example: mobilevit_s at batch 32 under AMP, its first
+// transformer's attention on [128, 4, 256, 36] float16: q, k and v are
+// views of the qkv projection's 28.3 MB output, padded to 40 into three
+// 10.5 MB copies; the output takes 10.5 MB, and timm's
+// x.transpose(1, 2).reshape(B, N, C) copies its 9.4 MB slice
+// (calibration/results/timm_fresh32_traces.jsonl.gz, attention.py:124
+// and :139). The projection's output is then freed as the attention
+// module returns, where saving q, k and v kept it: 13.7 MB more alive
+// after each such layer's forward.
+
+// padded reports whether value x's last dim is not a multiple of 8.
+func padded(s *ir.Shapes, x ir.ValueID) bool {
+	d := s.Dims[x]
+	return len(d) > 0 && d[len(d)-1]%8 != 0
+}
+
+// padTo8 rounds n up to a multiple of 8.
+func padTo8(n int64) int64 { return (n + 7) / 8 * 8 }
+
+// paddedElems returns the elements of value x with its last dim padded
+// to a multiple of 8.
+func paddedElems(s *ir.Shapes, x ir.ValueID) int64 {
+	d := s.Dims[x]
+	last := max(d[len(d)-1], 1)
+	return s.Elems(x) / last * padTo8(last)
+}
+
+// paddedFlashBackward emits the backward of flash attention on padded
+// head dims (above): the output's gradient padded, the kernel's padded
+// gradients of q, k and v and its float32 scratch, then each input's
+// gradient narrowed out of its padded one.
+func paddedFlashBackward(o *bwdOp) {
+	n, s := o.n, o.s
+	y := o.outs[0]
+	q := n.Inputs[0]
+	size := o.low().Size()
+	gy := o.scratch(paddedElems(s, y)*size, Grad)
+	var gp []int32
+	for _, x := range n.Inputs[:3] {
+		if padded(s, x) {
+			gp = append(gp, o.scratch(paddedElems(s, x)*size, Grad))
+		} else {
+			gp = append(gp, -1)
+			o.fresh(x)
+		}
+	}
+	rows := s.Elems(q) / max(s.Dims[q][len(s.Dims[q])-1], 1)
+	o.freeScratch(o.scratch(paddedElems(s, q)*4+rows*4+256, Grad))
+	o.freeScratch(gy)
+	for j, x := range n.Inputs[:3] {
+		if gp[j] >= 0 {
+			o.fresh(x)
+			o.freeScratch(gp[j])
+		}
+	}
 }
 
 // learnedBias reports whether attention node n adds a bias that is a

@@ -146,3 +146,37 @@ func attentionBuffers(p *Program, keep func(Buffer) bool) []string {
 	}
 	return got
 }
+
+// TestAttentionPaddedHeadDim checks flash attention on a head dim that is
+// not a multiple of 8: q, k and v of [2 4 12 12] under autocast (float16,
+// 2,304 bytes each). pad_last_dim copies each to a head dim of 16 (3,072
+// bytes), which the kernel saves instead of q, k and v; it draws its two
+// seeds, writes a padded output (3,072 bytes, of which the node's output
+// is a slice) and a logsumexp of 2·4·12 rows. The backward pads the
+// output's gradient (3,072 bytes), makes padded gradients of q, k and v
+// and its float32 scratch (q's accumulator at the padded dim, the rows'
+// delta, 256 bytes), then narrows each gradient to 2,304 bytes. A head
+// dim of 16 pads nothing (TestAttentionNoFlash).
+func TestAttentionPaddedHeadDim(t *testing.T) {
+	var sdpa oneOp
+	for _, tc := range oneOps {
+		if tc.op == "ScaledDotProductAttention" {
+			sdpa = tc
+		}
+	}
+	g, s, _, _, _ := oneOpGraphAt(t, sdpa, ir.Binding{Batch: 2, Height: 12, Width: 12})
+	p, err := Build(g, s, Config{Precision: AMP})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := attentionBuffers(p, func(Buffer) bool { return true })
+	want := []string{
+		"forward activation 3072", "forward activation 3072", "forward activation 3072",
+		"forward stats 8", "forward stats 8", "forward activation 3072", "forward stats 384",
+		"backward grad 3072", "backward grad 3072", "backward grad 3072", "backward grad 3072", "backward grad 6784",
+		"backward grad 2304", "backward grad 2304", "backward grad 2304",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("the padded attention's buffers differ (-want +got):\n%s", diff)
+	}
+}

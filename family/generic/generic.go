@@ -274,6 +274,7 @@ func (Family) Holds(f *schedule.Flow) *schedule.Holds {
 	coatLocals(f, h, last)
 	argumentLocals(f, h, last)
 	nfBlockLocals(f, h, last)
+	attentionLocals(f, h, last)
 	h.InPlace = InPlace(f)
 	return h
 }
@@ -568,6 +569,40 @@ func nfBlockLocals(f *schedule.Flow, h *schedule.Holds, last map[string]int32) {
 		if ok && len(readers) == 1 && g.Nodes[readers[0]].OpType == "Mul" &&
 			schedule.ScopeOf(g.Nodes[readers[0]].Name) == block && end > readers[0] {
 			h.Until[readers[0]] = append(h.Until[readers[0]], schedule.Hold{V: out, End: end})
+		}
+	}
+}
+
+// attentionLocals holds q, k and v of each fused attention until the
+// module that calls it returns: timm's Attention writes q, k, v =
+// qkv.unbind(0), transformers' attentions query_states, key_states and
+// value_states, torchvision's multi_head_attention_forward q, k, v, all
+// locals until the output projection has run. Where the kernel saves them
+// this changes nothing; where it saves copies instead (flash attention's
+// padded head dims, the math kernel's float32 copies), the projection
+// that q, k and v are views of stays until the module returns.
+//
+// Worked example: mobilevit_s at batch 32 under AMP pads its first
+// transformer's head dim of 36 for flash attention; the qkv projection's
+// 28.3 MB output, which q, k and v view, is freed after the output
+// projection has made its output (calibration/results/
+// timm_fresh32_traces.jsonl.gz, mobilevit_s's first attention), not as
+// the kernel returns.
+func attentionLocals(f *schedule.Flow, h *schedule.Holds, last map[string]int32) {
+	g := f.Graph()
+	for i := range g.Nodes {
+		n := &g.Nodes[i]
+		if n.OpType != "ScaledDotProductAttention" || !f.Runs(int32(i)) || len(n.Inputs) < 3 {
+			continue
+		}
+		end, ok := last[schedule.ScopeOf(n.Name)]
+		if !ok || end <= int32(i) {
+			continue
+		}
+		for _, v := range n.Inputs[:3] {
+			if f.Data(v) {
+				h.Until[i] = append(h.Until[i], schedule.Hold{V: v, End: end})
+			}
 		}
 	}
 }

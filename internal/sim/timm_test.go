@@ -49,11 +49,13 @@ import (
 // each serial stage's output and its NCHW copy (a .contiguous() that the
 // export drops) in Python locals until it returns, simulated so
 // (generic's coatLocals), put coat_lite_tiny's within 0.2% (-4.3% under
-// AMP at batch 32 before); the rest are bounded where they stand today.
+// AMP at batch 32 before); flash attention's padded head dims (calibration
+// §34) put mobilevit_s's within 0.1% (-1.04% before); levit_128s is
+// bounded where it stands today.
 func TestTimmModelSteps(t *testing.T) {
 	// bound is each network's largest |peak error| allowed: 1% where
 	// onnxmem's rules hold, today's error rounded up elsewhere.
-	bound := map[string]float64{"levit_128s": 0.015, "mobilevit_s": 0.011}
+	bound := map[string]float64{"levit_128s": 0.015}
 	timmPeaks(t, "timm_models.jsonl", 24, bound, 0.002)
 }
 
@@ -136,7 +138,9 @@ func TestTimmFreshReserved(t *testing.T) {
 // process of its own (calibration/timm_models.py --fresh --precisions
 // amp,fp32 --batches 32, calibration §33 and §34, an H100; the first call
 // ran out of time after eleven networks, the second measured the rest):
-// every allocated peak within 1% but mobilevit_s's AMP step (-1.03%);
+// every allocated peak within 1% (mobilevit_s's AMP step read -1.03%
+// until flash attention's padded head dims were simulated, calibration
+// §34: +0.07%);
 // 39 of the 77 reserved peaks to the byte and 74 within 2.1%, off by
 // segments whose placement differs: nf_resnet50 under AMP (+5.1%),
 // levit_128s's (-3.6%) and resmlp_12_224's (-3.1%) AMP steps. dla34's
@@ -145,7 +149,7 @@ func TestTimmFreshReserved(t *testing.T) {
 // and +2.9% (float32) until NormFreeBlock's were (nfBlockLocals: float32
 // now -1.1%).
 func TestTimmFresh32(t *testing.T) {
-	timmFresh(t, "timm_fresh32.jsonl", 77, 39, map[string]float64{"mobilevit_s": 0.011}, 0.01,
+	timmFresh(t, "timm_fresh32.jsonl", 77, 39, nil, 0.01,
 		map[string]float64{"nf_resnet50": 0.052, "levit_128s": 0.036, "resmlp_12_224": 0.032}, 0.021)
 }
 
