@@ -190,6 +190,16 @@ func dropoutBackward(o *bwdOp) {
 	passBackward(o)
 }
 
+// addcmulScaled allocates, for the product of an addcmul (fuse marks it),
+// the scaled tensor2 that AddcmulBackward0 makes before tensor1's
+// gradient, grad * (tensor2 * value) (derivatives.yaml), of the output's
+// size, and returns it for the caller to free once that product is made;
+// -1 for another product.
+func (o *bwdOp) addcmulScaled() int32 {
+	y := o.outs[0]
+	return o.copyIf(o.n.IntAttr("addcmul", 0) != 0, o.s.Elems(y)*o.dt[y].Size())
+}
+
 // mulBackward emits MulBackward0 and DivBackward0: a gradient of each
 // operand that needs one, and a parameter operand's .grad.
 func mulBackward(o *bwdOp) {
@@ -216,7 +226,9 @@ func mulBackward(o *bwdOp) {
 			continue
 		}
 		if broadcast && o.rg[v] && s.Elems(v) < s.Elems(y) {
+			scaled := o.addcmulScaled()
 			tmp = append(tmp, o.scratch(s.Elems(y)*o.dt[y].Size(), Grad))
+			o.freeScratch(scaled)
 			small = append(small, v)
 			continue
 		}
@@ -245,7 +257,9 @@ func mulBackward(o *bwdOp) {
 		}
 		var tmp int32 = -1
 		if s.Elems(v) < s.Elems(y) {
+			scaled := o.addcmulScaled()
 			tmp = o.scratch(s.Elems(y)*o.dt[y].Size(), Grad)
+			o.freeScratch(scaled)
 		}
 		o.paramGrad(v)
 		if tmp >= 0 {

@@ -39,7 +39,15 @@ import (
 //     .contiguous() (timm/models/coat.py), gets that .contiguous() back
 //     as a Contiguous node after the Transpose (coatNoCLS): the copy is
 //     the local x1_nocls, which the conv saves in float32 and which lives
-//     until forward_features returns (generic's coatLocals).
+//     until forward_features returns (generic's coatLocals);
+//   - torch.addcmul(input, t1, t2), which the exporter writes
+//     Add(input, Mul(Mul(t1, t2), 1)) (value=1), loses the Mul by 1: one
+//     kernel writes one output, which the graph then makes as t1·t2 with
+//     the Add run into it in place (InPlace's Add after a product by a
+//     parameter), its Mul marked addcmul (its backward computes t2·value
+//     before the product with the gradient); timm's Affine (ResMLP's
+//     norms, addcmul(beta, alpha, x)) wrote two transient copies of its
+//     output each time without it.
 //
 // Example: convnext_tiny's CNBlock has two linears and a GELU between them:
 // 12 nodes of the export become 3.
@@ -267,6 +275,43 @@ func fuse(g *ir.Graph) (*ir.Graph, error) {
 					contiguous(i)
 				}
 			}
+		case "Mul":
+			// addcmul's Mul by its value of 1, between a Mul and an Add.
+			if len(n.Inputs) != 2 || n.Outputs[0] == ir.NoValue {
+				continue
+			}
+			one := -1
+			for j, v := range n.Inputs {
+				if c := &g.Values[v]; isConst(v) && len(c.Floats) == 1 && c.Floats[0] == 1 {
+					one = j
+				}
+			}
+			if one < 0 {
+				continue
+			}
+			x := n.Inputs[1-one]
+			p := g.Values[x].Producer
+			if p < 0 || g.Nodes[p].OpType != "Mul" {
+				continue
+			}
+			if r, ok := only(x); !ok || r != n.ID {
+				continue
+			}
+			a, ok := only(n.Outputs[0])
+			if _, taken := replace[int(a)]; !ok || taken || g.Nodes[a].OpType != "Add" {
+				continue
+			}
+			// The product first: the Add runs into it in place.
+			add := g.Nodes[a]
+			add.Inputs = []ir.ValueID{x, other(&add, n.Outputs[0])}
+			if _, taken := replace[int(p)]; taken {
+				continue
+			}
+			mul := g.Nodes[p]
+			mul.Attrs = append(append([]ir.Attr(nil), mul.Attrs...), ir.Attr{Name: "addcmul", Kind: ir.AttrInt, Int: 1})
+			drop[i] = true
+			replace[int(p)] = mul
+			replace[int(a)] = add
 		case "Div":
 			// x / √2 → erf → + 1 → x · → · 0.5
 			x := n.Inputs[0]

@@ -3,10 +3,12 @@ package generic
 import (
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/onnxmem/onnxmem/internal/measured"
 	"github.com/onnxmem/onnxmem/ir"
+	"github.com/onnxmem/onnxmem/schedule"
 )
 
 // TestFuseConvNeXt checks the fusions on convnext_tiny's training export
@@ -139,5 +141,73 @@ func TestPackedProjectionNearMiss(t *testing.T) {
 		if got != c.contiguous {
 			t.Errorf("%s: a Contiguous node %v, want %v", c.what, got, c.contiguous)
 		}
+	}
+}
+
+// TestFuseAddcmul checks torch.addcmul on resmlp_12_224's export: each of
+// its 25 Affine norms (addcmul(beta, alpha, x), written Add(beta,
+// Mul(Mul(alpha, x), 1))) loses the Mul by 1; its Add reads the product
+// first, which InPlace then runs it into, so that the norm makes one
+// output, as the one kernel does. Fusing again changes nothing.
+func TestFuseAddcmul(t *testing.T) {
+	g, err := ir.LoadFile(measured.Path("timm/resmlp_12_224-train.onnx"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := fuse(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byOne := func(g *ir.Graph) int {
+		k := 0
+		for i := range g.Nodes {
+			if n := &g.Nodes[i]; n.OpType == "Mul" {
+				for _, v := range n.Inputs {
+					if c := &g.Values[v]; len(c.Floats) == 1 && c.Floats[0] == 1 {
+						k++
+					}
+				}
+			}
+		}
+		return k
+	}
+	if before, after := byOne(g), byOne(f); before != 25 || after != 0 {
+		t.Errorf("%d products by 1 before fusing and %d after, want 25 and 0", before, after)
+	}
+	marked := 0
+	for i := range f.Nodes {
+		n := &f.Nodes[i]
+		if n.OpType != "Mul" || n.IntAttr("addcmul", 0) == 0 {
+			continue
+		}
+		marked++
+		c := f.Values[n.Outputs[0]].Consumers
+		if len(c) != 1 || f.Nodes[c[0]].OpType != "Add" || f.Nodes[c[0]].Inputs[0] != n.Outputs[0] {
+			t.Errorf("%s: its product is not the first operand of one Add", n.Name)
+		}
+	}
+	if marked != 25 {
+		t.Errorf("%d products marked addcmul, want 25", marked)
+	}
+	if h, err := fuse(f); err != nil || h != f {
+		t.Errorf("fusing twice: %v, a new graph %v", err, h != f)
+	}
+	s, err := f.Infer(ir.Binding{Batch: 2, Height: 224, Width: 224})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inPlace := 0
+	if _, err := schedule.Build(f, s, schedule.Config{Holder: holderFunc(func(fl *schedule.Flow) *schedule.Holds {
+		for i, ip := range InPlace(fl) {
+			if n := &f.Nodes[i]; ip && strings.HasSuffix(n.Name, "/Add") && strings.Contains(n.Name, "norm") {
+				inPlace++
+			}
+		}
+		return Family{}.Holds(fl)
+	})}); err != nil {
+		t.Fatal(err)
+	}
+	if inPlace != 25 {
+		t.Errorf("%d of the norms' sums in place, want 25", inPlace)
 	}
 }

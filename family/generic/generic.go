@@ -773,7 +773,10 @@ func InPlace(f *schedule.Flow) []bool {
 		case "Add":
 			into := from == "BatchNormalization" && !projection(f, p, n.Inputs[1]) && !slices.Contains([]string{"layers", "fn"}, branch(n.Name, g.Nodes[p].Name)) ||
 				from == "Mul" && scaled(f, p)
-			ip[i] = into && len(n.Inputs) == 2 && f.Data(n.Inputs[1]) &&
+			// addcmul's sum (fuse) is its one kernel's output: the
+			// product's, whatever the other operand.
+			addcmul := from == "Mul" && g.Nodes[p].IntAttr("addcmul", 0) != 0
+			ip[i] = (into || addcmul) && len(n.Inputs) == 2 && (f.Data(n.Inputs[1]) || addcmul) &&
 				slices.Equal(f.Shapes().Dims[x], f.Shapes().Dims[n.Outputs[0]])
 		}
 	}
