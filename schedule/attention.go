@@ -235,31 +235,54 @@ func paddedElems(s *ir.Shapes, x ir.ValueID) int64 {
 }
 
 // paddedFlashBackward emits the backward of flash attention on padded
-// head dims (above): the output's gradient padded, the kernel's padded
-// gradients of q, k and v and its float32 scratch, then each input's
-// gradient narrowed out of its padded one.
+// head dims (above), in the order of mobilevit_s's trace: SliceBackward's
+// padded gradient of the output; _flash_attention_backward's contiguous
+// copies of it and of the saved padded output (both strided in the
+// kernel's (B, L, H, D) order), the kernel's padded gradients of q, k and
+// v, its rows' delta and its float32 accumulator of q's gradient (the
+// head dim rounded up to 32), and the expanded k and v gradients of
+// grouped-query attention; then, once the node has let its saved tensors
+// go, ConstantPadNdBackward narrows v's, k's and q's padded gradients,
+// each into a new one of its own dims.
 func paddedFlashBackward(o *bwdOp) {
 	n, s := o.n, o.s
 	y := o.outs[0]
 	q := n.Inputs[0]
 	size := o.low().Size()
 	gy := o.scratch(paddedElems(s, y)*size, Grad)
-	var gp []int32
-	for _, x := range n.Inputs[:3] {
-		if padded(s, x) {
-			gp = append(gp, o.scratch(paddedElems(s, x)*size, Grad))
-		} else {
-			gp = append(gp, -1)
+	copies := []int32{o.scratch(paddedElems(s, y)*size, Copy), o.scratch(paddedElems(s, y)*size, Copy)}
+	grads := make([]int32, 3)
+	for j, x := range n.Inputs[:3] {
+		grads[j] = -1
+		if !padded(s, x) {
 			o.fresh(x)
+			continue
+		}
+		if o.rg[x] {
+			grads[j] = o.alloc(paddedElems(s, x)*size, Grad, x)
 		}
 	}
-	rows := s.Elems(q) / max(s.Dims[q][len(s.Dims[q])-1], 1)
-	o.freeScratch(o.scratch(paddedElems(s, q)*4+rows*4+256, Grad))
+	var expanded []int32
+	if n.IntAttr("gqa", 0) != 0 {
+		for _, x := range n.Inputs[1:3] {
+			expanded = append(expanded, o.scratch(paddedElems(s, x)*int64(groups(s, n))*size, Grad))
+		}
+	}
+	d := s.Dims[q]
+	rows := s.Elems(q) / max(d[len(d)-1], 1)
+	delta := o.scratch(rows*4, Stats)
+	o.freeScratch(o.scratch(rows*((padTo8(d[len(d)-1])+31)/32*32)*4, Grad))
+	o.freeScratch(delta)
+	for _, e := range expanded {
+		o.freeScratch(e)
+	}
+	for _, c := range copies {
+		o.freeScratch(c)
+	}
 	o.freeScratch(gy)
-	for j, x := range n.Inputs[:3] {
-		if gp[j] >= 0 {
-			o.fresh(x)
-			o.freeScratch(gp[j])
+	for j := 2; j >= 0; j-- {
+		if grads[j] >= 0 {
+			o.later(grads[j], n.Inputs[j], false)
 		}
 	}
 }

@@ -153,10 +153,12 @@ func attentionBuffers(p *Program, keep func(Buffer) bool) []string {
 // bytes), which the kernel saves instead of q, k and v; it draws its two
 // seeds, writes a padded output (3,072 bytes, of which the node's output
 // is a slice) and a logsumexp of 2·4·12 rows. The backward pads the
-// output's gradient (3,072 bytes), makes padded gradients of q, k and v
-// and its float32 scratch (q's accumulator at the padded dim, the rows'
-// delta, 256 bytes), then narrows each gradient to 2,304 bytes. A head
-// dim of 16 pads nothing (TestAttentionNoFlash).
+// output's gradient (3,072 bytes), copies it and the saved output
+// contiguous (3,072 each), makes padded gradients of q, k and v, the
+// rows' delta (384 bytes) and a float32 accumulator of q's gradient at the
+// head dim rounded up to 32 (96 rows of 32, 12,288 bytes), then, after the
+// node, narrows v's, k's and q's gradients to 2,304 bytes each. A head dim
+// of 16 pads nothing (TestAttentionNoFlash).
 func TestAttentionPaddedHeadDim(t *testing.T) {
 	var sdpa oneOp
 	for _, tc := range oneOps {
@@ -173,7 +175,8 @@ func TestAttentionPaddedHeadDim(t *testing.T) {
 	want := []string{
 		"forward activation 3072", "forward activation 3072", "forward activation 3072",
 		"forward stats 8", "forward stats 8", "forward activation 3072", "forward stats 384",
-		"backward grad 3072", "backward grad 3072", "backward grad 3072", "backward grad 3072", "backward grad 6784",
+		"backward grad 3072", "backward copy 3072", "backward copy 3072",
+		"backward grad 3072", "backward grad 3072", "backward grad 3072", "backward stats 384", "backward grad 12288",
 		"backward grad 2304", "backward grad 2304", "backward grad 2304",
 	}
 	if diff := cmp.Diff(want, got); diff != "" {

@@ -409,7 +409,9 @@ func coatLocals(f *schedule.Flow, h *schedule.Holds, last map[string]int32) {
 // with other tensors: when child C of module M reads tensors made outside
 // C by more than one source (M's arguments or different children of M),
 // M's forward names them (x1 = self.tree1(x, shortcut)), and each one made
-// inside M lives in M's locals until M returns. A child that reads only
+// inside M that only C reads lives in M's locals until M returns (one
+// that M reads again, a decoder layer's x in x + attn(x, memory), is
+// rebound there). A child that reads only
 // what one earlier child made (a tuple passed along a Sequential, x =
 // block(x)) takes its arguments as the container rebinds them; so does one
 // that reads no argument of M (DPN's blocks pass (resid, dense) along,
@@ -491,6 +493,14 @@ func argumentLocals(f *schedule.Flow, h *schedule.Holds, last map[string]int32) 
 			if p < 0 || !strings.HasPrefix(schedule.ScopeOf(g.Nodes[p].Name), m) || end <= x.reader {
 				continue
 			}
+			// A value that M itself reads again after the child (the
+			// residual x + attn(x, memory) of a decoder layer, which
+			// rebinds x) is not a local the child alone is given.
+			if slices.ContainsFunc(g.Values[x.v].Consumers, func(r int32) bool {
+				return f.Runs(r) && !strings.HasPrefix(g.Nodes[r].Name, c)
+			}) {
+				continue
+			}
 			h.Until[x.reader] = append(h.Until[x.reader], schedule.Hold{V: x.v, End: end})
 		}
 	}
@@ -556,7 +566,13 @@ func nfBlockLocals(f *schedule.Flow, h *schedule.Holds, last map[string]int32) {
 		if conv3 <= int32(i) {
 			continue
 		}
-		h.Until[i] = append(h.Until[i], schedule.Hold{V: g.Nodes[i].Inputs[0], End: conv3})
+		// act3's input comes from outside it (GammaAct's mul_ after its
+		// GELU reads the GELU's output).
+		x := g.Nodes[i].Inputs[0]
+		if p := g.Values[x].Producer; p >= 0 && schedule.ScopeOf(g.Nodes[p].Name) == schedule.ScopeOf(g.Nodes[i].Name) {
+			continue
+		}
+		h.Until[i] = append(h.Until[i], schedule.Hold{V: x, End: conv3})
 		block, _ := path.Split(strings.TrimSuffix(schedule.ScopeOf(g.Nodes[i].Name), "/"))
 		out := g.Nodes[conv3].Outputs[0]
 		end, ok := last[block]
