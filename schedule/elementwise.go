@@ -219,6 +219,57 @@ func mulBackward(o *bwdOp) {
 	if broadcast {
 		ins = []ir.ValueID{n.Inputs[1], n.Inputs[0]}
 	}
+	// addcmul's gradients come in derivatives.yaml's order: tensor1's
+	// (the parameter's product) before tensor2's.
+	addcmul := n.IntAttr("addcmul", 0) != 0
+	if !addcmul {
+		mulDataGrads(o, ins, broadcast)
+	}
+	// A parameter operand (a layer scale) gets its .grad: for a
+	// broadcast one, the product of the output's size first, reduced
+	// to the parameter's shape, then the product goes.
+	for _, v := range n.Inputs[:2] {
+		if v == ir.NoValue || !o.param[v] || o.paramGrads[v] >= 0 || k != ir.EagerMul {
+			continue
+		}
+		var tmp int32 = -1
+		if s.Elems(v) < s.Elems(y) {
+			scaled := o.addcmulScaled()
+			tmp = o.scratch(s.Elems(y)*o.dt[y].Size(), Grad)
+			o.freeScratch(scaled)
+		}
+		if addcmul {
+			mulDataGrads(o, ins, broadcast)
+			addcmul = false
+		}
+		o.paramGrad(v)
+		if tmp >= 0 {
+			// The product's sum to a per-channel parameter ([C, 1, 1],
+			// ConvNeXt's layer scale) is the reduction of a conv bias's
+			// gradient: over N·H·W rows of C columns when the product
+			// is channels-last, as it follows the gradient's layout.
+			if len(s.Dims[y]) == 4 && s.Elems(v) == s.Dims[y][1] {
+				rows := s.Elems(y) / max(s.Elems(v), 1)
+				if gradChannelsLast(o.gy, s.Dims[y]) {
+					o.columnSum(rows, s.Elems(v))
+				} else {
+					o.channelSum(rows, s.Elems(v), false)
+				}
+			}
+			o.freeScratch(tmp)
+		}
+	}
+	if addcmul {
+		mulDataGrads(o, ins, broadcast)
+	}
+}
+
+// mulDataGrads makes the gradients of a product's operands in ins that
+// are not parameters awaiting their .grad: a broadcast one's product of
+// the output's size first, summed to its shape once the others are made.
+func mulDataGrads(o *bwdOp, ins []ir.ValueID, broadcast bool) {
+	s := o.s
+	y := o.outs[0]
 	var tmp []int32
 	var small []ir.ValueID
 	for j, v := range ins {
@@ -247,36 +298,6 @@ func mulBackward(o *bwdOp) {
 	for j, v := range small {
 		o.fresh(v)
 		o.freeScratch(tmp[j])
-	}
-	// A parameter operand (a layer scale) gets its .grad: for a
-	// broadcast one, the product of the output's size first, reduced
-	// to the parameter's shape, then the product goes.
-	for _, v := range n.Inputs[:2] {
-		if v == ir.NoValue || !o.param[v] || o.paramGrads[v] >= 0 || k != ir.EagerMul {
-			continue
-		}
-		var tmp int32 = -1
-		if s.Elems(v) < s.Elems(y) {
-			scaled := o.addcmulScaled()
-			tmp = o.scratch(s.Elems(y)*o.dt[y].Size(), Grad)
-			o.freeScratch(scaled)
-		}
-		o.paramGrad(v)
-		if tmp >= 0 {
-			// The product's sum to a per-channel parameter ([C, 1, 1],
-			// ConvNeXt's layer scale) is the reduction of a conv bias's
-			// gradient: over N·H·W rows of C columns when the product
-			// is channels-last, as it follows the gradient's layout.
-			if len(s.Dims[y]) == 4 && s.Elems(v) == s.Dims[y][1] {
-				rows := s.Elems(y) / max(s.Elems(v), 1)
-				if gradChannelsLast(o.gy, s.Dims[y]) {
-					o.columnSum(rows, s.Elems(v))
-				} else {
-					o.channelSum(rows, s.Elems(v), false)
-				}
-			}
-			o.freeScratch(tmp)
-		}
 	}
 }
 
