@@ -239,8 +239,10 @@ func paddedElems(s *ir.Shapes, x ir.ValueID) int64 {
 // padded gradient of the output; _flash_attention_backward's contiguous
 // copies of it and of the saved padded output (both strided in the
 // kernel's (B, L, H, D) order), the kernel's padded gradients of q, k and
-// v, its rows' delta and its float32 accumulator of q's gradient (the
-// head dim rounded up to 32), and the expanded k and v gradients of
+// v (of all three: autograd drops those no input needs), its rows' delta
+// and its float32 accumulator of q's gradient (the head dim rounded up to
+// 32; FlashAttention-2 may round the rows to 128 too, which mobilevit_s's
+// 256 tokens cannot show), and the expanded k and v gradients of
 // grouped-query attention; then, once the node has let its saved tensors
 // go, ConstantPadNdBackward narrows v's, k's and q's padded gradients,
 // each into a new one of its own dims.
@@ -250,36 +252,41 @@ func paddedFlashBackward(o *bwdOp) {
 	q := n.Inputs[0]
 	size := o.low().Size()
 	gy := o.scratch(paddedElems(s, y)*size, Grad)
+	// SliceBackward lets the unpadded incoming gradient go once it has
+	// copied it in.
+	if o.data[y] && o.slot[y] >= 0 {
+		o.unref(o.grads[o.slot[y]].st)
+		o.slot[y] = -1
+	}
 	copies := []int32{o.scratch(paddedElems(s, y)*size, Copy), o.scratch(paddedElems(s, y)*size, Copy)}
+	// The kernel makes all three padded gradients; autograd drops those
+	// of inputs that need none once the node returns.
 	grads := make([]int32, 3)
+	var dropped []int32
 	for j, x := range n.Inputs[:3] {
 		grads[j] = -1
-		if !padded(s, x) {
+		switch {
+		case !padded(s, x):
 			o.fresh(x)
-			continue
-		}
-		if o.rg[x] {
+		case o.rg[x]:
 			grads[j] = o.alloc(paddedElems(s, x)*size, Grad, x)
+		default:
+			dropped = append(dropped, o.scratch(paddedElems(s, x)*size, Grad))
 		}
 	}
+	d := s.Dims[q]
+	rows := s.Elems(q) / max(d[len(d)-1], 1)
+	delta := o.scratch(rows*4, Stats)
+	acc := o.scratch(rows*((padTo8(d[len(d)-1])+31)/32*32)*4, Grad)
 	var expanded []int32
 	if n.IntAttr("gqa", 0) != 0 {
 		for _, x := range n.Inputs[1:3] {
 			expanded = append(expanded, o.scratch(paddedElems(s, x)*int64(groups(s, n))*size, Grad))
 		}
 	}
-	d := s.Dims[q]
-	rows := s.Elems(q) / max(d[len(d)-1], 1)
-	delta := o.scratch(rows*4, Stats)
-	o.freeScratch(o.scratch(rows*((padTo8(d[len(d)-1])+31)/32*32)*4, Grad))
-	o.freeScratch(delta)
-	for _, e := range expanded {
-		o.freeScratch(e)
+	for _, b := range slices.Concat([]int32{acc, delta}, expanded, copies, []int32{gy}, dropped) {
+		o.freeScratch(b)
 	}
-	for _, c := range copies {
-		o.freeScratch(c)
-	}
-	o.freeScratch(gy)
 	for j := 2; j >= 0; j-- {
 		if grads[j] >= 0 {
 			o.later(grads[j], n.Inputs[j], false)

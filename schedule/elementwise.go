@@ -221,7 +221,9 @@ func mulBackward(o *bwdOp) {
 	}
 	// addcmul's gradients come in derivatives.yaml's order: tensor1's
 	// (the parameter's product) before tensor2's.
-	addcmul := n.IntAttr("addcmul", 0) != 0
+	// (fuse writes the product t1 * t2 with the parameter first, as
+	// ResMLP's addcmul(beta, alpha, x) passes it).
+	addcmul := n.IntAttr("addcmul", 0) != 0 && o.param[n.Inputs[0]]
 	if !addcmul {
 		mulDataGrads(o, ins, broadcast)
 	}

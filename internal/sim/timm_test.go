@@ -145,7 +145,7 @@ func TestTimmFreshReserved(t *testing.T) {
 // segments whose placement differs: nf_resnet50 under AMP (+5.1%) and
 // levit_128s's AMP step (-3.6%). resmlp_12_224's AMP step read -3.1%
 // until torch.addcmul was one op (generic's fuse, calibration §34: -1.6%;
-// its float32 step -1.0%, as before); dla34's
+// its float32 step -1.0%, as without the rule); dla34's
 // float32 step read 4.1% low until the locals of its trees were held
 // (generic's argumentLocals, calibration §34), nf_resnet50's +9.3% (AMP)
 // and +2.9% (float32) until NormFreeBlock's were (nfBlockLocals: float32
