@@ -65,30 +65,25 @@ func attentionForward(o *fwdOp) {
 		// (aten/src/ATen/native/transformers/attention.cpp; TinyViT's
 		// [heads, 49, 49] float32 bias at batch 1 became [heads, 49, 56],
 		// calibration/results/timm_tinyvit_traces.jsonl.gz).
-		m := n.Inputs[3]
-		if d := s.Dims[m]; len(d) > 0 && d[len(d)-1]%8 != 0 {
-			last := d[len(d)-1]
+		if m := n.Inputs[3]; padded(s, m) {
 			size := o.dt[m].Size()
 			if o.lower {
 				size = o.low().Size()
 			}
-			o.own(o.alloc(s.Elems(m)/last*(last+8-last%8)*size, Activation, ir.NoValue))
+			o.own(o.alloc(paddedElems(s, m)*size, Activation, ir.NoValue))
 		}
 	}
-	if flash && padded(s, v) {
+	d := s.Dims[y]
+	pad := flash && padded(s, v)
+	if pad {
 		// The kernel writes a padded output, contiguous, and
 		// post_process_flash_output returns its slice to the head
 		// dim: the view keeps the padded storage, and a reshape of it
 		// copies.
 		o.vst[y] = o.alloc(paddedElems(s, y)*o.low().Size(), Activation, y)
-		o.save(y)
-		d := s.Dims[y]
-		st := rowMajor(slices.Concat(d[:len(d)-1], []int64{padTo8(d[len(d)-1])}))
-		o.setLayout(y, st)
-		o.own(o.alloc(s.Elems(q)/max(s.Dims[q][len(s.Dims[q])-1], 1)*4, Stats, ir.NoValue))
-		return
+	} else {
+		o.newOut(0, Activation)
 	}
-	o.newOut(0, Activation)
 	o.save(y)
 	// The flash kernel writes its output in q's memory order, (L, B,
 	// H, D) for a MultiheadAttention's heads, so the transpose back
@@ -99,9 +94,10 @@ func attentionForward(o *fwdOp) {
 	// L, H, D) order, as memory-efficient attention's output always is (a
 	// q sliced from a packed qkv projection, timm's Attention, is not
 	// dense).
-	d := s.Dims[y]
 	st := o.denseStrides(q)
 	switch {
+	case pad:
+		o.setLayout(y, rowMajor(slices.Concat(d[:len(d)-1], []int64{padTo8(d[len(d)-1])})))
 	case flash && dense(s.Dims[q], st):
 		o.setLayout(y, st) // empty_like keeps a dense q's strides
 	case len(d) == 4:
