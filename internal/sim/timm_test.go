@@ -50,12 +50,20 @@ import (
 // export drops) in Python locals until it returns, simulated so
 // (generic's coatLocals), put coat_lite_tiny's within 0.2% (-4.3% under
 // AMP at batch 32 before); flash attention's padded head dims (calibration
-// §34) put mobilevit_s's within 0.1% (-1.04% before); levit_128s is
-// bounded where it stands today.
+// §34) put mobilevit_s's within 0.1% (-1.04% before). Each network's
+// steps are simulated in one process in the order they ran (timmPeaks):
+// simulated each alone, levit_128s's AMP step at batch 2 read -1.45%,
+// its requested peak equal to the one a fresh process measured
+// (timm_fresh_amp1.jsonl) and its allocated peak 1.6 MB higher, the
+// blocks the float32 steps before it left in the cache; in order, -0.78%.
+// resnest26d's AMP step at batch 2 reads -1.27% in order (-0.80% alone):
+// which of two free blocks of a size a request takes depends on where
+// the driver put their segments (calibration §11), bounded where it
+// stands today.
 func TestTimmModelSteps(t *testing.T) {
 	// bound is each network's largest |peak error| allowed: 1% where
 	// onnxmem's rules hold, today's error rounded up elsewhere.
-	bound := map[string]float64{"levit_128s": 0.015}
+	bound := map[string]float64{"resnest26d": 0.013}
 	timmPeaks(t, "timm_models.jsonl", 24, bound, 0.002)
 }
 
@@ -216,27 +224,31 @@ func timmFresh(t *testing.T, file string, want, exact int, peak map[string]float
 	}
 }
 
-// timmPeaks simulates every model step of a timm_models.py file and
-// checks each allocated peak against the measured one: within bound[cfg]
+// timmPeaks simulates every model step of a timm_models.py file, each
+// network's steps in one simulated process in the file's order, as the
+// script ran them (the cache emptied before each warm-up), and checks
+// each allocated peak against the measured one: within bound[cfg]
 // (1% where a network has none), the median error within median, and the
 // file's networks numbering want, each with its six steps.
 func timmPeaks(t *testing.T, file string, want int, bound map[string]float64, median float64) {
 	t.Helper()
-	models := map[string]*sim.Model{}
-	var errs []float64
-	var out strings.Builder
+	var (
+		errs    []float64
+		out     strings.Builder
+		process *sim.Process
+	)
 	seen := map[string]bool{}
 	for _, l := range timmSteps(t, file) {
-		seen[l.Cfg] = true
-		m, ok := models[l.Cfg]
-		if !ok {
-			var err error
-			if m, err = sim.Load(measured.Path(l.Model)); err != nil {
+		if !seen[l.Cfg] {
+			// A network's steps ran in one process, in the file's order.
+			seen[l.Cfg] = true
+			m, err := sim.Load(measured.Path(l.Model))
+			if err != nil {
 				t.Fatal(err)
 			}
-			models[l.Cfg] = m
+			process = m.NewProcess()
 		}
-		r, err := m.Simulate(sim.Options{Batch: l.Batch, Height: l.height(), Width: l.width(), AMP: l.AMP})
+		r, err := process.Simulate(sim.Options{Batch: l.Batch, Height: l.height(), Width: l.width(), AMP: l.AMP, EmptyCache: sim.EmptyCacheWarmUp})
 		if err != nil {
 			t.Fatalf("%s batch %d: %v", l.Cfg, l.Batch, err)
 		}
