@@ -14,6 +14,8 @@ and measured in the same fresh process:
     m0, after_fwd, peak, peak_req, peak_reserved; torch.cuda.empty_cache() before each scenario.
 With TIMM_TRACE=B:amp|fp32 the measured step of that scenario is traced (the allocator's
 actions, sizes and innermost timm or torch frame), kept in DIR/timm_traces.jsonl.gz.
+With TIMM_TRACE_FROM=init too, the trace starts when CUDA does (before the model's load, so
+the warm-up step and every segment_alloc are in it) and keeps the events' whole addresses.
 With TIMM_SDPA=efficient every forward runs under
 torch.nn.attention.sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION): scaled_dot_product_attention on
 its memory-efficient kernel in float16 too, as on a card without flash attention (below sm 8.0).
@@ -78,6 +80,9 @@ try:
     torch.backends.cudnn.benchmark = False
     dev = torch.device("cuda")
     torch.cuda.init()
+    whole = os.environ.get("TIMM_TRACE_FROM") == "init" and bool(os.environ.get("TIMM_TRACE"))
+    if whole:  # the traced scenario's history from CUDA's start: the load, the warm-up step, its segments
+        torch.cuda.memory._record_memory_history(enabled="all", context="alloc", stacks="python", max_entries=4000000)
     model = model.to(dev)
     pb = sum(p.numel() * p.element_size() for p in model.parameters())
     bb = sum(b.numel() * b.element_size() for b in model.buffers())
@@ -116,7 +121,7 @@ try:
                 torch.cuda.synchronize()
                 torch.cuda.reset_peak_memory_stats()
                 traced = os.environ.get("TIMM_TRACE") == "%%d:%%s" %% (B, "amp" if amp else "fp32")
-                if traced:
+                if traced and not whole:
                     torch.cuda.memory._record_memory_history(enabled="all", context="alloc", stacks="python", max_entries=2000000)
                 m0 = torch.cuda.memory_allocated()
                 fwd = step(x, amp)
@@ -127,7 +132,7 @@ try:
                     for e in torch.cuda.memory._snapshot()["device_traces"][0]:
                         fr = [f for f in (e.get("frames") or []) if "timm" in f["filename"] or "/torch/" in f["filename"]]
                         where = "%%s:%%d:%%s" %% (os.path.basename(fr[0]["filename"]), fr[0]["line"], fr[0]["name"]) if fr else ""
-                        ev.append([e["action"], e["size"], e["addr"] %% 100000007, where])
+                        ev.append([e["action"], e["size"], e["addr"] if whole else e["addr"] %% 100000007, where])
                     torch.cuda.memory._record_memory_history(enabled=None)
                     rec.append({"kind": "trace", "cfg": name, "batch": B, "amp": amp, "events": ev})
                 rec.append({"kind": "model_step", **common, "batch": B, "img": max(h, w), "amp": amp, "segments": 0,
