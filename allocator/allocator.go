@@ -473,6 +473,14 @@ type Allocator struct {
 	// before it (TopDown unless set). Reset sets it to TopDown again.
 	Placement Placement
 
+	// SegmentAddr, when set, gives the address of each new cudaMalloc
+	// segment of size bytes in place of Placement's, as a replay of a
+	// device recording does: the address the device gave the segment
+	// (torch.cuda.memory._record_memory_history's segment_alloc). A
+	// segment it has no address for (false) is placed by Placement. Reset
+	// clears it; CopyFrom keeps a's own.
+	SegmentAddr func(size int64) (addr int64, ok bool)
+
 	// addrHint, when not 0, is where the next segment created (a cudaMalloc,
 	// or an expandable segment's address space) starts; tests that replay a
 	// device recording set it to the address the device returned.
@@ -537,9 +545,10 @@ func (a *Allocator) Reset(c Config) {
 // CopyFrom makes a the copy of src: the same segments, blocks, pools,
 // counters and configuration, and the same IDs for its live allocations,
 // so that the same requests then give the same results in both. It keeps
-// a's memory for the copy, and a's own Observe: src's is not copied.
+// a's memory for the copy, and a's own Observe and SegmentAddr: src's
+// are not copied.
 func (a *Allocator) CopyFrom(src *Allocator) {
-	small, large, observe := a.small, a.large, a.Observe
+	small, large, observe, segAddr := a.small, a.large, a.Observe, a.SegmentAddr
 	small.copyFrom(&src.small)
 	large.copyFrom(&src.large)
 	cs := a.cs
@@ -549,21 +558,22 @@ func (a *Allocator) CopyFrom(src *Allocator) {
 	}
 	base, unmapped := cs.base, cs.unmapped
 	*a = Allocator{
-		small:     small,
-		large:     large,
-		blocks:    append(a.blocks[:0], src.blocks...),
-		spare:     append(a.spare[:0], src.spare...),
-		live:      append(a.live[:0], src.live...),
-		nextAddr:  src.nextAddr,
-		down:      src.down,
-		st:        src.st,
-		Capacity:  src.Capacity,
-		conf:      src.conf,
-		cfg:       src.cfg,
-		cs:        src.cs,
-		addrHint:  src.addrHint,
-		Placement: src.Placement,
-		Observe:   observe,
+		small:       small,
+		large:       large,
+		blocks:      append(a.blocks[:0], src.blocks...),
+		spare:       append(a.spare[:0], src.spare...),
+		live:        append(a.live[:0], src.live...),
+		nextAddr:    src.nextAddr,
+		down:        src.down,
+		st:          src.st,
+		Capacity:    src.Capacity,
+		conf:        src.conf,
+		cfg:         src.cfg,
+		cs:          src.cs,
+		addrHint:    src.addrHint,
+		Placement:   src.Placement,
+		Observe:     observe,
+		SegmentAddr: segAddr,
 	}
 	a.cs.base, a.cs.unmapped = base, unmapped
 }
@@ -753,6 +763,11 @@ const mallocTop = 1 << 50
 // mallocAddr returns the address of a new cudaMalloc segment of size
 // bytes: just below the last one, or with BottomUp just above it.
 func (a *Allocator) mallocAddr(size int64) int64 {
+	if a.SegmentAddr != nil {
+		if addr, ok := a.SegmentAddr(size); ok {
+			return addr
+		}
+	}
 	if h := a.addrHint; h != 0 {
 		a.addrHint = 0
 		return h

@@ -28,3 +28,13 @@ func LoadResidents(a *allocator.Allocator, p *schedule.Program, ids []allocator.
 
 // Median is the tests' median (the upper one of an even count).
 var Median = median
+
+// SimulateRecorded simulates sc with each new segment at the address that
+// recorded gives, a device recording's (runRecorded).
+func SimulateRecorded(m *Model, sc Options, recorded func(size int64) (int64, bool)) (*Result, error) {
+	p, err := m.program(sc)
+	if err != nil {
+		return nil, err
+	}
+	return runRecorded(p, sc, recorded), nil
+}

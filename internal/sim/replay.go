@@ -48,7 +48,7 @@ func Run(p *schedule.Program, sc Options) *Result {
 func runPlaced(p *schedule.Program, sc Options, place allocator.Placement) *Result {
 	s := scratches.Get().(*scratch)
 	defer scratches.Put(s)
-	r, _ := runInto(s, p, sc, nil, nil, false, place)
+	r, _ := runInto(s, p, sc, nil, nil, false, place, nil)
 	return r
 }
 
@@ -106,7 +106,17 @@ var scratches = sync.Pool{New: func() any { return new(scratch) }}
 // Result with the liveness analysis of the step: under a limit, of the
 // placement that runs out of memory where one does (as Run answers).
 func run(p *schedule.Program, sc Options, begin func(*allocator.Allocator), observe func(int, allocator.Stats)) (*Result, *liveness.Analysis) {
-	return runInto(new(scratch), p, sc, begin, observe, true, placementOf(p, sc))
+	return runInto(new(scratch), p, sc, begin, observe, true, placementOf(p, sc), nil)
+}
+
+// runRecorded is run with each new cudaMalloc segment at the address that
+// recorded gives, a device recording's (allocator.Allocator.SegmentAddr),
+// the residents loaded afresh: it tells a reserved peak that differs
+// because the driver placed the segments elsewhere from one that differs
+// because the events do (calibration §35).
+func runRecorded(p *schedule.Program, sc Options, recorded func(size int64) (int64, bool)) *Result {
+	r, _ := runInto(new(scratch), p, sc, nil, nil, false, allocator.TopDown, recorded)
+	return r
 }
 
 // placementOf returns the placement whose replay Run answers with: TopDown,
@@ -140,9 +150,10 @@ func bothPlacements(sc Options) bool {
 }
 
 // runInto is run with its memory taken from s and the allocator's segments
-// placed as place says. It returns the liveness analysis of the step only
-// when analyze is set; the Result does not need it.
-func runInto(s *scratch, p *schedule.Program, sc Options, begin func(*allocator.Allocator), observe func(int, allocator.Stats), analyze bool, place allocator.Placement) (*Result, *liveness.Analysis) {
+// placed as place says, or where recorded puts them when it is not nil
+// (runRecorded). It returns the liveness analysis of the step only when
+// analyze is set; the Result does not need it.
+func runInto(s *scratch, p *schedule.Program, sc Options, begin func(*allocator.Allocator), observe func(int, allocator.Stats), analyze bool, place allocator.Placement, recorded func(int64) (int64, bool)) (*Result, *liveness.Analysis) {
 	how, err := replayOf(sc, p)
 	if err != nil {
 		panic(fmt.Sprintf("onnxmem: Run of a scenario that Supported refuses: %v", err))
@@ -150,7 +161,7 @@ func runInto(s *scratch, p *schedule.Program, sc Options, begin func(*allocator.
 	a := allocators.Get().(*allocator.Allocator)
 	defer allocators.Put(a)
 	a.Reset(how.conf)
-	a.Capacity, a.Placement = how.capacity, place
+	a.Capacity, a.Placement, a.SegmentAddr = how.capacity, place, recorded
 	ps := session{rp: replayer{a: a}, mode: how.mode, skips: how.skips}
 	ids := s.ids[:0]
 	ids = append(ids, make([]allocator.ID, len(p.Buffers))...)
@@ -643,6 +654,14 @@ var residentStates struct {
 // after loadResidents(p), and EmptyCache when emptied is set, and ids[buf]
 // for each resident buffer, and reports whether loading ran out of memory.
 func residentsInto(a *allocator.Allocator, p *schedule.Program, conf allocator.Config, capacity int64, ids []allocator.ID, emptied bool) bool {
+	if a.SegmentAddr != nil {
+		// The kept states' segments lie where the simulation put them.
+		oom := loadResidents(a, p, ids, len(p.StateOrder) > 0) != nil
+		if emptied {
+			a.EmptyCache()
+		}
+		return oom
+	}
 	st := residentStateOf(p, conf, capacity, emptied, a.Placement)
 	a.CopyFrom(st.a)
 	for i, buf := range p.Resident {
