@@ -477,8 +477,9 @@ type Allocator struct {
 	// segment of size bytes in place of Placement's, as a replay of a
 	// device recording does: the address the device gave the segment
 	// (torch.cuda.memory._record_memory_history's segment_alloc). A
-	// segment it has no address for (false) is placed by Placement. Reset
-	// clears it; CopyFrom keeps a's own.
+	// segment it has no address for (false) is placed by Placement. It
+	// takes precedence over a test's address hint, which then waits for
+	// the next segment. Reset clears it; CopyFrom keeps a's own.
 	SegmentAddr func(size int64) (addr int64, ok bool)
 
 	// addrHint, when not 0, is where the next segment created (a cudaMalloc,

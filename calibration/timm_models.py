@@ -80,7 +80,9 @@ try:
     torch.backends.cudnn.benchmark = False
     dev = torch.device("cuda")
     torch.cuda.init()
-    whole = os.environ.get("TIMM_TRACE_FROM") == "init" and bool(os.environ.get("TIMM_TRACE"))
+    # Only a child that runs the traced scenario records (a fresh process runs one).
+    whole = os.environ.get("TIMM_TRACE_FROM") == "init" and os.environ.get("TIMM_TRACE") in [
+        "%%d:%%s" %% (B, "amp" if amp else "fp32") for amp in amps for B in batches]
     if whole:  # the traced scenario's history from CUDA's start: the load, the warm-up step, its segments
         torch.cuda.memory._record_memory_history(enabled="all", context="alloc", stacks="python", max_entries=4000000)
     model = model.to(dev)
@@ -113,6 +115,7 @@ try:
         return fwd
     for amp in amps:
         for B in [b for b in batches if b > 0]:
+            traced = os.environ.get("TIMM_TRACE") == "%%d:%%s" %% (B, "amp" if amp else "fp32")
             try:
                 torch.cuda.empty_cache()
                 x = torch.randn(B, c, h, w, device=dev)
@@ -120,7 +123,6 @@ try:
                 model.zero_grad(set_to_none=True)
                 torch.cuda.synchronize()
                 torch.cuda.reset_peak_memory_stats()
-                traced = os.environ.get("TIMM_TRACE") == "%%d:%%s" %% (B, "amp" if amp else "fp32")
                 if traced and not whole:
                     torch.cuda.memory._record_memory_history(enabled="all", context="alloc", stacks="python", max_entries=2000000)
                 m0 = torch.cuda.memory_allocated()
@@ -140,6 +142,8 @@ try:
                                          "peak_req": st["requested_bytes.all.peak"], "peak_reserved": st["reserved_bytes.all.peak"]}})
                 del x
             except torch.OutOfMemoryError:
+                if traced or whole:
+                    torch.cuda.memory._record_memory_history(enabled=None)
                 rec.append({"kind": "model_step", **common, "batch": B, "amp": amp, "measured": {"oom": True}})
                 torch.cuda.empty_cache()
 except Exception as e:
@@ -179,6 +183,8 @@ def main():
         ap.error("--precisions: fp32, amp or fp32,amp, not %r" % a.precisions)
     if a.precisions != "fp32,amp" and not a.fresh:
         ap.error("--precisions needs --fresh")
+    if os.environ.get("TIMM_TRACE_FROM") == "init" and not a.fresh:
+        ap.error("TIMM_TRACE_FROM=init traces a fresh process from CUDA's start: it needs --fresh")
     if a.fresh and a.export_only:
         ap.error("--fresh measures exports that exist; --export-only makes them: run them one after the other")
     os.makedirs(os.path.join(a.out, "timm"), exist_ok=True)

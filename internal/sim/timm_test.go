@@ -247,20 +247,19 @@ func timmFresh(t *testing.T, file string, want, exact int, peak map[string]float
 func timmPeaks(t *testing.T, file string, want int, bound map[string]float64, median float64) {
 	t.Helper()
 	var (
-		errs    []float64
-		out     strings.Builder
-		process *sim.Process
+		errs []float64
+		out  strings.Builder
 	)
-	seen := map[string]bool{}
+	processes := map[string]*sim.Process{} // by network: its steps ran in one process, in the file's order
 	for _, l := range timmSteps(t, file) {
-		if !seen[l.Cfg] {
-			// A network's steps ran in one process, in the file's order.
-			seen[l.Cfg] = true
+		process, ok := processes[l.Cfg]
+		if !ok {
 			m, err := sim.Load(measured.Path(l.Model))
 			if err != nil {
 				t.Fatal(err)
 			}
 			process = m.NewProcess()
+			processes[l.Cfg] = process
 		}
 		r, err := process.Simulate(sim.Options{Batch: l.Batch, Height: l.height(), Width: l.width(), AMP: l.AMP, EmptyCache: sim.EmptyCacheWarmUp})
 		if err != nil {
@@ -273,8 +272,8 @@ func timmPeaks(t *testing.T, file string, want int, bound map[string]float64, me
 			t.Errorf("%s batch %d amp %v: peak %d, measured %d (%+.2f%%), beyond %.1f%%", l.Cfg, l.Batch, l.AMP, r.Peak, l.Measured.Peak, 100*e, 100*b)
 		}
 	}
-	if len(seen) != want || len(errs) != want*6 {
-		t.Errorf("%d networks, %d steps simulated; want %d and %d", len(seen), len(errs), want, want*6)
+	if len(processes) != want || len(errs) != want*6 {
+		t.Errorf("%d networks, %d steps simulated; want %d and %d", len(processes), len(errs), want, want*6)
 	}
 	slices.Sort(errs)
 	if med := errs[len(errs)/2]; med > median {
