@@ -14,7 +14,7 @@ and measured in the same fresh process:
     m0, after_fwd, peak, peak_req, peak_reserved; torch.cuda.empty_cache() before each scenario.
 With TIMM_TRACE=B:amp|fp32 the measured step of that scenario is traced (the allocator's
 actions, sizes and innermost timm or torch frame), kept in DIR/timm_traces.jsonl.gz.
-With TIMM_TRACE_FROM=init too, the trace starts when CUDA does (before the model's load, so
+With TIMM_TRACE_FROM=init too (needs --fresh), the trace starts when CUDA does (before the model's load, so
 the warm-up step and every segment_alloc are in it) and keeps the events' whole addresses.
 With TIMM_SDPA=efficient every forward runs under
 torch.nn.attention.sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION): scaled_dot_product_attention on
@@ -185,6 +185,8 @@ def main():
         ap.error("--precisions needs --fresh")
     if os.environ.get("TIMM_TRACE_FROM") == "init" and not a.fresh:
         ap.error("TIMM_TRACE_FROM=init traces a fresh process from CUDA's start: it needs --fresh")
+    if os.environ.get("TIMM_TRACE_FROM") == "init" and not os.environ.get("TIMM_TRACE"):
+        ap.error("TIMM_TRACE_FROM=init needs TIMM_TRACE=B:amp|fp32, the scenario to trace")
     if a.fresh and a.export_only:
         ap.error("--fresh measures exports that exist; --export-only makes them: run them one after the other")
     os.makedirs(os.path.join(a.out, "timm"), exist_ok=True)

@@ -31,9 +31,10 @@ import (
 // simulation serves from the cache, after gradients summed out of place
 // that it sums in place), levit_128s's AMP step at 32 (-3.6% both ways),
 // repvgg_a2's (exact placed, -2.7% with the device's addresses) and
-// nf_resnet50's (+5.1% placed, +8.8% with them, three of its segments of
-// sizes the device did not make placed by the simulation), an open
-// residual of issue 38.
+// nf_resnet50's (+5.1% placed, +8.8% with them: the simulation makes three
+// segments more than the device, one of 26 MiB, a size the device never
+// made, and two of 64 MiB, which it places itself), an open residual of
+// issue 38.
 func TestSegmentsRecorded(t *testing.T) {
 	segments := map[string][][2]int64{} // by cfg, batch and precision: size and address, in order
 	key := func(cfg string, batch int64, amp bool) string {
