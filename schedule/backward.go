@@ -340,7 +340,7 @@ func (o *bwdOp) pass(v ir.ValueID, contig, whole bool) {
 	}
 	gy, s := o.gy, o.s
 	o.ref(gy.st)
-	t := gradT{st: gy.st, whole: whole && gy.whole, contig: contig && gy.contig, bytes: o.bytes(v)}
+	t := gradT{st: gy.st, whole: whole && gy.whole, contig: contig && gy.contig, bytes: o.bytes(v), view: gy.view}
 	if contig && whole && gy.whole && !gy.contig && gy.str != nil {
 		// A view that keeps the layout, with the strides computeStride
 		// finds for v's dims.
@@ -389,7 +389,22 @@ func freshBackward(o *bwdOp) { o.fresh(o.n.Inputs[0]) }
 
 // passBackward hands the input the incoming gradient as it is: a view's
 // (squeeze, unsqueeze, flatten) and CloneBackward's.
-func passBackward(o *bwdOp) { o.pass(o.n.Inputs[0], true, true) }
+func passBackward(o *bwdOp) {
+	o.pass(o.n.Inputs[0], true, true)
+	switch o.n.OpType {
+	case "Flatten", "Squeeze", "Unsqueeze":
+		// reshape, squeeze and unsqueeze of the gradient: views.
+		o.markView()
+	}
+}
+
+// markView marks the gradient the op gave last, the incoming one's
+// storage, as a view of it (gradT.view).
+func (o *bwdOp) markView() {
+	if n := len(o.give); n > 0 && o.give[n-1].t.st == o.gy.st {
+		o.give[n-1].t.view = true
+	}
+}
 
 // lowGrad allocates the low-precision gradient of v that an op under
 // autocast computes for its cast input or weight.
@@ -421,8 +436,8 @@ func (bp *backwardPass) toCopy(st int32, v ir.ValueID, param bool) func() {
 
 // accumulate sums gradient t into v's buffer the way InputBuffer::accumulate
 // does (torch/csrc/autograd/input_buffer.cpp): in place into the old gradient
-// when it is dense and nothing else shares its storage, else into a fresh
-// tensor.
+// when it is dense and nothing else shares its storage (not a view, whose
+// base shares it), else into a fresh tensor.
 func (bp *backwardPass) accumulate(v ir.ValueID, t gradT) {
 	if bp.slot[v] < 0 {
 		bp.setSlot(v, t)
@@ -430,7 +445,7 @@ func (bp *backwardPass) accumulate(v ir.ValueID, t gradT) {
 	}
 	old := bp.grads[bp.slot[v]]
 	switch {
-	case old.whole && (old.contig || dense(bp.s.Dims[v], old.str)) && bp.st[old.st].refs == 1:
+	case old.whole && (old.contig || dense(bp.s.Dims[v], old.str)) && bp.st[old.st].refs == 1 && !old.view:
 		bp.unref(t.st)
 	default:
 		sum := bp.grad(v)

@@ -194,6 +194,25 @@ func reshapeBackward(o *bwdOp) {
 		return
 	}
 	o.pass(x, true, true)
+	if !o.groupNormReshape() {
+		o.markView()
+	}
+}
+
+// groupNormReshape reports whether the op is one of the two Reshapes
+// around the InstanceNormalization of an exported GroupNorm (groupNorms),
+// which eager PyTorch never runs: native_group_norm's backward gives a
+// tensor of its own.
+func (o *bwdOp) groupNormReshape() bool {
+	if p := o.g.Values[o.n.Inputs[0]].Producer; p >= 0 && o.g.Nodes[p].OpType == "InstanceNormalization" {
+		return true
+	}
+	for _, c := range o.g.Values[o.outs[0]].Consumers {
+		if o.g.Nodes[c].OpType == "InstanceNormalization" {
+			return true
+		}
+	}
+	return false
 }
 
 // transposeBackward transposes the gradient back: a view of it.
@@ -205,7 +224,7 @@ func transposeBackward(o *bwdOp) {
 	case o.dt[x] != o.dt[y]:
 		o.fresh(x)
 	default:
-		t := gradT{st: gy.st, whole: gy.whole, bytes: o.bytes(x)}
+		t := gradT{st: gy.st, whole: gy.whole, bytes: o.bytes(x), view: true}
 		if st := gradStrides(gy, s.Dims[y]); st != nil {
 			t = withStrides(t, s.Dims[x], permuteStrides(st, inversePerm(o.n.IntsAttr("perm"))))
 		}
