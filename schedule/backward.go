@@ -388,13 +388,21 @@ func (o *bwdOp) inputGrad(x ir.ValueID) {
 func freshBackward(o *bwdOp) { o.fresh(o.n.Inputs[0]) }
 
 // passBackward hands the input the incoming gradient as it is: a view's
-// (squeeze, unsqueeze, flatten) and CloneBackward's.
+// (squeeze, unsqueeze, flatten), which it marks a view of the incoming one
+// (gradT.view), and CloneBackward's, the same tensor.
 func passBackward(o *bwdOp) {
-	o.pass(o.n.Inputs[0], true, true)
+	x := o.n.Inputs[0]
+	o.pass(x, true, true)
 	switch o.n.OpType {
-	case "Flatten", "Squeeze", "Unsqueeze":
-		// reshape, squeeze and unsqueeze of the gradient: views.
+	case "Squeeze", "Unsqueeze":
+		// unsqueeze and squeeze of the gradient: views.
 		o.markView()
+	case "Flatten":
+		// reshape of the gradient: a view, but where flatten returned
+		// its input itself (no dim merged).
+		if !slices.Equal(o.s.Dims[x], o.s.Dims[o.outs[0]]) {
+			o.markView()
+		}
 	}
 }
 

@@ -158,11 +158,11 @@ type gradT struct {
 	contig bool
 	str    []int64 // the strides of a dense gradient that is not contiguous (layout.go)
 	bytes  int64
-	// view: a view that a view op's backward made of another gradient
-	// (reshape, transpose, flatten, squeeze). Its ViewInfo keeps its base
-	// alive, so its storage has two users and InputBuffer::accumulate
-	// never sums into it in place (can_accumulate_inplace; calibration
-	// §35).
+	// view reports whether the gradient is a view that a view op's
+	// backward made of another (reshape, transpose, flatten, squeeze,
+	// unsqueeze). Its ViewInfo keeps its base alive, so its storage has
+	// two users and InputBuffer::accumulate never sums into it in place
+	// (can_accumulate_inplace; calibration §35).
 	view bool
 }
 

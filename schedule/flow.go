@@ -20,6 +20,10 @@ type Flow struct {
 	kind   []ir.Eager           // by node
 	class  []ir.Autocast        // by node: its op's autocast class
 	siluIn []ir.ValueID         // by node: the input of a fused SiLU
+	// gnReshape reports by node the two Reshapes around an exported
+	// GroupNorm's InstanceNormalization (groupNorms), which eager PyTorch
+	// never runs; nil when the graph has none.
+	gnReshape []bool
 	// reads caches readsOf by node (nil: not known yet); the lists share
 	// arena's backing array.
 	reads [][]ir.ValueID
@@ -393,6 +397,13 @@ func (f *Flow) groupNorms() {
 			continue
 		}
 		f.kind[mul], f.kind[add] = ir.EagerView, ir.EagerView
+		if f.gnReshape == nil {
+			f.gnReshape = make([]bool, len(g.Nodes))
+		}
+		f.gnReshape[r2] = true
+		if p := g.Values[n.Inputs[0]].Producer; p >= 0 && g.Nodes[p].OpType == "Reshape" {
+			f.gnReshape[p] = true
+		}
 	}
 }
 

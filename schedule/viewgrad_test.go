@@ -7,15 +7,16 @@ import (
 	"github.com/onnxmem/onnxmem/schedule"
 )
 
-// TestViewGradientSum checks how the gradients of a tensor two ops read are
-// summed when the first to arrive is a view of another gradient: a =
+// TestViewGradientSum checks how the gradients of a tensor two ops read
+// are summed when the first to arrive is a view of another gradient: a =
 // block(x) feeds a conv and, through two reshapes run after it, an Add
-// whose sum a last conv reads. The reshapes' backward runs first and gives a a view of the
-// Add's gradient, which keeps its base (a ViewInfo), so InputBuffer cannot
-// sum the conv's gradient into it in place (can_accumulate_inplace:
-// storage use_count 2): the sum is a third tensor, as DaViT's blocks make
-// it on the device (calibration §35). Without the reshapes the Add's
-// gradient itself arrives first and takes the sum in place.
+// whose sum a last conv reads. The reshapes' backward runs first and gives
+// a (the block's output) a view of the Add's gradient, which keeps its
+// base (a ViewInfo), so InputBuffer cannot sum the conv's gradient into it
+// in place (can_accumulate_inplace: storage use_count 2): the sum is a
+// third tensor, as DaViT's blocks make it on the device (calibration §35).
+// Without the reshapes the Add's gradient itself arrives first and takes
+// the sum in place.
 func TestViewGradientSum(t *testing.T) {
 	build := func(views bool) *onnxbuild.Builder {
 		b := onnxbuild.New("viewgrad")

@@ -194,25 +194,12 @@ func reshapeBackward(o *bwdOp) {
 		return
 	}
 	o.pass(x, true, true)
-	if !o.groupNormReshape() {
+	if o.gnReshape == nil || !o.gnReshape[o.node] {
+		// A view, but for an exported GroupNorm's Reshapes, which eager
+		// PyTorch never runs: native_group_norm's backward gives a
+		// tensor of its own.
 		o.markView()
 	}
-}
-
-// groupNormReshape reports whether the op is one of the two Reshapes
-// around the InstanceNormalization of an exported GroupNorm (groupNorms),
-// which eager PyTorch never runs: native_group_norm's backward gives a
-// tensor of its own.
-func (o *bwdOp) groupNormReshape() bool {
-	if p := o.g.Values[o.n.Inputs[0]].Producer; p >= 0 && o.g.Nodes[p].OpType == "InstanceNormalization" {
-		return true
-	}
-	for _, c := range o.g.Values[o.outs[0]].Consumers {
-		if o.g.Nodes[c].OpType == "InstanceNormalization" {
-			return true
-		}
-	}
-	return false
 }
 
 // transposeBackward transposes the gradient back: a view of it.
