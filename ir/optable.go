@@ -52,6 +52,11 @@ type Op struct {
 	// an op whose backward reads its input otherwise keeps a copy of the
 	// input made before the op (hardswish_).
 	InPlaceSavesResult bool
+	// GradView says that its backward hands on a view of the incoming
+	// gradient (a reshape, permute, squeeze or unsqueeze of it), whose
+	// ViewInfo keeps the base alive: InputBuffer::accumulate then never
+	// sums into it in place (can_accumulate_inplace).
+	GradView bool
 }
 
 // Eager is what a node is as an eager PyTorch op. A row's kind is its op's;
@@ -264,7 +269,7 @@ var opTable = []Op{
 	{Type: "Exp", shape: opSameShape, FLOPs: elementwise},
 	{Type: "Expand", shape: opExpand, Eager: EagerExpand, FLOPs: free,
 		Source: "expand: nothing; a view with stride 0 along the expanded dims (F.normalize's expand_as of the norm), whose backward sums the gradient back to the input's sizes"},
-	{Type: "Flatten", shape: opFlatten, Eager: EagerFlatten, FLOPs: free, Source: "view: nothing; a view of a contiguous tensor"},
+	{Type: "Flatten", shape: opFlatten, Eager: EagerFlatten, FLOPs: free, Source: "view: nothing; a view of a contiguous tensor", GradView: true},
 	{Type: "Gather", shape: opGather, Eager: EagerSelect, FLOPs: free,
 		Source: "select.int: nothing; a view, whose backward is a gradient of the whole input (a Gather of one index); embedding: indices (embedding_dense_backward), a Gather of integer indices from a [num_embeddings, dim] parameter (schedule's embeddingCheck); other Gathers are shape arithmetic only"},
 	{Type: "GatherElements", shape: opGatherElements, FLOPs: free},
@@ -321,7 +326,7 @@ var opTable = []Op{
 	{Type: "ReduceSum", shape: opReduceSum, Eager: EagerSum, Autocast: AutocastFP32Dtype, FLOPs: reduceFLOPs, Source: "sum.dim_IntList: nothing (the input's sizes)"},
 	{Type: "Relu", shape: opSameShape, Eager: EagerSavesResult, FLOPs: elementwise, Saves: []Saved{savedResult()},
 		Source: "relu: result (threshold_backward); relu_ in place: the modified input, the same storage"},
-	{Type: "Reshape", shape: opReshape, Eager: EagerReshape, FLOPs: free, Source: "view: nothing; a view of a contiguous tensor, else reshape's copy"},
+	{Type: "Reshape", shape: opReshape, Eager: EagerReshape, FLOPs: free, Source: "view: nothing; a view of a contiguous tensor, else reshape's copy", GradView: true},
 	{Type: "Resize", shape: opResize, Eager: EagerUpsample, Autocast: AutocastFP32, FLOPs: resizeFLOPs, Source: "upsample_nearest2d, upsample_bilinear2d, upsample_bicubic2d: nothing (the sizes)"},
 	{Type: "ScaledDotProductAttention", shape: opAttention, Eager: EagerAttention, Autocast: AutocastLower, FLOPs: attentionFLOPs,
 		Saves: []Saved{savedInput(0), savedInput(1), savedInput(2),
@@ -339,13 +344,13 @@ var opTable = []Op{
 	{Type: "Split", shape: opSplit, Eager: EagerSplit, FLOPs: free, Source: "split.Tensor: nothing; views"},
 	{Type: "Sqrt", shape: opSameShape, Eager: EagerSavesResult, FLOPs: elementwise, Saves: []Saved{savedResult()},
 		Source: "sqrt: result; the exporter writes rsqrt as Sqrt then Reciprocal"},
-	{Type: "Squeeze", shape: opSqueeze, Eager: EagerView, FLOPs: free, Source: "squeeze.dim: nothing; a view"},
+	{Type: "Squeeze", shape: opSqueeze, Eager: EagerView, FLOPs: free, Source: "squeeze.dim: nothing; a view", GradView: true},
 	{Type: "Sub", shape: opBinary, Eager: EagerSub, FLOPs: elementwise, Source: "sub.Tensor: nothing"},
 	{Type: "Tanh", shape: opSameShape, Eager: EagerSavesResult, FLOPs: elementwise, Saves: []Saved{savedResult()},
 		Source: "tanh: result (tanh_backward), as MaxViT's classifier runs it"},
 	{Type: "Tile", shape: opTile, FLOPs: free},
-	{Type: "Transpose", shape: opTranspose, Eager: EagerTranspose, FLOPs: free, Source: "permute: nothing; a strided view"},
-	{Type: "Unsqueeze", shape: opUnsqueeze, Eager: EagerView, FLOPs: free, Source: "unsqueeze: nothing; a view"},
+	{Type: "Transpose", shape: opTranspose, Eager: EagerTranspose, FLOPs: free, Source: "permute: nothing; a strided view", GradView: true},
+	{Type: "Unsqueeze", shape: opUnsqueeze, Eager: EagerView, FLOPs: free, Source: "unsqueeze: nothing; a view", GradView: true},
 	{Type: "Where", shape: opWhere, FLOPs: free},
 	{Type: "Xor", shape: opCompare, FLOPs: free},
 }

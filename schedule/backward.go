@@ -388,27 +388,24 @@ func (o *bwdOp) inputGrad(x ir.ValueID) {
 func freshBackward(o *bwdOp) { o.fresh(o.n.Inputs[0]) }
 
 // passBackward hands the input the incoming gradient as it is: a view's
-// (squeeze, unsqueeze, flatten), which it marks a view of the incoming one
-// (gradT.view), and CloneBackward's, the same tensor.
+// (squeeze, unsqueeze, flatten), a view of the incoming one (markView), and
+// CloneBackward's, the same tensor.
 func passBackward(o *bwdOp) {
-	x := o.n.Inputs[0]
-	o.pass(x, true, true)
-	switch o.n.OpType {
-	case "Squeeze", "Unsqueeze":
-		// unsqueeze and squeeze of the gradient: views.
-		o.markView()
-	case "Flatten":
-		// reshape of the gradient: a view, but where flatten returned
-		// its input itself (no dim merged).
-		if !slices.Equal(o.s.Dims[x], o.s.Dims[o.outs[0]]) {
-			o.markView()
-		}
-	}
+	o.pass(o.n.Inputs[0], true, true)
+	o.markView()
 }
 
 // markView marks the gradient the op gave last, the incoming one's
-// storage, as a view of it (gradT.view).
+// storage, as a view of it (gradT.view) where the op's row says its
+// backward makes one (ir.Op.GradView): not where flatten merged no dim,
+// which returns its input itself.
 func (o *bwdOp) markView() {
+	if r, _ := ir.OpOf(o.n); !r.GradView {
+		return
+	}
+	if o.n.OpType == "Flatten" && slices.Equal(o.s.Dims[o.n.Inputs[0]], o.s.Dims[o.outs[0]]) {
+		return
+	}
 	if n := len(o.give); n > 0 && o.give[n-1].t.st == o.gy.st {
 		o.give[n-1].t.view = true
 	}

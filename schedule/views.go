@@ -211,12 +211,13 @@ func transposeBackward(o *bwdOp) {
 	case o.dt[x] != o.dt[y]:
 		o.fresh(x)
 	default:
-		t := gradT{st: gy.st, whole: gy.whole, bytes: o.bytes(x), view: true}
+		t := gradT{st: gy.st, whole: gy.whole, bytes: o.bytes(x)}
 		if st := gradStrides(gy, s.Dims[y]); st != nil {
 			t = withStrides(t, s.Dims[x], permuteStrides(st, inversePerm(o.n.IntsAttr("perm"))))
 		}
 		o.ref(gy.st)
 		o.give = append(o.give, delivery{x, t})
+		o.markView()
 	}
 }
 
