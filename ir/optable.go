@@ -57,6 +57,11 @@ type Op struct {
 	// ViewInfo keeps the base alive: InputBuffer::accumulate then never
 	// sums into it in place (can_accumulate_inplace).
 	GradView bool
+	// GradTemps counts the temporaries of its output's size that its
+	// backward formula makes before the input's gradient and frees after it,
+	// at the end of the C++ full expression: pow_backward's
+	// grad * (exp * self.pow(exp - 1)) makes two (FunctionsManual.cpp).
+	GradTemps int
 }
 
 // Eager is what a node is as an eager PyTorch op. A row's kind is its op's;
@@ -314,7 +319,7 @@ var opTable = []Op{
 	{Type: "Or", shape: opCompare, FLOPs: free},
 	{Type: "Pad", shape: opPad, Eager: EagerPad, FLOPs: free,
 		Source: "constant_pad_nd: nothing (the pads); a new tensor, whose backward pads the gradient back"},
-	{Type: "Pow", shape: opBinary, Eager: EagerSavesInput, Autocast: AutocastFP32, FLOPs: elementwise, Saves: []Saved{savedInput(0)},
+	{Type: "Pow", shape: opBinary, Eager: EagerSavesInput, Autocast: AutocastFP32, FLOPs: elementwise, Saves: []Saved{savedInput(0)}, GradTemps: 2,
 		Source: "pow.Tensor_Scalar: self, exponent (RMSNorm's hidden_states.pow(2), GPT-2's gelu_new); autocast's fp32 list casts a float16 self to float32, and the cast is what it saves"},
 	{Type: "RandomNormalLike", shape: opRandomLike, FLOPs: free},
 	{Type: "RandomUniformLike", shape: opRandomLike, FLOPs: free},

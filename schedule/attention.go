@@ -477,17 +477,7 @@ func mathAttentionBackward(o *bwdOp) {
 	q, k, v := n.Inputs[0], n.Inputs[1], n.Inputs[2]
 	m := mathSizes(n, o.s, o.dt)
 	if mathGroups(o.s, n) > 1 {
-		ga := o.scratch(m.scores, Grad)
-		gv := o.scratch(m.v, Grad)
-		gs := o.scratch(m.scores, Grad)
-		o.freeScratch(ga)
-		gk := o.scratch(m.k, Grad)
-		o.fresh(q)
-		o.freeScratch(gs)
-		o.fresh(k)
-		o.freeScratch(gk)
-		o.fresh(v)
-		o.freeScratch(gv)
+		mathGroupedBackward(o, m)
 		return
 	}
 	if !upcast(n, o.dt, o.autocast()) {
@@ -523,4 +513,47 @@ func mathAttentionBackward(o *bwdOp) {
 	o.freeScratch(gk)
 	o.fresh(q)
 	o.freeScratch(gq)
+}
+
+// mathGroupedBackward emits the math kernel's backward on grouped heads in
+// float32, node by node as calibration/results/hf_fp32_traces.jsonl.gz
+// shows it (Llama, each layer): each bmm's backward makes mat2's gradient
+// before self's; the softmax's backward takes a transient of the scores'
+// size besides its result; and each inner node drops its incoming
+// gradient and what it saved when it returns (the second matmul v
+// repeated, the softmax its result, the first q·√s and k·√s), before the
+// next one runs. The repeated heads' gradients are summed back to k's and
+// v's.
+func mathGroupedBackward(o *bwdOp, m mathBytes) {
+	n := o.n
+	q, k, v := n.Inputs[0], n.Inputs[1], n.Inputs[2]
+	saved := slices.Clone(o.saved[n.ID]) // q·√s, k·√s, v repeated, the softmax (mathAttentionForward)
+	drop := func(i ...int) {
+		if len(saved) != 4 {
+			return // a recomputed node's, released as the node returns
+		}
+		for _, j := range i {
+			o.dropSaved(saved[j])
+		}
+	}
+	gv := o.scratch(m.v, Grad)      // attnᵀ·g
+	ga := o.scratch(m.scores, Grad) // g·vᵀ
+	o.dropIncoming()
+	drop(2)
+	gs := o.scratch(m.scores, Grad) // _softmax_backward_data
+	o.freeScratch(o.scratch(m.scores, Grad))
+	o.freeScratch(ga)
+	drop(3)
+	gks := o.scratch(m.k, Grad) // (k·√s)ᵀ's
+	gqs := o.scratch(m.q, Grad) // q·√s's
+	o.freeScratch(gs)
+	drop(0, 1)
+	gk := o.scratch(m.k, Grad) // the repeated k's, √s·gks
+	o.freeScratch(gks)
+	o.fresh(v)
+	o.freeScratch(gv)
+	o.fresh(k)
+	o.freeScratch(gk)
+	o.fresh(q)
+	o.freeScratch(gqs)
 }

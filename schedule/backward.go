@@ -126,23 +126,57 @@ func (bp *backwardPass) setSlot(v ir.ValueID, t gradT) {
 }
 
 // sliceGroups maps each node to the node whose autograd node it belongs to:
-// Slices of one tensor along one axis are one chunk() call, whose SplitBackward
-// runs once for all pieces.
+// Slices of one tensor along one axis that chunk() made are one call, whose
+// SplitBackward runs once for all pieces. The exporter writes chunk() as
+// Slices that each start at the value the piece before ends at
+// (prim::ConstantChunk's symbolic: a CSP block's chunk(2, 1),
+// ShuffleNet's), or, its shape arithmetic folded, at the same constant.
+// Python's own slices with bounds computed from a shape (a rotary
+// embedding's x[..., :d // 2] and x[..., d // 2:]) compute each piece's
+// bounds apart, and each runs a SliceBackward0 of its own: zeros of the
+// input's size with the piece's gradient copied in
+// (calibration/results/hf_fp32_traces.jsonl.gz, Llama's rotate_half).
+// Slices with literal bounds that meet are taken for a chunk(), and so are
+// those whose bounds are attributes (opset 9).
 func (bp *backwardPass) sliceGroups() []int32 {
 	g := bp.g
 	leader := make([]int32, len(g.Nodes))
-	first := map[[2]int64]int32{}
+	first := map[[2]int64]int32{} // by input and axis, for bounds in attributes
+	ends := map[[3]int64]int32{}  // by input, axis and end value: the group
+	lits := map[[3]int64]int32{}  // by input, axis and a literal end
+	literal := func(v ir.ValueID) (int64, bool) {
+		if d := g.Values[v].Data; len(d) == 1 && g.Values[v].Kind != ir.Activation {
+			return d[0], true
+		}
+		return 0, false
+	}
 	for i := range g.Nodes {
 		leader[i] = int32(i)
 		n := &g.Nodes[i]
 		if bp.kind[i] != ir.EagerSlice {
 			continue
 		}
-		key := [2]int64{int64(n.Inputs[0]), int64(bp.axisOf(n))}
-		if l, ok := first[key]; ok {
+		x, axis := int64(n.Inputs[0]), int64(bp.axisOf(n))
+		if len(n.Inputs) < 3 {
+			key := [2]int64{x, axis}
+			if l, ok := first[key]; ok {
+				leader[i] = l
+			} else {
+				first[key] = int32(i)
+			}
+			continue
+		}
+		start, end := n.Inputs[1], n.Inputs[2]
+		if l, ok := ends[[3]int64{x, axis, int64(start)}]; ok {
 			leader[i] = l
-		} else {
-			first[key] = int32(i)
+		} else if c, ok := literal(start); ok {
+			if l, ok := lits[[3]int64{x, axis, c}]; ok {
+				leader[i] = l
+			}
+		}
+		ends[[3]int64{x, axis, int64(end)}] = leader[i]
+		if c, ok := literal(end); ok {
+			lits[[3]int64{x, axis, c}] = leader[i]
 		}
 	}
 	return leader
@@ -318,6 +352,29 @@ type bwdOp struct {
 	copyIn func() int32
 }
 
+// dropIncoming releases the node's incoming gradient before the node ends,
+// as the first of a composite op's inner autograd nodes does when it
+// returns.
+func (o *bwdOp) dropIncoming() {
+	if y := o.outs[0]; o.data[y] && o.slot[y] >= 0 {
+		o.unref(o.gy.st)
+		o.slot[y] = -1
+	}
+}
+
+// dropSaved releases storage st, one of the node's saved tensors, before
+// the node ends, as an inner autograd node of a composite op drops what it
+// saved when it returns.
+func (o *bwdOp) dropSaved(st int32) {
+	s := o.saved[o.n.ID]
+	i := slices.Index(s, st)
+	if i < 0 {
+		panic("schedule: dropSaved: not a saved tensor of the node")
+	}
+	o.saved[o.n.ID] = slices.Delete(s, i, i+1)
+	o.unref(st)
+}
+
 // fresh hands input v, if it needs one, a new gradient (grad).
 func (o *bwdOp) fresh(v ir.ValueID) {
 	if o.rg[v] {
@@ -385,7 +442,24 @@ func (o *bwdOp) inputGrad(x ir.ValueID) {
 // (Under autocast norm_backward's product is float32 and the engine turns
 // it to the input's type; that transient is not modelled: swin_v2_t's AMP
 // steps read within 1.2% without it, and no trace has shown it yet.)
-func freshBackward(o *bwdOp) { o.fresh(o.n.Inputs[0]) }
+//
+// A formula that is not one kernel (ir.Op.GradTemps) first makes its
+// temporaries, of the output's size and type, and frees them, the last
+// made first, once the gradient exists: pow's backward in a Llama's
+// RMSNorm allocates three [B, L, E] tensors where the gradient is one
+// (calibration/results/hf_fp32_traces.jsonl.gz).
+func freshBackward(o *bwdOp) {
+	x := o.n.Inputs[0]
+	r, _ := ir.OpOf(o.n)
+	var temps []int32
+	for i := 0; o.rg[x] && i < r.GradTemps; i++ {
+		temps = append(temps, o.scratch(o.bytes(o.outs[0]), Grad))
+	}
+	o.fresh(x)
+	for i := len(temps) - 1; i >= 0; i-- {
+		o.freeScratch(temps[i])
+	}
+}
 
 // passBackward hands the input the incoming gradient as it is: a view's
 // (squeeze, unsqueeze, flatten), a view of the incoming one (markView), and

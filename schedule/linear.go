@@ -201,10 +201,20 @@ func linearBackward(o *bwdOp) {
 }
 
 // linearInputGrad emits mat1's gradient of a linear's backward, grad·W,
-// when x needs one.
+// when x needs one. On an input of more than two dims aten::linear ran the
+// product on x folded into rows (_flatten_nd_linear's reshape, matmul's
+// fold), and ViewBackward0 hands x grad.reshape(x's sizes): a view of the
+// product's result, which InputBuffer sums out of place (Llama's k_proj
+// input gradient added to v_proj's allocates the sum:
+// calibration/results/hf_fp32_traces.jsonl.gz). Under autocast the view is
+// of the float16 cast's gradient, which ToCopyBackward replaces.
 func (o *bwdOp) linearInputGrad(x ir.ValueID) {
 	if o.rg[x] {
+		n := len(o.give)
 		o.inputGrad(x)
+		if len(o.s.Dims[x]) > 2 && len(o.give) > n {
+			o.give[len(o.give)-1].t.view = true
+		}
 		o.freeScratch(o.mm())
 	}
 }

@@ -1,6 +1,8 @@
 package schedule_test
 
 import (
+	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/onnxmem/onnxmem/internal/onnxbuild"
@@ -51,5 +53,85 @@ func TestViewGradientSum(t *testing.T) {
 		if n != c.want {
 			t.Errorf("views %v: %d gradients of the block's output allocated, want %d: %v", c.views, n, c.want, events(p, p.BackwardStart, p.BackwardEnd, nil))
 		}
+	}
+}
+
+// TestSliceBackwardGroups checks which Slices of one tensor share one
+// autograd node. chunk(2, 1), as the exporter writes it (each piece starts
+// at the value the one before ends at), is one SplitBackward: one gradient
+// of its input. Slices with literal bounds that meet are taken for a
+// chunk whose shape arithmetic was folded. Python's own slices, whose
+// bounds are computed apart (rotate_half's x[..., :d // 2] and
+// x[..., d // 2:]), run a SliceBackward0 each: zeros of the input's size
+// with the piece's gradient copied in: two gradients, the second summed
+// into the first in place (calibration/results/hf_fp32_traces.jsonl.gz).
+func TestSliceBackwardGroups(t *testing.T) {
+	half := func(m onnxbuild.Scope, x onnxbuild.T) string { // Shape → Gather → Div: C // 2
+		shape := m.Node("Shape", []string{x.Name}, 1)[0]
+		c := m.Node("Gather", []string{shape, m.Ints(1)}, 1, onnxbuild.IntAttr("axis", 0))[0]
+		return m.Node("Div", []string{c, m.Ints(2)}, 1)[0]
+	}
+	build := func(kind string) *onnxbuild.Builder {
+		b := onnxbuild.New("slices")
+		a := b.Layer(0).Block(b.Input("x", 8), 16, 3, 1)
+		m := b.Layer(1)
+		var p, q onnxbuild.T
+		switch kind {
+		case "chunk":
+			p, q = m.Chunk2(a)
+		case "literal":
+			p, q = m.Slice(a, 0, 8), m.Slice(a, 8, 16)
+		case "python":
+			axis := m.Ints(1)
+			p = onnxbuild.T{Name: m.Node("Slice", []string{a.Name, m.Ints(0), half(m, a), axis}, 1)[0], C: 8}
+			q = onnxbuild.T{Name: m.Node("Slice", []string{a.Name, half(m, a), m.Ints(1 << 62), axis}, 1)[0], C: 8}
+		}
+		c1, c2 := b.Layer(2).Conv(p, 8, 1, 1), b.Layer(3).Conv(q, 8, 1, 1)
+		b.Output(b.Layer(4).Conv(b.Layer(5).Concat(c1, c2), 8, 1, 1))
+		return b
+	}
+	for _, c := range []struct {
+		kind string
+		want int // gradients of a allocated
+	}{
+		{"chunk", 1},
+		{"literal", 1},
+		{"python", 2}, // each slice's; the second summed into the first in place
+	} {
+		g := load(t, build(c.kind))
+		p := program(t, g, 2, schedule.Config{Workspace: fakeWorkspace})
+		n := 0
+		for _, e := range events(p, p.BackwardStart, p.BackwardEnd, nil) {
+			if e == "+grad /model.0/act/Mul_output_0" {
+				n++
+			}
+		}
+		if n != c.want {
+			t.Errorf("%s: %d gradients of the sliced tensor allocated, want %d: %v", c.kind, n, c.want, events(p, p.BackwardStart, p.BackwardEnd, nil))
+		}
+	}
+}
+
+// TestPowBackwardTemporaries checks pow's backward, grad * (exp *
+// self.pow(exp - 1)) (FunctionsManual.cpp's pow_backward): self.pow(exp - 1)
+// and exp times it, each of the input's size, then the gradient; the two
+// go, the last made first, at the end of the full expression, before the
+// node drops its incoming gradient and its saved input. A Llama's RMSNorm
+// makes these three per norm (calibration/results/hf_fp32_traces.jsonl.gz).
+func TestPowBackwardTemporaries(t *testing.T) {
+	b := onnxbuild.New("pow")
+	a := b.Layer(0).Block(b.Input("x", 8), 16, 3, 1)
+	m := b.Layer(1)
+	y := onnxbuild.T{Name: m.Node("Pow", []string{a.Name, m.ScalarFloat(2)}, 1)[0], C: 16}
+	b.Output(b.Layer(2).Conv(y, 8, 1, 1))
+	p := program(t, load(t, b), 2, schedule.Config{Workspace: fakeWorkspace})
+	got := events(p, p.BackwardStart, p.BackwardEnd, atNode(p, "/model.1/Pow"))
+	const size = 2 * 16 * 16 * 16 * 4 // float32 [2 16 16 16]
+	want := []string{
+		fmt.Sprintf("+grad %d", size), fmt.Sprintf("+grad %d", size), "+grad /model.0/act/Mul_output_0",
+		fmt.Sprintf("-grad %d", size), fmt.Sprintf("-grad %d", size),
+	}
+	if len(got) < len(want) || !slices.Equal(got[:len(want)], want) {
+		t.Errorf("pow's backward: %v, want it to open with %v", got, want)
 	}
 }

@@ -337,9 +337,11 @@ func TestAttentionNoFlashMeasured(t *testing.T) {
 // warm-up, so that a step's reserved peak carries the segments that the
 // steps before pinned (cuBLAS's workspaces among their blocks). Simulated
 // each as a fresh process instead, AMP at batch 1 reads up to 68% low
-// (its measured process had run float32 at 32 first). In order, 63 of the
+// (its measured process had run float32 at 32 first). In order, 62 of the
 // 144 are exact to the byte (64 before a view of a gradient was kept from
-// in-place sums, calibration §35), the median 0.15%, 131 within 3%; the worst
+// in-place sums, calibration §35; 63 before a linear's input gradient on
+// 3-d rows was one too, which put xcit_tiny's float32 step at batch 8
+// 0.66% low), the median 0.15%, 131 within 3%; the worst
 // are nf_resnet50's AMP step at batch 1 (-18.1%: it carries what the
 // float32 step at 32 pinned, whose segments read 5% off fresh too),
 // ghostnet_100 (AMP at batch 1, +13.7%), resnest26d (AMP at batch 2,
@@ -380,8 +382,8 @@ func TestTimmReservedInOrder(t *testing.T) {
 	}
 	median, worst := errs[len(errs)/2], errs[len(errs)-1]
 	t.Logf("%d steps in their processes' order: %d to the byte, %d within 3%%, median %.2f%%, worst %.2f%%", len(errs), exact, within, 100*median, 100*worst)
-	if len(errs) != 144 || exact < 63 || within < 131 || median > 0.0025 || worst > 0.19 {
-		t.Errorf("%d steps: %d to the byte (want at least 63), %d within 3%% (want 131), median %.2f%% (want at most 0.25%%), worst %.2f%% (want at most 19%%)", len(errs), exact, within, 100*median, 100*worst)
+	if len(errs) != 144 || exact < 62 || within < 131 || median > 0.0025 || worst > 0.19 {
+		t.Errorf("%d steps: %d to the byte (want at least 62), %d within 3%% (want 131), median %.2f%% (want at most 0.25%%), worst %.2f%% (want at most 19%%)", len(errs), exact, within, 100*median, 100*worst)
 	}
 }
 

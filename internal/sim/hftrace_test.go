@@ -1,0 +1,137 @@
+package sim_test
+
+import (
+	"bufio"
+	"compress/gzip"
+	"encoding/json"
+	"os"
+	"testing"
+
+	"github.com/onnxmem/onnxmem/internal/measured"
+	"github.com/onnxmem/onnxmem/internal/sim"
+)
+
+// TestHFTraceEvents aligns the simulated measured step of Hugging Face
+// models with the allocator's trace of the same step on the device
+// (calibration/hf_models.py with HF_TRACE, calibration §25): each an
+// alloc or free of a size, in order, and the longest common subsequence
+// of the two sequences over their mean length. It holds the backward's
+// rules that the traces show: a linear's input gradient on 3-d rows is a
+// view that InputBuffer sums out of place (Llama's k_proj after v_proj),
+// pow's two temporaries (RMSNorm), rotate_half's two SliceBackward0
+// nodes, and the math kernel's node-by-node backward of grouped-query
+// attention in float32. Before them Llama's float32 step aligned at 0.809
+// (now 0.893), its AMP steps at 0.728 and 0.741 (0.758, 0.771) and
+// Qwen2's at 0.788 (0.816); BERT's, which meets none of them, at 0.931.
+// What stays apart: rsqrt's small [B, L, 1]
+// temporaries, the math kernel's boolean mask in the forward, and the
+// autocast casts' order in AMP steps.
+func TestHFTraceEvents(t *testing.T) {
+	for _, c := range []struct {
+		file, cfg, what, model string
+		batch, seq             int64
+		amp                    bool
+		floor                  float64 // the ratio today, less 0.005
+	}{
+		{"hf_fp32_traces.jsonl.gz", "llama", "model_step:fp32:1:512", "hf/llama-train.onnx", 1, 512, false, 0.888},
+		{"hf_fp32_traces.jsonl.gz", "bert", "model_step:fp32:1:512", "hf/bert-train.onnx", 1, 512, false, 0.926},
+		{"hf_amp_traces.jsonl.gz", "llama", "model_step:amp:8:512", "hf/llama-train.onnx", 8, 512, true, 0.753},
+		{"hf_traces.jsonl.gz", "llama", "model_step:amp:4:128", "hf/llama-train.onnx", 4, 128, true, 0.766},
+		{"hf_more_traces.jsonl.gz", "qwen2", "model_step:amp:4:128", "hf/qwen2-train.onnx", 4, 128, true, 0.811},
+	} {
+		tr := hfTrace(t, c.file, c.cfg, c.what)
+		m, err := sim.Load(measured.Path(c.model))
+		if err != nil {
+			t.Fatal(err)
+		}
+		snap, err := m.Snapshot(sim.Options{Batch: c.batch, Seq: c.seq, AMP: c.amp})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []int64 // +size for an alloc, -size for a free
+		for _, e := range snap.Events {
+			switch e.Action {
+			case "alloc":
+				got = append(got, e.Size)
+			case "free_completed":
+				got = append(got, -e.Size)
+			}
+		}
+		r := lcsRatio(tr, got)
+		t.Logf("%s %s: %d events traced, %d simulated, ratio %.3f", c.cfg, c.what, len(tr), len(got), r)
+		if r < c.floor {
+			t.Errorf("%s %s: the simulated step's events align with the trace's at %.3f, below %.3f", c.cfg, c.what, r, c.floor)
+		}
+	}
+}
+
+// hfTrace returns the allocs (+size) and frees (-size) of one traced step
+// of calibration/hf_models.py: "al" an alloc, "fr" a free, which the
+// trace records twice (free_requested, then free_completed): the second
+// counts.
+func hfTrace(t *testing.T, file, cfg, what string) []int64 {
+	t.Helper()
+	f, err := os.Open(measured.Path(file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(zr)
+	sc.Buffer(nil, 1<<28)
+	for sc.Scan() {
+		var r struct {
+			Cfg, What string
+			Events    [][]any
+		}
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			t.Fatal(err)
+		}
+		if r.Cfg != cfg || r.What != what {
+			continue
+		}
+		var out []int64
+		frees := map[int64]int{} // by address: the frees seen since its alloc
+		for _, e := range r.Events {
+			size, addr := int64(e[1].(float64)), int64(e[2].(float64))
+			switch e[0] {
+			case "al":
+				out = append(out, size)
+				frees[addr] = 0
+			case "fr":
+				if frees[addr]++; frees[addr] == 2 {
+					out = append(out, -size)
+				}
+			}
+		}
+		return out
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Fatalf("%s: no trace of %s %s", file, cfg, what)
+	return nil
+}
+
+// lcsRatio returns twice the length of the longest common subsequence of a
+// and b over their summed lengths: 1 for equal sequences.
+func lcsRatio(a, b []int64) float64 {
+	prev, cur := make([]int32, len(b)+1), make([]int32, len(b)+1)
+	for i := range a {
+		for j := range b {
+			switch {
+			case a[i] == b[j]:
+				cur[j+1] = prev[j] + 1
+			case prev[j+1] >= cur[j]:
+				cur[j+1] = prev[j+1]
+			default:
+				cur[j+1] = cur[j]
+			}
+		}
+		prev, cur = cur, prev
+	}
+	return 2 * float64(prev[len(b)]) / float64(len(a)+len(b))
+}
