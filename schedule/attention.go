@@ -417,16 +417,28 @@ func mathAttentionForward(o *fwdOp) {
 		acc = append(acc, o.alloc(m.q, Cast, q), o.alloc(m.k/rep, Cast, k))
 		va = o.alloc(m.v/rep, Cast, v)
 	}
+	o.own(o.alloc(m.q, Activation, ir.NoValue)) // q·√s
 	var bias int32 = -1
 	if n.IntAttr("masked", 0) != 0 {
+		// is_causal's float bias: a bool L×S of ones, its tril, and
+		// convert_boolean_attn_mask's where() between two scalars
+		// (calibration/results/hf_fp32_traces.jsonl.gz).
+		ls := m.bias / m.el
+		ones := o.alloc(ls, Activation, ir.NoValue)
+		tril := o.alloc(ls, Activation, ir.NoValue)
+		o.unref(ones)
+		zero := o.alloc(m.el, Scalar, ir.NoValue)
+		inf := o.alloc(m.el, Scalar, ir.NoValue)
 		bias = o.alloc(m.bias, Activation, ir.NoValue)
+		o.unref(inf)
+		o.unref(zero)
+		o.unref(tril)
 	}
-	o.own(o.alloc(m.q, Activation, ir.NoValue)) // q·√s
+	kr := int32(-1) // k repeated: a local until the kernel returns
 	if rep > 1 {
-		kr := o.alloc(m.k, Activation, ir.NoValue)
-		o.own(o.alloc(m.k, Activation, ir.NoValue)) // k·√s
-		o.unref(kr)
+		kr = o.alloc(m.k, Activation, ir.NoValue)
 		o.own(o.alloc(m.v, Activation, ir.NoValue)) // v repeated
+		o.own(o.alloc(m.k, Activation, ir.NoValue)) // k·√s
 		if va >= 0 {
 			acc = append(acc, va)
 		}
@@ -446,6 +458,17 @@ func mathAttentionForward(o *fwdOp) {
 	}
 	sc := o.alloc(m.scores, Activation, ir.NoValue)
 	o.own(o.alloc(m.scores, Activation, ir.NoValue)) // the softmax
+	// _safe_softmax then finds the rows the mask emptied: scores ==
+	// -inf (a bool of the scores' size), all() along the row, a zero
+	// scalar, and zeroes those rows of the softmax
+	// (calibration/results/hf_fp32_traces.jsonl.gz: 3 MiB of bool
+	// beside Llama's 12 MiB scores).
+	el := m.scores / m.el
+	masked := o.alloc(el, Activation, ir.NoValue)
+	rows := o.alloc(el/max(o.s.Dims[k][len(o.s.Dims[k])-2], 1), Activation, ir.NoValue)
+	o.unref(o.alloc(m.el, Scalar, ir.NoValue))
+	o.unref(rows)
+	o.unref(masked)
 	o.unref(sc)
 	if up {
 		// make_tuple(matmul(attn, v).to(origin), attn.to(origin)):
@@ -460,6 +483,9 @@ func mathAttentionForward(o *fwdOp) {
 		}
 	} else {
 		o.newOut(0, Activation)
+	}
+	if kr >= 0 {
+		o.unref(kr)
 	}
 	if bias >= 0 {
 		o.unref(bias)

@@ -93,7 +93,9 @@ func TestAttentionLearnedBias(t *testing.T) {
 // which no fused kernel takes: the math kernel. In float32 it keeps q·√s
 // and k·√s (6,144 bytes each) and the softmax of the 2·2·2·12 rows of 12
 // scores (4,608 bytes), the scores themselves going as the softmax is
-// made; v, contiguous here, is saved as it is. Under autocast it casts q,
+// made, after _safe_softmax's search for rows a mask emptied (the scores
+// == -inf as a bool, 1,152 bytes, all() along each row, 96 bytes, and a
+// zero scalar); v, contiguous here, is saved as it is. Under autocast it casts q,
 // k and v up to float32 first (6,144 bytes each, float16 inputs), keeps
 // the float32 copies of v, q·√s, k·√s and the softmax, and casts the
 // softmax (2,304 bytes) and the float32 output (6,144 bytes) back down.
@@ -115,9 +117,11 @@ func TestAttentionMath(t *testing.T) {
 		want []string
 	}{
 		{FP32, []string{"forward activation 6144", "forward activation 6144", "forward activation 4608", "forward activation 4608",
+			"forward activation 1152", "forward activation 96", "forward scalar 4",
 			"backward grad 4608", "backward grad 4608", "backward grad 6144", "backward grad 6144"}},
 		{AMP, []string{"forward cast 6144", "forward cast 6144", "forward cast 6144", "forward activation 6144", "forward activation 6144",
-			"forward activation 4608", "forward activation 4608", "forward cast 2304", "forward activation 6144",
+			"forward activation 4608", "forward activation 4608", "forward activation 1152", "forward activation 96", "forward scalar 4",
+			"forward cast 2304", "forward activation 6144",
 			"backward grad 6144", "backward grad 4608", "backward grad 6144", "backward grad 4608", "backward grad 6144",
 			"backward grad 6144", "backward grad 6144", "backward grad 6144"}},
 	} {
