@@ -40,11 +40,17 @@ import json
 import os
 import subprocess
 import sys
+import threading
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 MODELS = ["gpt2", "gpt2-eager", "bert", "llama"]
 MORE = ["qwen2", "distilbert", "opt"]  # a second sample: Qwen2 (biased q/k/v, tied head), DistilBERT, OPT
+# A third sample, chosen after the engine was fitted to the first two: Mistral (sliding-window mask),
+# Phi (partial rotary, gelu_new, attention and MLP in parallel), Gemma (GeGLU, (1 + w) RMSNorm, a scaled
+# embedding, head dim 256), RoBERTa (position ids from the mask), ALBERT (one layer's weights shared by
+# all, a factorised embedding), GPT-Neo (local attention layers).
+THIRD = ["mistral", "phi", "gemma", "roberta", "albert", "gpt_neo"]
 SCENARIOS = [("model_step", amp, b, l) for amp in (False, True) for l in (128, 512) for b in (1, 4, 8)] + \
             [("train_step", amp, 4, 512) for amp in (False, True)] + [("train_step", True, 8, 128)]
 
@@ -83,6 +89,28 @@ def build(name):
         cfg = transformers.OPTConfig(hidden_size=768, num_hidden_layers=6, ffn_dim=3072, num_attention_heads=12,
                                      vocab_size=50272, word_embed_proj_dim=768)
         return transformers.OPTForCausalLM(cfg), True
+    small = dict(hidden_size=768, intermediate_size=2048, num_hidden_layers=6, num_attention_heads=12,
+                 max_position_embeddings=2048)
+    if name == "mistral":
+        cfg = transformers.MistralConfig(vocab_size=32000, num_key_value_heads=4, sliding_window=256, **small)
+        return transformers.MistralForCausalLM(cfg), True
+    if name == "phi":
+        cfg = transformers.PhiConfig(vocab_size=32000, partial_rotary_factor=0.5, **small)
+        return transformers.PhiForCausalLM(cfg), True
+    if name == "gemma":
+        cfg = transformers.GemmaConfig(vocab_size=32000, num_key_value_heads=4, head_dim=256, **small)
+        return transformers.GemmaForCausalLM(cfg), True
+    if name == "roberta":
+        return transformers.RobertaForMaskedLM(transformers.RobertaConfig(vocab_size=50265)), False
+    if name == "albert":
+        return transformers.AlbertForMaskedLM(transformers.AlbertConfig(vocab_size=30000, embedding_size=128,
+                                                                         hidden_size=768, num_attention_heads=12,
+                                                                         intermediate_size=3072)), False
+    if name == "gpt_neo":
+        cfg = transformers.GPTNeoConfig(vocab_size=50257, hidden_size=768, num_layers=6, num_heads=12,
+                                        attention_types=[[["global", "local"], 3]], window_size=256,
+                                        max_position_embeddings=2048)
+        return transformers.GPTNeoForCausalLM(cfg), True
     raise SystemExit("unknown model " + name)
 
 class LM(torch.nn.Module):
@@ -271,8 +299,21 @@ def main():
         scen = a.scenarios.split(",")
     jobs = [] if a.no_model else [(n, "export") for n in names] + [(n, "model:fp32:0:0") for n in names]
     jobs += [(n, s) for n in names for s in scen]
+    # Each finished process's lines go at once to DIR/JSONL.partial (traces left out), so that a
+    # call cut short keeps what it measured.
+    lock = threading.Lock()
+    partial = open(os.path.join(a.out, a.jsonl + ".partial"), "a")
+
+    def run(j):
+        got = one(j[0], a.out, j[1], a.timeout, j[1] == a.trace)
+        with lock:
+            for r in got:
+                partial.write(json.dumps({k: v for k, v in r.items() if k != "trace"}) + "\n")
+            partial.flush()
+        return got
     with concurrent.futures.ThreadPoolExecutor(max_workers=a.jobs) as pool:
-        results = list(pool.map(lambda j: one(j[0], a.out, j[1], a.timeout, j[1] == a.trace), jobs))
+        results = list(pool.map(run, jobs))
+    partial.close()
     traces = []
     with open(os.path.join(a.out, a.jsonl), "w") as f:
         for (name, what), got in zip(jobs, results):

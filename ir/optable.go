@@ -111,6 +111,7 @@ const (
 	EagerEmbedding                  // embedding: a Gather of token ids from a parameter's rows
 	EagerCast                       // x.to(dtype): x itself in its own type, else a copy
 	EagerUnary                      // an element-wise op whose backward reads neither input nor result: neg
+	EagerWhere                      // where(condition, self, other)
 )
 
 // RunsOnData reports whether nodes of kind k run on tensor data as eager
@@ -356,6 +357,7 @@ var opTable = []Op{
 	{Type: "Tile", shape: opTile, FLOPs: free},
 	{Type: "Transpose", shape: opTranspose, Eager: EagerTranspose, FLOPs: free, Source: "permute: nothing; a strided view", GradView: true},
 	{Type: "Unsqueeze", shape: opUnsqueeze, Eager: EagerView, FLOPs: free, Source: "unsqueeze: nothing; a view", GradView: true},
-	{Type: "Where", shape: opWhere, FLOPs: free},
+	{Type: "Where", shape: opWhere, Eager: EagerWhere, FLOPs: elementwise, Saves: []Saved{savedInput(0)},
+		Source: "where.self: condition (self's gradient where(condition, grad, 0), other's where(condition, 0, grad)); GPT-Neo's causal masking of its scores"},
 	{Type: "Xor", shape: opCompare, FLOPs: free},
 }

@@ -384,3 +384,32 @@ func castCheck(f *Flow, n *ir.Node) (ir.Eager, error) {
 	}
 	return ir.EagerCast, nil
 }
+
+// whereForward emits where(condition, self, other): a new tensor of the
+// operands' promoted type; WhereBackward0 keeps the condition when self or
+// other needs a gradient (a slice of a registered mask buffer, GPT-Neo's
+// causal bias, is resident and costs nothing).
+func whereForward(o *fwdOp) {
+	n := o.n
+	if o.needsGrad(n.Inputs[1]) || o.needsGrad(n.Inputs[2]) {
+		o.save(n.Inputs[0])
+	}
+	if o.stopped() {
+		return
+	}
+	o.newOut(0, Activation)
+}
+
+// whereBackward emits WhereBackward0: self's gradient, where(condition,
+// grad, 0), then other's, where(condition, 0, grad), each a new tensor of
+// the output's size, reduced to the operand's shape where it was
+// broadcast.
+func whereBackward(o *bwdOp) {
+	n, s := o.n, o.s
+	ins := n.Inputs[1:3]
+	broadcast := false
+	for _, v := range ins {
+		broadcast = broadcast || (v != ir.NoValue && o.data[v] && o.rg[v] && s.Elems(v) < s.Elems(o.outs[0]))
+	}
+	mulDataGrads(o, ins, broadcast)
+}

@@ -114,6 +114,10 @@ var oneOps = []oneOp{
 		return s.Node("Pow", []string{a.Name, s.ScalarFloat(2)}, 1)
 	}},
 	{op: "Reciprocal", build: unary("Reciprocal")},
+	{op: "Where", build: func(s onnxbuild.Scope, x, a, c, d onnxbuild.T) []string {
+		cond := s.Node("Cast", []string{s.Ints(1)}, 1, onnxbuild.IntAttr("to", 9))[0]
+		return s.Node("Where", []string{cond, a.Name, c.Name}, 1)
+	}},
 	{op: "Pad", build: withInts("Pad", []int64{0, 0, 1, 1, 0, 0, 1, 1})},
 	{op: "ReduceL2", build: unary("ReduceL2", onnxbuild.IntsAttr("axes", -1), onnxbuild.IntAttr("keepdims", 1))},
 	{op: "ReduceMean", build: unary("ReduceMean", onnxbuild.IntsAttr("axes", 2, 3), onnxbuild.IntAttr("keepdims", 1))},

@@ -135,3 +135,26 @@ func TestPowBackwardTemporaries(t *testing.T) {
 		t.Errorf("pow's backward: %v, want it to open with %v", got, want)
 	}
 }
+
+// TestWhereBackward checks torch.where on activations (GPT-Neo masks its
+// scores so): where(condition, self, other) writes a new tensor;
+// WhereBackward0 keeps the condition (a constant here, which costs
+// nothing) and makes self's gradient, where(condition, grad, 0), a new
+// tensor of the output's size.
+func TestWhereBackward(t *testing.T) {
+	b := onnxbuild.New("where")
+	a := b.Layer(0).Block(b.Input("x", 8), 16, 3, 1)
+	m := b.Layer(1)
+	cond := m.Node("Cast", []string{m.Ints(1)}, 1, onnxbuild.IntAttr("to", 9))[0]
+	y := onnxbuild.T{Name: m.Node("Where", []string{cond, a.Name, m.ScalarFloat(-1)}, 1)[0], C: 16}
+	b.Output(b.Layer(2).Conv(y, 8, 1, 1))
+	p := program(t, load(t, b), 2, schedule.Config{Workspace: fakeWorkspace})
+	fwd := events(p, 0, p.BackwardStart, atNode(p, "/model.1/Where"))
+	bwd := events(p, p.BackwardStart, p.BackwardEnd, atNode(p, "/model.1/Where"))
+	if len(fwd) == 0 || fwd[0] != "+activation /model.1/Where_output_0" {
+		t.Errorf("where's forward: %v, want it to open with its output", fwd)
+	}
+	if len(bwd) == 0 || bwd[0] != "+grad /model.0/act/Mul_output_0" {
+		t.Errorf("where's backward: %v, want it to open with self's gradient", bwd)
+	}
+}

@@ -17,7 +17,11 @@ import (
 //     aten::linear runs one matmul into its output and adds the bias in
 //     place, and saves x and W;
 //   - nn.GELU, which the exporter writes x·0.5·(1 + erf(x/√2)) as Div, Erf,
-//     Add, Mul, Mul, becomes Gelu(x): one kernel, which saves x;
+//     Add, Mul, Mul, becomes Gelu(x): one kernel, which saves x; and so
+//     does gelu(x, approximate="tanh") (Gemma's and Phi's
+//     gelu_pytorch_tanh), which it writes 0.5·x·(1 + tanh(β·(x + κ·x·x·x)))
+//     with the cube as two Muls, where a Python-written tanh GELU (GPT-2's
+//     NewGELUActivation, torch.pow(x, 3.0)) stays the ops it runs;
 //   - scaled_dot_product_attention, which the exporter writes
 //     softmax((q·√s) @ (kᵀ·√s)) @ v, becomes ScaledDotProductAttention(q, k,
 //     v): a fused kernel (flash or memory-efficient attention) that never
@@ -276,10 +280,51 @@ func fuse(g *ir.Graph) (*ir.Graph, error) {
 				}
 			}
 		case "Mul":
-			// addcmul's Mul by its value of 1, between a Mul and an Add.
 			if len(n.Inputs) != 2 || n.Outputs[0] == ir.NoValue {
 				continue
 			}
+			if n.Inputs[0] == n.Inputs[1] {
+				// gelu(x, approximate="tanh"), as the exporter writes it
+				// (symbolic_opset9's gelu): x·x, x·(x·x), κ·, x +, β·,
+				// tanh, 1 +, x ·, 0.5 ·.
+				x := n.Inputs[0]
+				chain := []int{i}
+				cur := n.Outputs[0]
+				ok := true
+				for _, want := range []struct {
+					op  string
+					arg string // the other operand: "x", "const", or "" for a unary op
+				}{{"Mul", "x"}, {"Mul", "const"}, {"Add", "x"}, {"Mul", "const"}, {"Tanh", ""}, {"Add", "const"}, {"Mul", "x"}, {"Mul", "const"}} {
+					c, one := only(cur)
+					if !one || g.Nodes[c].OpType != want.op {
+						ok = false
+						break
+					}
+					m := &g.Nodes[c]
+					switch want.arg {
+					case "x":
+						ok = len(m.Inputs) == 2 && other(m, cur) == x
+					case "const":
+						ok = len(m.Inputs) == 2 && isConst(other(m, cur))
+					}
+					if !ok {
+						break
+					}
+					chain = append(chain, int(c))
+					cur = m.Outputs[0]
+				}
+				if !ok {
+					continue
+				}
+				last := &g.Nodes[chain[len(chain)-1]]
+				for _, k := range chain[:len(chain)-1] {
+					drop[k] = true
+				}
+				replace[chain[len(chain)-1]] = ir.Node{Name: last.Name, OpType: "Gelu", Inputs: []ir.ValueID{x}, Outputs: last.Outputs, Layer: last.Layer, Scopes: last.Scopes,
+					Attrs: []ir.Attr{{Name: "approximate", Kind: ir.AttrString, Str: "tanh"}}}
+				continue
+			}
+			// addcmul's Mul by its value of 1, between a Mul and an Add.
 			one := -1
 			for j, v := range n.Inputs {
 				if c := &g.Values[v]; isConst(v) && len(c.Floats) == 1 && c.Floats[0] == 1 {

@@ -211,3 +211,44 @@ func TestFuseAddcmul(t *testing.T) {
 		t.Errorf("%d of the norms' sums in place, want 25", inPlace)
 	}
 }
+
+// TestFuseTanhGelu checks the tanh GELU fusion on two transformers
+// exports (calibration §37): Gemma's gelu_pytorch_tanh, F.gelu(x,
+// approximate="tanh"), which the exporter writes as nine ops (x·x,
+// x·(x·x), κ·, x +, β·, Tanh, 1 +, x ·, 0.5 ·), becomes one Gelu with
+// approximate "tanh" in each of its six layers, no Tanh left; GPT-2's
+// NewGELUActivation, written in Python with torch.pow(x, 3.0), runs as
+// those ops in eager PyTorch and keeps its twelve Tanh nodes.
+func TestFuseTanhGelu(t *testing.T) {
+	for _, c := range []struct {
+		model       string
+		gelu, tanhs int
+	}{
+		{"hf/gemma-train.onnx", 6, 0},
+		{"hf/gpt2-train.onnx", 0, 12},
+	} {
+		g, err := ir.LoadFile(measured.Path(c.model))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := fuse(g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gelu, tanhs := 0, 0
+		for i := range f.Nodes {
+			switch n := &f.Nodes[i]; n.OpType {
+			case "Gelu":
+				if a, ok := n.Attr("approximate"); !ok || a.Str != "tanh" {
+					t.Errorf("%s: %s has no approximate=tanh", c.model, n.Name)
+				}
+				gelu++
+			case "Tanh":
+				tanhs++
+			}
+		}
+		if gelu != c.gelu || tanhs != c.tanhs {
+			t.Errorf("%s: %d tanh GELUs fused, %d Tanh left; want %d and %d", c.model, gelu, tanhs, c.gelu, c.tanhs)
+		}
+	}
+}

@@ -49,7 +49,7 @@ type hfLine struct {
 // step's cuBLAS workspace made by its first forward. Reserved peaks are
 // within 2.5%.
 func TestHFModelSteps(t *testing.T) {
-	hfSteps(t, "hf_models.jsonl", 4, 60, nil)
+	hfSteps(t, "hf_models.jsonl", 4, 60, nil, nil)
 }
 
 // TestHFMoreModels checks the engine on a second sample, measured the same
@@ -66,14 +66,37 @@ func TestHFModelSteps(t *testing.T) {
 // runs out of place (hf_opt_warm_traces.jsonl.gz), and InPlace now leaves
 // a transformers model's ops as they are.
 func TestHFMoreModels(t *testing.T) {
-	hfSteps(t, "hf_more.jsonl", 3, 21, nil)
+	hfSteps(t, "hf_more.jsonl", 3, 21, nil, nil)
+}
+
+// TestHFThirdSample checks the engine on a third sample, measured after
+// the first two were fitted and simulated blind first (calibration §37, an
+// H100, each step in a fresh process): Mistral (a sliding window of 256),
+// Phi (partial rotary, gelu_new, attention and MLP side by side), Gemma
+// (GeGLU with the tanh GELU, head dim 256), RoBERTa (RoBERTa's 514
+// positions refused 512 tokens on the device: its 128-token steps only),
+// ALBERT (one layer's weights shared by six, a factorised embedding) and
+// GPT-Neo (eager attention masked by torch.where, local layers). Blind,
+// Gemma read 2.4 to 12.8% high (the exporter's tanh GELU run as its nine
+// ops; now fused back into one gelu) and GPT-Neo was refused (Where on
+// activations; now a row). What stays off: Mistral beyond its window (the
+// export, traced at 128 tokens, has no window to show: at 512 the model
+// masks it and repeats k and v for memory-efficient attention, where the
+// graph says causal grouped-query attention), and GPT-Neo's m0, 19 MB
+// short at batch 4 (its six layers' 4 MiB causal-mask buffers, which the
+// exporter inlined as two shared constants); the reserved peaks of
+// ALBERT's and Gemma's AMP steps within 4.7%.
+func TestHFThirdSample(t *testing.T) {
+	hfSteps(t, "hf_third.jsonl", 6, 32,
+		map[string]float64{"mistral": 0.15, "gemma": 0.05, "albert": 0.05},
+		map[string]float64{"mistral": 0.18, "gpt_neo": 0.025})
 }
 
 // hfSteps simulates every step of a file of hf_models.py's lines and
 // checks the allocated peaks within 1% (median within 0.1%) and the
 // reserved peaks within 2.5%, or the network's bound where it is off
-// today (reserved, by network).
-func hfSteps(t *testing.T, file string, wantModels, wantSteps int, reserved map[string]float64) {
+// today (peak and reserved, by network).
+func hfSteps(t *testing.T, file string, wantModels, wantSteps int, reserved, peak map[string]float64) {
 	f, err := os.Open(measured.Path(file))
 	if err != nil {
 		t.Fatal(err)
@@ -120,8 +143,10 @@ func hfSteps(t *testing.T, file string, wantModels, wantSteps int, reserved map[
 			// onnxmem's train step takes one.
 			continue
 		}
-		peaks = append(peaks, math.Abs(e))
-		pb := 0.01
+		pb := cmp.Or(peak[l.Cfg], 0.01)
+		if _, off := peak[l.Cfg]; !off {
+			peaks = append(peaks, math.Abs(e)) // the median is of the networks held to 1%
+		}
 		if math.Abs(e) > pb {
 			t.Errorf("%s %s batch %d seq %d amp %v: peak %d, measured %d (%+.2f%%), beyond %.1f%%", l.Cfg, l.Kind, l.Batch, l.Seq, l.AMP, r.Peak, l.Measured.Peak, 100*e, 100*pb)
 		}
