@@ -12,9 +12,9 @@ import (
 	"github.com/onnxmem/onnxmem/internal/sim"
 )
 
-// TestSegmentsRecorded replays ten fresh timm steps whose allocator history
+// TestSegmentsRecorded replays twelve fresh timm steps whose allocator history
 // calibration/timm_models.py recorded from CUDA's start
-// (TIMM_TRACE_FROM=init, calibration §35, an H100: the load, the warm-up
+// (TIMM_TRACE_FROM=init, calibration §35 and §37, an H100: the load, the warm-up
 // step and the measured one, every segment with the address cudaMalloc
 // gave it), once with the simulation's own placement and once with each
 // new segment at the device's address for a segment of its size, in
@@ -34,7 +34,11 @@ import (
 // nf_resnet50's (+5.1% placed, +8.8% with them: the simulation makes three
 // segments more than the device, one of 26 MiB, a size the device never
 // made, and two of 64 MiB, which it places itself), an open residual of
-// issue 38.
+// issue 38; so are the two batch-8 steps beyond 3% traced in §37,
+// mobilenetv3_large_100's AMP step (+4.7% both ways: in the warm-up's
+// first forward the simulation makes a second 14 MiB segment where the
+// device makes a 20 MiB one) and nf_resnet50's float32 step (-4.1% both
+// ways).
 func TestSegmentsRecorded(t *testing.T) {
 	segments := map[string][][2]int64{} // by cfg, batch and precision: size and address, in order
 	key := func(cfg string, batch int64, amp bool) string {
@@ -116,7 +120,7 @@ func TestSegmentsRecorded(t *testing.T) {
 			t.Errorf("%s batch %d amp %v: reserved %d at the device's addresses, measured %d; %d segments unmatched, %d unused", l.Cfg, l.Batch, l.AMP, recorded.PeakReserved, want, unmatched, unused)
 		}
 	}
-	if n != 10 {
-		t.Errorf("%d traced steps, want 10", n)
+	if n != 12 {
+		t.Errorf("%d traced steps, want 12", n)
 	}
 }
