@@ -573,6 +573,13 @@ func (b *builder) modelCopy(r Role, size func(ir.ValueID) int64, bnVar map[ir.Va
 		v := ir.ValueID(i)
 		b.addResident(r, b.newBuf(size(v), Param, v))
 		b.p.ResidentBuffer[len(b.p.ResidentBuffer)-1] = b.buffer[i] || b.bnStat[v]
+		if b.copies != nil {
+			// The other modules' copies of an inlined buffer (maskBuffer).
+			for range b.copies[i] - 1 {
+				b.addResident(r, b.newBuf(size(v), Param, ir.NoValue))
+				b.p.ResidentBuffer[len(b.p.ResidentBuffer)-1] = true
+			}
+		}
 		if bnVar[v] {
 			b.addResident(r, b.newBuf(8, Param, ir.NoValue))
 			b.p.ResidentBuffer[len(b.p.ResidentBuffer)-1] = true

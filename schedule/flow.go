@@ -13,9 +13,13 @@ import (
 type Flow struct {
 	graph  *ir.Graph
 	shapes *ir.Shapes
-	data   []bool               // by value: holds device data
-	param  []bool               // by value: a float initializer owned by the model
-	buffer []bool               // by value: a buffer owned by the model that is no parameter (indexBuffer, linearInput)
+	data   []bool // by value: holds device data
+	param  []bool // by value: a float initializer owned by the model
+	buffer []bool // by value: a buffer owned by the model that is no parameter (indexBuffer, linearInput, maskBuffer)
+	// copies counts, by value, the modules that hold a buffer of their own
+	// that the export inlined as one shared constant (maskBuffer); 0 or 1
+	// means one.
+	copies []int
 	plans  map[int32]einsumPlan // by node: how an Einsum or MatMul runs as bmm
 	kind   []ir.Eager           // by node
 	class  []ir.Autocast        // by node: its op's autocast class
@@ -122,7 +126,7 @@ func (f *Flow) markParams() {
 	// relative position bias MLP).
 	fromInput := f.graph.FromInputs()
 	for i := range f.graph.Values {
-		f.buffer[i] = f.indexBuffer(ir.ValueID(i), fromInput)
+		f.buffer[i] = f.indexBuffer(ir.ValueID(i), fromInput) || f.maskBuffer(ir.ValueID(i), fromInput)
 		if f.param[i] && f.linearInput(ir.ValueID(i)) {
 			// A float table a linear reads, such as Swin V2's
 			// relative_coords_table (register_buffer): resident, but
@@ -237,6 +241,55 @@ func (f *Flow) indexBuffer(v ir.ValueID, fromInput []bool) bool {
 		return false
 	}
 	return indexes(v, 2)
+}
+
+// maskBuffer reports whether value v is a boolean or integer table of the
+// model, a constant too large to be the exporter's shape arithmetic, that
+// selects among activations: a torch.where condition, read directly or
+// through slices and reshapes (GPT-Neo's causal mask, self.bias[:, :,
+// k - q:k, :k] in each attention). Each module that reads it registered
+// a buffer of its own (register_buffer with persistent=False, which the
+// exporter inlines as a constant, one for equal tensors): f.copies
+// counts the modules, by the distinct scopes of its direct readers, and
+// the model holds that many (GPT-Neo's six 4 MiB masks are two constants
+// of the export; its buffer_bytes, 25,165,824, calibration §37).
+func (f *Flow) maskBuffer(v ir.ValueID, fromInput []bool) bool {
+	val := &f.graph.Values[v]
+	if val.Kind != ir.Initializer && val.Kind != ir.Constant || isFloat(val.DType) || val.Data != nil || len(val.Dims) == 0 {
+		return false
+	}
+	var selects func(v ir.ValueID, depth int) bool
+	selects = func(v ir.ValueID, depth int) bool {
+		for _, c := range f.graph.Values[v].Consumers {
+			n := &f.graph.Nodes[c]
+			switch {
+			case n.OpType == "Where" && len(n.Inputs) == 3 && n.Inputs[0] == v && (fromInput[n.Inputs[1]] || fromInput[n.Inputs[2]]):
+				return true
+			case depth > 0 && len(n.Inputs) > 0 && n.Inputs[0] == v && len(n.Outputs) == 1:
+				switch n.OpType {
+				case "Slice", "Reshape", "Unsqueeze", "Squeeze", "Cast", "Expand":
+					if selects(n.Outputs[0], depth-1) {
+						return true
+					}
+				}
+			}
+		}
+		return false
+	}
+	if !selects(v, 3) {
+		return false
+	}
+	var scopes []string
+	for _, c := range val.Consumers {
+		if sc := ScopeOf(f.graph.Nodes[c].Name); !slices.Contains(scopes, sc) {
+			scopes = append(scopes, sc)
+		}
+	}
+	if f.copies == nil {
+		f.copies = make([]int, len(f.graph.Values))
+	}
+	f.copies[v] = len(scopes)
+	return true
 }
 
 func (f *Flow) dataInputs(n *ir.Node) int {

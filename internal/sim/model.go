@@ -1067,7 +1067,9 @@ type Footprint struct {
 // family knows the graph does not show (a detection head's fixed weights
 // and its stride tensor, say), each moved to the device as PyTorch's
 // Module._apply moves them, one allocation a tensor. Of the scenario it
-// reads only Family and AllocConf; the other fields are ignored.
+// reads only Family and AllocConf; the other fields are ignored (a text
+// model's graph is bound at a sequence of 8 tokens, which holds the same
+// tensors).
 func (m *Model) Footprint(sc Options) (*Footprint, error) {
 	conf, err := sc.allocConfig()
 	if err != nil {
@@ -1077,7 +1079,13 @@ func (m *Model) Footprint(sc Options) (*Footprint, error) {
 	if fh, fw, ok := m.FixedImage(); ok {
 		h, w = fh, fw // a fixed input size, such as a ViT's
 	}
-	p, err := m.Program(Options{Batch: 1, Height: h, Width: w, Family: sc.Family})
+	var seq int64
+	for _, v := range m.Graph.Inputs {
+		if d := m.Graph.Values[v].DType; d == ir.Int64 || d == ir.Int32 {
+			seq = 8 // token ids
+		}
+	}
+	p, err := m.Program(Options{Batch: 1, Height: h, Width: w, Seq: seq, Family: sc.Family})
 	if err != nil {
 		return nil, err
 	}
