@@ -55,6 +55,7 @@ func (bp *backwardPass) backward() error {
 	}
 	ones := int32(-1)
 	bp.seed = -1
+	bp.countCastUses()
 	if bp.cfg.Train != nil && bp.cfg.Train.Loss != nil {
 		if err := bp.seedFromLoss(); err != nil {
 			return err
@@ -491,18 +492,73 @@ func (bp *backwardPass) lowGrad(v ir.ValueID) int32 {
 	return bp.alloc(bp.s.Elems(v)*bp.low().Size(), Grad, v)
 }
 
+// countCastUses counts, by parameter, the ops that autocast lowers and
+// that read it: each takes the one float16 copy that autocast's cache
+// holds, so each sends a gradient to that copy's one ToCopyBackward node
+// (toCopy).
+func (bp *backwardPass) countCastUses() {
+	bp.castLeft, bp.castSum = nil, nil
+	if !bp.autocast() {
+		return
+	}
+	for i := range bp.g.Nodes {
+		if !bp.kind[i].RunsOnData() || bp.class[i] != ir.AutocastLower {
+			continue
+		}
+		for _, v := range bp.g.Nodes[i].Inputs {
+			if v != ir.NoValue && bp.param[v] {
+				if bp.castLeft == nil {
+					bp.castLeft = make([]int32, len(bp.g.Values))
+					bp.castSum = make([]gradT, len(bp.g.Values))
+				}
+				bp.castLeft[v]++
+			}
+		}
+	}
+}
+
 // toCopy returns what ToCopyBackward does once the op's node has run: it
 // allocates v's gradient in v's type (its .grad for a parameter) from the
 // one in st, of the op's type, and frees st. The engine releases a node's
 // inputs when the node returns, before it adds the node's output to what
 // v already has, so st is gone before that sum is allocated (the H200
 // trace of gelan-c's upsampling under autocast frees it so).
+//
+// A parameter that several lowered ops read (ALBERT's one layer, run six
+// times) has one float16 copy in autocast's cache and one ToCopyBackward:
+// the copy's gradients from the uses before the last are summed in its
+// input buffer, in float16 (InputBuffer::accumulate: out of place onto
+// the first, a linear weight's transposed view, in place after), and the
+// float32 .grad is made once, after the last
+// (calibration/results/hf_third_traces.jsonl.gz, ALBERT under AMP).
 func (bp *backwardPass) toCopy(st int32, v ir.ValueID, param bool) func() {
 	strides, dims := bp.freshStr, bp.freshDims
+	n := bp.op.n
+	view := n != nil && n.OpType == "Gemm" && n.IntAttr("transB", 0) != 0 && len(n.Inputs) > 1 && n.Inputs[1] == v
 	return func() {
 		bp.freshLayout(strides, dims) // .to() keeps the layout
 		defer bp.freshLayout(nil, nil)
 		if param {
+			if bp.castLeft != nil && bp.castLeft[v] > 0 {
+				bp.castLeft[v]--
+				sum := &bp.castSum[v]
+				switch {
+				case sum.bytes == 0:
+					*sum = gradT{st: st, bytes: bp.s.Elems(v) * bp.low().Size(), view: view}
+				case sum.view:
+					acc := bp.alloc(sum.bytes, Grad, v)
+					bp.unref(sum.st)
+					bp.unref(st)
+					*sum = gradT{st: acc, bytes: sum.bytes}
+				default:
+					bp.unref(st)
+				}
+				if bp.castLeft[v] > 0 {
+					return // more uses' gradients to come
+				}
+				st = sum.st
+				*sum = gradT{}
+			}
 			bp.paramGradAdd(v, false)
 			bp.unref(st)
 			return

@@ -244,10 +244,15 @@ type backwardPass struct {
 	grads      []gradT
 	paramGrads []int32 // by value: .grad buffer, or -1
 	viewGrad   []bool  // by value: the .grad is a view that keeps its base (paramGradAdd)
-	unrun      []int32 // nodes the backward never reached
-	op         bwdOp   // the node that back runs
-	lossSt     int32
-	seed       int32 // the storage of loss = Σ o.sum()'s expanded seed gradient, or -1
+	// castLeft counts, by parameter, the lowered ops whose gradients for
+	// its autocast copy have yet to come, castSum their float16 sum so
+	// far (toCopy); nil outside autocast or when no op casts a parameter.
+	castLeft []int32
+	castSum  []gradT
+	unrun    []int32 // nodes the backward never reached
+	op       bwdOp   // the node that back runs
+	lossSt   int32
+	seed     int32 // the storage of loss = Σ o.sum()'s expanded seed gradient, or -1
 	// untilDerived are the node's gradients of values computed from
 	// parameters alone (a standardised weight's), freed once
 	// derivedGrads has made the parameters' own.

@@ -2,6 +2,7 @@ package schedule_test
 
 import (
 	"fmt"
+	"github.com/onnxmem/onnxmem/ir"
 	"slices"
 	"testing"
 
@@ -156,5 +157,41 @@ func TestWhereBackward(t *testing.T) {
 	}
 	if len(bwd) == 0 || bwd[0] != "+grad /model.0/act/Mul_output_0" {
 		t.Errorf("where's backward: %v, want it to open with self's gradient", bwd)
+	}
+}
+
+// TestSharedWeightCast checks a weight that two linears share under
+// autocast (ALBERT's one layer run six times): autocast's cache holds one
+// float16 copy, whose one ToCopyBackward sums the two float16 gradients
+// (the second out of place onto the first, a transposed view) and makes
+// the float32 .grad once: three float16 gradients of the weight and no
+// float32 one beside the .grad, where converting each use's gradient on
+// its own would add a float32 gradient to sum into the .grad.
+func TestSharedWeightCast(t *testing.T) {
+	b := onnxbuild.New("shared")
+	x := b.Layer(0).Flatten(b.Layer(0).GlobalAvgPool(b.Layer(0).Block(b.Input("x", 8), 16, 3, 1)))
+	m := b.Layer(1)
+	w := m.Param("w", 16, 16)
+	h := m.Node("Gemm", []string{x.Name, w}, 1, onnxbuild.IntAttr("transB", 1))[0]
+	b.Output(onnxbuild.T{Name: m.Node("Gemm", []string{h, w}, 1, onnxbuild.IntAttr("transB", 1))[0], C: 16})
+	g := load(t, b)
+	p := program(t, g, 2, schedule.Config{Workspace: fakeWorkspace, Precision: schedule.AMP})
+	var half, full, grads int
+	for _, e := range p.Events[p.BackwardStart:p.BackwardEnd] {
+		buf := p.Buffers[e.Buf]
+		if e.Free || buf.Value == ir.NoValue || g.Values[buf.Value].Name != "model.1.w" {
+			continue
+		}
+		switch {
+		case buf.Kind == schedule.ParamGrad:
+			grads++
+		case buf.Bytes == 16*16*2:
+			half++
+		case buf.Bytes == 16*16*4:
+			full++
+		}
+	}
+	if half != 3 || full != 0 || grads != 1 {
+		t.Errorf("the shared weight's backward: %d float16 gradients, %d float32 ones, %d .grad; want 3, 0 and 1", half, full, grads)
 	}
 }

@@ -26,7 +26,9 @@ import (
 // Qwen2's at 0.788 (0.816); BERT's, which meets none of them, at 0.931.
 // The third sample's traces (calibration §37: Mistral, Phi, Gemma,
 // RoBERTa, ALBERT, GPT-Neo at 4 × 128) align at 0.83 to 0.93 in float32
-// and 0.76 to 0.96 under AMP, after Gemma's tanh GELU was fused back.
+// and 0.76 to 0.96 under AMP, after Gemma's tanh GELU was fused back and
+// ALBERT's shared weights' float16 gradients were summed before their one
+// conversion (0.787 → 0.838 under AMP).
 // What stays apart: rsqrt's small [B, L, 1]
 // temporaries and, under AMP, the rotary embedding's float32 products
 // (q·cos with a float32 cos, which the graph computes from shapes alone
@@ -52,7 +54,7 @@ func TestHFTraceEvents(t *testing.T) {
 		{"hf_third_traces.jsonl.gz", "phi", "model_step:amp:4:128", "hf/phi-train.onnx", 4, 128, true, 0.844},
 		{"hf_third_traces.jsonl.gz", "gemma", "model_step:amp:4:128", "hf/gemma-train.onnx", 4, 128, true, 0.753},
 		{"hf_third_traces.jsonl.gz", "roberta", "model_step:amp:4:128", "hf/roberta-train.onnx", 4, 128, true, 0.951},
-		{"hf_third_traces.jsonl.gz", "albert", "model_step:amp:4:128", "hf/albert-train.onnx", 4, 128, true, 0.782},
+		{"hf_third_traces.jsonl.gz", "albert", "model_step:amp:4:128", "hf/albert-train.onnx", 4, 128, true, 0.833},
 		{"hf_third_traces.jsonl.gz", "gpt_neo", "model_step:amp:4:128", "hf/gpt_neo-train.onnx", 4, 128, true, 0.813},
 	} {
 		tr := hfTrace(t, c.file, c.cfg, c.what)
