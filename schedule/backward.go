@@ -112,6 +112,15 @@ func (bp *backwardPass) backward() error {
 			bp.cp.releaseFrame(c)
 		}
 	}
+	// A shared copy whose last use sent no gradient (an op the backward
+	// never reached) still converts what it summed.
+	for v := range bp.castSum {
+		if sum := bp.castSum[v]; sum.bytes > 0 {
+			bp.castSum[v] = gradT{}
+			bp.paramGradAdd(ir.ValueID(v), false)
+			bp.unref(sum.st)
+		}
+	}
 	bp.node = -1
 	// The graph's root keeps the seed gradient to the end.
 	if ones >= 0 {
