@@ -178,33 +178,8 @@ func hfSteps(t *testing.T, file string, wantModels, wantSteps int, reserved, pea
 // ids, a rotary embedding's inv_freq: 128 bytes to 8 KiB) are not counted,
 // and what the load allocated is within 0.5%.
 func TestHFFootprint(t *testing.T) {
-	lines := jsonLines[struct {
-		Kind, Cfg, Model string
-		ParamBytes       int64 `json:"param_bytes"`
-		BufferBytes      int64 `json:"buffer_bytes"`
-		Allocated        int64 `json:"alloc_after_load"`
-	}](t, "hf_models_meta.jsonl")
-	n := 0
-	for _, l := range lines {
-		if l.Kind != "model" {
-			continue
-		}
-		n++
-		m, err := sim.Load(measured.Path(l.Model))
-		if err != nil {
-			t.Fatal(err)
-		}
-		f, err := m.Footprint(sim.Options{Seq: 128})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if f.ParamBytes != l.ParamBytes || f.BufferBytes > l.BufferBytes || l.BufferBytes-f.BufferBytes > 8192 ||
-			math.Abs(float64(f.Allocated-l.Allocated)) > 0.005*float64(l.Allocated) {
-			t.Errorf("%s: parameters %d B, buffers %d B, allocated %d B; measured %d, %d, %d", l.Cfg,
-				f.ParamBytes, f.BufferBytes, f.Allocated, l.ParamBytes, l.BufferBytes, l.Allocated)
-		}
-	}
-	if n != 13 {
-		t.Errorf("%d transformers models, want 13", n)
-	}
+	footprints(t, "hf_models_meta.jsonl", 13, func(f *sim.Footprint, l footprintLine) bool {
+		return f.ParamBytes == l.ParamBytes && f.BufferBytes <= l.BufferBytes && l.BufferBytes-f.BufferBytes <= 8192 &&
+			math.Abs(float64(f.Allocated-l.Allocated)) <= 0.005*float64(l.Allocated)
+	})
 }

@@ -89,25 +89,11 @@ func TestHFTraceEvents(t *testing.T) {
 // counts.
 func hfTrace(t *testing.T, file, cfg, what string) []int64 {
 	t.Helper()
-	f, err := os.Open(measured.Path(file))
-	if err != nil {
-		t.Fatal(err)
+	type trace struct {
+		Cfg, What string
+		Events    [][]any
 	}
-	defer f.Close()
-	zr, err := gzip.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sc := bufio.NewScanner(zr)
-	sc.Buffer(nil, 1<<28)
-	for sc.Scan() {
-		var r struct {
-			Cfg, What string
-			Events    [][]any
-		}
-		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-			t.Fatal(err)
-		}
+	for _, r := range gzLines[trace](t, file) {
 		if r.Cfg != cfg || r.What != what {
 			continue
 		}
@@ -127,11 +113,37 @@ func hfTrace(t *testing.T, file, cfg, what string) []int64 {
 		}
 		return out
 	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
 	t.Fatalf("%s: no trace of %s %s", file, cfg, what)
 	return nil
+}
+
+// gzLines decodes each line of a gzipped JSON-lines file of
+// calibration/results.
+func gzLines[T any](t *testing.T, name string) []T {
+	t.Helper()
+	f, err := os.Open(measured.Path(name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	var out []T
+	sc := bufio.NewScanner(zr)
+	sc.Buffer(nil, 1<<28)
+	for sc.Scan() {
+		var l T
+		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		out = append(out, l)
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	return out
 }
 
 // lcsRatio returns twice the length of the longest common subsequence of a

@@ -1,11 +1,7 @@
 package sim_test
 
 import (
-	"bufio"
-	"compress/gzip"
-	"encoding/json"
 	"fmt"
-	"os"
 	"testing"
 
 	"github.com/onnxmem/onnxmem/internal/measured"
@@ -44,36 +40,19 @@ func TestSegmentsRecorded(t *testing.T) {
 	key := func(cfg string, batch int64, amp bool) string {
 		return fmt.Sprintf("%s %d %v", cfg, batch, amp)
 	}
-	f, err := os.Open(measured.Path("timm_init_traces.jsonl.gz"))
-	if err != nil {
-		t.Fatal(err)
+	type trace struct {
+		Cfg    string
+		Batch  int64
+		AMP    bool
+		Events [][]any
 	}
-	defer f.Close()
-	zr, err := gzip.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sc := bufio.NewScanner(zr)
-	sc.Buffer(nil, 1<<28)
-	for sc.Scan() {
-		var r struct {
-			Cfg    string
-			Batch  int64
-			AMP    bool
-			Events [][]any
-		}
-		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-			t.Fatal(err)
-		}
+	for _, r := range gzLines[trace](t, "timm_init_traces.jsonl.gz") {
 		for _, e := range r.Events {
 			if e[0] == "segment_alloc" {
 				k := key(r.Cfg, r.Batch, r.AMP)
 				segments[k] = append(segments[k], [2]int64{int64(e[1].(float64)), int64(e[2].(float64))})
 			}
 		}
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
 	}
 	exact := map[string]bool{"mixer_b16_224": true, "cspresnet50": true, "darknet53": true, "vit_small_patch16_224": true}
 	n := 0
