@@ -1,9 +1,7 @@
 package sim_test
 
 import (
-	"bufio"
 	"compress/gzip"
-	"encoding/json"
 	"os"
 	"testing"
 
@@ -130,20 +128,7 @@ func gzLines[T any](t *testing.T, name string) []T {
 	if err != nil {
 		t.Fatalf("%s: %v", name, err)
 	}
-	var out []T
-	sc := bufio.NewScanner(zr)
-	sc.Buffer(nil, 1<<28)
-	for sc.Scan() {
-		var l T
-		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		out = append(out, l)
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatalf("%s: %v", name, err)
-	}
-	return out
+	return decodeLines[T](t, name, zr)
 }
 
 // lcsRatio returns twice the length of the longest common subsequence of a

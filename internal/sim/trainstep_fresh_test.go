@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"testing"
@@ -43,9 +44,15 @@ func jsonLines[T any](t *testing.T, name string) []T {
 		t.Fatal(err)
 	}
 	defer f.Close()
+	return decodeLines[T](t, name, f)
+}
+
+// decodeLines decodes one T a line of r, the file name.
+func decodeLines[T any](t *testing.T, name string, r io.Reader) []T {
+	t.Helper()
 	var out []T
-	sc := bufio.NewScanner(f)
-	sc.Buffer(nil, 1<<24)
+	sc := bufio.NewScanner(r)
+	sc.Buffer(nil, 1<<28)
 	for sc.Scan() {
 		var l T
 		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
