@@ -541,8 +541,9 @@ func mathAttentionBackward(o *bwdOp) {
 	o.freeScratch(gq)
 }
 
-// mathGroupedBackward emits the math kernel's backward on grouped heads in
-// float32, node by node as calibration/results/hf_fp32_traces.jsonl.gz
+// mathGroupedBackward emits the math kernel's backward on grouped heads
+// (float32 inputs outside autocast, the only grouped case mathKernel
+// sends here), node by node as calibration/results/hf_fp32_traces.jsonl.gz
 // shows it (Llama, each layer): each bmm's backward makes mat2's gradient
 // before self's; the softmax's backward takes a transient of the scores'
 // size besides its result; and each inner node drops its incoming
@@ -553,10 +554,10 @@ func mathAttentionBackward(o *bwdOp) {
 func mathGroupedBackward(o *bwdOp, m mathBytes) {
 	n := o.n
 	q, k, v := n.Inputs[0], n.Inputs[1], n.Inputs[2]
-	saved := slices.Clone(o.saved[n.ID]) // q·√s, k·√s, v repeated, the softmax (mathAttentionForward)
+	saved := slices.Clone(o.saved[n.ID]) // q·√s, v repeated, k·√s, the softmax (mathAttentionForward)
 	drop := func(i ...int) {
-		if len(saved) != 4 {
-			return // a recomputed node's, released as the node returns
+		if o.cp.chunkOf[n.ID] >= 0 || len(saved) != 4 {
+			return // a recomputed node's go as the node returns (back)
 		}
 		for _, j := range i {
 			o.dropSaved(saved[j])
@@ -565,7 +566,7 @@ func mathGroupedBackward(o *bwdOp, m mathBytes) {
 	gv := o.scratch(m.v, Grad)      // attnᵀ·g
 	ga := o.scratch(m.scores, Grad) // g·vᵀ
 	o.dropIncoming()
-	drop(2)
+	drop(1)
 	gs := o.scratch(m.scores, Grad) // _softmax_backward_data
 	o.freeScratch(o.scratch(m.scores, Grad))
 	o.freeScratch(ga)
@@ -573,7 +574,7 @@ func mathGroupedBackward(o *bwdOp, m mathBytes) {
 	gks := o.scratch(m.k, Grad) // (k·√s)ᵀ's
 	gqs := o.scratch(m.q, Grad) // q·√s's
 	o.freeScratch(gs)
-	drop(0, 1)
+	drop(0, 2)
 	gk := o.scratch(m.k, Grad) // the repeated k's, √s·gks
 	o.freeScratch(gks)
 	o.fresh(v)

@@ -114,6 +114,7 @@ func (bp *backwardPass) backward() error {
 	}
 	// A shared copy whose last use sent no gradient (an op the backward
 	// never reached) still converts what it summed.
+	bp.node = -1
 	for v := range bp.castSum {
 		if sum := bp.castSum[v]; sum.bytes > 0 {
 			bp.castSum[v] = gradT{}
@@ -511,8 +512,8 @@ func (bp *backwardPass) countCastUses() {
 		return
 	}
 	for i := range bp.g.Nodes {
-		if !bp.kind[i].RunsOnData() || bp.class[i] != ir.AutocastLower {
-			continue
+		if !bp.kind[i].RunsOnData() || bp.class[i] != ir.AutocastLower || !slices.ContainsFunc(bp.g.Nodes[i].Outputs, func(v ir.ValueID) bool { return v != ir.NoValue && bp.rg[v] }) {
+			continue // no gradient of its output, none for the copy
 		}
 		for _, v := range bp.g.Nodes[i].Inputs {
 			if v != ir.NoValue && bp.param[v] {

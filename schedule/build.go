@@ -579,9 +579,10 @@ func (b *builder) modelCopy(r Role, size func(ir.ValueID) int64, bnVar map[ir.Va
 		b.addResident(r, b.newBuf(size(v), Param, v))
 		b.p.ResidentBuffer[len(b.p.ResidentBuffer)-1] = b.buffer[i] || b.bnStat[v]
 		if b.copies != nil {
-			// The other modules' copies of an inlined buffer (maskBuffer).
+			// The other modules' copies of an inlined buffer (maskBuffer),
+			// of its value's type and size.
 			for range b.copies[i] - 1 {
-				b.addResident(r, b.newBuf(size(v), Param, ir.NoValue))
+				b.addResident(r, b.newBuf(size(v), Param, v))
 				b.p.ResidentBuffer[len(b.p.ResidentBuffer)-1] = true
 			}
 		}

@@ -403,7 +403,7 @@ func whereForward(o *fwdOp) {
 // whereBackward emits WhereBackward0: self's gradient, where(condition,
 // grad, 0), then other's, where(condition, 0, grad), each a new tensor of
 // the output's size, reduced to the operand's shape where it was
-// broadcast.
+// broadcast; a parameter operand gets its .grad.
 func whereBackward(o *bwdOp) {
 	n, s := o.n, o.s
 	ins := n.Inputs[1:3]
@@ -412,4 +412,11 @@ func whereBackward(o *bwdOp) {
 		broadcast = broadcast || (v != ir.NoValue && o.data[v] && o.rg[v] && s.Elems(v) < s.Elems(o.outs[0]))
 	}
 	mulDataGrads(o, ins, broadcast)
+	for _, v := range ins {
+		// A parameter operand gets its .grad (the output's gradient
+		// selected, then summed to its shape).
+		if v != ir.NoValue && o.param[v] {
+			o.paramGrad(v)
+		}
+	}
 }

@@ -2,11 +2,11 @@ package schedule_test
 
 import (
 	"fmt"
-	"github.com/onnxmem/onnxmem/ir"
 	"slices"
 	"testing"
 
 	"github.com/onnxmem/onnxmem/internal/onnxbuild"
+	"github.com/onnxmem/onnxmem/ir"
 	"github.com/onnxmem/onnxmem/schedule"
 )
 
@@ -140,14 +140,18 @@ func TestPowBackwardTemporaries(t *testing.T) {
 // TestWhereBackward checks torch.where on activations (GPT-Neo masks its
 // scores so): where(condition, self, other) writes a new tensor;
 // WhereBackward0 keeps the condition (a constant here, which costs
-// nothing) and makes self's gradient, where(condition, grad, 0), a new
-// tensor of the output's size.
+// nothing) and makes self's gradient, where(condition, grad, 0), then
+// other's, where(condition, 0, grad), each a new tensor of the output's
+// size; other, a [16, 1, 1] broadcast here, gets its gradient at the
+// output's size first, summed to its shape after.
 func TestWhereBackward(t *testing.T) {
 	b := onnxbuild.New("where")
 	a := b.Layer(0).Block(b.Input("x", 8), 16, 3, 1)
 	m := b.Layer(1)
 	cond := m.Node("Cast", []string{m.Ints(1)}, 1, onnxbuild.IntAttr("to", 9))[0]
-	y := onnxbuild.T{Name: m.Node("Where", []string{cond, a.Name, m.ScalarFloat(-1)}, 1)[0], C: 16}
+	other := m.Node("ReduceMean", []string{a.Name, m.Ints(0, 2, 3)}, 1, onnxbuild.IntAttr("keepdims", 0))[0]
+	other = m.Node("Reshape", []string{other, m.Ints(16, 1, 1)}, 1)[0]
+	y := onnxbuild.T{Name: m.Node("Where", []string{cond, a.Name, other}, 1)[0], C: 16}
 	b.Output(b.Layer(2).Conv(y, 8, 1, 1))
 	p := program(t, load(t, b), 2, schedule.Config{Workspace: fakeWorkspace})
 	fwd := events(p, 0, p.BackwardStart, atNode(p, "/model.1/Where"))
@@ -155,8 +159,10 @@ func TestWhereBackward(t *testing.T) {
 	if len(fwd) == 0 || fwd[0] != "+activation /model.1/Where_output_0" {
 		t.Errorf("where's forward: %v, want it to open with its output", fwd)
 	}
-	if len(bwd) == 0 || bwd[0] != "+grad /model.0/act/Mul_output_0" {
-		t.Errorf("where's backward: %v, want it to open with self's gradient", bwd)
+	const out = 2 * 16 * 16 * 16 * 4 // the output's float32 bytes
+	want := []string{"+grad /model.0/act/Mul_output_0", fmt.Sprintf("+grad %d", out), "+grad /model.1/Reshape_output_0", fmt.Sprintf("-grad %d", out)}
+	if len(bwd) < len(want) || !slices.Equal(bwd[:len(want)], want) {
+		t.Errorf("where's backward: %v, want it to open with %v", bwd, want)
 	}
 }
 

@@ -18,7 +18,7 @@ import (
 //     place, and saves x and W;
 //   - nn.GELU, which the exporter writes x·0.5·(1 + erf(x/√2)) as Div, Erf,
 //     Add, Mul, Mul, becomes Gelu(x): one kernel, which saves x; and so
-//     does gelu(x, approximate="tanh") (Gemma's and Phi's
+//     does gelu(x, approximate="tanh") (Gemma's
 //     gelu_pytorch_tanh), which it writes 0.5·x·(1 + tanh(β·(x + κ·x·x·x)))
 //     with the cube as two Muls, where a Python-written tanh GELU (GPT-2's
 //     NewGELUActivation, torch.pow(x, 3.0)) stays the ops it runs;
