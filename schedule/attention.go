@@ -556,8 +556,8 @@ func mathGroupedBackward(o *bwdOp, m mathBytes) {
 	q, k, v := n.Inputs[0], n.Inputs[1], n.Inputs[2]
 	saved := slices.Clone(o.saved[n.ID]) // q·√s, v repeated, k·√s, the softmax (mathAttentionForward)
 	drop := func(i ...int) {
-		if o.cp.chunkOf[n.ID] >= 0 || len(saved) != 4 {
-			return // a recomputed node's go as the node returns (back)
+		if len(saved) != 4 {
+			return // not the forward's four: released as the node returns
 		}
 		for _, j := range i {
 			o.dropSaved(saved[j])

@@ -95,6 +95,7 @@ func (bp *backwardPass) backward() error {
 		c := bp.cp.chunkOf[i]
 		if !any {
 			bp.unrun = append(bp.unrun, int32(i))
+			bp.castUnreached(n)
 		} else {
 			bp.node = int32(i)
 			if c >= 0 && !bp.cp.chunks[c].recomputed && bp.cp.hadSave[i] {
@@ -110,16 +111,6 @@ func (bp *backwardPass) backward() error {
 		if c >= 0 && bp.cp.chunks[c].nodes[0] == int32(i) {
 			bp.node = int32(i)
 			bp.cp.releaseFrame(c)
-		}
-	}
-	// A shared copy whose last use sent no gradient (an op the backward
-	// never reached) still converts what it summed.
-	bp.node = -1
-	for v := range bp.castSum {
-		if sum := bp.castSum[v]; sum.bytes > 0 {
-			bp.castSum[v] = gradT{}
-			bp.paramGradAdd(ir.ValueID(v), false)
-			bp.unref(sum.st)
 		}
 	}
 	bp.node = -1
@@ -512,8 +503,8 @@ func (bp *backwardPass) countCastUses() {
 		return
 	}
 	for i := range bp.g.Nodes {
-		if !bp.kind[i].RunsOnData() || bp.class[i] != ir.AutocastLower || !slices.ContainsFunc(bp.g.Nodes[i].Outputs, func(v ir.ValueID) bool { return v != ir.NoValue && bp.rg[v] }) {
-			continue // no gradient of its output, none for the copy
+		if !bp.kind[i].RunsOnData() || bp.class[i] != ir.AutocastLower {
+			continue
 		}
 		for _, v := range bp.g.Nodes[i].Inputs {
 			if v != ir.NoValue && bp.param[v] {
@@ -523,6 +514,27 @@ func (bp *backwardPass) countCastUses() {
 				}
 				bp.castLeft[v]++
 			}
+		}
+	}
+}
+
+// castUnreached counts off the uses of shared autocast copies by node n,
+// which the backward does not reach: the engine counts only the nodes it
+// reaches, so a copy's ToCopyBackward runs after the last reached use,
+// and converts what the uses before sent.
+func (bp *backwardPass) castUnreached(n *ir.Node) {
+	if bp.castLeft == nil || bp.class[n.ID] != ir.AutocastLower {
+		return
+	}
+	for _, v := range n.Inputs {
+		if v == ir.NoValue || !bp.param[v] || bp.castLeft[v] == 0 {
+			continue
+		}
+		bp.castLeft[v]--
+		if sum := bp.castSum[v]; bp.castLeft[v] == 0 && sum.bytes > 0 {
+			bp.castSum[v] = gradT{}
+			bp.paramGradAdd(v, false)
+			bp.unref(sum.st)
 		}
 	}
 }

@@ -403,20 +403,24 @@ func whereForward(o *fwdOp) {
 // whereBackward emits WhereBackward0: self's gradient, where(condition,
 // grad, 0), then other's, where(condition, 0, grad), each a new tensor of
 // the output's size, reduced to the operand's shape where it was
-// broadcast; a parameter operand gets its .grad.
+// broadcast; a parameter operand's goes into its .grad.
 func whereBackward(o *bwdOp) {
 	n, s := o.n, o.s
-	ins := n.Inputs[1:3]
-	broadcast := false
-	for _, v := range ins {
-		broadcast = broadcast || (v != ir.NoValue && o.data[v] && o.rg[v] && s.Elems(v) < s.Elems(o.outs[0]))
-	}
-	mulDataGrads(o, ins, broadcast)
-	for _, v := range ins {
-		// A parameter operand gets its .grad (the output's gradient
-		// selected, then summed to its shape).
-		if v != ir.NoValue && o.param[v] {
-			o.paramGrad(v)
+	y := o.outs[0]
+	for j, v := range n.Inputs[1:3] {
+		if v == ir.NoValue || (j == 1 && v == n.Inputs[1]) {
+			continue
 		}
+		small := s.Elems(v) < s.Elems(y)
+		if o.param[v] {
+			tmp := int32(-1)
+			if small {
+				tmp = o.scratch(s.Elems(y)*o.dt[y].Size(), Grad)
+			}
+			o.paramGradAdd(v, false)
+			o.freeScratch(tmp)
+			continue
+		}
+		mulDataGrads(o, []ir.ValueID{v}, small && o.rg[v])
 	}
 }

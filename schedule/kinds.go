@@ -88,5 +88,5 @@ var kindRules = [...]kindRule{
 	ir.EagerEmbedding:     {forward: embeddingForward, backward: embeddingBackward},
 	ir.EagerCast:          {forward: castForward, backward: castBackward, check: castCheck},
 	ir.EagerUnary:         {forward: newOutput, backward: freshBackward, elementwise: true},
-	ir.EagerWhere:         {forward: whereForward, backward: whereBackward, elementwise: true, stopsEarly: true},
+	ir.EagerWhere:         {forward: whereForward, backward: whereBackward, elementwise: true, promotes: true, stopsEarly: true},
 }
