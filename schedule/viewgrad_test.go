@@ -43,18 +43,26 @@ func TestViewGradientSum(t *testing.T) {
 		{false, 1}, // the conv's dX, summed into the Add's gradient
 		{true, 2},  // the conv's dX and the sum
 	} {
-		g := load(t, build(c.views))
-		p := program(t, g, 2, schedule.Config{Workspace: fakeWorkspace})
-		n := 0
-		for _, e := range events(p, p.BackwardStart, p.BackwardEnd, nil) {
-			if e == "+grad /model.0/act/Mul_output_0" {
-				n++
-			}
-		}
-		if n != c.want {
-			t.Errorf("views %v: %d gradients of the block's output allocated, want %d: %v", c.views, n, c.want, events(p, p.BackwardStart, p.BackwardEnd, nil))
+		if n, ev := blockGrads(t, build(c.views)); n != c.want {
+			t.Errorf("views %v: %d gradients of the block's output allocated, want %d: %v", c.views, n, c.want, ev)
 		}
 	}
+}
+
+// blockGrads builds b's training program at batch 2 and counts the
+// gradients its backward allocates for the first layer's block output
+// (/model.0/act/Mul_output_0); it returns the backward's events too.
+func blockGrads(t *testing.T, b *onnxbuild.Builder) (int, []string) {
+	t.Helper()
+	p := program(t, load(t, b), 2, schedule.Config{Workspace: fakeWorkspace})
+	ev := events(p, p.BackwardStart, p.BackwardEnd, nil)
+	n := 0
+	for _, e := range ev {
+		if e == "+grad /model.0/act/Mul_output_0" {
+			n++
+		}
+	}
+	return n, ev
 }
 
 // TestSliceBackwardGroups checks which Slices of one tensor share one
@@ -99,16 +107,8 @@ func TestSliceBackwardGroups(t *testing.T) {
 		{"literal", 1},
 		{"python", 2}, // each slice's; the second summed into the first in place
 	} {
-		g := load(t, build(c.kind))
-		p := program(t, g, 2, schedule.Config{Workspace: fakeWorkspace})
-		n := 0
-		for _, e := range events(p, p.BackwardStart, p.BackwardEnd, nil) {
-			if e == "+grad /model.0/act/Mul_output_0" {
-				n++
-			}
-		}
-		if n != c.want {
-			t.Errorf("%s: %d gradients of the sliced tensor allocated, want %d: %v", c.kind, n, c.want, events(p, p.BackwardStart, p.BackwardEnd, nil))
+		if n, ev := blockGrads(t, build(c.kind)); n != c.want {
+			t.Errorf("%s: %d gradients of the sliced tensor allocated, want %d: %v", c.kind, n, c.want, ev)
 		}
 	}
 }
